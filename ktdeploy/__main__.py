@@ -1,0 +1,3 @@
+from ktdeploy.cli import main
+
+main()

@@ -1,0 +1,76 @@
+"""The whole exception tree in one place (httpx style).
+
+Every error a user can meet is a KtdeployError: the CLI prints it on one screen
+(what, why, fix) and exits with its ``exit_code``; it never shows a traceback.
+"""
+
+from __future__ import annotations
+
+
+class KtdeployError(Exception):
+    """Base of every expected failure. ``fix`` tells the user what to do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, fix: str | None = None, key: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+        self.key = key
+
+
+class UsageError(KtdeployError):
+    """The command line itself is wrong (missing file, bad option value)."""
+
+    exit_code = 2
+
+
+class RecipeError(KtdeployError):
+    """The recipe is invalid. ``findings`` holds every violation at once."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, findings=None, **kw):
+        super().__init__(message, **kw)
+        self.findings = list(findings or [])
+
+
+class ConnectError(KtdeployError):
+    """A host could not be reached (SSH refused, DNS, host key mismatch, docker missing)."""
+
+    exit_code = 3
+
+
+class CheckFailed(KtdeployError):
+    """Doctor found a failing check; ``results`` holds the CheckResults."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, results=None, **kw):
+        super().__init__(message, **kw)
+        self.results = list(results or [])
+
+
+class StepError(KtdeployError):
+    """A step of a plan failed on the host (command exit code, container crash)."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, *, step: str | None = None, rc: int | None = None,
+                 output: str = "", **kw):
+        super().__init__(message, **kw)
+        self.step = step
+        self.rc = rc
+        self.output = output
+
+
+class ImageError(KtdeployError):
+    """Building, verifying, saving or loading an image failed."""
+
+    exit_code = 5
+
+
+class RunRecordError(KtdeployError):
+    """A run record is missing or unreadable, or an output dir would be overwritten."""
+
+    exit_code = 6
