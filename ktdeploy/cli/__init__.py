@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     from ktdeploy.cli.render import print_error, print_internal_error
 
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
     except KtdeployError as err:
         print_error(err)
         sys.exit(err.exit_code)
@@ -59,4 +59,4 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print_internal_error(err)
         sys.exit(70)
-    sys.exit(0)
+    sys.exit(rc if isinstance(rc, int) else 0)

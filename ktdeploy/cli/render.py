@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.markup import escape
 from rich.text import Text
 
 console = Console()
@@ -47,18 +48,16 @@ def print_internal_error(err: BaseException) -> None:
 
 
 def print_findings(findings, stream: Console | None = None) -> None:
+    """One block per finding: severity, key path and location, then the problem and the fix."""
     stream = stream or console
-    table = Table(show_lines=False, expand=False)
-    table.add_column("", no_wrap=True)
-    table.add_column("key", style="bold", overflow="fold")
-    table.add_column("where", no_wrap=True)
-    table.add_column("problem", overflow="fold")
-    table.add_column("fix", style="green", overflow="fold")
     for f in findings:
-        mark = "[red]error" if f.severity == "error" else "[yellow]warn"
-        where = f"{f.file}:{f.line}" if f.file and f.line else (f.file or "")
-        table.add_row(mark, f.path, where, f.message, f.fix or "")
-    stream.print(table)
+        mark = "[red]error[/red]" if f.severity == "error" else "[yellow]warn [/yellow]"
+        loc = f"{f.file}:{f.line}" if f.file and f.line else (f.file or "")
+        where = f" [dim]({escape(loc)})[/dim]" if loc else ""
+        stream.print(f"{mark} [bold]{escape(f.path)}[/bold]{where}", highlight=False)
+        stream.print(Text("      " + f.message), highlight=False)
+        if f.fix:
+            stream.print(Text("      fix: " + f.fix, style="green"), highlight=False)
 
 
 _STATUS_STYLE = {"pass": "[green]pass", "warn": "[yellow]warn", "fail": "[red]fail", "skip": "[dim]skip"}

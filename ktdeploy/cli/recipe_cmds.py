@@ -1,0 +1,86 @@
+"""`ktdeploy check` and `ktdeploy render`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ktdeploy.cli import app
+from ktdeploy.cli.render import console, print_findings, print_json
+from ktdeploy.errors import RecipeError, UsageError
+from ktdeploy.recipe import errors, load_native, load_recipe, render, require_valid, validate
+
+SET_HELP = "Override a recipe value: SECTION.KEY=VALUE (VALUE parsed as YAML), repeatable."
+
+
+def load_from_cli(recipe: Optional[Path], train: Optional[Path] = None, accelerate: Optional[Path] = None,
+                  deploy: Optional[Path] = None, overrides: list[str] | None = None):
+    """A recipe file, or the two native files (--train and --accelerate, optionally --deploy)."""
+    overrides = overrides or []
+    if recipe is not None and (train or accelerate):
+        raise UsageError("give either a RECIPE or --train/--accelerate, not both", fix="ktdeploy check RECIPE")
+    if recipe is not None:
+        return load_recipe(recipe, overrides)
+    if train and accelerate:
+        return load_native(train, accelerate, deploy, overrides)
+    if train or accelerate:
+        raise UsageError("--train and --accelerate go together", fix="ktdeploy check --train T.yaml --accelerate A.yaml")
+    raise UsageError("no recipe given", fix="ktdeploy check recipes/tiny-moe-lora.yaml")
+
+
+@app.command()
+def check(
+    recipe: Optional[Path] = typer.Argument(None, help="Recipe YAML (train/accelerate/deploy sections)."),
+    train: Optional[Path] = typer.Option(None, "--train", help="Native LlamaFactory training YAML."),
+    accelerate: Optional[Path] = typer.Option(None, "--accelerate", help="Native Accelerate YAML."),
+    deploy: Optional[Path] = typer.Option(None, "--deploy", help="Optional deploy YAML for the native pair."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
+) -> None:
+    """Validate a recipe against every cookbook, LlamaFactory and kt-kernel rule. Exit 0 valid, 2 invalid."""
+    try:
+        r = load_from_cli(recipe, train, accelerate, deploy, set_)
+        findings = validate(r)
+    except RecipeError as err:
+        if not as_json:
+            raise
+        print_json({"valid": False, "errors": len(err.findings) or 1, "warnings": 0,
+                    "findings": [f.to_json() for f in err.findings] or [{"severity": "error", "path": "(document)",
+                                                                         "message": err.message, "fix": err.fix or ""}]})
+        raise typer.Exit(2)
+    errs = errors(findings)
+    if as_json:
+        print_json({"valid": not errs, "errors": len(errs), "warnings": len(findings) - len(errs),
+                    "findings": [f.to_json() for f in findings]})
+    else:
+        name = str(recipe or train)
+        if findings:
+            print_findings(findings)
+        if errs:
+            console.print(f"[red]✗ {name}: {len(errs)} error(s), {len(findings) - len(errs)} warning(s)")
+        else:
+            console.print(f"[green]✓ {name} is valid[/green]" + (f" ({len(findings)} warning(s))" if findings else ""))
+    if errs:
+        raise typer.Exit(2)
+
+
+@app.command("render")
+def render_cmd(
+    recipe: Optional[Path] = typer.Argument(None, help="Recipe YAML."),
+    out: Path = typer.Option(..., "-o", "--out", help="Directory for train.yaml, accelerate.yaml and launch.sh."),
+    train: Optional[Path] = typer.Option(None, "--train", help="Native LlamaFactory training YAML."),
+    accelerate: Optional[Path] = typer.Option(None, "--accelerate", help="Native Accelerate YAML."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+) -> None:
+    """Write the two YAML files and launch.sh (byte-identical for the same input). Refuses an invalid recipe."""
+    r = load_from_cli(recipe, train, accelerate, None, set_)
+    warnings = require_valid(r)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is not a directory", fix="give a directory for -o")
+    files = render(r).write(out)
+    for f in warnings:
+        console.print(f"[yellow]warn[/yellow] {f.path}: {f.message}")
+    for name, p in files.items():
+        console.print(f"wrote {p}")
