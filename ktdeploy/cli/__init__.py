@@ -24,6 +24,7 @@ app = typer.Typer(
 # One module per command group; each does `from ktdeploy.cli import app` and decorates its commands.
 COMMAND_MODULES = [
     "recipe_cmds",   # check, render
+    "plan_cmds",     # plan
 ]
 
 for _name in COMMAND_MODULES:

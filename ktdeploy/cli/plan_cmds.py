@@ -1,0 +1,62 @@
+"""`ktdeploy plan`: predicted peak host RSS, GPU memory per GPU and disk, from config.json and the recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from ktdeploy.cli import app
+from ktdeploy.cli.render import console, print_json
+from ktdeploy.errors import UsageError
+
+_TITLES = {"host": "host memory (peak RSS, rank 0 owns the experts)", "gpu": "GPU memory (peak, per GPU)",
+           "disk": "disk (output volume)"}
+
+
+@app.command("plan")
+def plan_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe YAML (train/accelerate/deploy sections)."),
+    model_config: Optional[Path] = typer.Option(
+        None, "--model-config", help="The model's config.json (or its directory). Default: "
+        "<model_name_or_path>/config.json, else recipes/models/<basename>.json."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="Plan for N GPUs (num_processes) instead of the recipe's."),
+    set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE, repeatable."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Predict peak host RSS, GPU memory per GPU and disk before downloading any weights."""
+    from ktdeploy.planner import plan_recipe
+    from ktdeploy.recipe import load_recipe
+
+    if not recipe.is_file():
+        raise UsageError(f"recipe {recipe} not found", key="RECIPE", fix="ktdeploy plan recipes/qwen35-397b-bf16-lora.yaml")
+    r = load_recipe(recipe, set_)
+    plan, arch, where = plan_recipe(r, model_config, gpus)
+    if as_json:
+        out = plan.to_json()
+        out["model"] = {"config": where, "family": arch.family,
+                        "routed_expert_params": arch.routed_expert_params,
+                        "non_expert_params": arch.non_expert_params, "total_params": arch.total_params}
+        print_json(out)
+        return
+    console.print(f"[bold]{recipe}[/bold]  model config: {where}  ({arch.family}, "
+                  f"{arch.total_params / 1e9:.1f} B params, {arch.routed_expert_params / 1e9:.1f} B in routed experts)")
+    s = plan.setup
+    console.print(f"setup: {s['finetuning']} · experts {s['expert_format']} · {s['num_processes']} GPU(s) · "
+                  f"cutoff {s['cutoff_len']} x batch {s['batch']} · cache depth {s['cache_depth']} · "
+                  f"KT rows {s['kt_max_len']}")
+    for resource, total in (("host", plan.host_memory_gib), ("gpu", plan.gpu_memory_gib_per_gpu),
+                            ("disk", plan.disk_gib)):
+        t = Table(title=f"{_TITLES[resource]}: {total:.1f} GiB", title_justify="left", expand=False)
+        t.add_column("term", style="bold", no_wrap=True)
+        t.add_column("GiB", justify="right", no_wrap=True)
+        t.add_column("why", overflow="fold")
+        for term in plan.terms(resource):
+            t.add_row(term.name, f"{term.gib:.2f}", term.explanation)
+        console.print(t)
+    for n in plan.notes:
+        console.print(f"[yellow]note[/yellow] {n}")
+    console.print("Figures are predicted peaks (GiB = 2^30 B) without a safety margin; "
+                  "bench/results/planner-calibration.md compares them with measured runs.")
