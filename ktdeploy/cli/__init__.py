@@ -25,6 +25,7 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "recipe_cmds",   # check, render
     "plan_cmds",     # plan
+    "doctor_cmds",   # doctor
 ]
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,69 @@
+"""`ktdeploy doctor`: gather host facts (locally, over SSH or in a container) and run every check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ktdeploy.cli import app
+from ktdeploy.cli.render import console, print_checks, print_json
+
+
+def _summary_line(report) -> str:
+    s = report.summary()
+    f = report.facts
+    cpu = f.cpu
+    gpus = f"{f.gpu.count} GPU" if f.gpu.count else "no GPU"
+    head = (f"{f.host} [{f.layer}]: {cpu.model_name or 'unknown CPU'}, {cpu.physical_cores} cores, "
+            f"{(f.memory.total_bytes or 0) / 2**30:.0f} GiB, {gpus}, kernel {f.kernel.release}")
+    return head + f"\n{s['pass']} pass, {s['warn']} warn, {s['fail']} fail, {s['skip']} skip"
+
+
+@app.command("doctor")
+def doctor_cmd(
+    host: str = typer.Option("localhost", "--host", "-H",
+                             help="Where to look: localhost, user@host, ssh://user@host:port or docker://CONTAINER."),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="Also check the host against this recipe."),
+    container: Optional[str] = typer.Option(None, "--container",
+                                            help="A running container on that host to compare with it (layer.* checks)."),
+    as_json: bool = typer.Option(False, "--json", help="Print {schema_version, facts, checks, ...} as JSON."),
+    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key for SSH (default: agent / ~/.ssh)."),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key",
+                                             help="Accept and record an unknown SSH host key (never a changed one)."),
+) -> None:
+    """Check that a host can run KT fine-tuning: AMX/AVX512 really usable (a tile multiply is executed),
+    survived VM/container layers, GPUs, NUMA threads, memory, /dev/shm, disk. Exit 1 if any check fails."""
+    from ktdeploy.checks.doctor import doctor
+    from ktdeploy.connectors import DockerExecConnector, connect
+
+    rec = None
+    if recipe is not None:
+        from ktdeploy.recipe import load_recipe
+
+        rec = load_recipe(recipe)
+    opts = {}
+    if not host.startswith("docker://") and host not in ("localhost", "local"):
+        opts = {"key": str(ssh_key) if ssh_key else None, "known_hosts": str(known_hosts) if known_hosts else None,
+                "accept_new_host_key": accept_new_host_key or None}
+    conn = connect(host, **opts)
+    inner = None
+    try:
+        if container:
+            via = None if host in ("localhost", "local") else conn
+            inner = DockerExecConnector(container, via=via)
+        report = doctor(conn, rec, container=inner)
+    finally:
+        conn.close()
+    if as_json:
+        print_json(report.to_json())
+    else:
+        console.print(_summary_line(report))
+        print_checks(report.checks, title=f"ktdeploy doctor: {report.facts.host}")
+        if report.failed:
+            console.print(f"[red]{len(report.failed)} check(s) failed:[/] "
+                          + ", ".join(sorted({c.name for c in report.failed})))
+    if report.failed:
+        raise typer.Exit(1)

@@ -1,0 +1,83 @@
+"""run_checks on recorded facts, and on recorded facts with one thing changed (the faults doctor must catch)."""
+
+from ktdeploy.checks.doctor import DoctorReport, run_checks
+from ktdeploy.checks.isa import best_variant, variant_check
+from ktdeploy.checks.threads import derive_threads
+from ktdeploy.facts.model import AmxProbe, Gpu
+from tests.unit.facts.golden import facts_of
+
+
+def by_name(results, layer=None):
+    return {r.name: r for r in results if layer is None or r.layer == layer}
+
+
+def dev():
+    return facts_of("avx512-kvm-container")
+
+
+def test_dev_machine_reports_amx_absent_and_fails_gpu():
+    r = by_name(run_checks(dev()))
+    assert r["cpu.amx.listed"].status == "warn" and "AMX absent" in r["cpu.amx.listed"].detail
+    assert r["cpu.amx.tile_exec"].status == "skip"
+    assert r["cpu.isa.avx512"].status == "pass"
+    assert r["cpu.variant"].data["best"] == "avx512"
+    assert r["gpu.present"].status == "fail" and "--gpus all" in r["gpu.present"].fix
+    assert r["docker.nvidia_runtime"].status == "fail" and "nvidia-ctk" in r["docker.nvidia_runtime"].fix
+    assert r["numa.mempolicy"].status == "pass"
+
+
+def test_amx_listed_but_tile_faults_is_distinct_from_absent():
+    f = dev()
+    f.cpu.flags = sorted(f.cpu.flags + ["amx_tile", "amx_int8", "amx_bf16"])
+    f.probes.amx = AmxProbe(ran=True, listed=True, amx_int8=True, amx_bf16=True, permission=True, palettes=0,
+                            tile_exec=False, correct=None, error="tile instruction raised SIGILL")
+    r = by_name(run_checks(f))
+    assert r["cpu.amx.listed"].status == "pass"
+    assert r["cpu.amx.palette"].status == "fail" and "listed but unusable" in r["cpu.amx.palette"].detail
+    assert r["cpu.amx.tile_exec"].status == "fail"
+    assert r["cpu.kt_kernel_variant"].status == "fail" and "KT_KERNEL_CPU_VARIANT" in r["cpu.kt_kernel_variant"].fix
+    assert best_variant(f) == "avx512"
+    vc = variant_check(f, "amx")
+    assert vc.status == "fail" and "ktsft:avx512" in vc.fix
+
+
+def test_amx_proven_selects_amx():
+    f = dev()
+    f.cpu.flags = sorted(f.cpu.flags + ["amx_tile", "amx_int8", "amx_bf16"])
+    f.probes.amx = AmxProbe(ran=True, listed=True, amx_int8=True, amx_bf16=True, permission=True, palettes=1,
+                            max_names=8, max_rows=16, bytes_per_row=64, tile_exec=True, correct=True)
+    r = by_name(run_checks(f))
+    assert [r[n].status for n in ("cpu.amx.permission", "cpu.amx.palette", "cpu.amx.tile_exec")] == ["pass"] * 3
+    assert best_variant(f) == "amx"
+
+
+def test_hidden_flags_in_container_fail_layer_check():
+    host, ctr = dev(), dev()
+    ctr.cpu.flags = [x for x in ctr.cpu.flags if x not in ("avx512_bf16", "avx512f")]
+    r = by_name(run_checks(host, container_facts=ctr))
+    lc = r["layer.cpu_flags"]
+    assert lc.status == "fail" and "avx512_bf16" in lc.data["hidden"] and "/proc/cpuinfo" in lc.fix
+
+
+def test_gpus_hidden_by_container():
+    host, ctr = dev(), dev()
+    host.gpu.gpus = [Gpu(index=0, name="NVIDIA H200", memory_total_mib=143771)]
+    host.gpu.nvidia_smi = "ok"
+    r = by_name(run_checks(host, container_facts=ctr))
+    assert r["layer.gpus"].status == "fail" and "nvidia" in r["layer.gpus"].fix
+
+
+def test_threads_never_count_smt_and_follow_numa():
+    f = dev()
+    assert derive_threads(f, 0) == (2, 1)
+    assert derive_threads(f, 1) == (1, 1)
+    assert derive_threads(f, 5) == (1, 1)
+
+
+def test_report_json_schema():
+    f = dev()
+    rep = DoctorReport(f, run_checks(f))
+    j = rep.to_json()
+    assert set(j) >= {"schema_version", "facts", "checks", "ok", "summary"}
+    assert j["ok"] is False and rep.failed
+    assert all(set(c) >= {"name", "status", "detail", "fix"} for c in j["checks"])
