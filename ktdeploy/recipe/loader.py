@@ -28,6 +28,7 @@ class Source:
     """Where each key path came from: (file, line) by dotted path."""
 
     locations: dict[str, tuple[str, int]] = field(default_factory=dict)
+    default_file: str | None = None  # a key missing everywhere is reported at line 1 of the main file
 
     def where(self, path: str) -> tuple[str | None, int | None]:
         # Walk up to the nearest located ancestor (a missing key is reported at its parent).
@@ -36,7 +37,7 @@ class Source:
             if p in self.locations:
                 return self.locations[p]
             p = p.rpartition(".")[0]
-        return (None, None)
+        return (self.default_file, 1) if self.default_file else (None, None)
 
 
 @dataclass
@@ -136,7 +137,7 @@ def parse_recipe_text(text: str, file: str = "<recipe>") -> RawRecipe:
                               "start the file with `train:`, `accelerate:` and `deploy:` sections", "structure.mapping",
                               file, 1)],
             fix="start the file with `train:`, `accelerate:` and `deploy:` sections")
-    return RawRecipe(doc=doc, source=Source(locs), path=Path(file) if file != "<recipe>" else None)
+    return RawRecipe(doc=doc, source=Source(locs, file), path=Path(file) if file != "<recipe>" else None)
 
 
 def read_recipe(path: str | Path) -> RawRecipe:
@@ -156,7 +157,7 @@ def read_native(train_path: str | Path, accelerate_path: str | Path,
         data = _parse_text(_read(p), str(p), section, locs)
         locs.setdefault(section, (str(p), 1))
         doc[section] = {} if data is None else data
-    return RawRecipe(doc=doc, source=Source(locs), path=Path(train_path), native=True)
+    return RawRecipe(doc=doc, source=Source(locs, str(train_path)), path=Path(train_path), native=True)
 
 
 def _scalar(text: str) -> Any:
@@ -188,4 +189,4 @@ def apply_overrides(raw: RawRecipe, overrides: list[str] | tuple[str, ...]) -> R
             node = nxt
         node[parts[-1]] = _scalar(value)
         locs[".".join(parts)] = ("--set", 0)
-    return RawRecipe(doc=doc, source=Source(locs), path=raw.path, native=raw.native)
+    return RawRecipe(doc=doc, source=Source(locs, raw.source.default_file), path=raw.path, native=raw.native)

@@ -431,6 +431,8 @@ def backend_matches(ctx: Ctx) -> None:
         return
     b = ctx.k.get("kt_backend")
     fmt = ctx.k.get("kt_expert_weight_format")
+    if not isinstance(b, str) or not (fmt is None or isinstance(fmt, str)):
+        return  # kt.values reports wrong types
     compatible = {"AMXBF16": {"bf16"}, "BF16": {"bf16"}, "FP8": {"fp8"}, "AMXINT8": {"int8"}, "INT8": {"int8"},
                   "AMXINT4": {None}}
     if b in compatible and fmt is not None and fmt not in compatible[b]:

@@ -1,0 +1,229 @@
+"""One good and at least one bad case per rule, asserting the dotted key path of each violation."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ktdeploy.recipe.rules import RULES
+
+
+def _set(doc, dotted, value):
+    node = doc
+    *parents, last = dotted.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    if value is _DEL:
+        node.pop(last, None)
+    else:
+        node[last] = value
+
+
+class _Del:
+    pass
+
+
+_DEL = _Del()
+
+# (case id, rule id, [(dotted key, value)], expected error path)
+BAD = [
+    ("unknown-section", "structure.sections", [("trian", {})], "trian"),
+    ("missing-deploy", "structure.sections", [("deploy", _DEL)], "deploy"),
+    ("section-not-mapping", "structure.sections", [("accelerate", [1, 2])], "accelerate"),
+    ("typo-train-key", "train.unknown_key", [("train.lerning_rate", 1e-4)], "train.lerning_rate"),
+    ("kt-key-at-top", "train.unknown_key", [("train.kt_num_threads", 8)], "train.kt_num_threads"),
+    ("accel-key-in-train", "train.unknown_key", [("train.num_processes", 2)], "train.num_processes"),
+    ("derived-in-kt-config", "train.kt_config.placement", [("train.kt_config.kt_lora_rank", 8)], "train.kt_config.kt_lora_rank"),
+    ("weight-path-in-kt-config", "train.kt_config.placement", [("train.kt_config.kt_weight_path", "/data/models/x")],
+     "train.kt_config.kt_weight_path"),
+    ("top-key-in-kt-config", "train.kt_config.placement", [("train.kt_config.cutoff_len", 10)], "train.kt_config.cutoff_len"),
+    ("typo-kt-config", "train.kt_config.placement", [("train.kt_config.kt_num_thread", 8)], "train.kt_config.kt_num_thread"),
+    ("kt-config-not-flat", "train.kt_config.placement", [("train.kt_config.kt_backend", {"a": 1})], "train.kt_config.kt_backend"),
+    ("kt-config-in-accelerate", "accelerate.unknown_key", [("accelerate.kt_config", {"kt_backend": "auto"})],
+     "accelerate.kt_config"),
+    ("typo-accelerate", "accelerate.unknown_key", [("accelerate.num_proceses", 2)], "accelerate.num_proceses"),
+    ("lora-in-accelerate", "accelerate.unknown_key", [("accelerate.lora_rank", 8)], "accelerate.lora_rank"),
+    ("typo-fsdp", "accelerate.unknown_key", [("accelerate.fsdp_config.fsdp_verison", 2)], "accelerate.fsdp_config.fsdp_verison"),
+    ("deploy-unknown", "deploy.schema", [("deploy.gpuz", [0])], "deploy.gpuz"),
+    ("deploy-relative", "deploy.schema", [("deploy.volumes.data", "data")], "deploy.volumes.data"),
+    ("deploy-missing-volume", "deploy.schema", [("deploy.volumes.model", _DEL)], "deploy.volumes.model"),
+    ("deploy-dup-gpus", "deploy.schema", [("deploy.gpus", [0, 0])], "deploy.gpus"),
+    ("serve-one-request", "deploy.schema", [("deploy.serve.max_running_requests", 1)], "deploy.serve.max_running_requests"),
+    ("kt-config-without-use-kt", "kt.requires_use_kt", [("train.use_kt", False)], "train.kt_config"),
+    ("use-kt-not-bool", "kt.requires_use_kt", [("train.use_kt", "yes")], "train.use_kt"),
+    ("cpu-activation-bad-value", "kt.cpu_activation", [("train.kt_cpu_activation", "keep")], "train.kt_cpu_activation"),
+    ("recompute-without-gc", "kt.cpu_activation",
+     [("train.kt_cpu_activation", "recompute"), ("train.disable_gradient_checkpointing", True)], "train.kt_cpu_activation"),
+    ("gradient-checkpointing-true", "kt.gradient_checkpointing", [("train.gradient_checkpointing", True)],
+     "train.gradient_checkpointing"),
+    ("gc-kwargs", "kt.gradient_checkpointing", [("train.gradient_checkpointing_kwargs", {"use_reentrant": False})],
+     "train.gradient_checkpointing_kwargs"),
+    ("fsdp-activation-ckpt", "kt.gradient_checkpointing", [("accelerate.fsdp_config.fsdp_activation_checkpointing", True)],
+     "accelerate.fsdp_config.fsdp_activation_checkpointing"),
+    ("unsloth", "kt.incompatible_features", [("train.use_unsloth", True)], "train.use_unsloth"),
+    ("predict-with-generate", "kt.incompatible_features", [("train.predict_with_generate", True)], "train.predict_with_generate"),
+    ("compute-accuracy", "kt.incompatible_features", [("train.compute_accuracy", True)], "train.compute_accuracy"),
+    ("zero3", "kt.incompatible_features", [("train.deepspeed", "ds_z3_config.json")], "train.deepspeed"),
+    ("two-adapters", "kt.incompatible_features", [("train.adapter_name_or_path", "/a,/b")], "train.adapter_name_or_path"),
+    ("bad-backend", "kt.values", [("train.kt_config.kt_backend", "amxbf16")], "train.kt_config.kt_backend"),
+    ("bad-format", "kt.values", [("train.kt_config.kt_expert_weight_format", "int4")], "train.kt_config.kt_expert_weight_format"),
+    ("bad-lifecycle", "kt.values", [("train.kt_config.kt_weight_lifecycle", "forever")], "train.kt_config.kt_weight_lifecycle"),
+    ("threads-zero", "kt.values", [("train.kt_config.kt_num_threads", 0)], "train.kt_config.kt_num_threads"),
+    ("threads-string", "kt.values", [("train.kt_config.kt_num_threads", "64")], "train.kt_config.kt_num_threads"),
+    ("threads-below-pools", "kt.values", [("train.kt_config.kt_num_threads", 1)], "train.kt_config.kt_num_threads"),
+    ("bool-not-bool", "kt.values", [("train.kt_config.kt_tp_enabled", "on")], "train.kt_config.kt_tp_enabled"),
+    ("ft-type", "format.finetuning_type", [("train.finetuning_type", "freeze")], "train.finetuning_type"),
+    ("full-with-lora-fields", "format.finetuning_type", [("train.finetuning_type", "full")], "train.lora_rank"),
+    ("full-with-fp8", "format.finetuning_type",
+     [("train.finetuning_type", "full"), ("train.kt_config.kt_expert_weight_format", "fp8")],
+     "train.kt_config.kt_expert_weight_format"),
+    ("bf16-with-weight-path", "format.weight_paths", [("train.kt_weight_path", "/data/models/q-int8")], "train.kt_weight_path"),
+    ("fp8-with-weight-path", "format.weight_paths",
+     [("train.kt_config.kt_expert_weight_format", "fp8"), ("train.kt_weight_path", "/data/models/Qwen3.5-397B-A17B")],
+     "train.kt_weight_path"),
+    ("int8-without-paths", "format.weight_paths", [("train.kt_config.kt_expert_weight_format", "int8")], "train.kt_weight_path"),
+    ("int8-without-nonexpert", "format.weight_paths",
+     [("train.kt_config.kt_expert_weight_format", "int8"), ("train.kt_weight_path", "/data/models/q-int8")],
+     "train.kt_non_expert_weight_path"),
+    ("int4-same-dirs", "format.weight_paths",
+     [("train.kt_config.kt_backend", "AMXINT4"), ("train.kt_config.kt_expert_weight_format", _DEL),
+      ("train.kt_weight_path", "/data/models/q4"), ("train.kt_non_expert_weight_path", "/data/models/q4")],
+     "train.kt_non_expert_weight_path"),
+    ("int8-forced-backend", "format.int8",
+     [("train.kt_config.kt_expert_weight_format", "int8"), ("train.kt_config.kt_backend", "AMXBF16"),
+      ("train.kt_weight_path", "/data/models/i8"), ("train.kt_non_expert_weight_path", "/data/models/ne")],
+     "train.kt_config.kt_backend"),
+    ("int8-gpu-experts", "format.int8",
+     [("train.kt_config.kt_expert_weight_format", "int8"), ("train.kt_config.kt_num_gpu_experts", 2),
+      ("train.kt_weight_path", "/data/models/i8"), ("train.kt_non_expert_weight_path", "/data/models/ne")],
+     "train.kt_config.kt_num_gpu_experts"),
+    ("int8-no-share-bb", "format.int8",
+     [("train.kt_config.kt_expert_weight_format", "int8"), ("train.kt_config.kt_share_backward_bb", False),
+      ("train.kt_weight_path", "/data/models/i8"), ("train.kt_non_expert_weight_path", "/data/models/ne")],
+     "train.kt_config.kt_share_backward_bb"),
+    ("backend-format-mismatch", "format.backend_matches", [("train.kt_config.kt_backend", "FP8")], "train.kt_config.kt_backend"),
+    ("fp8-ephemeral", "format.fp8_and_lifecycle",
+     [("train.kt_config.kt_expert_weight_format", "fp8"), ("train.kt_config.kt_weight_lifecycle", "ephemeral")],
+     "train.kt_config.kt_weight_lifecycle"),
+    ("fp8-rank-zero", "format.fp8_and_lifecycle",
+     [("train.kt_config.kt_expert_weight_format", "fp8"), ("train.lora_rank", 0)], "train.lora_rank"),
+    ("bf16-ephemeral", "format.fp8_and_lifecycle", [("train.kt_config.kt_weight_lifecycle", "ephemeral")],
+     "train.kt_config.kt_weight_lifecycle"),
+    ("lora-rank-negative", "lora.values", [("train.lora_rank", -1)], "train.lora_rank"),
+    ("lora-dropout-one", "lora.values", [("train.lora_dropout", 1.5)], "train.lora_dropout"),
+    ("mml-below-cutoff", "length.kt_model_max_length", [("train.kt_config.kt_model_max_length", 2048)],
+     "train.kt_config.kt_model_max_length"),
+    ("mml-negative", "kt.values", [("train.kt_config.kt_model_max_length", -5)], "train.kt_config.kt_model_max_length"),
+    ("cutoff-string", "length.kt_model_max_length", [("train.cutoff_len", "2k")], "train.cutoff_len"),
+    ("gpus-vs-processes", "world.gpus_vs_num_processes", [("deploy.gpus", [0])], "deploy.gpus"),
+    ("processes-zero", "world.gpus_vs_num_processes", [("accelerate.num_processes", 0)], "accelerate.num_processes"),
+    ("two-machines", "world.gpus_vs_num_processes", [("accelerate.num_machines", 2)], "accelerate.num_machines"),
+    ("use-cpu", "world.gpus_vs_num_processes", [("accelerate.use_cpu", True)], "accelerate.use_cpu"),
+    ("fp16-precision", "precision.bf16", [("accelerate.mixed_precision", "fp16")], "accelerate.mixed_precision"),
+    ("fp16-train", "precision.bf16", [("train.fp16", True)], "train.fp16"),
+    ("stage-dpo", "task.basics", [("train.stage", "dpo")], "train.stage"),
+    ("no-do-train", "task.basics", [("train.do_train", False)], "train.do_train"),
+    ("no-model", "task.basics", [("train.model_name_or_path", _DEL)], "train.model_name_or_path"),
+    ("no-dataset", "task.basics", [("train.dataset", _DEL)], "train.dataset"),
+    ("unknown-template", "task.basics", [("train.template", "qwen35")], "train.template"),
+    ("lr-string", "task.basics", [("train.learning_rate", "1e-4")], "train.learning_rate"),
+    ("batch-zero", "task.basics", [("train.per_device_train_batch_size", 0)], "train.per_device_train_batch_size"),
+    ("overwrite", "output.safety", [("train.overwrite_output_dir", True)], "train.overwrite_output_dir"),
+    ("output-in-model", "output.safety", [("train.output_dir", "/data/models/Qwen3.5-397B-A17B/out")], "train.output_dir"),
+    ("output-relative", "output.safety", [("train.output_dir", "saves/x")], "train.output_dir"),
+    ("resume-not-checkpoint", "output.safety", [("train.resume_from_checkpoint", "/data/output/qwen35-bf16-lora")],
+     "train.resume_from_checkpoint"),
+    ("resume-true", "output.safety", [("train.resume_from_checkpoint", True)], "train.resume_from_checkpoint"),
+    ("model-outside-volume", "deploy.paths", [("train.model_name_or_path", "/mnt/other/model")], "train.model_name_or_path"),
+    ("hub-id", "deploy.paths", [("train.model_name_or_path", "Qwen/Qwen3.5-397B-A17B")], "train.model_name_or_path"),
+    ("output-outside-volume", "deploy.paths", [("train.output_dir", "/tmp/out")], "train.output_dir"),
+    ("output-is-volume", "deploy.paths", [("train.output_dir", "/data/output")], "train.output_dir"),
+    ("dataset-dir-missing", "deploy.paths", [("train.dataset_dir", _DEL)], "train.dataset_dir"),
+    ("dataset-dir-outside", "deploy.paths", [("train.dataset_dir", "/home/me/data")], "train.dataset_dir"),
+]
+
+
+def _apply(doc, changes):
+    for key, value in changes:
+        _set(doc, key, value)
+    return doc
+
+
+@pytest.mark.parametrize("case,rule_id,changes,path", BAD, ids=[b[0] for b in BAD])
+def test_bad_case_is_rejected_with_its_key_path(base_doc, check_doc, case, rule_id, changes, path):
+    errs, _, _ = check_doc(_apply(base_doc, changes))
+    assert path in errs, f"{case}: expected an error at {path}, got {sorted(errs)}"
+    mine = [f for f in errs[path] if f.rule == rule_id]
+    assert mine, f"{case}: {path} was flagged by {[f.rule for f in errs[path]]}, not {rule_id}"
+    assert all(f.fix for f in mine), "every error carries a fix"
+    # the location points into the file (line of the key, or of its parent for a missing key)
+    assert all(f.file and f.line for f in mine)
+
+
+def test_every_rule_has_a_bad_case():
+    covered = {b[1] for b in BAD}
+    assert {rid for rid, _ in RULES} <= covered
+
+
+def test_every_rule_names_its_source():
+    for rid, fn in RULES:
+        assert fn.__doc__ and len(fn.__doc__.strip()) > 20, rid
+
+
+@pytest.mark.parametrize("name", ["qwen35-397b-bf16-lora.yaml", "deepseek-v3-fp8-lora.yaml", "qwen3-235b-int8-lora.yaml",
+                                  "qwen35-397b-amxint4-lora.yaml", "glm-4.5-air-bf16-full.yaml", "tiny-moe-lora.yaml"])
+def test_shipped_recipes_check_clean(check_doc, name):
+    from tests.unit.recipe.conftest import _read
+
+    errs, warns, _ = check_doc(_read(name), name)
+    assert errs == {}
+    assert warns == {}
+
+
+GOOD = [
+    ("retain", [("train.kt_cpu_activation", "retain")]),
+    ("recompute-with-gc", [("train.kt_cpu_activation", "recompute"), ("train.disable_gradient_checkpointing", False)]),
+    ("mml-with-margin", [("train.kt_config.kt_model_max_length", 2176)]),
+    ("resume-checkpoint", [("train.resume_from_checkpoint", "/data/output/qwen35-bf16-lora/checkpoint-500")]),
+    ("fp8-persistent", [("train.kt_config.kt_expert_weight_format", "fp8"), ("train.kt_config.kt_weight_lifecycle", "persistent")]),
+    ("int8-ephemeral", [("train.kt_config.kt_expert_weight_format", "int8"), ("train.kt_config.kt_weight_lifecycle", "ephemeral"),
+                        ("train.kt_weight_path", "/data/models/i8"), ("train.kt_non_expert_weight_path", "/data/models/ne")]),
+    ("one-gpu", [("deploy.gpus", [3]), ("accelerate.num_processes", 1)]),
+    ("four-gpus", [("deploy.gpus", [0, 1, 2, 3]), ("accelerate.num_processes", 4)]),
+    ("rank-16", [("train.lora_rank", 16), ("train.lora_alpha", 32)]),
+]
+
+
+@pytest.mark.parametrize("case,changes", GOOD, ids=[g[0] for g in GOOD])
+def test_good_variants_have_no_errors(base_doc, check_doc, case, changes):
+    errs, _, _ = check_doc(_apply(base_doc, changes))
+    assert errs == {}
+
+
+def test_all_violations_reported_at_once(base_doc, check_doc):
+    doc = _apply(base_doc, [("train.lerning_rate", 1), ("accelerate.kt_config", {}), ("deploy.gpus", [0]),
+                            ("train.overwrite_output_dir", True), ("train.kt_config.kt_lora_rank", 8)])
+    errs, _, _ = check_doc(doc)
+    assert {"train.lerning_rate", "accelerate.kt_config", "deploy.gpus", "train.overwrite_output_dir",
+            "train.kt_config.kt_lora_rank"} <= set(errs)
+
+
+def test_did_you_mean_and_home(base_doc, check_doc):
+    errs, _, _ = check_doc(_apply(base_doc, [("train.lerning_rate", 1e-4), ("train.kt_backend", "auto")]))
+    assert "learning_rate" in errs["train.lerning_rate"][0].fix
+    assert "train.kt_config" in errs["train.kt_backend"][0].message
+
+
+def test_warnings_do_not_fail(base_doc, check_doc):
+    errs, warns, _ = check_doc(_apply(base_doc, [("train.lora_alpha", 64), ("train.kt_config.kt_model_max_length", 2100),
+                                                 ("train.save_only_model", True)]))
+    assert errs == {}
+    assert {"train.lora_alpha", "train.kt_config.kt_model_max_length", "train.save_only_model"} <= set(warns)
+
+
+def test_line_numbers_point_at_the_key(base_doc, check_doc, tmp_path):
+    errs, _, _ = check_doc(_apply(base_doc, [("train.overwrite_output_dir", True)]))
+    f = errs["train.overwrite_output_dir"][0]
+    lines = open(f.file).read().splitlines()
+    assert lines[f.line - 1].strip().startswith("overwrite_output_dir:")
