@@ -1,0 +1,10 @@
+#!/bin/bash
+# One-command GPU proof, run on the GPU machine from a clean checkout plus the carried wheels:
+#   device tool: run(command="bash bench/gpu/device.sh full", carry=["bench/gpu/.carry"])
+# Prepare the carry here first: python bench/gpu/fetch_wheels.py   (-> bench/gpu/.carry/wheels, ~33 MiB)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export OUT="${OUT:-/tmp/ktdeploy-gpu-out}"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+exec python3 bench/gpu/gpu_bench.py "${1:-full}" --out "$OUT" ${2:+--budget "$2"}

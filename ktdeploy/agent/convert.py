@@ -1,0 +1,271 @@
+"""Turn a raw KT LoRA training output into the single adapter sglang-kt serves (``--lora-paths``).
+
+What KT + LlamaFactory write (``output_dir`` or one of its ``checkpoint-*``):
+
+* ``adapter_model.safetensors`` + ``adapter_config.json`` - PEFT's LoRA on the GPU modules
+  (attention, shared experts, dense MLPs), keys ``base_model.model.<module>.lora_{A,B}.weight``;
+* ``fused_expert_lora.safetensors`` - the routed experts' LoRA, trained by kt-kernel on the CPU, one
+  3-D tensor per layer and projection: ``layers.<L>.experts.<proj>_lora_a`` ``[E, r, in]`` and
+  ``..._lora_b`` ``[E, out, r]`` for proj in gate/up/down;
+* ``kt_adapter_manifest.json`` - status, LoRA rank/alpha and a size + SHA-256 per artifact.
+
+What sglang-kt loads: one PEFT-style directory whose ``adapter_model.safetensors`` holds the
+non-expert tensors under ``<module>.lora_{A,B}.weight`` (PEFT's ``base_model.model.`` prefix
+removed) and one 2-D pair per routed expert under
+``<layers>.<L>.mlp.experts.<e>.<proj>_proj.lora_{A,B}.weight``, with ``adapter_config.json``
+listing every target module (``q_proj`` ... ``gate_proj``/``up_proj``/``down_proj``). sglang applies
+one scaling, ``lora_alpha / r``, to all of them - kt-kernel uses the same ``alpha / r`` for the
+experts - so rank and alpha must agree across both parts.
+
+The conversion is pure byte-range copying (see ``safetensors_io``): no torch, constant memory,
+and the result is written to a fresh directory that is published by one rename.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ktdeploy.agent import safetensors_io as st
+from ktdeploy.errors import UsageError
+
+FUSED = "fused_expert_lora.safetensors"
+MANIFEST = "kt_adapter_manifest.json"
+ADAPTER = "adapter_model.safetensors"
+CONFIG = "adapter_config.json"
+PROVENANCE = "ktdeploy_convert.json"
+
+_FUSED_KEY = re.compile(r"^layers\.(\d+)\.experts\.(gate|up|down)_lora_([ab])$")
+_PEFT_PREFIX = "base_model.model."
+# Order sglang lists modules in; anything else follows alphabetically.
+_MODULE_ORDER = ["q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa",
+                 "kv_b_proj", "gate_proj", "up_proj", "down_proj", "gate_up_proj", "embed_tokens", "lm_head"]
+
+
+class ConvertError(UsageError):
+    """The training output cannot be turned into an sglang-kt adapter (exit code 2)."""
+
+
+@dataclass
+class ConvertSummary:
+    input_dir: str
+    output_dir: str
+    rank: int
+    lora_alpha: float
+    num_layers: int
+    num_experts: int
+    expert_tensors: int
+    nonexpert_tensors: int
+    target_modules: list[str]
+    base_model_name_or_path: str | None
+    bytes_written: int
+    checks: list[str] = field(default_factory=list)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def find_adapter_dir(path: Path) -> Path:
+    """``path`` itself when it holds the KT output, else its newest ``checkpoint-*`` that does."""
+    if not path.is_dir():
+        raise ConvertError(f"{path} is not a directory", fix="pass the training output_dir (or one checkpoint-* in it)")
+    if (path / FUSED).exists() or (path / MANIFEST).exists():
+        return path
+    ckpts = sorted((p for p in path.glob("checkpoint-*") if (p / FUSED).exists()),
+                   key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
+    if ckpts:
+        return ckpts[-1]
+    raise ConvertError(f"{path} holds no KT LoRA output ({FUSED} not found here or in checkpoint-*)",
+                       fix="point at the output_dir of a finished KT LoRA run (use_kt: true, finetuning_type: lora)")
+
+
+def _load_json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConvertError(f"{path} is missing ({what})",
+                           fix="the training run did not finish writing its adapter; resume it or pick another checkpoint") from None
+    except json.JSONDecodeError as err:
+        raise ConvertError(f"{path} is not valid JSON: {err}", fix="the file is damaged; re-save the checkpoint") from None
+    if not isinstance(data, dict):
+        raise ConvertError(f"{path} is not a JSON object ({what})", fix="the file is damaged; re-save the checkpoint")
+    return data
+
+
+def check_manifest(src: Path, manifest: dict) -> list[str]:
+    """The KT manifest says 'ready' and every artifact's size and SHA-256 still match."""
+    notes = []
+    if manifest.get("status") != "ready":
+        raise ConvertError(f"{src / MANIFEST}: status is {manifest.get('status')!r}, not 'ready'",
+                           fix="the save was interrupted; convert an earlier checkpoint-* or resume training")
+    arts = manifest.get("artifacts") or {}
+    if FUSED not in arts:
+        raise ConvertError(f"{src / MANIFEST} does not list {FUSED}", fix="re-save the adapter with kt-kernel >= 0.7")
+    for name, rec in arts.items():
+        p = src / name
+        if name != os.path.basename(name) or not p.is_file():
+            raise ConvertError(f"artifact {name!r} named by the manifest is missing from {src}",
+                               fix="copy the whole output directory, not single files")
+        if isinstance(rec, dict) and rec.get("size") is not None and rec["size"] != p.stat().st_size:
+            raise ConvertError(f"{p}: size {p.stat().st_size} differs from the manifest's {rec['size']}",
+                               fix="the file changed after training (partial copy?); copy it again")
+        if isinstance(rec, dict) and rec.get("sha256") and _sha256(p) != rec["sha256"]:
+            raise ConvertError(f"{p}: SHA-256 differs from the manifest", fix="the file is damaged; copy it again")
+        notes.append(f"{name}: size and sha256 match the manifest")
+    return notes
+
+
+def _fused_slices(path: Path) -> tuple[list[tuple[str, st.Slice]], int, int, int, str]:
+    """Per-expert slices of the fused file; returns (items, rank, num_layers, num_experts, layers_key)."""
+    index, _ = st.read_header(path)
+    groups: dict[int, dict[str, st.TensorInfo]] = {}
+    for name, info in index.items():
+        m = _FUSED_KEY.match(name)
+        if not m:
+            raise ConvertError(f"{path}: unexpected tensor {name!r}",
+                               fix="this kt-kernel version writes a layout ktdeploy does not know; report it")
+        if len(info.shape) != 3:
+            raise ConvertError(f"{path}: {name} has shape {list(info.shape)}, expected [experts, a, b]",
+                               fix="the file is damaged or from an unknown kt-kernel version")
+        groups.setdefault(int(m.group(1)), {})[f"{m.group(2)}_{m.group(3)}"] = info
+    if not groups:
+        raise ConvertError(f"{path} holds no tensors", fix="the run saved an empty expert LoRA; check kt_config")
+    ranks, experts = set(), set()
+    items: list[tuple[str, st.Slice]] = []
+    for layer in sorted(groups):
+        g = groups[layer]
+        missing = {f"{p}_{ab}" for p in ("gate", "up", "down") for ab in "ab"} - g.keys()
+        if missing:
+            raise ConvertError(f"{path}: layer {layer} lacks {sorted(missing)}", fix="the file is incomplete; re-save it")
+        for proj in ("gate", "up", "down"):
+            a, b = g[f"{proj}_a"], g[f"{proj}_b"]
+            if a.shape[0] != b.shape[0] or a.shape[1] != b.shape[2]:
+                raise ConvertError(f"{path}: layer {layer} {proj}: lora_a {list(a.shape)} and lora_b {list(b.shape)} "
+                                   "do not fit together", fix="the file is damaged")
+            ranks.add(a.shape[1])
+            experts.add(a.shape[0])
+            for which, info in (("A", a), ("B", b)):
+                for e, s in enumerate(st.split_first_axis(path, info)):
+                    items.append((f"{{layers}}.{layer}.mlp.experts.{e}.{proj}_proj.lora_{which}.weight", s))
+    if len(ranks) != 1 or len(experts) != 1:
+        raise ConvertError(f"{path}: inconsistent ranks {sorted(ranks)} or expert counts {sorted(experts)}",
+                           fix="the file mixes runs; re-save it")
+    return items, ranks.pop(), len(groups), experts.pop(), "model.layers"
+
+
+def _module_of(key: str) -> str | None:
+    if ".lora_" not in key:
+        return None
+    return key.split(".lora_", 1)[0].rsplit(".", 1)[-1]
+
+
+def _ordered(modules: set[str]) -> list[str]:
+    head = [m for m in _MODULE_ORDER if m in modules]
+    return head + sorted(modules - set(head))
+
+
+def convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
+            base_model: str | None = None, verify_manifest: bool = True) -> ConvertSummary:
+    """Convert ``input_dir`` (KT LoRA output) into a new sglang-kt adapter directory ``output_dir``."""
+    src = find_adapter_dir(Path(input_dir).resolve())
+    dst = Path(output_dir).resolve()
+    if dst == src or src in dst.parents or dst in src.parents:
+        raise ConvertError(f"output {dst} must lie outside the training output {src}",
+                           fix="choose a sibling directory, e.g. <output_dir>-sglang")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise ConvertError(f"{dst} already exists and is not empty; ktdeploy never overwrites an adapter",
+                           fix="remove it yourself or choose another -o directory")
+
+    checks: list[str] = []
+    manifest = {}
+    if (src / MANIFEST).exists():
+        manifest = _load_json(src / MANIFEST, "KT adapter manifest")
+        if verify_manifest:
+            checks += check_manifest(src, manifest)
+    elif not (src / FUSED).exists():
+        raise ConvertError(f"{src} has neither {MANIFEST} nor {FUSED}", fix="point at a finished KT LoRA output")
+    config = _load_json(src / CONFIG, "PEFT adapter config")
+    if config.get("use_rslora") or config.get("use_dora"):
+        raise ConvertError("adapter uses rsLoRA/DoRA; sglang-kt applies plain alpha/r scaling",
+                           fix="train with use_rslora: false and use_dora: false")
+
+    expert_items, rank, n_layers, n_experts, layers_key = _fused_slices(src / FUSED)
+    r_cfg = config.get("r")
+    alpha = config.get("lora_alpha")
+    kt_lora = manifest.get("lora") or {}
+    if r_cfg is not None and int(r_cfg) != rank:
+        raise ConvertError(f"PEFT rank r={r_cfg} differs from the expert LoRA rank {rank}",
+                           fix="sglang-kt serves one rank per adapter; train with one lora_rank")
+    if kt_lora.get("rank") is not None and int(kt_lora["rank"]) != rank:
+        raise ConvertError(f"manifest rank {kt_lora['rank']} differs from the fused tensors' rank {rank}",
+                           fix="the output mixes runs; convert a single checkpoint")
+    if alpha is None:
+        alpha = kt_lora.get("alpha")
+    if alpha is None:
+        raise ConvertError("no lora_alpha in adapter_config.json or the KT manifest",
+                           fix="the output is incomplete; re-save the adapter")
+    if kt_lora.get("alpha") is not None and float(kt_lora["alpha"]) != float(alpha):
+        raise ConvertError(f"expert LoRA alpha {kt_lora['alpha']} differs from PEFT's lora_alpha {alpha}",
+                           fix="sglang-kt applies one alpha/r to the whole adapter; retrain with matching values")
+
+    nonexpert: list[tuple[str, st.Slice]] = []
+    targets: set[str] = {"gate_proj", "up_proj", "down_proj"}
+    if (src / ADAPTER).exists():
+        index, _ = st.read_header(src / ADAPTER)
+        for name, info in index.items():
+            key = name[len(_PEFT_PREFIX):] if name.startswith(_PEFT_PREFIX) else name
+            if ".mlp.experts." in key:
+                raise ConvertError(f"{ADAPTER} already holds routed-expert tensor {name!r}",
+                                   fix="this output was converted before or mixes formats; convert the raw KT output")
+            mod = _module_of(key)
+            if mod is None:
+                raise ConvertError(f"{ADAPTER}: tensor {name!r} is not a LoRA A/B weight (modules_to_save?)",
+                                   fix="sglang-kt serves LoRA A/B only; train without additional_target/modules_to_save")
+            if len(info.shape) == 2 and info.shape[0 if ".lora_A." in key else 1] != rank:
+                raise ConvertError(f"{name} has rank {info.shape} but the experts use r={rank}",
+                                   fix="sglang-kt serves one rank per adapter")
+            targets.add(mod)
+            nonexpert.append((key, st.whole(src / ADAPTER, info)))
+        # The decoder stack's name, as PEFT saw it (model.layers for Qwen/DeepSeek/GLM).
+        m = next((re.match(r"^(.*)\.\d+\.", k) for k, _ in nonexpert if re.match(r"^(.*)\.\d+\.", k)), None)
+        if m:
+            layers_key = m.group(1)
+    items = nonexpert + [(k.replace("{layers}", layers_key), s) for k, s in expert_items]
+
+    base = base_model or config.get("base_model_name_or_path") or (manifest.get("base") or {}).get("model_name_or_path")
+    out_config = dict(config)
+    out_config.update(peft_type="LORA", r=rank, lora_alpha=alpha, target_modules=_ordered(targets),
+                      base_model_name_or_path=base, bias=config.get("bias", "none"),
+                      task_type=config.get("task_type", "CAUSAL_LM"))
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        written = st.write(stage / ADAPTER, items, metadata={"format": "pt", "converted_by": "ktdeploy"})
+        (stage / CONFIG).write_text(json.dumps(out_config, indent=2, sort_keys=True) + "\n")
+        summary = ConvertSummary(
+            input_dir=str(src), output_dir=str(dst), rank=rank, lora_alpha=float(alpha), num_layers=n_layers,
+            num_experts=n_experts, expert_tensors=len(expert_items), nonexpert_tensors=len(nonexpert),
+            target_modules=out_config["target_modules"], base_model_name_or_path=base, bytes_written=written,
+            checks=checks)
+        prov = {"summary": summary.__dict__, "inputs": {n: _sha256(src / n) for n in (FUSED, CONFIG, ADAPTER)
+                                                        if (src / n).exists()}}
+        (stage / PROVENANCE).write_text(json.dumps(prov, indent=2) + "\n")
+        if dst.exists():
+            dst.rmdir()  # empty (checked above)
+        os.replace(stage, dst)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return summary

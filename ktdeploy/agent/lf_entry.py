@@ -1,0 +1,109 @@
+"""Training entry point that ``ktdeploy train`` hands to ``accelerate launch -m``.
+
+It is LlamaFactory's own ``run_exp`` (the same code as ``llamafactory.launcher``) with two small
+callbacks added:
+
+* ``RunMetrics`` appends one JSON line per logged step to ``$KTDEPLOY_METRICS`` (loss, tokens seen,
+  step time, peak GPU memory from ``torch.cuda.max_memory_allocated``) so ``ktdeploy`` can follow a
+  run and calibrate its resource model without parsing logs;
+* ``ProbeLogits`` (only when ``$KTDEPLOY_PROBE_PROMPTS`` names a JSON list of prompts) runs the
+  fine-tuned model - KT experts and all - on those prompts at the end of training and saves the
+  logits, the reference ``ktdeploy convert`` output is checked against.
+
+Usage: ``accelerate launch --config_file acc.yaml -m ktdeploy.agent.lf_entry train.yaml``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+PROBE_TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _rank0() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _callbacks() -> list:
+    from transformers import TrainerCallback
+
+    class RunMetrics(TrainerCallback):
+        def __init__(self, path: str):
+            self.path = path
+            self.t_last = None
+
+        def on_step_begin(self, args, state, control, **kw):
+            if self.t_last is None:
+                self.t_last = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            import torch
+
+            now = time.perf_counter()
+            row = {"step": state.global_step, "time": time.time(), "step_s": now - self.t_last,
+                   "tokens_seen": int(state.num_input_tokens_seen or 0)}
+            self.t_last = now
+            if torch.cuda.is_available():
+                row["peak_gpu_mem_bytes"] = int(torch.cuda.max_memory_allocated())
+            if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                loss = state.log_history[-1].get("loss")
+                if loss is not None:
+                    row["loss"] = float(loss)
+            self._write(row)
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                self._write({"step": state.global_step, "loss": float(logs["loss"])})
+
+        def _write(self, row: dict) -> None:
+            if _rank0():
+                with open(self.path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+    class ProbeLogits(TrainerCallback):
+        def __init__(self, prompts_path: str, out_path: str):
+            self.prompts = json.loads(open(prompts_path).read())
+            self.out_path = out_path
+
+        def on_train_end(self, args, state, control, model=None, processing_class=None, **kw):
+            import torch
+            from safetensors.torch import save_file
+
+            if not _rank0() or model is None or processing_class is None:
+                return
+            tok = getattr(processing_class, "tokenizer", processing_class)
+            device = next(p for p in model.parameters() if p.device.type != "meta").device
+            was_training = model.training
+            model.eval()
+            out = {}
+            with torch.no_grad():
+                for i, prompt in enumerate(self.prompts):
+                    ids = tok(PROBE_TEMPLATE.format(prompt=prompt), add_special_tokens=False,
+                              return_tensors="pt")["input_ids"]
+                    if torch.cuda.is_available():
+                        device = torch.device("cuda", torch.cuda.current_device())
+                    logits = model(input_ids=ids.to(device)).logits
+                    out[f"input_ids.{i}"] = ids[0].to(torch.int64).cpu().contiguous()
+                    out[f"logits.{i}"] = logits[0].float().cpu().contiguous()
+            model.train(was_training)
+            save_file(out, self.out_path, metadata={"prompts": json.dumps(self.prompts)})
+
+    cbs = []
+    if os.environ.get("KTDEPLOY_METRICS"):
+        cbs.append(RunMetrics(os.environ["KTDEPLOY_METRICS"]))
+    if os.environ.get("KTDEPLOY_PROBE_PROMPTS") and os.environ.get("KTDEPLOY_PROBE_OUT"):
+        cbs.append(ProbeLogits(os.environ["KTDEPLOY_PROBE_PROMPTS"], os.environ["KTDEPLOY_PROBE_OUT"]))
+    return cbs
+
+
+def main() -> None:
+    from llamafactory.train.tuner import run_exp
+
+    run_exp(callbacks=_callbacks())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

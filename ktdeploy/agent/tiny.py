@@ -1,0 +1,171 @@
+"""Build a tiny random Qwen3-MoE model, a byte-level BPE tokenizer and a synthetic SFT dataset locally.
+
+Used to prove the whole KT path (train -> convert -> check) on a small machine with no hub access.
+Needs torch, transformers and tokenizers (the image / GPU machine has them); they are imported
+inside the functions so the controller, which never installs torch, can still import this module.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ktdeploy.errors import UsageError
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+DATASET_NAME = "tiny_sft"
+
+
+@dataclass(frozen=True)
+class TinySize:
+    """Shape of a tiny Qwen3-MoE (every layer sparse, no shared expert, like Qwen3-30B-A3B)."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 4
+    head_dim: int = 64
+    vocab_size: int = 4096
+
+    def config_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+            intermediate_size=self.moe_intermediate_size * 4, decoder_sparse_step=1, mlp_only_layers=[],
+            norm_topk_prob=True, max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu",
+            tie_word_embeddings=False,
+        )
+        return d
+
+
+# small: the model of the first end-to-end run; medium: CPU expert compute dominates a step;
+# large: a third point for the planner's memory model.
+SIZES: dict[str, TinySize] = {
+    "small": TinySize(512, 4, 16, 4, 256),
+    "medium": TinySize(1024, 8, 64, 8, 512),
+    "large": TinySize(1536, 12, 64, 8, 768, num_attention_heads=12),
+}
+
+
+@dataclass
+class TinyResult:
+    model_dir: str
+    data_dir: str
+    size: str
+    config: dict = field(default_factory=dict)
+    num_samples: int = 0
+    heldout: str = ""
+
+
+_WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu red green blue amber violet "
+          "north south east west river stone cloud ember frost maple cedar").split()
+
+
+def _sample(rng: random.Random) -> dict:
+    """One instruction/answer pair from a few deterministic tasks, so the loss has something to learn."""
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(3, 12))]
+    task = rng.randrange(4)
+    text = " ".join(words)
+    if task == 0:
+        return {"instruction": f"Reverse the words: {text}", "input": "", "output": " ".join(reversed(words))}
+    if task == 1:
+        return {"instruction": f"Uppercase: {text}", "input": "", "output": text.upper()}
+    if task == 2:
+        return {"instruction": f"Count the words: {text}", "input": "", "output": str(len(words))}
+    return {"instruction": f"Sort the words: {text}", "input": "", "output": " ".join(sorted(words))}
+
+
+def build_dataset(data_dir: Path, num_samples: int, seed: int = 0, heldout: int = 8) -> Path:
+    """Write ``tiny_sft.json`` (alpaca format), its ``dataset_info.json`` entry and held-out prompts."""
+    rng = random.Random(seed)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    rows = [_sample(rng) for _ in range(num_samples)]
+    (data_dir / f"{DATASET_NAME}.json").write_text(json.dumps(rows, indent=1))
+    info_path = data_dir / "dataset_info.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    info[DATASET_NAME] = {"file_name": f"{DATASET_NAME}.json"}
+    info_path.write_text(json.dumps(info, indent=2))
+    held = [_sample(random.Random(10_000 + seed + i)) for i in range(heldout)]
+    out = data_dir / "heldout_prompts.json"
+    out.write_text(json.dumps([h["instruction"] for h in held], indent=1))
+    return out
+
+
+def _corpus(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        s = _sample(rng)
+        lines.append(f"<|im_start|>user\n{s['instruction']}<|im_end|>\n<|im_start|>assistant\n{s['output']}<|im_end|>\n")
+    return lines
+
+
+def build_tokenizer(model_dir: Path, vocab_size: int, seed: int = 0):
+    """Train a byte-level BPE tokenizer on the synthetic corpus and save it HF-style."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_corpus(4000, seed), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, unk_token=None, model_max_length=4096)
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(model_dir))
+    return fast
+
+
+def build_model(model_dir: Path, size: TinySize, seed: int = 0, device: str | None = None) -> dict:
+    """Random-initialised Qwen3-MoE saved as bf16 safetensors; returns its config.json as a dict."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = size.config_dict()
+    config = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")},
+                                  model_type="qwen3_moe")
+    config.architectures = ["Qwen3MoeForCausalLM"]
+    torch.manual_seed(seed)
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with torch.device(dev):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.config.eos_token_id = None
+    model.save_pretrained(str(model_dir), safe_serialization=True)
+    return json.loads((model_dir / "config.json").read_text())
+
+
+def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", num_samples: int = 400,
+              seed: int = 0, overwrite: bool = False) -> TinyResult:
+    """``model_dir`` (config, bf16 weights, tokenizer) and ``data_dir`` (dataset + dataset_info.json)."""
+    if size not in SIZES:
+        raise UsageError(f"unknown tiny model size {size!r}", fix=f"use one of: {', '.join(SIZES)}")
+    model_dir, data_dir = Path(model_dir), Path(data_dir)
+    if (model_dir / "config.json").exists() and not overwrite:
+        raise UsageError(f"{model_dir} already holds a model", fix="choose another directory or pass --overwrite")
+    model_dir.mkdir(parents=True, exist_ok=True)
+    spec = SIZES[size]
+    tok = build_tokenizer(model_dir, spec.vocab_size, seed)
+    config = build_model(model_dir, spec, seed)
+    # Special-token ids for generation and LlamaFactory's template (replace_eos uses <|im_end|>).
+    config.update(eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                  pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), bos_token_id=None)
+    (model_dir / "config.json").write_text(json.dumps(config, indent=2))
+    gen = model_dir / "generation_config.json"
+    if gen.exists():
+        g = json.loads(gen.read_text())
+        g.update(eos_token_id=config["eos_token_id"], pad_token_id=config["pad_token_id"])
+        gen.write_text(json.dumps(g, indent=2))
+    heldout = build_dataset(data_dir, num_samples, seed)
+    return TinyResult(str(model_dir), str(data_dir), size, config, num_samples, str(heldout))

@@ -1,0 +1,243 @@
+"""``ktdeploy train``: validate -> doctor -> render -> launch LlamaFactory with KT, on this host.
+
+This is what the image's entrypoint runs (and what ``ktdeploy up`` runs inside the container).
+Each run gets a record folder, ansible-runner style, beside the output directory:
+``<dirname(output_dir)>/.ktdeploy-runs/<basename(output_dir)>/<UTC time>/`` with the rendered
+``train.yaml`` / ``accelerate.yaml`` / ``launch.sh``, ``command.json``, ``stdout.log``,
+``metrics.jsonl`` (one line per step), ``rc``, ``status`` and ``summary.json``. The record lives
+outside ``output_dir`` because LlamaFactory refuses a non-empty output directory it did not write.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ktdeploy.errors import CheckFailed, RunRecordError, StepError, UsageError
+
+ENTRY_MODULE = "ktdeploy.agent.lf_entry"
+# Files LlamaFactory / the Trainer write when a run has finished.
+FINISHED_MARKERS = ("all_results.json", "train_results.json")
+_CKPT = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass
+class TrainPlan:
+    """Everything ``ktdeploy train`` will do, computed before anything starts (``--dry-run`` prints it)."""
+
+    recipe_path: str
+    output_dir: str
+    run_dir: str
+    argv: list[str]
+    env: dict[str, str]
+    derived: dict[str, Any]
+    resume_from: str | None
+    train_yaml: str
+    accelerate_yaml: str
+    launch_sh: str
+    warnings: list[str] = field(default_factory=list)
+    doctor: dict | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def checkpoints(output_dir: Path) -> list[Path]:
+    if not output_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _CKPT.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def resolve_resume(output_dir: Path, resume: str | None) -> str | None:
+    """Refuse to overwrite a finished run; with checkpoints present, require an explicit --resume.
+
+    LlamaFactory would otherwise resume silently (or refuse with a ValueError deep in its startup).
+    """
+    finished = [m for m in FINISHED_MARKERS if (output_dir / m).exists()]
+    ckpts = checkpoints(output_dir)
+    if finished:
+        raise RunRecordError(
+            f"{output_dir} holds a finished run ({', '.join(finished)}); ktdeploy never overwrites a training output",
+            key="train.output_dir",
+            fix="set train.output_dir to a new directory (--set train.output_dir=...) or convert/serve this one")
+    if resume is None:
+        if ckpts:
+            raise RunRecordError(
+                f"{output_dir} already holds {len(ckpts)} checkpoint(s), the last {ckpts[-1].name}",
+                key="train.output_dir",
+                fix="pass --resume auto to continue from the last checkpoint, or choose a new train.output_dir")
+        if output_dir.is_dir() and any(output_dir.iterdir()):
+            raise RunRecordError(f"{output_dir} exists and is not empty, and holds no checkpoint to resume",
+                                 key="train.output_dir", fix="choose a new, empty train.output_dir")
+        return None
+    if resume == "auto":
+        if not ckpts:
+            raise RunRecordError(f"--resume auto: no checkpoint-* in {output_dir}",
+                                 fix="start a fresh run without --resume")
+        return str(ckpts[-1])
+    path = Path(resume)
+    if not _CKPT.match(path.name) or not path.is_dir():
+        raise UsageError(f"--resume {resume}: not an existing checkpoint-* directory",
+                         fix="pass --resume auto or the path of a checkpoint-N directory")
+    if not (path / "trainer_state.json").exists():
+        raise RunRecordError(f"{path} has no trainer_state.json; it is an incomplete checkpoint",
+                             fix="resume from an earlier checkpoint-* (or --resume auto)")
+    return str(path.resolve())
+
+
+def run_doctor(recipe, skip: bool) -> tuple[dict[str, Any], dict | None, list[str]]:
+    """Doctor this host for the recipe; returns (derived kt_config values, report JSON, warnings).
+
+    Derived values (kt_num_threads / kt_threadpool_count from physical cores and NUMA nodes) are
+    applied only where the recipe leaves the key unset.
+    """
+    kt = recipe.kt_config
+    want = [k for k in ("kt_num_threads", "kt_threadpool_count") if k not in kt]
+    if skip:
+        return {}, None, (["doctor skipped (--skip-doctor): host checks not run"] +
+                          ([f"kt_config.{k} left to kt-kernel's default (doctor skipped)" for k in want] if want else []))
+    from ktdeploy.checks.doctor import doctor
+    from ktdeploy.connectors import LocalConnector
+
+    report = doctor(LocalConnector(), recipe)
+    data = report.to_json()
+    # The agent trains right here (inside the image, or on a bare host): the docker engine checks
+    # concern `ktdeploy up`, not this process, so they never block it.
+    blocking = [c for c in report.failed if not c.name.startswith("docker.")]
+    if blocking:
+        raise CheckFailed("this host cannot run the recipe: doctor found failing checks",
+                          results=blocking,
+                          fix="fix the failing checks listed below, or run `ktdeploy doctor` for the full report")
+    derived: dict[str, Any] = {}
+    if want and recipe.train.get("use_kt"):
+        from ktdeploy.checks.threads import derive_threads
+
+        threads, pools = derive_threads(report.facts, recipe.deploy.reserve_cores if recipe.deploy else 2)
+        if "kt_num_threads" in want:
+            derived["kt_config.kt_num_threads"] = threads
+        if "kt_threadpool_count" in want:
+            derived["kt_config.kt_threadpool_count"] = pools
+    warns = [f"{r.name}: {r.detail}" for r in report.checks if r.status == "warn"]
+    return derived, data, warns
+
+
+def _run_dir(output_dir: Path, root: str | None) -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    base = Path(root) if root else output_dir.parent / ".ktdeploy-runs" / output_dir.name
+    d = base / stamp
+    n = 1
+    while d.exists():
+        d = base / f"{stamp}-{n}"
+        n += 1
+    return d
+
+
+def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | None = None,
+               skip_doctor: bool = False, run_root: str | None = None,
+               doctor: Callable | None = None) -> TrainPlan:
+    """Validate, doctor and render; raises a KtdeployError with the fix when anything is wrong."""
+    from ktdeploy.recipe import load_recipe, render, require_valid
+
+    path = Path(recipe_path)
+    if not path.is_file():
+        raise UsageError(f"recipe {recipe_path} not found", fix="pass the path of a recipe YAML (see `ktdeploy check`)")
+    recipe = load_recipe(path, list(overrides))
+    findings = require_valid(recipe)
+    warnings = [f"{f.path}: {f.message}" for f in findings]
+    derived, report, warns = (doctor or run_doctor)(recipe, skip_doctor)
+    warnings += warns
+    out_dir = Path(recipe.train["output_dir"])
+    resume_from = resolve_resume(out_dir, resume)
+    if resume_from:
+        derived["resume_from_checkpoint"] = resume_from
+    rendered = render(recipe, derived=derived, header=f"rendered by ktdeploy train from {path.name}")
+    run_dir = _run_dir(out_dir, run_root)
+    argv = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", "0",
+            "--config_file", str(run_dir / "accelerate.yaml"), "-m", ENTRY_MODULE, str(run_dir / "train.yaml")]
+    env = dict(rendered.env)
+    env["KTDEPLOY_METRICS"] = str(run_dir / "metrics.jsonl")
+    return TrainPlan(recipe_path=str(path.resolve()), output_dir=str(out_dir), run_dir=str(run_dir), argv=argv,
+                     env=env, derived=derived, resume_from=resume_from, train_yaml=rendered.train_yaml,
+                     accelerate_yaml=rendered.accelerate_yaml, launch_sh=rendered.launch_sh, warnings=warnings,
+                     doctor=report)
+
+
+def write_record(plan: TrainPlan) -> Path:
+    d = Path(plan.run_dir)
+    d.mkdir(parents=True, exist_ok=False)
+    (d / "train.yaml").write_text(plan.train_yaml)
+    (d / "accelerate.yaml").write_text(plan.accelerate_yaml)
+    (d / "launch.sh").write_text(plan.launch_sh)
+    (d / "launch.sh").chmod(0o755)
+    (d / "command.json").write_text(json.dumps({"argv": plan.argv, "env": plan.env, "derived": plan.derived,
+                                                "resume_from": plan.resume_from, "recipe": plan.recipe_path},
+                                               indent=2) + "\n")
+    if plan.doctor is not None:
+        (d / "doctor.json").write_text(json.dumps(plan.doctor, indent=2, default=str) + "\n")
+    (d / "status").write_text("starting\n")
+    return d
+
+
+def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
+    steps, losses, peak_gpu = [], [], 0
+    mp = run_dir / "metrics.jsonl"
+    if mp.exists():
+        for line in mp.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "loss" in row and "step_s" not in row:
+                losses.append((row["step"], row["loss"]))
+            if "step_s" in row:
+                steps.append(row)
+                peak_gpu = max(peak_gpu, row.get("peak_gpu_mem_bytes", 0))
+    tokens_per_s = None
+    if len(steps) > 2:  # steady state: leave out the first step (compilation, KT buffer setup)
+        steady = steps[1:]
+        dt = sum(r["step_s"] for r in steady)
+        dtok = steady[-1]["tokens_seen"] - steps[0]["tokens_seen"]
+        tokens_per_s = dtok / dt if dt > 0 and dtok > 0 else None
+    results = {}
+    for name in ("train_results.json", "all_results.json"):
+        p = output_dir / name
+        if p.exists():
+            results = json.loads(p.read_text())
+            break
+    return {"rc": outcome.rc, "wall_s": round(outcome.wall_s, 2), "peak_host_rss_gib": round(outcome.peak_rss_gib, 3),
+            "peak_gpu_mem_gib": round(peak_gpu / 2**30, 3) if peak_gpu else None,
+            "steady_tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
+            "loss_first": losses[0][1] if losses else None, "loss_last": losses[-1][1] if losses else None,
+            "steps": len(steps), "train_results": results,
+            "artifacts": sorted(p.name for p in output_dir.iterdir()) if output_dir.is_dir() else []}
+
+
+def execute(plan: TrainPlan, echo=sys.stdout) -> dict:
+    """Write the run record, launch, stream, record rc/status/summary; StepError on a non-zero exit."""
+    from ktdeploy.agent.monitor import run_streaming
+
+    d = write_record(plan)
+    env = {**os.environ, **plan.env}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    (d / "status").write_text("running\n")
+    try:
+        outcome = run_streaming(plan.argv, env=env, cwd=str(d), log_path=d / "stdout.log", echo=echo)
+    except KeyboardInterrupt:
+        (d / "status").write_text("interrupted\n")
+        raise
+    (d / "rc").write_text(f"{outcome.rc}\n")
+    summary = _summarise(d, outcome, Path(plan.output_dir))
+    (d / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (d / "status").write_text(("succeeded" if outcome.rc == 0 else "failed") + "\n")
+    if outcome.rc != 0:
+        raise StepError(f"training exited with code {outcome.rc} (log: {d / 'stdout.log'})", step="train",
+                        rc=outcome.rc, output="\n".join(outcome.tail[-15:]),
+                        fix="read the last lines of the log above; fix the cause and rerun with --resume auto")
+    return summary

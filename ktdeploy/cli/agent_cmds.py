@@ -1,0 +1,145 @@
+"""The agent's commands - what the image's entrypoint runs on the training host:
+`ktdeploy train`, `ktdeploy convert`, `ktdeploy serve`, `ktdeploy tiny-model`."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ktdeploy.cli import app
+from ktdeploy.cli.render import console, err_console, print_json
+from ktdeploy.errors import UsageError
+
+SET_HELP = "Override a recipe value: SECTION.KEY=VALUE (VALUE parsed as YAML), repeatable."
+
+
+@app.command()
+def train(
+    recipe: Path = typer.Argument(..., help="Recipe YAML."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate, doctor and render; print what would run."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="'auto' (last checkpoint-* of output_dir) or a "
+                                                                "checkpoint-N path."),
+    skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not check this host first (not recommended)."),
+    run_root: Optional[str] = typer.Option(None, "--run-root", help="Where run records go (default: "
+                                                                     "<output_dir's parent>/.ktdeploy-runs/<name>)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan (dry run) or the summary as JSON."),
+) -> None:
+    """Fine-tune on this host: validate -> doctor -> render -> accelerate launch LlamaFactory with KT."""
+    from ktdeploy.agent.train import execute, plan_train
+
+    plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root)
+    for w in plan.warnings:
+        err_console.print(f"[yellow]warning:[/] {w}")
+    if plan.derived:
+        err_console.print("derived from this host: " + ", ".join(f"{k}={v}" for k, v in plan.derived.items()))
+    if dry_run:
+        if as_json:
+            print_json(plan.to_json())
+            return
+        console.rule("train.yaml")
+        console.print(plan.train_yaml, markup=False, highlight=False)
+        console.rule("accelerate.yaml")
+        console.print(plan.accelerate_yaml, markup=False, highlight=False)
+        console.rule("command")
+        env = " ".join(f"{k}={v}" for k, v in plan.env.items())
+        console.print(f"{env} {' '.join(plan.argv)}", markup=False, highlight=False)
+        console.print(f"run record: {plan.run_dir}", markup=False, highlight=False)
+        return
+    summary = execute(plan)
+    if as_json:
+        print_json({"run_dir": plan.run_dir, **summary})
+    else:
+        err_console.print(f"[green]training finished[/]: {plan.output_dir}  (record: {plan.run_dir})")
+        if summary.get("loss_first") is not None:
+            err_console.print(f"loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f}, "
+                              f"peak host RSS {summary['peak_host_rss_gib']:.2f} GiB")
+
+
+@app.command()
+def convert(
+    output_dir: Path = typer.Argument(..., help="Training output_dir (or one checkpoint-* in it)."),
+    out: Path = typer.Option(..., "-o", "--out", help="New adapter directory for sglang-kt --lora-paths."),
+    base_model: Optional[str] = typer.Option(None, "--base-model", help="Base model path to record (default: "
+                                                                         "the one the adapter names)."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the manifest's size/SHA-256 check."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Convert a raw KT LoRA output (PEFT part + fused expert LoRA) into one sglang-kt adapter."""
+    from ktdeploy.agent.convert import convert as do_convert
+
+    s = do_convert(output_dir, out, base_model=base_model, verify_manifest=not no_verify)
+    if as_json:
+        print_json(asdict(s))
+        return
+    console.print(f"[green]adapter written[/]: {s.output_dir}")
+    console.print(f"rank {s.rank}, alpha {s.lora_alpha:g}; {s.nonexpert_tensors} non-expert + {s.expert_tensors} "
+                  f"expert tensors ({s.num_layers} layers x {s.num_experts} experts); "
+                  f"targets: {', '.join(s.target_modules)}", highlight=False)
+
+
+@app.command()
+def serve(
+    recipe: Path = typer.Argument(..., help="Recipe YAML (model, KT settings, deploy.serve)."),
+    adapter: Path = typer.Option(..., "--adapter", help="Adapter directory written by `ktdeploy convert`."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    cpuinfer: Optional[int] = typer.Option(None, "--kt-cpuinfer", help="CPU expert threads (default: derived "
+                                                                         "from this host's physical cores)."),
+    threadpools: Optional[int] = typer.Option(None, "--kt-threadpool-count", help="Default: NUMA nodes."),
+    print_only: bool = typer.Option(False, "--print", help="Print the command instead of starting the server."),
+    as_json: bool = typer.Option(False, "--json", help="With --print: the argv as JSON."),
+) -> None:
+    """Serve the base model with the converted KT adapter through sglang-kt (OpenAI-compatible API)."""
+    from ktdeploy.agent.serve import build_serve_command
+    from ktdeploy.recipe import load_recipe, require_valid
+
+    r = load_recipe(recipe, set_)
+    require_valid(r)
+    if not (adapter / "adapter_config.json").is_file():
+        raise UsageError(f"{adapter} is not a converted adapter (no adapter_config.json)",
+                         fix="run `ktdeploy convert OUTPUT_DIR -o ADAPTER_DIR` first")
+    amx = True
+    kt = r.kt_config
+    threads = cpuinfer or kt.get("kt_num_threads")
+    pools = threadpools or kt.get("kt_threadpool_count")
+    if threads is None or pools is None:
+        from ktdeploy.agent.hostfacts import local_threads
+
+        t, p, amx = local_threads(r)
+        threads, pools = threads or t, pools or p
+    cmd = build_serve_command(r, adapter, cpuinfer=int(threads), threadpools=int(pools), amx=amx)
+    if print_only:
+        if as_json:
+            print_json({"argv": cmd.redacted, "env": cmd.env})
+        else:
+            console.print(" ".join(f"{k}={v}" for k, v in cmd.env.items()) + " " + cmd.shell(), markup=False,
+                          highlight=False)
+        return
+    env = {**os.environ, **cmd.env}
+    err_console.print(f"starting: {cmd.shell()}", markup=False, highlight=False)
+    os.execvpe(cmd.argv[0], cmd.argv, env)
+
+
+@app.command("tiny-model")
+def tiny_model(
+    model_dir: Path = typer.Argument(..., help="Directory for the model (config, weights, tokenizer)."),
+    data_dir: Path = typer.Option(..., "--data-dir", help="Directory for the dataset and dataset_info.json."),
+    size: str = typer.Option("small", "--size", help="small | medium | large"),
+    samples: int = typer.Option(400, "--samples", help="Synthetic training samples."),
+    seed: int = typer.Option(0, "--seed"),
+    overwrite: bool = typer.Option(False, "--overwrite"),
+) -> None:
+    """Build a tiny random Qwen3-MoE, a byte-level BPE tokenizer and a synthetic SFT dataset (needs torch)."""
+    from ktdeploy.agent.tiny import build_all
+
+    try:
+        res = build_all(model_dir, data_dir, size=size, num_samples=samples, seed=seed, overwrite=overwrite)
+    except ImportError as err:  # a controller without the ML stack
+        raise UsageError(f"tiny-model needs torch, transformers and tokenizers: {err}",
+                         fix="run it inside the image (docker run ktsft:<variant> tiny-model ...)") from None
+    print_json(asdict(res))
