@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "recipe_cmds",   # check, render
     "plan_cmds",     # plan
     "doctor_cmds",   # doctor
+    "agent_cmds",    # train, convert, serve, tiny-model
 ]
 
 for _name in COMMAND_MODULES:
