@@ -143,16 +143,16 @@ def fix_text(advice: list[Advice], short_gib: float, resource: str) -> str:
 
 
 def plan_checks(recipe_dicts: Dicts, arch: MoEArchitecture, *, host_available_bytes: int | None,
-                gpu_total_mib: list[int] | None, disk_free_bytes: int | None,
+                gpu_free_mib: list[int] | None, disk_free_bytes: int | None,
                 gpus: int | None = None, where: str = "") -> list[CheckResult]:
     """plan.host_memory, plan.gpu_memory, plan.disk: fail when the host has less than the plan needs,
     naming the shortfall and the knob that brings the plan under. ``None`` capacity -> skip."""
     plan = estimate(recipe_dicts, arch, gpus)
     results = []
-    gpu_cap = min(gpu_total_mib) / 1024 if gpu_total_mib else None
+    gpu_cap = min(gpu_free_mib) / 1024 if gpu_free_mib else None
     for name, resource, cap_bytes, label in (
             ("plan.host_memory", "host", host_available_bytes, "available host memory (MemAvailable)"),
-            ("plan.gpu_memory", "gpu", None if gpu_cap is None else gpu_cap * GIB, "memory of the smallest GPU"),
+            ("plan.gpu_memory", "gpu", None if gpu_cap is None else gpu_cap * GIB, "free memory of the smallest recipe GPU"),
             ("plan.disk", "disk", disk_free_bytes, "free disk under the output volume")):
         need = _value(plan, resource)
         data: dict[str, Any] = {"predicted_gib": round(need, 2), "model_config": where,

@@ -32,20 +32,24 @@ class Measured:
 
 # ---- constants from measurements ---------------------------------------------------------------------
 MEASURED = {
-    # Host RSS of one training process whose weights are negligible: Python, torch + CUDA host side,
-    # transformers/LlamaFactory/kt_kernel imports, pinned staging. Median of the tiny-model runs'
-    # (peak_host_rss - modelled terms) / num_processes in bench/results/gpu_peaks.json.
-    "process_host_gib": Measured(3.0, "bench/results/gpu_peaks.json tiny runs (see planner-calibration.md)"),
-    # GPU memory of one process whose model is negligible: CUDA context, cuBLAS/NCCL workspaces, allocator
-    # slack. Median of the tiny runs' peak_gpu_mem minus modelled terms, bench/results/gpu_peaks.json.
-    "process_gpu_gib": Measured(0.5, "bench/results/gpu_peaks.json tiny runs (see planner-calibration.md)"),
+    # Host RSS of one training process whose weights are negligible: Python, torch + CUDA host side, imports.
+    # Re-derived by `bench/planner_calibration.py --fit` (median residual of the tiny KT runs in gpu_peaks.json
+    # when present, else bench/gpu/process_floor.py's measurement).
+    "process_host_gib": Measured(1.21, "bench/results/process_floor.json: ru_maxrss of torch+transformers+CUDA "
+                                       "training a negligible model on the GPU machine"),
+    # GPU memory of one process whose model is negligible: CUDA context, cuBLAS workspaces, allocator reserve.
+    "process_gpu_gib": Measured(0.74, "bench/results/process_floor.json: nvidia-smi per-process memory minus "
+                                      "torch's allocations on the GPU machine (H200)"),
     # Host RSS not explained by the terms above, per GiB of routed-expert weights: loader staging, glibc arena
-    # fragmentation after per-layer packing, FSDP state-dict broadcast buffers. One-point fit to the cookbook's
-    # Qwen3-235B-A22B-2507 BF16 LoRA row (2 GPUs, cutoff 2048: 545.36 GiB host RSS, kt-facts.md).
-    "host_slack_per_expert_gib": Measured(0.0, "cookbook §4 Qwen3-235B-A22B-2507 row, 545.36 GiB"),
-    # GPU memory not explained by the terms above, as a fraction of the modelled per-GPU total: caching-allocator
-    # fragmentation and reserved-but-free blocks. One-point fit to the same cookbook row (27.14 GiB per GPU).
-    "gpu_slack_fraction": Measured(0.0, "cookbook §4 Qwen3-235B-A22B-2507 row, 27.14 GiB per GPU"),
+    # fragmentation after per-layer packing. One-point fit: the cookbook's Qwen3-235B-A22B-2507 BF16 LoRA row
+    # (2 GPUs, cutoff 2048: 545.36 GiB host RSS) minus the modelled terms (506.5 GiB), over 423 GiB of experts.
+    "host_slack_per_expert_gib": Measured(0.0918, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
+                                                  "(545.36 GiB host RSS)"),
+    # GPU memory not explained by the terms above, as a fraction of the modelled per-GPU allocations: caching-
+    # allocator fragmentation, reserved-but-free blocks, loss temporaries. One-point fit: the same row's
+    # 27.14 GiB per GPU against 22.4 GiB modelled.
+    "gpu_slack_fraction": Measured(0.2161, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
+                                           "(27.14 GiB per GPU)"),
 }
 
 
@@ -100,6 +104,7 @@ class Setup:
     model_max_length: int
     num_processes: int
     fsdp: bool
+    mixed_precision: str
     cpu_ram_efficient_loading: bool
     dataloader_workers: int
     save_total_limit: int | None
@@ -183,6 +188,7 @@ def setup_from(train: dict, accelerate: dict, gpus: int | None = None) -> Setup:
         tp_parts=(_int(kt.get("kt_threadpool_count"), 1) or 1) if tp_enabled else 1,
         num_threads=_int(kt.get("kt_num_threads"), 1) or 1,
         model_max_length=mml, num_processes=nproc, fsdp=fsdp,
+        mixed_precision=str(accelerate.get("mixed_precision") or "no").lower(),
         cpu_ram_efficient_loading=_bool(fcfg.get("fsdp_cpu_ram_efficient_loading"), True),
         dataloader_workers=_int(train.get("dataloader_num_workers"), 0) or 0,
         save_total_limit=_int(train.get("save_total_limit"), None),
@@ -201,8 +207,8 @@ def expert_bytes_per_param(fmt: str, arch: MoEArchitecture) -> float:
         return 1.0 + 4.0 / (128 * 128)
     if fmt == "int8":    # int8 + one fp32 scale per output channel: gate/up rows have H inputs, down rows I
         return 1.0 + 4.0 * (2.0 / h + 1.0 / i) / 3.0
-    if fmt == "int4":    # two weights per byte + one fp32 scale per group of 128 (kt-kernel AMXINT4 k-groups)
-        return 0.5 + 4.0 / 128
+    if fmt == "int4":    # two weights per byte + one fp32 scale per output channel (kt-kernel BufferBInt4)
+        return 0.5 + 4.0 * (2.0 / h + 1.0 / i) / 3.0
     return 2.0           # bf16
 
 
@@ -302,15 +308,17 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
 
     # ---------------------------------------------------------------- GPU (per process)
     n = s.num_processes
-    ne_bytes = arch.non_expert_params * 2
-    add("gpu", "non-expert weights (bf16)", ne_bytes / n if s.fsdp else ne_bytes,
+    upcast = s.fsdp and s.mixed_precision != "no"
+    ne_bytes = arch.non_expert_params * (4 if upcast else 2)
+    add("gpu", f"non-expert weights ({'fp32' if upcast else 'bf16'})", ne_bytes / n if s.fsdp else ne_bytes,
         f"{arch.non_expert_params/1e9:.2f} B params: attention, embeddings, routers, shared/dense MLPs"
+        + (" (accelerate's FSDP upcasts them to fp32 when mixed_precision is set)" if upcast else "")
         + (f", FSDP-sharded over {n} GPUs" if s.fsdp and n > 1 else ", replicated on every GPU" if n > 1 else ""))
     if s.fsdp and n > 1:
         gathered = (arch.embedding_params + 2 * arch.largest_layer_params) * 2 * (n - 1) / n
         add("gpu", "FSDP all-gathered params", gathered,
-            "the root module (embeddings, lm_head) stays gathered through forward/backward, plus the current and "
-            "prefetched decoder layer")
+            "bf16 compute copies: the root module (embeddings, lm_head) stays gathered through forward/backward, "
+            "plus the current and prefetched decoder layer")
     if s.finetuning == "full":
         add("gpu", "non-expert grads + AdamW (full FT)", arch.non_expert_params * 12 / (n if s.fsdp else 1),
             "fp32 gradients + fp32 exp_avg/exp_avg_sq for the non-expert params (12 B/param), sharded by FSDP")

@@ -1,0 +1,68 @@
+"""`ktdeploy plan` through the real console entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ktdeploy.cli import main
+
+REPO = Path(__file__).resolve().parents[3]
+RECIPES = REPO / "recipes"
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
+def test_every_shipped_recipe_plans_out_of_the_box(recipe, capsys):
+    code, out, err = run_cli(["plan", str(RECIPES / recipe), "--json"], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    assert {"host_memory_gib", "gpu_memory_gib_per_gpu", "disk_gib", "breakdown"} <= set(d)
+    assert d["host_memory_gib"] > 0 and d["gpu_memory_gib_per_gpu"] > 0 and d["disk_gib"] > 0
+    assert all({"name", "gib", "explanation", "resource"} <= set(t) for t in d["breakdown"])
+    host = sum(t["gib"] for t in d["breakdown"] if t["resource"] == "host")
+    assert host == pytest.approx(d["host_memory_gib"], abs=0.05)
+
+
+def test_gpus_option_changes_per_gpu_memory(capsys):
+    recipe = str(RECIPES / "qwen35-397b-bf16-lora.yaml")
+    _, out2, _ = run_cli(["plan", recipe, "--json"], capsys)
+    _, out4, _ = run_cli(["plan", recipe, "--json", "--gpus", "4"], capsys)
+    assert json.loads(out4)["gpu_memory_gib_per_gpu"] < json.loads(out2)["gpu_memory_gib_per_gpu"]
+
+
+def test_amxint4_recipe_needs_less_host_than_bf16(capsys):
+    _, bf16, _ = run_cli(["plan", str(RECIPES / "qwen35-397b-bf16-lora.yaml"), "--json"], capsys)
+    _, int4, _ = run_cli(["plan", str(RECIPES / "qwen35-397b-amxint4-lora.yaml"), "--json"], capsys)
+    assert json.loads(int4)["host_memory_gib"] < 0.5 * json.loads(bf16)["host_memory_gib"]
+
+
+def test_human_output_lists_terms(capsys):
+    code, out, _ = run_cli(["plan", str(RECIPES / "deepseek-v3-fp8-lora.yaml")], capsys)
+    assert code == 0
+    assert "routed experts (fp8)" in out and "KT forward cache" in out and "checkpoints" in out
+
+
+def test_explicit_model_config_and_unknown_architecture(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8}))
+    code, out, err = run_cli(["plan", str(RECIPES / "tiny-moe-lora.yaml"), "--model-config", str(cfg)], capsys)
+    assert code == 2
+    assert "LlamaForCausalLM" in err and "num_experts_per_tok" in err and "Traceback" not in err
+
+
+def test_missing_model_config_is_a_one_screen_error(tmp_path, capsys):
+    text = (RECIPES / "tiny-moe-lora.yaml").read_text().replace(
+        "/srv/ktdeploy/models/tiny-qwen3-moe", "/srv/ktdeploy/models/no-such-model")
+    p = tmp_path / "r.yaml"
+    p.write_text(text)
+    code, _, err = run_cli(["plan", str(p)], capsys)
+    assert code == 2 and "--model-config" in err and "Traceback" not in err

@@ -1,0 +1,87 @@
+"""Doctor's plan.* checks: fail below the prediction, say by how much and which knob brings it under."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ktdeploy.facts.model import Gpu, GpuFacts, HostFacts, MemoryFacts, PathFacts
+from ktdeploy.planner import plan_recipe
+from ktdeploy.planner.doctor import plan_check_results
+from ktdeploy.recipe import load_recipe
+
+RECIPES = Path(__file__).resolve().parents[3] / "recipes"
+GiB = 2**30
+
+
+def _facts(recipe, host_gib, gpu_mib, disk_gib, used_mib=0):
+    out = recipe.deploy.volumes.output
+    return HostFacts(
+        memory=MemoryFacts(total_bytes=int(host_gib * GiB) + GiB, available_bytes=int(host_gib * GiB)),
+        gpu=GpuFacts(nvidia_smi="ok", gpus=[Gpu(index=i, name="GPU", memory_total_mib=gpu_mib, memory_used_mib=used_mib)
+                                            for i in recipe.deploy.gpus]),
+        paths=[PathFacts(path=out, exists=True, is_dir=True, writable=True, checked=out, free_bytes=int(disk_gib * GiB))])
+
+
+def _by_name(results):
+    return {r.name: r for r in results}
+
+
+@pytest.fixture(scope="module")
+def bf16():
+    r = load_recipe(RECIPES / "qwen35-397b-bf16-lora.yaml")
+    return r, plan_recipe(r)[0]
+
+
+def test_passes_with_headroom(bf16):
+    r, plan = bf16
+    res = _by_name(plan_check_results(r, _facts(r, plan.host_memory_gib + 50, 80 * 1024, plan.disk_gib + 100)))
+    assert {n: x.status for n, x in res.items()} == {"plan.host_memory": "pass", "plan.gpu_memory": "pass",
+                                                      "plan.disk": "pass"}
+
+
+def test_host_short_names_amount_and_converted_weights(bf16):
+    r, plan = bf16
+    host = plan.host_memory_gib - 150
+    res = _by_name(plan_check_results(r, _facts(r, host, 80 * 1024, 1000)))["plan.host_memory"]
+    assert res.status == "fail"
+    assert "short by 150.0 GiB" in res.detail
+    assert "INT8" in res.fix or "AMXINT4" in res.fix
+    assert res.data["advice"] and all(a["fits"] for a in res.data["advice"] if a["change"] in res.fix)
+
+
+def test_host_slightly_short_suggests_cache_depth_or_cutoff():
+    r = load_recipe(RECIPES / "qwen35-397b-bf16-lora.yaml", ["train.cutoff_len=8192"])
+    plan = plan_recipe(r)[0]
+    res = _by_name(plan_check_results(r, _facts(r, plan.host_memory_gib - 1.0, 80 * 1024, 1000)))["plan.host_memory"]
+    assert res.status == "fail"
+    assert "kt_max_cache_depth 2 -> 1" in res.fix or "cutoff_len 8192 -> 4096" in res.fix
+
+
+def test_gpu_short_suggests_more_gpus_or_cutoff(bf16):
+    r, plan = bf16
+    mib = int((plan.gpu_memory_gib_per_gpu - 2) * 1024)
+    res = _by_name(plan_check_results(r, _facts(r, 2000, mib, 1000)))["plan.gpu_memory"]
+    assert res.status == "fail" and "short by" in res.detail
+    assert "num_processes 2 -> 4" in res.fix or "cutoff_len" in res.fix
+
+
+def test_busy_gpu_counts_against_capacity(bf16):
+    r, plan = bf16
+    mib = int((plan.gpu_memory_gib_per_gpu + 1) * 1024)
+    ok = _by_name(plan_check_results(r, _facts(r, 2000, mib, 1000)))["plan.gpu_memory"]
+    busy = _by_name(plan_check_results(r, _facts(r, 2000, mib, 1000, used_mib=4096)))["plan.gpu_memory"]
+    assert ok.status == "pass" and busy.status == "fail"
+
+
+def test_disk_short_suggests_save_total_limit(bf16):
+    r, plan = bf16
+    res = _by_name(plan_check_results(r, _facts(r, 2000, 80 * 1024, plan.disk_gib / 2)))["plan.disk"]
+    assert res.status == "fail" and "save_total_limit" in res.fix
+
+
+def test_unknown_capacity_skips(bf16):
+    r, _ = bf16
+    res = _by_name(plan_check_results(r, HostFacts()))
+    assert all(x.status == "skip" for x in res.values())

@@ -1,0 +1,110 @@
+"""The resource model: monotonic in every knob, and within ±10 % of the cookbook's measured peaks."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from ktdeploy.planner.anchors import COOKBOOK_QWEN3_235B
+from ktdeploy.planner.estimate import estimate
+from ktdeploy.planner.model_config import load_model_config
+
+MODELS = Path(__file__).resolve().parents[3] / "recipes" / "models"
+
+
+@pytest.fixture(scope="module")
+def arch():
+    return load_model_config(MODELS / "Qwen3-235B-A22B-Instruct-2507.json")
+
+
+def _dicts(**train_kt):
+    t = copy.deepcopy(COOKBOOK_QWEN3_235B.train)
+    a = copy.deepcopy(COOKBOOK_QWEN3_235B.accelerate)
+    for k, v in train_kt.items():
+        if k.startswith("kt_") and k != "kt_cpu_activation":
+            t["kt_config"][k] = v
+        elif k == "num_processes":
+            a[k] = v
+        else:
+            t[k] = v
+    return t, a
+
+
+def test_cookbook_row_within_ten_percent():
+    a = COOKBOOK_QWEN3_235B
+    plan = estimate((a.train, a.accelerate), a.arch())
+    assert plan.host_memory_gib == pytest.approx(a.peak_host_rss_gib, rel=0.10)
+    assert plan.gpu_memory_gib_per_gpu == pytest.approx(a.peak_gpu_mem_gib, rel=0.10)
+
+
+def test_breakdown_sums_to_totals(arch):
+    plan = estimate(_dicts(), arch)
+    for res, total in (("host", plan.host_memory_gib), ("gpu", plan.gpu_memory_gib_per_gpu), ("disk", plan.disk_gib)):
+        assert sum(t.gib for t in plan.terms(res)) == pytest.approx(total)
+        assert all(t.explanation for t in plan.terms(res))
+
+
+@pytest.mark.parametrize("resource", ["host_memory_gib", "gpu_memory_gib_per_gpu"])
+def test_cutoff_len_up_means_more_memory(arch, resource):
+    values = [getattr(estimate(_dicts(cutoff_len=c), arch), resource) for c in (1024, 2048, 4096, 8192)]
+    assert values == sorted(values) and values[0] < values[-1]
+
+
+def test_cache_depth_and_batch_raise_host(arch):
+    assert estimate(_dicts(kt_max_cache_depth=4), arch).host_memory_gib > estimate(_dicts(kt_max_cache_depth=1), arch).host_memory_gib
+    assert estimate(_dicts(per_device_train_batch_size=4), arch).host_memory_gib > estimate(_dicts(), arch).host_memory_gib
+
+
+def test_expert_formats_order(arch):
+    def experts(**kt):
+        plan = estimate(_dicts(**kt), arch)
+        return next(t.gib for t in plan.terms("host") if t.name.startswith("routed experts"))
+    int4 = experts(kt_backend="AMXINT4")
+    int8 = experts(kt_expert_weight_format="int8")
+    fp8 = experts(kt_expert_weight_format="fp8")
+    bf16 = experts(kt_expert_weight_format="bf16")
+    params_gib = arch.routed_expert_params / 2**30
+    assert int4 < fp8 < bf16 and int4 < int8 < bf16
+    assert bf16 == pytest.approx(2 * params_gib)
+    assert int4 == pytest.approx(0.5 * params_gib, rel=0.01)
+    # INT8 and FP8 are both one byte per weight; their scales differ (kt-kernel BufferB sizes: INT8 one fp32
+    # per output channel, FP8 one fp32 per 128x128 block), so they sit within 1 % of each other.
+    assert int8 == pytest.approx(fp8, rel=0.01) and fp8 == pytest.approx(params_gib, rel=0.001)
+
+
+def test_more_gpus_less_gpu_memory_per_gpu(arch):
+    per_gpu = [estimate(_dicts(), arch, gpus=g).gpu_memory_gib_per_gpu for g in (1, 2, 4, 8)]
+    assert per_gpu == sorted(per_gpu, reverse=True) and per_gpu[0] > per_gpu[-1]
+
+
+def test_unshared_backward_buffers_double_experts(arch):
+    shared = estimate(_dicts(), arch).host_memory_gib
+    unshared = estimate(_dicts(kt_share_backward_bb=False), arch).host_memory_gib
+    assert unshared - shared > 0.9 * 2 * arch.routed_expert_params / 2**30
+
+
+def test_retain_keeps_a_cache_per_layer(arch):
+    base = estimate(_dicts(), arch)
+    retain = estimate(_dicts(kt_cpu_activation="retain"), arch)
+    cache = lambda p: next(t.gib for t in p.terms("host") if t.name == "KT forward cache")  # noqa: E731
+    assert cache(retain) == pytest.approx(cache(base) * arch.moe_layers)
+
+
+def test_full_finetuning_adds_optimizer_state_and_full_checkpoints(arch):
+    lora = estimate(_dicts(), arch)
+    t, a = _dicts()
+    t["finetuning_type"] = "full"
+    full = estimate((t, a), arch)
+    assert full.host_memory_gib > lora.host_memory_gib + 8 * arch.routed_expert_params / 2**30
+    assert full.disk_gib > 2 * arch.total_params / 2**30
+    assert any("full FT" in term.name for term in full.terms("host"))
+
+
+def test_disk_scales_with_kept_checkpoints(arch):
+    one = estimate(_dicts(save_total_limit=1), arch).disk_gib
+    five = estimate(_dicts(save_total_limit=5), arch).disk_gib
+    assert five > one
+    plan = estimate(_dicts(), arch)      # no save_total_limit and no max_steps: an assumption, said out loud
+    assert any("save_total_limit" in n for n in plan.notes)
