@@ -1,0 +1,1 @@
+"""`ktdeploy tune`: measure the CPU-expert settings with short real training trials instead of guessing them."""

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ktdeploy.facts.model import CpuFacts, HostFacts, MemoryFacts, NumaNode
+from ktdeploy.tune import api
+from ktdeploy.tune.candidates import Candidate, stage_one, stage_two, thread_ladder
+from ktdeploy.tune.measure import parse_log, steady_tokens_per_s, tree_rss_bytes
+from ktdeploy.tune.runner import TrialSpec, run_trial
+from ktdeploy.tune.select import Trial, choose, should_stop_early
+
+REPO = Path(__file__).resolve().parents[3]
+FAKE = (sys.executable, str(REPO / "tests" / "fakes" / "tune_trainer.py"))
+
+
+def test_thread_ladder_is_numa_aligned_and_bounded():
+    assert thread_ladder(16, 1) == [4, 8, 12, 16]
+    assert thread_ladder(64, 2) == [16, 32, 48, 64]
+    assert all(t % 2 == 0 for t in thread_ladder(30, 2))
+    assert thread_ladder(2, 1) == [1, 2]
+    assert thread_ladder(1, 4) == [4] or thread_ladder(1, 4) == [1]
+
+
+def test_stage_one_starts_with_the_cookbook_setting():
+    cands = stage_one(16, 1)
+    assert cands[0] == Candidate(16, 1)      # "threads = physical cores" is the baseline
+    assert [c.kt_num_threads for c in cands] == [16, 12, 8, 4]
+
+
+def test_stage_two_explores_around_the_best():
+    best = Candidate(8, 2)
+    cands = stage_two(best, 16, 2, cache_depth=2, retain_fits=True, gradient_checkpointing=True)
+    threads = {c.kt_num_threads for c in cands}
+    assert {6, 10} <= threads
+    assert Candidate(8, 1) in cands                                    # one pool instead of one per node
+    assert Candidate(8, 2, kt_max_cache_depth=1) in cands and Candidate(8, 2, kt_max_cache_depth=3) in cands
+    assert Candidate(8, 2, kt_cpu_activation="retain") in cands
+    no_mem = stage_two(best, 16, 2, cache_depth=2, retain_fits=False, gradient_checkpointing=True)
+    assert all(c.kt_cpu_activation is None for c in no_mem)
+
+
+def test_steady_rate_leaves_warmup_out():
+    lines = [json.dumps({"current_steps": s, "total_tokens": s * 1000, "throughput": s * 1000 / t})
+             for s, t in [(1, 5.0), (2, 6.0), (3, 7.0), (4, 8.0), (5, 9.0)]]
+    samples = parse_log("\n".join(lines) + "\n{broken")
+    assert len(samples) == 5
+    assert steady_tokens_per_s(samples, warmup_steps=1) == pytest.approx(1000.0)
+    assert steady_tokens_per_s(samples, warmup_steps=5) is None
+
+
+def test_tree_rss_sums_descendants_only():
+    table = {1: (0, 100), 10: (1, 5), 11: (10, 7), 12: (11, 11), 20: (1, 1000)}
+    assert tree_rss_bytes(table, 10) == 23
+
+
+def test_choose_respects_memory_and_status():
+    a = Trial(Candidate(8, 1), tokens_per_s=1400, peak_host_rss_gib=50, status="ok")
+    b = Trial(Candidate(4, 1), tokens_per_s=1100, peak_host_rss_gib=10, status="ok")
+    c = Trial(Candidate(12, 1), tokens_per_s=2000, status="stopped-early")
+    assert choose([a, b, c], 100, None) is a
+    assert choose([a, b, c], 20, None) is b
+    assert choose([c], None, None) is None
+    assert should_stop_early(500, 1000) and not should_stop_early(900, 1000)
+
+
+def _facts(cores=16, nodes=1):
+    return HostFacts(cpu=CpuFacts(logical_cpus=cores, physical_cores=cores,
+                                  numa_nodes=[NumaNode(id=i, cpus=list(range(i * cores // nodes, (i + 1) * cores // nodes)))
+                                              for i in range(nodes)]),
+                     memory=MemoryFacts(total_bytes=64 << 30, available_bytes=60 << 30))
+
+
+def test_run_trial_measures_the_double(tmp_path):
+    spec = TrialSpec(str(REPO / "recipes" / "tiny-moe-lora.yaml"), [], tmp_path, warmup_steps=2, measure_steps=4,
+                     command=FAKE)
+    t = run_trial(spec, Candidate(8, 1), 0, None)
+    assert t.status == "ok", t.note
+    assert t.tokens_per_s == pytest.approx(4000 * 1.04, rel=0.25)
+    assert t.peak_host_rss_gib and t.peak_host_rss_gib > 0.03   # the double holds 50 MB resident
+    assert t.peak_gpu_gib == pytest.approx(0.52)
+
+
+def test_tune_end_to_end_picks_the_peak_and_beats_all_cores(tmp_path, monkeypatch):
+    monkeypatch.setattr(api, "TrialSpec", lambda *a, **k: TrialSpec(*a, **k, command=FAKE))
+    res = api.tune(str(REPO / "recipes" / "tiny-moe-lora.yaml"), budget_minutes=5, workdir=str(tmp_path),
+                   warmup_steps=2, measure_steps=3, facts=_facts(16, 1))
+    data = res.to_json()
+    assert data["chosen"]["kt_num_threads"] == 8
+    assert data["speedup_vs_all_cores"] > 1.2     # simulated curve: 4000 vs 3200 tok/s at 16 threads, before stage two
+    assert res.baseline.candidate == Candidate(16, 1)
+    assert (tmp_path / "tune.json").exists()
+    assert api.tuned_overrides(tmp_path / "tune.json")[-1].startswith("train.kt_config.kt_threadpool_count=")
+
+
+def test_failed_candidate_is_reported_not_fatal(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL_THREADS", "8")
+    monkeypatch.setattr(api, "TrialSpec", lambda *a, **k: TrialSpec(*a, **k, command=FAKE))
+    res = api.tune(str(REPO / "recipes" / "tiny-moe-lora.yaml"), budget_minutes=5, workdir=str(tmp_path),
+                   warmup_steps=1, measure_steps=2, facts=_facts(8, 1))
+    first = res.trials[0]
+    assert first.candidate.kt_num_threads == 8 and first.status == "failed"
+    assert "simulated KT failure" in first.note
+    assert res.chosen is not None and res.chosen.status == "ok"
