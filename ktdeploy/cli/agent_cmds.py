@@ -29,9 +29,16 @@ def train(
     run_root: Optional[str] = typer.Option(None, "--run-root", help="Where run records go (default: "
                                                                      "<output_dir's parent>/.ktdeploy-runs/<name>)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan (dry run) or the summary as JSON."),
+    tuned: Optional[Path] = typer.Option(None, "--tuned", help="Apply the settings chosen by `ktdeploy tune` "
+                                                                "(its tune.json) to the rendered training YAML."),
 ) -> None:
     """Fine-tune on this host: validate -> doctor -> render -> accelerate launch LlamaFactory with KT."""
     from ktdeploy.agent.train import execute, plan_train
+
+    if tuned is not None:
+        from ktdeploy.tune.api import tuned_overrides
+
+        set_ = list(set_) + tuned_overrides(tuned)
 
     plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root)
     for w in plan.warnings:
