@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_train_applies_tune_record_without_touching_the_recipe(tmp_path):
+    recipe = REPO / "recipes" / "tiny-moe-lora.yaml"
+    before = recipe.read_bytes()
+    record = tmp_path / "tune.json"
+    record.write_text(json.dumps({"chosen": {"kt_num_threads": 6, "kt_threadpool_count": 1,
+                                             "kt_cpu_activation": "retain"}}))
+    r = subprocess.run([sys.executable, "-m", "ktdeploy", "train", str(recipe), "--skip-doctor", "--dry-run", "--json",
+                        "--tuned", str(record), "--run-root", str(tmp_path / "runs")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    lines = [l.strip() for l in plan["train_yaml"].splitlines()]
+    assert "kt_num_threads: 6" in lines
+    assert "kt_threadpool_count: 1" in lines
+    assert "kt_cpu_activation: retain" in lines
+    assert recipe.read_bytes() == before
+
+
+def test_train_rejects_a_bad_tune_record(tmp_path):
+    bad = tmp_path / "tune.json"
+    bad.write_text("{not json")
+    r = subprocess.run([sys.executable, "-m", "ktdeploy", "train", str(REPO / "recipes" / "tiny-moe-lora.yaml"),
+                        "--skip-doctor", "--dry-run", "--tuned", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "not a tune record" in r.stderr and "Traceback" not in r.stderr
