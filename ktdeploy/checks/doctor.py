@@ -55,6 +55,10 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
     out += resources.docker_checks(facts)
     if recipe is not None and req is not None:
         out += resources.path_checks(facts, recipe, req)
+    if recipe is not None:
+        from ktdeploy.planner.doctor import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
+
+        out += plan_check_results(recipe, facts)
     if container_facts is not None:
         inner = _runtime_checks(container_facts, recipe, req)
         for r in inner:

@@ -85,3 +85,15 @@ def test_unknown_capacity_skips(bf16):
     r, _ = bf16
     res = _by_name(plan_check_results(r, HostFacts()))
     assert all(x.status == "skip" for x in res.values())
+
+
+def test_doctor_run_checks_gates_on_the_plan(bf16):
+    from ktdeploy.checks.doctor import run_checks
+
+    r, plan = bf16
+    facts = _facts(r, plan.host_memory_gib - 40, 80 * 1024, plan.disk_gib + 10)
+    checks = {c.name: c for c in run_checks(facts, r)}
+    assert checks["plan.host_memory"].status == "fail"
+    assert "short by 40.0 GiB" in checks["plan.host_memory"].detail
+    assert checks["plan.host_memory"].fix          # names the knob and the new figure
+    assert checks["plan.gpu_memory"].status == "pass" and checks["plan.disk"].status == "pass"
