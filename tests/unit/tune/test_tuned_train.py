@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ def test_train_rejects_a_bad_tune_record(tmp_path):
     bad = tmp_path / "tune.json"
     bad.write_text("{not json")
     r = subprocess.run([sys.executable, "-m", "ktdeploy", "train", str(REPO / "recipes" / "tiny-moe-lora.yaml"),
-                        "--skip-doctor", "--dry-run", "--tuned", str(bad)], capture_output=True, text=True)
+                        "--skip-doctor", "--dry-run", "--tuned", str(bad)], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "250"})
     assert r.returncode == 2
     assert "not a tune record" in r.stderr and "Traceback" not in r.stderr
