@@ -25,8 +25,11 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "recipe_cmds",   # check, render
     "plan_cmds",     # plan
+    "image_cmds",    # image build|save|load|layers
     "doctor_cmds",   # doctor
     "agent_cmds",    # train, convert, serve, tiny-model
+    "tune_cmds",     # tune
+    "up_cmds",       # up, status, logs, down
 ]
 
 for _name in COMMAND_MODULES:

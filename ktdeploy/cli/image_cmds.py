@@ -1,0 +1,102 @@
+"""`ktdeploy image build|save|load|layers`: the ktsft images, built offline, shipped without a registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ktdeploy.cli import app
+from ktdeploy.cli.render import console, err_console, print_json
+
+image_app = typer.Typer(help="Build, save and load the ktsft images (one per CPU ISA), offline.",
+                        no_args_is_help=True)
+app.add_typer(image_app, name="image")
+
+
+def _tags(repo: str, isa: str) -> list[str]:
+    from ktdeploy.images.variants import expand_isa, image_tag
+
+    return [image_tag(repo, v) for v in expand_isa(isa)]
+
+
+@image_app.command("build")
+def build_cmd(
+    isa: str = typer.Option("all", "--isa", help="amx, avx512, avx2 or all."),
+    stack: str = typer.Option("full", "--stack", help="full: the KT stack; reduced: ktdeploy only (CI)."),
+    repo: str = typer.Option(None, "--repo", help="Image repository (default ktsft, or ktsft-reduced)."),
+    base_image: str = typer.Option("ktdeploy/base:bookworm", "--base-image",
+                                   help="Python 3.11 base image (e.g. your CUDA base)."),
+    wheelhouse: Path = typer.Option(None, "--wheelhouse", help="Wheel folder (default .wheelhouse/<stack>)."),
+    port: int = typer.Option(38711, "--wheelhouse-port", help="Loopback port the wheelhouse is served on."),
+    context: Path = typer.Option(None, "--context", help="Repo folder with the Dockerfile."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild every layer."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the step lines of docker build."),
+    as_json: bool = typer.Option(False, "--json", help="Print the build report as JSON."),
+) -> None:
+    """Build ktsft:<isa> from the Dockerfile and the hash-locked wheelhouse; fails if verification fails."""
+    from dataclasses import asdict
+
+    from ktdeploy.images.build import BuildOptions, build, find_context
+    from ktdeploy.images.variants import expand_isa
+
+    opts = BuildOptions(context=find_context(context), isas=expand_isa(isa), stack=stack, repo=repo,
+                        base_image=base_image, wheelhouse=wheelhouse, port=port, no_cache=no_cache)
+
+    def show(line: str) -> None:
+        if not quiet or line.startswith(("Step ", "verify_stack", "Successfully")):
+            err_console.print(line, markup=False, highlight=False)
+
+    report = build(opts, on_line=show)
+    if as_json:
+        print_json(asdict(report))
+        return
+    for tag, image_id in report.images.items():
+        console.print(f"[green]built[/green] {tag}  {image_id[7:19]}  {report.sizes[tag] / 1e9:.2f} GB  "
+                      f"{report.seconds[tag]:.0f}s", highlight=False)
+    extra = {t: len(v) for t, v in report.extra_layers.items()}
+    console.print(f"variants share {report.shared_layers} filesystem layers; extra layers per variant: "
+                  f"{extra or 'n/a'}; lock sha256 {report.lock_sha256[:16]}…", highlight=False)
+
+
+@image_app.command("save")
+def save_cmd(
+    output: Path = typer.Option(..., "--output", "-o", help="Tarball to write (must not exist)."),
+    isa: str = typer.Option("all", "--isa", help="amx, avx512, avx2 or all."),
+    repo: str = typer.Option("ktsft", "--repo"),
+) -> None:
+    """Write the images to one tarball for hosts without a registry (shared layers stored once)."""
+    from ktdeploy.images.build import save
+
+    tags = _tags(repo, isa)
+    size = save(tags, output)
+    console.print(f"saved {', '.join(tags)} -> {output} ({size / 1e9:.2f} GB); on the target host: "
+                  f"ktdeploy image load {output.name}", highlight=False)
+
+
+@image_app.command("load")
+def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdeploy image save`.")) -> None:
+    """Load images from a tarball (docker load)."""
+    from ktdeploy.images.build import load
+
+    for ref in load(archive):
+        console.print(f"loaded {ref}", highlight=False)
+
+
+@image_app.command("layers")
+def layers_cmd(
+    isa: str = typer.Option("all", "--isa"),
+    repo: str = typer.Option("ktsft", "--repo"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Show which filesystem layers the variants share (they should differ in config only)."""
+    from ktdeploy.images import docker_cli
+
+    data = {t: docker_cli.layers(t) for t in _tags(repo, isa)}
+    if as_json:
+        print_json(data)
+        return
+    first = next(iter(data.values()))
+    for tag, ls in data.items():
+        shared = sum(1 for layer in ls if layer in first)
+        console.print(f"{tag}: {len(ls)} layers, {shared} shared with {next(iter(data))}", highlight=False)
