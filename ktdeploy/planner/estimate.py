@@ -111,6 +111,8 @@ class Setup:
     save_steps: int | None
     max_steps: int | None
     save_only_model: bool
+    save_strategy: str
+    num_train_epochs: float
     num_gpu_experts: int
     weight_lifecycle: str
 
@@ -195,6 +197,8 @@ def setup_from(train: dict, accelerate: dict, gpus: int | None = None) -> Setup:
         save_steps=_int(train.get("save_steps"), None),
         max_steps=_int(train.get("max_steps"), None) if (_int(train.get("max_steps"), -1) or -1) > 0 else None,
         save_only_model=_bool(train.get("save_only_model"), False),
+        save_strategy=str(train.get("save_strategy") or "steps").lower(),
+        num_train_epochs=float(train.get("num_train_epochs") or 3.0),
         num_gpu_experts=_int(kt.get("kt_num_gpu_experts"), 0) or 0,
         weight_lifecycle=str(kt.get("kt_weight_lifecycle") or "persistent").lower(),
     )
@@ -381,6 +385,11 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
 
 def _kept_checkpoints(s: Setup) -> tuple[int, str]:
     """checkpoint-* dirs on disk at the end: save_total_limit, else the count save_steps implies."""
+    if s.save_strategy == "no":
+        return 0, ""
+    if s.save_strategy == "epoch":
+        n = max(1, math.ceil(s.num_train_epochs))
+        return (min(n, s.save_total_limit) if s.save_total_limit else n), ""
     if s.save_total_limit:
         return s.save_total_limit, ""
     if s.save_steps and s.max_steps:

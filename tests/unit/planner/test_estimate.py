@@ -108,3 +108,12 @@ def test_disk_scales_with_kept_checkpoints(arch):
     assert five > one
     plan = estimate(_dicts(), arch)      # no save_total_limit and no max_steps: an assumption, said out loud
     assert any("save_total_limit" in n for n in plan.notes)
+
+
+def test_save_strategy_no_and_epoch(arch):
+    none = estimate(_dicts(save_strategy="no"), arch)
+    assert next(t.gib for t in none.terms("disk") if t.name == "checkpoints") == 0
+    epochs = estimate(_dicts(save_strategy="epoch", num_train_epochs=2), arch)
+    limit1 = estimate(_dicts(save_total_limit=1), arch)
+    ck = lambda p: next(t.gib for t in p.terms("disk") if t.name == "checkpoints")  # noqa: E731
+    assert ck(epochs) == pytest.approx(2 * ck(limit1))
