@@ -1,0 +1,141 @@
+"""`ktdeploy up`, `status`, `logs`, `down`: parse, call ktdeploy.api, render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ktdeploy.cli import app
+from ktdeploy.cli.render import console, print_json
+
+HOST_HELP = "Target host: localhost (no SSH), host, user@host, ssh://user@host:port, docker://CONTAINER."
+
+
+def _ssh(key, known_hosts, accept_new) -> dict:
+    out = {}
+    if key:
+        out["key"] = str(key)
+    if known_hosts:
+        out["known_hosts"] = str(known_hosts)
+    if accept_new:
+        out["accept_new_host_key"] = True
+    return out
+
+
+@app.command()
+def up(
+    recipe: Optional[Path] = typer.Argument(None, help="Recipe YAML (default: the shipped tiny recipe)."),
+    host: str = typer.Option("localhost", "--host", "-H", help=HOST_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (stages, exact docker commands, rendered "
+                                                          "files) and change nothing."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="'auto' (newest complete checkpoint-*) or a checkpoint path."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Start training and return; do not follow/convert/serve."),
+    waive: list[str] = typer.Option([], "--waive", help="Waive a failing doctor check by name (recorded, loudly "
+                                                        "printed; e.g. gpu.present on CPU-only test hosts)."),
+    image_tar: Optional[Path] = typer.Option(None, "--image-tar", help="Image tarball from `ktdeploy image save`, "
+                                                                         "shipped when the host lacks the image."),
+    set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE."),
+    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="SSH private key."),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (host keys are checked)."),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="Record a never-seen host key "
+                                                                                   "(a changed key is always refused)."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Plain progress lines instead of a progress bar."),
+) -> None:
+    """Provision HOST and run the recipe there: doctor -> runtime -> image -> volumes -> train -> follow -> convert -> serve.
+
+    Each stage is skipped when already satisfied; a second `up` of a running or finished job changes nothing.
+    Ctrl-C stops following, never training."""
+    from ktdeploy import api
+    from ktdeploy.follow import ProgressView
+
+    factory = None
+    if not no_progress and console.is_terminal:
+        factory = lambda name: ProgressView(name, console=console)  # noqa: E731
+    api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive,
+           image_tar=str(image_tar) if image_tar else None, overrides=set_,
+           ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
+           print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
+
+
+@app.command()
+def status(
+    host: Optional[str] = typer.Option(None, "--host", "-H", help="Only runs on this host (as given to up)."),
+    run: Optional[str] = typer.Option(None, "--run", help="A run id (or unique prefix)."),
+    all_: bool = typer.Option(False, "--all", help="List every recorded run."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key"),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts"),
+) -> None:
+    """The latest run's recorded state, plus the container's live state and training progress."""
+    from ktdeploy import api
+    from ktdeploy.follow import LogEntry, describe
+    from ktdeploy.runs import find_runs
+
+    if all_:
+        rows = [r.status() for r in find_runs(host)]
+        if as_json:
+            print_json(rows)
+            return
+        from rich.table import Table
+
+        t = Table("run", "host", "recipe", "state", "container")
+        for s in rows:
+            t.add_row(s.get("id", ""), s.get("host", ""), s.get("recipe", ""), s.get("state", ""), s.get("container", ""))
+        console.print(t)
+        return
+    st = api.status(host, run, ssh=_ssh(ssh_key, known_hosts, False))
+    if as_json:
+        print_json(st)
+        return
+    live = st.get("live") or {}
+    console.print(f"[bold]{st['id']}[/]  host {st['host']}  recipe {st['recipe']}  recorded state [bold]{st['state']}[/]",
+                  highlight=False)
+    console.print(f"  container {st['container']}: ", end="", highlight=False)
+    c = live.get("container")
+    if live.get("error"):
+        console.print(f"[red]host unreachable[/] ({live['error']})", highlight=False)
+    elif c is None:
+        console.print("absent", highlight=False)
+    else:
+        code = "" if c["status"] == "running" else f" exit {c['exit_code']}" + (" OOM-killed" if c["oom_killed"] else "")
+        console.print(f"{c['status']}{code}", highlight=False)
+    p = live.get("progress")
+    if p:
+        console.print("  " + describe(LogEntry(**p)), highlight=False)
+    s = live.get("serve")
+    if s:
+        console.print(f"  serving {st['serve_container']}: {s['status']}", highlight=False)
+    console.print(f"  record {st['record']}", highlight=False)
+
+
+@app.command()
+def logs(
+    host: Optional[str] = typer.Option(None, "--host", "-H"),
+    run: Optional[str] = typer.Option(None, "--run"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the container exits (Ctrl-C stops)."),
+    tail: int = typer.Option(100, "--tail", help="Lines from the end to start with."),
+    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key"),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts"),
+) -> None:
+    """The training container's log (docker logs) of the latest run."""
+    from ktdeploy import api
+
+    api.logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
+             write=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
+
+
+@app.command()
+def down(
+    host: Optional[str] = typer.Option(None, "--host", "-H"),
+    run: Optional[str] = typer.Option(None, "--run"),
+    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key"),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts"),
+) -> None:
+    """Stop and remove the latest run's containers (training, serving). Output and checkpoints stay."""
+    from ktdeploy import api
+
+    done = api.down(host, run, ssh=_ssh(ssh_key, known_hosts, False))
+    for name, what in done.items():
+        console.print(f"{name}: {what}", highlight=False)

@@ -1,0 +1,94 @@
+"""docker command lines for the job's containers (pure). Every host path goes through ``--mount`` with CSV
+quoting, so paths with ``,``, ``:`` or spaces cannot change the mount's meaning; argv lists only."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+JOB_MOUNT = "/ktdeploy-job"        # where the shipped recipe lands in the container (docker cp)
+CONTAINER_RECIPE = f"{JOB_MOUNT}/recipe.yaml"
+
+# What KT needs from its container (kt-facts: NUMA binding needs SYS_NICE, pinned memory needs memlock,
+# NCCL/dataloader shared memory needs the host IPC namespace). Never --privileged.
+KT_RUNTIME_FLAGS = ("--ipc=host", "--cap-add", "SYS_NICE")
+MEMLOCK_FLAGS = ("--ulimit", "memlock=-1:-1")
+
+
+def runtime_flags(memlock: bool = True) -> list[str]:
+    return [*KT_RUNTIME_FLAGS, *(MEMLOCK_FLAGS if memlock else ())]
+
+
+def mount(source: str, target: str | None = None, readonly: bool = False) -> list[str]:
+    fields = ["type=bind", f"source={source}", f"target={target or source}"]
+    if readonly:
+        fields.append("readonly")
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(fields)
+    return ["--mount", buf.getvalue()]
+
+
+def gpu_flags(gpus: list[int] | None) -> list[str]:
+    """``--gpus "device=2,3"`` (the inner quotes are part of the value: docker parses it as CSV)."""
+    if not gpus:
+        return []
+    return ["--gpus", '"device=' + ",".join(str(g) for g in gpus) + '"']
+
+
+def labels(job: str, run_id: str, role: str, output_dir: str) -> list[str]:
+    return ["--label", f"ktdeploy.job={job}", "--label", f"ktdeploy.run={run_id}", "--label", f"ktdeploy.role={role}",
+            "--label", f"ktdeploy.output={output_dir}"]
+
+
+def create_train(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
+                 memlock: bool = True) -> list[str]:
+    return ["docker", "create", "--name", name, *labels(name, run_id, "train", output_dir),
+            *gpu_flags(gpus), *runtime_flags(memlock),
+            *mount(volumes.model, readonly=True), *mount(volumes.data), *mount(volumes.output),
+            "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1",
+            "--", image, "train", CONTAINER_RECIPE]
+
+
+def run_convert(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str) -> list[str]:
+    return ["docker", "run", "--rm", "--name", name, *labels(name, run_id, "convert", output_dir),
+            *mount(volumes.model, readonly=True), *mount(volumes.output),
+            "--", image, "convert", output_dir, "-o", adapter_dir]
+
+
+def create_serve(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str,
+                 gpus: list[int] | None, memlock: bool = True) -> list[str]:
+    return ["docker", "create", "--name", name, *labels(name, run_id, "serve", output_dir),
+            "--network", "host", "--restart", "unless-stopped", *gpu_flags(gpus), *runtime_flags(memlock),
+            *mount(volumes.model, readonly=True), *mount(volumes.output, readonly=True),
+            "--", image, "serve", CONTAINER_RECIPE, "--adapter", adapter_dir]
+
+
+def copy_job(job_dir: str, name: str) -> list[str]:
+    return ["docker", "cp", "--", f"{job_dir}/.", f"{name}:{JOB_MOUNT}"]
+
+
+def start(name: str) -> list[str]:
+    return ["docker", "start", "--", name]
+
+
+def remove(name: str) -> list[str]:
+    return ["docker", "rm", "--force", "--", name]
+
+
+def exists_probe(name: str) -> list[str]:
+    return ["docker", "inspect", "--type", "container", "--format", "{{.Id}}", "--", name]
+
+
+def started_probe(name: str) -> list[str]:
+    """exit 0 once the container has been started at least once (running or exited)."""
+    return ["sh", "-c", '[ -n "$(docker inspect --type container --format "{{if ne .State.StartedAt \\"0001-01-01T00:00:00Z\\"}}'
+                        'started{{end}}" -- "$1" 2>/dev/null)" ]', "ktdeploy-probe", name]
+
+
+def running_probe(name: str) -> list[str]:
+    return ["sh", "-c", '[ "$(docker inspect --type container --format "{{.State.Running}}" -- "$1" 2>/dev/null)" = true ]',
+            "ktdeploy-probe", name]
+
+
+def image_probe(ref: str) -> list[str]:
+    return ["docker", "image", "inspect", "--format", "{{.Id}}", "--", ref]

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""TEST DOUBLE of the training image's agent, for CPU-only test hosts. NOT the trainer.
+
+    fake_llamafactory.py train RECIPE.yaml       # writes what LlamaFactory + HF Trainer write, on a timer
+    fake_llamafactory.py convert OUT -o ADAPTER  # writes a placeholder adapter (marked as fake)
+    fake_llamafactory.py serve RECIPE --adapter DIR   # an HTTP server answering /health and /v1/models
+
+``train`` writes ``trainer_log.jsonl`` lines with LlamaFactory's LogCallback keys (current_steps, total_steps,
+loss, lr, epoch, percentage, elapsed_time, remaining_time, throughput, total_tokens) every ``logging_steps``,
+and ``checkpoint-N`` folders every ``save_steps`` in HF Trainer's order (weights, optimizer, scheduler, RNG
+state, trainer_state.json last), honours ``resume_from_checkpoint`` and ``overwrite_output_dir: false`` like
+LlamaFactory, and at the end writes train_results.json / all_results.json / trainer_state.json and the loss
+plot. Knobs (files in the data volume, so a test can set them without touching the recipe):
+  fake_crash_at_step   crash (exit 1, traceback on stderr) when this step is reached
+  fake_step_seconds    seconds per step (default 0.2)
+Total steps: train.max_steps (default 30).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from datetime import timedelta
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# 1x1 transparent PNG: stands in for LlamaFactory's training_loss.png
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
+
+
+def load_yaml(path):
+    from ruamel.yaml import YAML
+
+    with open(path, encoding="utf-8") as f:
+        return YAML(typ="safe", pure=True).load(f)
+
+
+def knob(data_dir, name, cast, default):
+    p = os.path.join(data_dir or "/nonexistent", name)
+    try:
+        with open(p) as f:
+            return cast(f.read().strip())
+    except (OSError, ValueError):
+        return default
+
+
+def write(path, data, mode="w"):
+    with open(path, mode) as f:
+        f.write(data)
+
+
+def save_checkpoint(out, step, state, world_size, pause):
+    d = os.path.join(out, f"checkpoint-{step}")
+    os.makedirs(d, exist_ok=True)
+    write(os.path.join(d, "adapter_model.safetensors"), b"\0" * 64, "wb")
+    write(os.path.join(d, "adapter_config.json"), json.dumps({"r": 8, "peft_type": "LORA"}))
+    time.sleep(pause)
+    write(os.path.join(d, "optimizer.pt"), b"\0" * 128, "wb")
+    time.sleep(pause)
+    write(os.path.join(d, "scheduler.pt"), b"\0" * 8, "wb")
+    for rank in range(world_size):
+        name = "rng_state.pth" if world_size == 1 else f"rng_state_{rank}.pth"
+        write(os.path.join(d, name), b"\0" * 8, "wb")
+    write(os.path.join(d, "training_args.bin"), b"\0" * 8, "wb")
+    time.sleep(pause)
+    write(os.path.join(d, "trainer_state.json"), json.dumps(state, indent=2))
+
+
+def train(recipe_path):
+    doc = load_yaml(recipe_path)
+    t, acc = doc.get("train", {}), doc.get("accelerate", {})
+    data_dir = t.get("dataset_dir")
+    out = t["output_dir"]
+    total = int(t.get("max_steps") or 30)
+    log_every = int(t.get("logging_steps") or 5)
+    save_every = int(t.get("save_steps") or 10)
+    world = int(acc.get("num_processes") or 1)
+    lr0 = float(t.get("learning_rate") or 1e-4)
+    step_s = knob(data_dir, "fake_step_seconds", float, 0.2)
+    crash_at = knob(data_dir, "fake_crash_at_step", int, None)
+    tokens_per_step = int(t.get("cutoff_len") or 512) * int(t.get("per_device_train_batch_size") or 1) * world
+    print(f"[fake-llamafactory] TEST DOUBLE training {out}: {total} steps", flush=True)
+    resume = t.get("resume_from_checkpoint")
+    start = 0
+    history = []
+    if resume:
+        with open(os.path.join(resume, "trainer_state.json")) as f:
+            st = json.load(f)
+        start, history = int(st["global_step"]), st.get("log_history", [])
+        saved_world = len([n for n in os.listdir(resume) if n.startswith("rng_state")])
+        if saved_world != world:
+            print(f"ValueError: checkpoint saved with world size {saved_world}, now {world}", file=sys.stderr)
+            return 1
+        print(f"[fake-llamafactory] Resuming training from {resume} (step {start})", flush=True)
+    elif os.path.isdir(out) and os.listdir(out) and not t.get("overwrite_output_dir"):
+        if not any(n.startswith("checkpoint-") for n in os.listdir(out)):
+            print("ValueError: Output directory already exists and is not empty. Please set `overwrite_output_dir`.",
+                  file=sys.stderr)
+            return 1
+    os.makedirs(out, exist_ok=True)
+    t0 = time.time()
+    for step in range(start + 1, total + 1):
+        time.sleep(step_s)
+        if crash_at is not None and step == crash_at:
+            print("Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\n"
+                  f"RuntimeError: fake crash at step {step} (fake_crash_at_step)", file=sys.stderr, flush=True)
+            return 1
+        loss = round(2.5 * math.exp(-step / max(total, 1)) + 0.1, 4)
+        lr = lr0 * 0.5 * (1 + math.cos(math.pi * step / total))
+        epoch = round(step / total, 2)
+        if step % log_every == 0 or step == total:
+            history.append({"loss": loss, "learning_rate": lr, "epoch": epoch, "step": step})
+            el = time.time() - t0
+            done = step - start
+            entry = {"current_steps": step, "total_steps": total, "loss": loss, "lr": lr, "epoch": epoch,
+                     "percentage": round(step / total * 100, 2),
+                     "elapsed_time": str(timedelta(seconds=int(el))),
+                     "remaining_time": str(timedelta(seconds=int((total - step) * el / max(done, 1)))),
+                     "throughput": round(done * tokens_per_step / max(el, 1e-6), 2),
+                     "total_tokens": step * tokens_per_step}
+            write(os.path.join(out, "trainer_log.jsonl"), json.dumps(entry) + "\n", "a")
+            print(f"{{'loss': {loss}, 'learning_rate': {lr:.4e}, 'epoch': {epoch}}}", flush=True)
+        if step % save_every == 0:
+            state = {"global_step": step, "max_steps": total, "log_history": history, "epoch": epoch}
+            save_checkpoint(out, step, state, world, pause=step_s / 2)
+    metrics = {"epoch": 1.0, "train_loss": history[-1]["loss"] if history else None,
+               "train_runtime": round(time.time() - t0, 3), "total_flos": 0}
+    write(os.path.join(out, "adapter_model.safetensors"), b"\0" * 64, "wb")
+    write(os.path.join(out, "adapter_config.json"), json.dumps({"r": 8, "peft_type": "LORA"}))
+    write(os.path.join(out, "trainer_state.json"), json.dumps({"global_step": total, "log_history": history}))
+    write(os.path.join(out, "train_results.json"), json.dumps(metrics))
+    write(os.path.join(out, "all_results.json"), json.dumps(metrics))
+    write(os.path.join(out, "training_loss.png"), PNG, "wb")
+    print("[fake-llamafactory] training finished", flush=True)
+    return 0
+
+
+def convert(args):
+    out, adapter = args[0], args[args.index("-o") + 1]
+    if not os.path.exists(os.path.join(out, "adapter_model.safetensors")):
+        print(f"no adapter in {out}", file=sys.stderr)
+        return 2
+    os.makedirs(adapter, exist_ok=True)
+    write(os.path.join(adapter, "adapter_model.safetensors"), b"\0" * 64, "wb")
+    write(os.path.join(adapter, "adapter_config.json"), json.dumps({"r": 8, "converted_by": "TEST DOUBLE"}))
+    print(f"[fake-llamafactory] converted {out} -> {adapter}", flush=True)
+    return 0
+
+
+def serve(args):
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    doc = load_yaml(args[0])
+    s = (doc.get("deploy") or {}).get("serve") or {}
+    port = int(s.get("port", 30000))
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"ok": True, "fake": True, "lora": s.get("lora_name")}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+    print(f"[fake-llamafactory] TEST DOUBLE server on port {port}", flush=True)
+    HTTPServer((s.get("host", "127.0.0.1"), port), H).serve_forever()
+    return 0
+
+
+def main(argv):
+    if not argv:
+        print(__doc__)
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "train":
+        return train(rest[0])
+    if cmd == "convert":
+        return convert(rest)
+    if cmd == "serve":
+        return serve(rest)
+    print(f"unknown command {cmd}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,36 @@
+"""Build the TEST DOUBLE trainer image (tests/fakes/Dockerfile.fake-trainer) once per content hash."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+REPO = "ktdeploy/fake-trainer"
+
+
+def _ruamel_dir() -> Path:
+    import ruamel.yaml
+
+    return Path(ruamel.yaml.__file__).parent.parent
+
+
+def build_fake_image() -> str:
+    """Build (or reuse) the image; returns its reference 'ktdeploy/fake-trainer:<hash>'."""
+    h = hashlib.sha256()
+    for f in ("fake_llamafactory.py", "Dockerfile.fake-trainer"):
+        h.update((HERE / f).read_bytes())
+    ref = f"{REPO}:{h.hexdigest()[:12]}"
+    if subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0:
+        return ref
+    with tempfile.TemporaryDirectory() as ctx:
+        shutil.copy(HERE / "fake_llamafactory.py", ctx)
+        shutil.copy(HERE / "Dockerfile.fake-trainer", Path(ctx) / "Dockerfile")
+        shutil.copytree(_ruamel_dir(), Path(ctx) / "ruamel", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        p = subprocess.run(["docker", "build", "-q", "-t", ref, ctx], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"building the fake trainer image failed:\n{p.stderr[-2000:]}")
+    return ref
