@@ -47,8 +47,8 @@ MEASURED = {
                                                   "(545.36 GiB host RSS)"),
     # GPU memory not explained by the terms above, as a fraction of the modelled per-GPU allocations: caching-
     # allocator fragmentation, reserved-but-free blocks, loss temporaries. One-point fit: the same row's
-    # 27.14 GiB per GPU against 22.4 GiB modelled.
-    "gpu_slack_fraction": Measured(0.2161, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
+    # 27.14 GiB per GPU against 22.4 GiB modelled (context excluded).
+    "gpu_slack_fraction": Measured(0.2200, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
                                            "(27.14 GiB per GPU)"),
 }
 
@@ -327,9 +327,9 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
         add("gpu", "non-expert grads + AdamW (full FT)", arch.non_expert_params * 12 / (n if s.fsdp else 1),
             "fp32 gradients + fp32 exp_avg/exp_avg_sq for the non-expert params (12 B/param), sharded by FSDP")
     else:
-        mlp_io = 3 * (H + max(arch.shared_expert_intermediate_size, 0)) * arch.moe_layers \
-            + 3 * (H + arch.dense_intermediate_size) * (arch.num_layers - arch.moe_layers) \
-            if arch.dense_intermediate_size else 3 * (H + arch.shared_expert_intermediate_size) * arch.moe_layers
+        shared_io = 3 * (H + arch.shared_expert_intermediate_size) if arch.shared_expert_intermediate_size else 0
+        dense_io = 3 * (H + arch.dense_intermediate_size) if arch.dense_intermediate_size else 0
+        mlp_io = shared_io * arch.moe_layers + dense_io * (arch.num_layers - arch.moe_layers)
         gpu_lora = r * (arch.attention_linear_io * arch.num_layers + mlp_io)
         add("gpu", "non-expert LoRA + AdamW", gpu_lora * 16 / (n if s.fsdp else 1),
             f"rank {r} on attention and shared/dense MLP linears ({gpu_lora/1e6:.1f} M params): fp32 param, grad, "
