@@ -139,10 +139,14 @@ def build_model(size: str, model_dir: Path, samples: int = 400) -> dict:
 
 # ---------------------------------------------------------------- measuring one run
 class GpuSampler(threading.Thread):
-    def __init__(self, interval: float = 0.2):
+    """nvidia-smi memory.used every 0.2 s, and the arrival time of each line LlamaFactory appends to
+    trainer_log.jsonl (polled every 0.05 s): a launcher-independent clock for steady-state tokens/s."""
+
+    def __init__(self, trainer_log: Path | None = None, interval: float = 0.2):
         super().__init__(daemon=True)
         self.interval, self.peak, self.base = interval, 0, self._used()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
+        self.log_path, self.log_pos, self.log_rows = trainer_log, 0, []
 
     @staticmethod
     def _used() -> int:
@@ -153,13 +157,42 @@ class GpuSampler(threading.Thread):
         except Exception:
             return 0
 
+    def _poll_log(self) -> None:
+        p = self.log_path
+        if p is None or not p.exists() or p.stat().st_size <= self.log_pos:
+            return
+        now = time.monotonic()
+        with p.open() as f:
+            f.seek(self.log_pos)
+            chunk = f.read()
+        complete = chunk[: chunk.rfind("\n") + 1]
+        self.log_pos += len(complete.encode())
+        for line in complete.splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            self.log_rows.append((now, row.get("current_steps"), row.get("total_tokens")))
+
     def run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._used())
-            self._stop.wait(self.interval)
+        last_gpu = 0.0
+        while not self._halt.is_set():
+            if time.monotonic() - last_gpu >= self.interval:
+                self.peak = max(self.peak, self._used())
+                last_gpu = time.monotonic()
+            self._poll_log()
+            self._halt.wait(0.05)
+
+    def steady_tokens_per_s(self, skip: int = 1):
+        rows = [r for r in self.log_rows if r[1] is not None and r[2]]
+        rows = [r for r in rows if r[1] > skip]
+        if len(rows) < 3:
+            return None, 0
+        (t0, s0, k0), (t1, s1, k1) = rows[0], rows[-1]
+        return (round((k1 - k0) / (t1 - t0), 1) if t1 > t0 else None), s1 - s0
 
     def stop(self) -> float:
-        self._stop.set()
+        self._halt.set()
         self.join(5)
         return max(0, self.peak - self.base) / 1024  # GiB above the idle baseline
 
@@ -196,17 +229,20 @@ def read_outputs(out_dir: Path) -> dict:
 def measured(name: str, argv: list[str], out_dir: Path, log_dir: Path, timeout: float, env=None) -> dict:
     say(f"run {name}: {' '.join(argv)[:300]}")
     log_dir.mkdir(parents=True, exist_ok=True)
-    gpu = GpuSampler()
+    gpu = GpuSampler(out_dir / "trainer_log.jsonl")
     gpu.start()
     full_env = {**os.environ, "RECORD_VRAM": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     o = run_streaming(argv, env=full_env, cwd=str(REPO), log_path=log_dir / f"{name}.log", echo=None,
                       timeout=timeout)
     gpu_peak = gpu.stop()
+    gpu._poll_log()
+    steady, nsteps = gpu.steady_tokens_per_s()
     res = {"name": name, "rc": o.rc, "wall_s": round(o.wall_s, 1), "peak_host_rss_gib": round(o.peak_rss_gib, 3),
-           "peak_gpu_used_gib_nvsmi": round(gpu_peak, 3), **read_outputs(out_dir)}
+           "peak_gpu_used_gib_nvsmi": round(gpu_peak, 3), "steady_tokens_per_s": steady, "steady_steps": nsteps,
+           **read_outputs(out_dir)}
     if o.rc != 0:
         res["tail"] = o.tail[-25:]
-    say(f"  -> rc={o.rc} wall={o.wall_s:.0f}s tok/s={res.get('tokens_per_s')} rss={o.peak_rss_gib:.2f}GiB "
+    say(f"  -> rc={o.rc} wall={o.wall_s:.0f}s tok/s steady={steady} whole={res.get('tokens_per_s')} rss={o.peak_rss_gib:.2f}GiB "
         f"gpu_alloc={res.get('peak_gpu_alloc_gib')} nvsmi={gpu_peak:.2f} loss {res.get('loss_first')}->"
         f"{res.get('loss_last')}")
     if o.rc != 0:
@@ -253,6 +289,7 @@ def hand_train(name: str, like: dict, log_dir: Path, timeout: float, plain: bool
     from ruamel.yaml import YAML
 
     y = YAML(typ="safe", pure=True)
+    y.default_flow_style = False
     train = y.load(like["train_yaml"])
     train["output_dir"] = str(OUTPUT / name)
     if plain:  # plain LlamaFactory: no KT at all
@@ -295,6 +332,10 @@ def proof(work: Path, steps: int, timeout: float) -> dict:
                                           skip_doctor=True)
     if r["rc"] != 0:
         return out
+    err = OUTPUT / f"{name}.probe_logits.safetensors.error"
+    if err.exists():
+        out["probe_error"] = err.read_text()
+        say(f"probe failed: {out['probe_error']}")
     adapter = OUTPUT / f"{name}-sglang"
     c = sh([PY, "-m", "ktdeploy", "convert", str(OUTPUT / name), "-o", str(adapter), "--json"], timeout=300)
     say(f"convert rc={c.returncode} {c.stdout[-600:]} {c.stderr[-1500:]}")

@@ -69,11 +69,18 @@ def _callbacks() -> list:
             self.out_path = out_path
 
         def on_train_end(self, args, state, control, model=None, processing_class=None, **kw):
+            if not _rank0() or model is None or processing_class is None:
+                return
+            try:
+                self._probe(model, processing_class)
+            except Exception as err:  # never fail a finished training run over the probe
+                with open(self.out_path + ".error", "w") as f:
+                    f.write(f"{type(err).__name__}: {err}\n")
+
+        def _probe(self, model, processing_class):
             import torch
             from safetensors.torch import save_file
 
-            if not _rank0() or model is None or processing_class is None:
-                return
             tok = getattr(processing_class, "tokenizer", processing_class)
             device = next(p for p in model.parameters() if p.device.type != "meta").device
             was_training = model.training

@@ -73,18 +73,18 @@ class _Sampler(threading.Thread):
     def __init__(self, pid: int, interval: float):
         super().__init__(daemon=True)
         self.pid, self.interval, self.peak = pid, interval, 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 self.peak = max(self.peak, tree_rss_bytes(self.pid))
             except Exception:  # a process vanished mid-scan; the next sample is fine
                 pass
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5)
 
 

@@ -20,6 +20,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 DATASET_NAME = "tiny_sft"
+# Long samples (~200-450 tokens): a step then holds enough tokens for the CPU experts to dominate it.
+LONG_DATASET_NAME = "tiny_sft_long"
 
 
 @dataclass(frozen=True)
@@ -71,9 +73,9 @@ _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo l
           "north south east west river stone cloud ember frost maple cedar").split()
 
 
-def _sample(rng: random.Random) -> dict:
+def _sample(rng: random.Random, lo: int = 3, hi: int = 12) -> dict:
     """One instruction/answer pair from a few deterministic tasks, so the loss has something to learn."""
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(3, 12))]
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(lo, hi))]
     task = rng.randrange(4)
     text = " ".join(words)
     if task == 0:
@@ -91,9 +93,12 @@ def build_dataset(data_dir: Path, num_samples: int, seed: int = 0, heldout: int 
     data_dir.mkdir(parents=True, exist_ok=True)
     rows = [_sample(rng) for _ in range(num_samples)]
     (data_dir / f"{DATASET_NAME}.json").write_text(json.dumps(rows, indent=1))
+    long_rows = [_sample(rng, 90, 200) for _ in range(num_samples)]
+    (data_dir / f"{LONG_DATASET_NAME}.json").write_text(json.dumps(long_rows, indent=1))
     info_path = data_dir / "dataset_info.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     info[DATASET_NAME] = {"file_name": f"{DATASET_NAME}.json"}
+    info[LONG_DATASET_NAME] = {"file_name": f"{LONG_DATASET_NAME}.json"}
     info_path.write_text(json.dumps(info, indent=2))
     held = [_sample(random.Random(10_000 + seed + i)) for i in range(heldout)]
     out = data_dir / "heldout_prompts.json"

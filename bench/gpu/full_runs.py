@@ -1,0 +1,69 @@
+"""The full GPU experiment (imported by gpu_bench.py in `full` mode): every figure in one device call.
+
+(proof)  small tiny model: ktdeploy train -> ktdeploy convert -> numeric check of the adapter
+(a)      medium model: `ktdeploy train` vs the same LlamaFactory run launched by hand (LlamaFactory's own
+         launcher, the YAMLs ktdeploy rendered), tokens/s ratio
+(b)      medium model: the derived kt_num_threads/kt_threadpool_count (the (a) ktdeploy run) vs hand settings
+(c)      medium model: KT vs plain LlamaFactory (use_kt off, same YAML otherwise), GPU memory
+(peaks)  small / medium / large: peak host RSS and GPU memory, written as gpu_peaks.json for the planner
+
+The medium model (hidden 1024, 8 layers, 64 experts, top-8, expert width 512) on the long synthetic
+dataset (cutoff 512, batch 4) is where the CPU experts dominate a step.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gpu_bench as gb
+
+PERF = ["train.dataset=tiny_sft_long", "train.learning_rate=1.0e-4"]
+
+
+def _left(budget: float, t0: float) -> float:
+    return budget - (time.monotonic() - t0)
+
+
+def run(work, budget: float, t0: float) -> dict:
+    out: dict = {}
+    logs = work / "logs"
+    small = gb.MODELS / "tiny-qwen3-moe"
+    medium = gb.MODELS / "tiny-medium"
+    large = gb.MODELS / "tiny-large"
+    cfg = {"small": gb.build_model("small", small), "medium": gb.build_model("medium", medium)}
+    steps = 10
+
+    out["proof"] = gb.proof(work, steps=40, timeout=200)
+
+    # (a) ktdeploy train vs by hand, same rendered YAMLs; the ktdeploy run also fills derived threads (b)
+    a_kt = gb.ktdeploy_train("a-ktdeploy", medium, steps, logs, 150, extra=PERF)
+    a_hand = gb.hand_train("a-hand", a_kt, logs, 150) if a_kt.get("train_yaml") else {"error": "no rendered yaml"}
+    out["a"] = {"ktdeploy": a_kt, "hand": a_hand}
+    derived = gb.threads_of(a_kt)
+    out["derived_threads"] = derived
+
+    # (c) plain LlamaFactory on the same model and data
+    out["c_plain"] = gb.hand_train("c-plain", a_kt, logs, 150, plain=True) if a_kt.get("train_yaml") else None
+
+    # (b) hand settings of kt_num_threads (threadpools: 1 NUMA node here), most informative first
+    def sweep(values):
+        for t in values:
+            if t == derived[0]:
+                continue
+            if _left(budget, t0) < 75:
+                gb.say(f"sweep stopped before threads={t}: budget")
+                return
+            out["b_sweep"].append(gb.ktdeploy_train(f"b-threads-{t}", medium, steps, logs, 100,
+                                                    extra=PERF + [f"train.kt_config.kt_num_threads={t}",
+                                                                  "train.kt_config.kt_threadpool_count=1"]))
+
+    out["b_sweep"] = []
+    sweep((8, 16))
+
+    # (peaks) third size for the planner
+    if _left(budget, t0) > 140:
+        cfg["large"] = gb.build_model("large", large)
+        out["large"] = gb.ktdeploy_train("peaks-large", large, 8, logs, min(120, _left(budget, t0) - 15), extra=PERF)
+    sweep((4, 12, 6))
+    out["model_configs"] = cfg
+    return out
