@@ -54,3 +54,24 @@ COOKBOOK_QWEN3_235B = Anchor(
 )
 
 ANCHORS = [COOKBOOK_QWEN3_235B]
+
+
+# Held out (never fitted): the KT release notes' rounded host figures for DeepSeek-V3.1 LoRA (kt-facts.md:
+# "native-FP8 LoRA about 800 GB host vs about 1.4 TB BF16"). Their YAML is not published; the A.1/A.2 pair with
+# the DeepSeek dimensions stands in, so these rows test the order of magnitude and the FP8/BF16 ratio only.
+def _deepseek(fmt: str) -> dict:
+    t = {**_A1_TRAIN, "model_name_or_path": "/data/models/DeepSeek-V3",
+         "kt_config": {**_A1_TRAIN["kt_config"], "kt_expert_weight_format": fmt}}
+    return t
+
+
+HELD_OUT = [
+    Anchor(name="KT notes DeepSeek-V3.1 FP8 LoRA (about 800 GB)",
+           model_config=shipped_models_dir() / "DeepSeek-V3.json", train=_deepseek("fp8"),
+           accelerate=_A2_ACCELERATE, peak_host_rss_gib=800e9 / 2**30, peak_gpu_mem_gib=None,
+           source="KT release notes via kt-facts.md (rounded, setup unpublished)"),
+    Anchor(name="KT notes DeepSeek-V3.1 BF16 LoRA (about 1.4 TB)",
+           model_config=shipped_models_dir() / "DeepSeek-V3.json", train=_deepseek("bf16"),
+           accelerate=_A2_ACCELERATE, peak_host_rss_gib=1.4e12 / 2**30, peak_gpu_mem_gib=None,
+           source="KT release notes via kt-facts.md (rounded, setup unpublished)"),
+]
