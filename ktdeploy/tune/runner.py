@@ -60,7 +60,7 @@ def trial_argv(spec: TrialSpec, cand: Candidate, out_dir: Path) -> list[str]:
         sets.append(f"train.{key}={json.dumps(value)}")
     total = spec.warmup_steps + spec.measure_steps
     sets += [f"train.output_dir={out_dir}", f"train.max_steps={total}", "train.logging_steps=1",
-             "train.save_strategy=no", "train.plot_loss=false", "train.include_num_input_tokens_seen=true",
+             "train.save_strategy=no", "train.plot_loss=false", "train.include_num_input_tokens_seen=non_padding",
              "train.resume_from_checkpoint=null"]
     argv = [*spec.command, spec.recipe, "--skip-doctor",
             "--run-root", str(out_dir.parent / (out_dir.name + "-record"))]
