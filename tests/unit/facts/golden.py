@@ -12,7 +12,7 @@ GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
 
 def folders() -> list[Path]:
-    return sorted(p for p in GOLDEN.iterdir() if p.is_dir() and (p / "SOURCE.md").exists())
+    return sorted(p for p in GOLDEN.iterdir() if p.is_dir() and (p / "facts.json").exists())
 
 
 def facts_of(name: str) -> HostFacts:

@@ -25,3 +25,42 @@ def test_dev_machine_avx512_vm_container_without_amx_or_gpu():
     assert auto_backend(f, "amxint4") is None
     out = f.path("/nonexistent/output")
     assert out is not None and not out.exists and out.checked == "/"
+
+
+def test_haswell_is_avx2_only_vm():
+    f = facts_of("haswell-avx2-qemu")
+    assert f.cpu.has("avx2", "fma") and not f.cpu.has("avx512f")
+    assert f.layer == "vm" and f.virt.vm == "qemu" and f.virt.dmi_vendor == "QEMU"
+    assert f.probes.amx.avx512f_exec is False
+    assert best_variant(f) == "avx2" and kt_kernel_variant(f) == "avx2"
+    assert auto_backend(f, "bf16") == "BF16"
+    assert auto_backend(f, "fp8") is None and auto_backend(f, "int8") is None
+    assert f.docker.present is False and f.gpu.nvidia_smi == "missing"
+
+
+def test_two_socket_numa_with_smt():
+    f = facts_of("numa-2socket-qemu")
+    assert f.cpu.sockets == 2 and f.cpu.threads_per_core == 2 and f.cpu.logical_cpus == 8
+    assert f.cpu.physical_cores == 4
+    assert [(n.id, n.cpus) for n in f.cpu.numa_nodes] == [(0, [0, 1, 2, 3]), (1, [4, 5, 6, 7])]
+    from ktdeploy.checks.threads import derive_threads
+    assert derive_threads(f, 0) == (4, 2)
+    assert derive_threads(f, 1) == (3, 2)
+
+
+GPU_VM = GOLDEN / "gpu-h200-vm"
+
+
+@pytest.mark.skipif(not (GPU_VM / "cpuinfo.txt").exists(), reason="gpu-h200-vm outputs not recorded yet "
+                    "(the GPU helper records them on the GPU machine; see tests/golden/gpu-h200-vm/SOURCE.md)")
+def test_amx_xeon_vm_with_h200():
+    f = facts_of("gpu-h200-vm")
+    assert f.cpu.has("amx_tile", "amx_int8", "amx_bf16", "avx512_bf16") and f.cpu.hypervisor
+    if (GPU_VM / "nvidia_smi.txt").exists():
+        assert f.gpu.count >= 1 and "H200" in f.gpu.gpus[0].name and f.gpu.gpus[0].memory_total_mib > 100_000
+    if (GPU_VM / "amx_probe.json").exists():
+        p = f.probes.amx
+        assert p.listed and p.permission and (p.palettes or 0) >= 1 and p.tile_exec and p.correct
+        assert best_variant(f) == "amx" and auto_backend(f, "bf16") == "AMXBF16"
+    if (GPU_VM / "lscpu_json.txt").exists():
+        assert len(f.cpu.numa_nodes) >= 1
