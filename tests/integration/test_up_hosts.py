@@ -1,0 +1,260 @@
+"""`ktdeploy up` against real SSH hosts (sshd containers driving this machine's docker engine).
+
+Training runs the LlamaFactory TEST DOUBLE (tests/fakes/fake_llamafactory.py) in an image built FROM the
+ktdeploy base image; the real trainer is proven on the GPU machine. The hosts have no GPU and this engine
+cannot raise RLIMIT_MEMLOCK, so those checks are waived explicitly (and the waiver is asserted to be recorded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # tests.fakes / tests.integration.hosts, whatever pytest's import mode
+
+from ktdeploy import api
+from ktdeploy.errors import StepError
+from ktdeploy.runs import RunRecord
+from tests.fakes.image import build_fake_image
+from tests.integration.hosts import docker, host_pool  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.docker
+
+SHM = ["--shm-size", "2g"]  # a training host's /dev/shm (doctor's memory.shm wants >= 1 GiB)
+WAIVE = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime", "docker.memlock")
+
+
+@pytest.fixture(scope="module")
+def env(host_pool, tmp_path_factory):
+    import tempfile
+
+    # Under /tmp with the same path here and in the hosts (the daemon resolves mount sources on this machine).
+    root = Path(tempfile.mkdtemp(prefix="ktd-up-it-", dir="/tmp"))
+    for d in ("models/tiny", "data", "out"):
+        (root / d).mkdir(parents=True)
+    (root / "data" / "fake_step_seconds").write_text("0.05")
+    home = tmp_path_factory.mktemp("ktdhome")
+    old = os.environ.get("KTDEPLOY_HOME")
+    os.environ["KTDEPLOY_HOME"] = str(home)
+    os.environ["KTDEPLOY_POLL_S"] = "0.3"
+    image = build_fake_image()
+    hosts = {n: host_pool.start(n, shared=[str(root)], extra=SHM) for n in ("fresh", "second")}
+    yield {"root": root, "image": image, "hosts": hosts, "pool": host_pool, "home": home}
+    subprocess.run(["sh", "-c", "docker ps -aq --filter label=ktdeploy.output | xargs -r docker rm -f"],
+                   capture_output=True)
+    subprocess.run(["docker", "run", "--rm", "-v", f"{root}:{root}", "--entrypoint", "rm", image, "-rf", str(root)],
+                   capture_output=True)
+    if old is None:
+        os.environ.pop("KTDEPLOY_HOME", None)
+    else:
+        os.environ["KTDEPLOY_HOME"] = old
+
+
+def sets(env, out: str, *extra, port: int = 31000) -> list[str]:
+    r = env["root"]
+    return [f"deploy.volumes.model={r}/models", f"deploy.volumes.data={r}/data", f"deploy.volumes.output={r}/out",
+            f"train.model_name_or_path={r}/models/tiny", f"train.dataset_dir={r}/data", f"train.output_dir={out}",
+            f"deploy.image={env['image']}", "train.max_steps=20", "train.save_steps=5", "train.logging_steps=2",
+            f"deploy.serve.port={port}", *extra]
+
+
+def cli(*args, env_vars=None) -> subprocess.CompletedProcess:
+    e = {**os.environ, **(env_vars or {})}
+    return subprocess.run([sys.executable, "-m", "ktdeploy", *args], capture_output=True, text=True, env=e,
+                           timeout=300, cwd=REPO)
+
+
+def ssh_args(env) -> list[str]:
+    o = env["pool"].ssh_options()
+    return ["--ssh-key", o["key"], "--known-hosts", o["known_hosts"]]
+
+
+def events(rec: RunRecord, kind: str) -> list[dict]:
+    return [e for e in rec.events() if e["event"] == kind]
+
+
+def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
+    root, host = env["root"], env["hosts"]["fresh"]
+    # A hostile output dir and recipe file name: must reach no shell unquoted.
+    out = f"{root}/out/x; touch {root}/pwned $(touch {root}/pwned2) `touch {root}/pwned3`"
+    recipe_file = root / "my recipe; $(touch pwned4).yaml"
+    recipe_file.write_text((REPO / "recipes" / "tiny-moe-lora.yaml").read_text())
+    said: list[str] = []
+    t0 = time.monotonic()
+    res = api.up(host.target, recipe_file, waive=WAIVE, overrides=sets(env, out),
+                 ssh=env["pool"].ssh_options(), say=said.append)
+    first_s = time.monotonic() - t0
+    assert res.state == "finished", said
+    rec = res.record
+    st = rec.status()
+    assert st["state"] == "finished" and st["waived"] == list(WAIVE)
+    assert not list(root.glob("pwned*")) and not (REPO / "pwned4").exists()
+    # training ran in the container through the real docker engine, LlamaFactory's files are on the volume
+    lines = [json.loads(x) for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
+    assert lines[-1]["current_steps"] == 20 and lines[-1]["total_steps"] == 20
+    assert Path(out, "checkpoint-20", "trainer_state.json").exists()
+    # loss plot + summary fetched to the controller; adapter converted; server up
+    for a in ("training_loss.png", "train_results.json", "trainer_log.jsonl"):
+        assert (rec.path / "artifacts" / a).stat().st_size > 0
+    assert json.loads(Path(out, "sglang_adapter", "adapter_config.json").read_text())["converted_by"] == "TEST DOUBLE"
+    plan = rec.read_json("plan.json")
+    job = plan["job"]
+    inspect = json.loads(docker("inspect", job).stdout)[0]
+    assert [c.removeprefix("CAP_") for c in inspect["HostConfig"]["CapAdd"]] == ["SYS_NICE"] and inspect["HostConfig"]["IpcMode"] == "host"
+    assert not inspect["HostConfig"]["Privileged"]
+    ro = {m["Destination"]: m["RW"] for m in inspect["Mounts"]}
+    assert ro[f"{root}/models"] is False and ro[f"{root}/out"] is True
+    assert inspect["Config"]["Labels"]["ktdeploy.output"] == out
+    serve = json.loads(docker("inspect", f"{job}-serve").stdout)[0]
+    assert serve["State"]["Running"]
+    started = inspect["State"]["StartedAt"]
+    progress = events(rec, "progress")
+    assert progress and progress[-1]["current_steps"] == 20
+    for f in ("recipe.yaml", "plan.json", "facts.json", "doctor.json", "events.jsonl", "status.json",
+              "rendered/train.yaml", "rendered/accelerate.yaml", "rendered/ship/recipe.yaml"):
+        assert (rec.path / f).exists(), f
+
+    # status from "another shell" (the CLI), while the server runs
+    s = cli("status", "--host", host.target, "--json", *ssh_args(env))
+    assert s.returncode == 0, s.stderr
+    live = json.loads(s.stdout)["live"]
+    assert live["container"]["exit_code"] == 0 and live["progress"]["current_steps"] == 20
+    assert live["serve"]["status"] == "running"
+
+    # second up: nothing changes
+    t0 = time.monotonic()
+    res2 = api.up(host.target, recipe_file, waive=WAIVE, overrides=sets(env, out), ssh=env["pool"].ssh_options(),
+                  say=said.append)
+    second_s = time.monotonic() - t0
+    assert res2.state == "finished"
+    started_steps = {e["step"] for e in events(res2.record, "step_start")}
+    assert not started_steps & {"train.create", "train.start", "convert.adapter", "serve.create", "serve.start",
+                                "volumes.output"}, started_steps
+    assert json.loads(docker("inspect", job).stdout)[0]["State"]["StartedAt"] == started
+    assert len(Path(out, "trainer_log.jsonl").read_text().splitlines()) == len(lines)
+    print(f"\nfirst up {first_s:.1f}s, second up {second_s:.1f}s")
+
+    # down: containers gone, output kept
+    d = cli("down", "--host", host.target, *ssh_args(env))
+    assert d.returncode == 0, d.stderr
+    assert docker("inspect", job, check=False).returncode != 0
+    assert Path(out, "checkpoint-20").is_dir()
+
+
+def test_dry_run_prints_plan_and_changes_nothing(env):
+    host = env["hosts"]["second"]
+    out = f"{env['root']}/out/dry"
+    r = cli("up", "--host", host.target, "--dry-run", *[a for w in WAIVE for a in ("--waive", w)],
+            *[a for s in sets(env, out) for a in ("--set", s)], *ssh_args(env))
+    assert r.returncode == 0, r.stderr
+    assert "[5/8] TRAIN" in r.stdout and "$ docker create --name ktd-tiny-moe-lora-" in r.stdout
+    assert "rendered/train.yaml" in r.stdout
+    assert not Path(out).exists()
+    assert docker("ps", "-aq", "--filter", f"label=ktdeploy.output={out}").stdout.strip() == ""
+
+
+def test_unreachable_host_exits_3_without_traceback(env):
+    h = env["pool"].start("gone", docker_socket=False)
+    target = h.target
+    h.stop()
+    r = cli("up", "--host", target, *ssh_args(env))
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "ConnectError" in r.stderr and "Traceback" not in r.stderr + r.stdout
+
+
+def test_unknown_host_key_is_refused(env):
+    h = env["pool"].start("nokey", record_key=False)
+    r = cli("up", "--host", h.target, *ssh_args(env))
+    assert r.returncode == 3 and "host key" in r.stderr.lower(), r.stderr
+    h.stop()
+
+
+def test_docker_without_nvidia_runtime_fails_clearly_unless_waived(env):
+    host = env["hosts"]["second"]
+    out = f"{env['root']}/out/nvidia"
+    waive = [a for w in ("gpu.present", "gpu.count_vs_recipe", "docker.memlock") for a in ("--waive", w)]
+    r = cli("up", "--host", host.target, *waive, *[a for s in sets(env, out) for a in ("--set", s)], *ssh_args(env))
+    assert r.returncode == 4, (r.stdout, r.stderr)
+    assert "nvidia-container-toolkit" in r.stderr and "Traceback" not in r.stderr
+    assert not Path(out).exists()
+
+
+def test_missing_model_and_full_disk_stop_at_doctor(env):
+    host = env["hosts"]["second"]
+    r = cli("up", "--host", host.target, *[a for w in WAIVE for a in ("--waive", w)],
+            *[a for s in sets(env, f"{env['root']}/out/m") for a in ("--set", s)],
+            "--set", f"deploy.volumes.model={env['root']}/nomodel",
+            "--set", f"train.model_name_or_path={env['root']}/nomodel/tiny", *ssh_args(env))
+    assert r.returncode == 1 and "path.model_exists" in r.stderr, r.stderr
+    full = env["pool"].start("full", extra=["--tmpfs", "/full:size=64k", *SHM], shared=[str(env["root"])])
+    r = cli("up", "--host", full.target, *[a for w in WAIVE for a in ("--waive", w)],
+            *[a for s in sets(env, "/full/out/run") for a in ("--set", s)], "--set", "deploy.volumes.output=/full/out",
+            *ssh_args(env))
+    assert r.returncode == 1 and "disk.output" in r.stderr, r.stderr
+    full.stop()
+
+
+def test_killed_container_reported_then_resumed_from_newest_complete_checkpoint(env):
+    host = env["hosts"]["second"]
+    out = f"{env['root']}/out/resume"
+    ssh = env["pool"].ssh_options()
+    (env["root"] / "data" / "fake_step_seconds").write_text("0.15")
+    try:
+        res = api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, "train.max_steps=40", port=31001),
+                     ssh=ssh, detach=True, say=lambda m: None)
+        assert res.state == "detached"
+        job = res.plan.job
+        deadline = time.monotonic() + 60
+        while not Path(out, "checkpoint-10", "trainer_state.json").exists():
+            assert time.monotonic() < deadline, "no checkpoint-10"
+            time.sleep(0.2)
+        docker("kill", job)
+    finally:
+        (env["root"] / "data" / "fake_step_seconds").write_text("0.05")
+    done = max(int(p.name.split("-")[1]) for p in Path(out).glob("checkpoint-*")
+               if (p / "trainer_state.json").exists())
+    # a checkpoint cut off mid-save (as a kill during save leaves it): never chosen
+    partial = Path(out, f"checkpoint-{done + 5}")
+    docker("run", "--rm", "-v", f"{env['root']}:{env['root']}", "--entrypoint", "sh", env["image"], "-c",
+           'mkdir -p "$1" && : > "$1/adapter_model.safetensors"', "-", str(partial))
+
+    # without --resume: the crash is reported (exit code, last lines, advice), nothing started
+    r = cli("up", "--host", host.target, *[a for w in WAIVE for a in ("--waive", w)],
+            *[a for s in sets(env, out, "train.max_steps=40", port=31001) for a in ("--set", s)], *ssh_args(env))
+    assert r.returncode == 4, (r.stdout, r.stderr)
+    assert "exit code 137" in r.stderr.replace("\n", " ") or "exit code: 137" in r.stderr, r.stderr
+    assert "--resume auto" in r.stderr and "last log lines" in r.stderr
+
+    res = api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, "train.max_steps=40", port=31001),
+                 ssh=ssh, resume="auto", say=lambda m: None)
+    assert res.state == "finished"
+    assert res.plan.resume_from == f"{out}/checkpoint-{done}"
+    assert Path(out, f"incomplete-checkpoint-{done + 5}").is_dir() and not partial.exists()
+    steps = [json.loads(x)["current_steps"] for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
+    assert steps[-1] == 40
+    resumed_at = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])  # steps restart after the kill
+    assert steps[resumed_at] == done + 2  # first logging step after the checkpoint (logging_steps=2)
+    assert (res.record.path / "artifacts" / "previous-container.log").read_text().count("loss") >= 1
+
+
+def test_crash_at_step_is_reported_with_log_lines(env):
+    host = env["hosts"]["second"]
+    out = f"{env['root']}/out/crash"
+    data = env["root"] / "data"
+    (data / "fake_crash_at_step").write_text("7")
+    try:
+        with pytest.raises(StepError) as ei:
+            api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, port=31002, *["deploy.serve.enabled=false"]),
+                   ssh=env["pool"].ssh_options(), say=lambda m: None)
+    finally:
+        (data / "fake_crash_at_step").unlink()
+    msg = ei.value.message
+    assert "exit code: 1" in msg and "fake crash at step 7" in msg and ei.value.exit_code == 4
+    assert "--resume auto" in ei.value.fix
