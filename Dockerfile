@@ -37,8 +37,8 @@ FROM base AS deps
 # full: the KT stack (torch 2.9.1, ktransformers[sft], sglang-kt, ...); reduced: only ktdeploy's
 # own dependencies (CI). Same stages either way.
 ARG STACK=full
-# Fixed by default so the layer cache survives rebuilds; the URL is not part of what is installed
-# (the lock's hashes are).
+# Set by `ktdeploy image build` (fixed per stack so the layer cache survives rebuilds); the URL is
+# not part of what is installed: the lock's hashes are.
 ARG WHEELHOUSE_URL=http://127.0.0.1:38711/
 ENV KTSFT_STACK=${STACK} \
     DISABLE_VERSION_CHECK=1
@@ -72,7 +72,7 @@ ARG STACK_VERSIONS=
 LABEL org.opencontainers.image.title="ktsft" \
       org.opencontainers.image.description="KTransformers + LlamaFactory fine-tuning image; entrypoint: the ktdeploy agent" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      io.ktdeploy.stack="${STACK}" \
+      io.ktdeploy.stack="${KTSFT_STACK}" \
       io.ktdeploy.lock.sha256="${LOCK_SHA256}" \
       io.ktdeploy.stack.versions="${STACK_VERSIONS}"
 USER kt

@@ -19,7 +19,7 @@ from ktdeploy.errors import ImageError, UsageError
 from ktdeploy.images import docker_cli
 from ktdeploy.images.lockfile import Lock, read_lock
 from ktdeploy.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag
-from ktdeploy.images.wheelhouse import DEFAULT_PORT, check_wheelhouse, serve
+from ktdeploy.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
 
 DEFAULT_BASE_IMAGE = "ktdeploy/base:bookworm"
 
@@ -32,7 +32,7 @@ class BuildOptions:
     repo: str | None = None
     base_image: str = DEFAULT_BASE_IMAGE
     wheelhouse: Path | None = None
-    port: int = DEFAULT_PORT
+    port: int | None = None   # default: DEFAULT_PORTS[stack]
     no_cache: bool = False
 
     @property
@@ -127,7 +127,8 @@ def snapshot_context(src: Path, dest: Path) -> Path:
 def build(opts: BuildOptions, on_line=None) -> BuildReport:
     lock = preflight(opts)
     report = BuildReport(stack=opts.stack, lock_sha256=lock.sha256)
-    with tempfile.TemporaryDirectory(prefix="ktsft-context-") as tmp, serve(opts.wheelhouse_dir, opts.port) as url:
+    port = opts.port or DEFAULT_PORTS[opts.stack]
+    with tempfile.TemporaryDirectory(prefix="ktsft-context-") as tmp, serve(opts.wheelhouse_dir, port) as url:
         snap = BuildOptions(**{**opts.__dict__, "context": snapshot_context(opts.context, Path(tmp))})
         for isa in opts.isas:
             tag = image_tag(opts.image_repo, isa)

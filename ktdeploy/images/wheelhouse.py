@@ -17,8 +17,9 @@ from pathlib import Path
 from ktdeploy.errors import ImageError
 from ktdeploy.images.lockfile import Lock
 
-# Fixed, so the build argument (and with it the deps layer's cache key) never changes.
-DEFAULT_PORT = 38711
+# Fixed, so the build argument (and with it the deps layer's cache key) never changes; one per stack,
+# so a CI build of the reduced stack can run beside a full build.
+DEFAULT_PORTS = {"full": 38711, "reduced": 38712}
 
 
 def missing_wheels(lock: Lock, wheelhouse: Path, *, verify_hashes: bool = False) -> list[str]:
@@ -58,7 +59,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve(wheelhouse: Path, port: int = DEFAULT_PORT, host: str = "127.0.0.1"):
+def serve(wheelhouse: Path, port: int, host: str = "127.0.0.1"):
     """Serve ``wheelhouse`` read-only at http://host:port/ for the duration of the block."""
     handler = functools.partial(_QuietHandler, directory=str(wheelhouse))
     try:

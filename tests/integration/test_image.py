@@ -1,0 +1,216 @@
+"""The reduced ktsft images, built for real from the Dockerfile, and run.
+
+The reduced stack has the same stages as the full image (base -> deps -> agent -> amx/avx512/avx2),
+with ktdeploy's own dependencies instead of the multi-GB KT stack, so the entrypoint, the ISA gate,
+the labels, the user and the layer sharing are the ones the full image ships.
+The session fixture runs docker/ci-build-reduced.sh (idempotent: the layer cache makes a rebuild fast).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ktdeploy.checks.isa import best_variant
+from ktdeploy.facts.cpu import build_cpu
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+REPO = "ktsft-reduced"
+VARIANTS = ("amx", "avx512", "avx2")
+ORDER = {"avx2": 1, "avx512": 2, "amx": 3}
+
+
+def docker(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def images():
+    if shutil.which("docker") is None or docker("version").returncode != 0:
+        pytest.fail("the docker integration tier needs a running docker engine")
+    proc = subprocess.run(["bash", str(ROOT / "docker" / "ci-build-reduced.sh")], capture_output=True,
+                          text=True, timeout=1500, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {v: f"{REPO}:{v}" for v in VARIANTS}
+
+
+def inspect(ref: str) -> dict:
+    return json.loads(docker("image", "inspect", ref).stdout)[0]
+
+
+def host_best() -> str:
+    """The variant this CPU should run, from its flags (this machine: avx512, no AMX)."""
+    return best_variant(build_cpu(Path("/proc/cpuinfo").read_text()))
+
+
+def run(image: str, *args: str, volumes: tuple[str, ...] = (), timeout: int = 180) -> subprocess.CompletedProcess:
+    vol = [x for v in volumes for x in ("-v", v)]
+    return docker("run", "--rm", *vol, image, *args, timeout=timeout)
+
+
+def test_variants_share_every_filesystem_layer(images):
+    layers = {v: inspect(ref)["RootFS"]["Layers"] for v, ref in images.items()}
+    assert len(layers["amx"]) >= 5
+    assert layers["avx512"] == layers["amx"] and layers["avx2"] == layers["amx"]
+    # ...and differ in their config: the variant they pin.
+    envs = {v: inspect(ref)["Config"]["Env"] for v, ref in images.items()}
+    assert "KT_KERNEL_CPU_VARIANT=amx" in envs["amx"]
+    assert "KT_KERNEL_CPU_VARIANT=avx512_bf16" in envs["avx512"]
+    assert "KTSFT_VARIANT=avx2" in envs["avx2"]
+
+
+def test_labels_record_isa_stack_and_the_locks_hash(images):
+    lock_sha = hashlib.sha256((ROOT / "docker" / "requirements" / "reduced.lock").read_bytes()).hexdigest()
+    for v, ref in images.items():
+        labels = inspect(ref)["Config"]["Labels"]
+        assert labels["io.ktdeploy.isa"] == v
+        assert labels["io.ktdeploy.stack"] == "reduced"
+        assert labels["io.ktdeploy.lock.sha256"] == lock_sha
+        assert re.search(r"pydantic=\d", labels["io.ktdeploy.stack.versions"])
+        assert labels["org.opencontainers.image.version"]
+
+
+def test_runs_as_the_unprivileged_kt_user(images):
+    proc = docker("run", "--rm", "--entrypoint", "id", images["avx2"])
+    assert proc.returncode == 0 and proc.stdout.startswith("uid=1000(kt) gid=1000(kt)")
+
+
+def test_probes_were_compiled_into_the_image(images):
+    proc = docker("run", "--rm", "--entrypoint", "/opt/ktdeploy/probes/amx_probe", images["avx2"])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(out, dict) and out
+
+
+def test_doctor_json_in_the_matching_variant(images):
+    best = host_best()
+    proc = run(images[best], "doctor", "--json")
+    report = json.loads(proc.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    for name in ("cpu.isa.avx2", "cpu.isa.avx512", "cpu.variant", "memory.host", "numa.mempolicy"):
+        assert name in checks, name
+    assert checks["cpu.variant"]["status"] == "pass"
+    assert checks["cpu.isa.avx2"]["status"] == "pass"
+    assert report["facts"]["layer"] == "container"
+    # No GPU on the CI machine: doctor says so and exits non-zero, as it must.
+    failing = sorted(n for n, c in checks.items() if c["status"] == "fail")
+    assert (proc.returncode != 0) == bool(failing), failing
+
+
+def test_variant_above_this_cpu_is_refused_naming_the_right_one(images):
+    best = host_best()
+    above = [v for v in VARIANTS if ORDER[v] > ORDER[best]]
+    if not above:
+        pytest.skip(f"this CPU runs every variant (best: {best})")
+    for v in above:
+        proc = run(images[v], "doctor")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        err = " ".join(proc.stderr.split())
+        assert f"cannot run the ktsft:{v} image" in err
+        assert f"ktsft:{best}" in err
+        assert "Traceback" not in proc.stderr
+
+
+def test_hidden_cpu_flags_make_the_avx512_variant_refuse_naming_avx2(images, tmp_path):
+    """A container whose /proc/cpuinfo hides avx512 (as a restrictive hypervisor CPU model would)."""
+    text = Path("/proc/cpuinfo").read_text()
+    hidden = re.sub(r"(?m)^(flags\s*:.*)$",
+                    lambda m: " ".join(f for f in m.group(1).split(" ") if not f.startswith(("avx512", "amx"))),
+                    text)
+    assert "avx512f" not in hidden and " avx2" in hidden
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(hidden)
+    vol = (f"{fake}:/proc/cpuinfo:ro",)
+    proc = run(images["avx512"], "doctor", volumes=vol)
+    assert proc.returncode == 1
+    err = " ".join(proc.stderr.split())
+    assert "cannot run the ktsft:avx512 image" in err and "ktsft:avx2" in err
+    ok = run(images["avx2"], "doctor", "--json", volumes=vol)
+    checks = {c["name"]: c for c in json.loads(ok.stdout)["checks"]}
+    assert checks["cpu.variant"]["status"] == "pass" and "avx2" in checks["cpu.variant"]["detail"]
+
+
+def test_pure_commands_run_on_any_cpu(images, tmp_path):
+    """check/render never touch kt-kernel: even the amx image runs them here."""
+    recipes = ROOT / "recipes"
+    out = tmp_path / "rendered"
+    out.mkdir()
+    out.chmod(0o777)
+    proc = run(images["amx"], "check", str(recipes / "tiny-moe-lora.yaml"), volumes=(f"{recipes}:{recipes}:ro",))
+    assert proc.returncode == 0, proc.stderr
+    proc = run(images["amx"], "render", str(recipes / "tiny-moe-lora.yaml"), "-o", str(out / "r"),
+               volumes=(f"{recipes}:{recipes}:ro", f"{out}:{out}"))
+    assert proc.returncode == 0, proc.stderr
+    assert "use_kt: true" in (out / "r" / "train.yaml").read_text()
+    assert (out / "r" / "accelerate.yaml").is_file()
+
+
+def test_train_dry_run_in_the_image(images):
+    recipes = ROOT / "recipes"
+    recipe = str(recipes / "tiny-moe-lora.yaml")
+    vol = (f"{recipes}:{recipes}:ro",)
+    image = images[host_best()]
+    plan = run(image, "train", recipe, "--dry-run", "--skip-doctor", "--json", volumes=vol)
+    assert plan.returncode == 0, plan.stderr
+    data = json.loads(plan.stdout)
+    assert data["argv"][:3] == ["/opt/venv/bin/python", "-m", "accelerate.commands.launch"] or \
+        data["argv"][1:3] == ["-m", "accelerate.commands.launch"]
+    assert "kt_config:" in data["train_yaml"] and "num_processes" in data["accelerate_yaml"]
+    # With the doctor (the default), a host without a GPU is refused, naming the check.
+    refused = run(image, "train", recipe, "--dry-run", volumes=vol)
+    assert refused.returncode != 0
+    assert "gpu.present" in refused.stdout + refused.stderr
+
+
+def test_a_wrong_stack_fails_the_build(images, tmp_path):
+    """The build refuses to produce an image whose installed versions disagree with stack.toml."""
+    from ktdeploy.images.build import snapshot_context
+
+    ctx = snapshot_context(ROOT, tmp_path / "ctx")
+    stack = ctx / "docker" / "stack.toml"
+    stack.write_text(stack.read_text().replace("[reduced.expect.dist]\n", '[reduced.expect.dist]\npydantic = "0.0.1"\n'))
+    proc = subprocess.run(
+        [_python(), "-m", "ktdeploy", "image", "build", "--stack", "reduced", "--isa", "avx2", "--repo",
+         "ktsft-wrongstack", "--context", str(ctx), "--wheelhouse", str(ROOT / ".wheelhouse" / "reduced")],
+        capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "verify_stack: FAILED" in proc.stderr
+    assert "distribution pydantic: installed" in proc.stderr and "want 0.0.1" in proc.stderr
+    assert docker("image", "inspect", "ktsft-wrongstack:avx2").returncode != 0
+
+
+def test_save_and_load_round_trip(images, tmp_path):
+    tag = "ktsft-savetest:avx2"
+    assert docker("tag", images["avx2"], tag).returncode == 0
+    image_id = inspect(tag)["Id"]
+    archive = tmp_path / "ktsft.tar"
+    try:
+        proc = subprocess.run([_python(), "-m", "ktdeploy", "image", "save", "--repo", "ktsft-savetest",
+                               "--isa", "avx2", "-o", str(archive)], capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        assert archive.stat().st_size > 100_000_000
+        assert docker("rmi", tag).returncode == 0
+        proc = subprocess.run([_python(), "-m", "ktdeploy", "image", "load", str(archive)],
+                              capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        assert tag in proc.stdout
+        assert inspect(tag)["Id"] == image_id
+        # Never overwrite an existing archive.
+        again = subprocess.run([_python(), "-m", "ktdeploy", "image", "save", "--repo", "ktsft-savetest",
+                                "--isa", "avx2", "-o", str(archive)], capture_output=True, text=True, cwd=ROOT)
+        assert again.returncode == 2 and "already exists" in again.stderr
+    finally:
+        docker("rmi", tag)
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
