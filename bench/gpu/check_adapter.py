@@ -58,9 +58,14 @@ class Patch:
         dev = next(model.parameters()).device
         for name, ab in linear.items():
             mod = model.get_submodule(name)
-            if not isinstance(mod, torch.nn.Linear):
-                raise TypeError(f"{name} is {type(mod).__name__}, not nn.Linear")
             A, B = ab["A"].to(dev, torch.float32), ab["B"].to(dev, torch.float32)
+            if not isinstance(mod, torch.nn.Linear):
+                if hasattr(mod, "top_k") and getattr(mod, "weight", None) is not None:
+                    # the MoE router (`mlp.gate`, LoRA-targeted by lora_target: all): logits = x W^T + s B(A(x))
+                    self.saved_forwards.append((mod, mod.forward))
+                    mod.forward = self._router_forward(mod, A, B, scaling)
+                    continue
+                raise TypeError(f"{name} is {type(mod).__name__}: no LoRA rule for it")
 
             def hook(m, inp, out, A=A, B=B):
                 x = inp[0].to(torch.float32)
@@ -76,6 +81,20 @@ class Patch:
                         for p in ("gate", "up", "down") for ab in "AB"}
                 self.saved_forwards.append((ex, ex.forward))
                 ex.forward = self._expert_forward(ex, lora, scaling)
+
+    @staticmethod
+    def _router_forward(r, A, B, scaling):
+        def forward(hidden_states):
+            x = hidden_states.reshape(-1, r.hidden_dim)
+            logits = F.linear(x.float(), r.weight.float()) + scaling * F.linear(F.linear(x.float(), A), B)
+            logits = logits.to(hidden_states.dtype)
+            probs = torch.softmax(logits, dtype=torch.float, dim=-1)
+            top_v, top_i = torch.topk(probs, r.top_k, dim=-1)
+            if r.norm_topk_prob:
+                top_v /= top_v.sum(dim=-1, keepdim=True)
+            return logits, top_v.to(logits.dtype), top_i
+
+        return forward
 
     @staticmethod
     def _expert_forward(ex, lora, scaling):

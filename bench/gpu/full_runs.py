@@ -67,3 +67,39 @@ def run(work, budget: float, t0: float) -> dict:
     sweep((4, 12, 6))
     out["model_configs"] = cfg
     return out
+
+
+def run_repeat(work, budget: float, t0: float) -> dict:
+    """Second full call: the proof again (router LoRA in the check), (a) interleaved twice, (c), (b) again."""
+    out: dict = {}
+    logs = work / "logs"
+    small = gb.MODELS / "tiny-qwen3-moe"
+    medium = gb.MODELS / "tiny-medium"
+    cfg = {"small": gb.build_model("small", small), "medium": gb.build_model("medium", medium)}
+    steps = 10
+    out["proof"] = gb.proof(work, steps=40, timeout=200)
+
+    # (a) interleaved: hand, ktdeploy, hand, ktdeploy - the hand runs reuse the YAMLs ktdeploy rendered
+    first = gb.ktdeploy_train("a-ktdeploy-0", medium, steps, logs, 150, extra=PERF + ["train.max_steps=2"])
+    a = {"hand": [], "ktdeploy": [], "render_run": first}
+    for i in (1, 2):
+        a["hand"].append(gb.hand_train(f"a-hand-{i}", first, logs, 150))
+        a["ktdeploy"].append(gb.ktdeploy_train(f"a-ktdeploy-{i}", medium, steps, logs, 150, extra=PERF))
+    out["a"] = a
+    derived = gb.threads_of(first)
+    out["derived_threads"] = derived
+
+    out["c_plain"] = gb.hand_train("c-plain", a["ktdeploy"][0], logs, 150, plain=True)
+
+    out["b_sweep"] = []
+    for t in (12, 10, 8, 16):
+        if t == derived[0]:
+            continue
+        if _left(budget, t0) < 70:
+            gb.say(f"sweep stopped before threads={t}: budget")
+            break
+        out["b_sweep"].append(gb.ktdeploy_train(f"b-threads-{t}", medium, steps, logs, 100,
+                                                extra=PERF + [f"train.kt_config.kt_num_threads={t}",
+                                                              "train.kt_config.kt_threadpool_count=1"]))
+    out["model_configs"] = cfg
+    return out

@@ -358,7 +358,7 @@ def proof(work: Path, steps: int, timeout: float) -> dict:
 # ---------------------------------------------------------------- main
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["smoke", "full"])
+    ap.add_argument("mode", choices=["smoke", "full", "repeat"])
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/ktdeploy-gpu-out"))
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole command")
     args = ap.parse_args()
@@ -393,7 +393,8 @@ def main() -> int:
             sys.path.insert(0, str(REPO / "bench/gpu"))
             import full_runs  # the full experiment, beside this file
 
-            results.update(full_runs.run(work, args.budget, T0))
+            fn = full_runs.run if args.mode == "full" else full_runs.run_repeat
+            results.update(fn(work, args.budget, T0))
     except Exception as err:  # keep whatever was measured
         import traceback
 

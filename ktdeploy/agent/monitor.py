@@ -35,7 +35,37 @@ def _children(proc_root: Path) -> dict[int, list[int]]:
     return kids
 
 
+def _task_children(pid: int, proc_root: Path) -> list[int] | None:
+    """Children from /proc/PID/task/*/children (cheap); None where the kernel lacks that file."""
+    kids: list[int] = []
+    try:
+        tasks = list((proc_root / str(pid) / "task").iterdir())
+    except OSError:
+        return []
+    for t in tasks:
+        try:
+            kids += [int(x) for x in (t / "children").read_text().split()]
+        except FileNotFoundError:
+            if not (t / "children").exists() and t.exists():
+                return None
+        except (OSError, ValueError):
+            continue
+    return kids
+
+
 def tree_pids(root_pid: int, proc_root: Path = Path("/proc")) -> list[int]:
+    """The process and all its descendants (walks /proc/PID/task/*/children, else one scan of /proc)."""
+    out, todo, fast = [], [root_pid], True
+    while todo and fast:
+        pid = todo.pop()
+        kids = _task_children(pid, proc_root)
+        if kids is None:
+            fast = False
+            break
+        out.append(pid)
+        todo.extend(kids)
+    if fast:
+        return out
     kids = _children(proc_root)
     out, todo = [], [root_pid]
     while todo:
