@@ -36,6 +36,17 @@ def _fix_for(reason: str, target: str, port: int) -> str:
     return f"Check that `ssh -p {port} {target}` works from this machine."
 
 
+def _forget_cached_host_keys() -> None:
+    """pyinfra memoizes parsed known_hosts files for the life of the process; re-read them on every connect
+    so a key recorded or removed meanwhile (ssh-keygen -R, accept-new) is honoured."""
+    try:
+        from pyinfra.connectors.sshuserclient.client import get_host_keys
+
+        getattr(get_host_keys, "cache", {}).clear()
+    except ImportError:
+        pass
+
+
 class SSHConnector:
     def __init__(self, hostname: str, *, user: str | None = None, port: int = 22, key: str | None = None,
                  known_hosts: str | None = None, accept_new_host_key: bool | None = None,
@@ -70,6 +81,7 @@ class SSHConnector:
         self._state = State(inventory, Config(CONNECT_TIMEOUT=connect_timeout))
         self._host = inventory.get_host(self.name)
         target = f"{user + '@' if user else ''}{hostname}"
+        _forget_cached_host_keys()
         try:
             self._host.connect(show_errors=False, raise_exceptions=True)
         except PyinfraConnectError as e:

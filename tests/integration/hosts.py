@@ -179,6 +179,9 @@ class HostPool:
         return (ip, 22) if self._route_to_ips else ("127.0.0.1", port)
 
     def _record_host_key(self, address: str, port: int) -> None:
+        # A stopped host's IP is reused by the next one: forget whatever key that address had.
+        entry = address if port == 22 else f"[{address}]:{port}"
+        subprocess.run(["ssh-keygen", "-R", entry, "-f", str(self.known_hosts)], capture_output=True)
         for _ in range(20):
             p = subprocess.run(["ssh-keyscan", "-p", str(port), "-t", "ed25519", address], capture_output=True,
                                text=True, timeout=15)
