@@ -26,6 +26,10 @@ def doctor_cmd(
     host: str = typer.Option("localhost", "--host", "-H",
                              help="Where to look: localhost, user@host, ssh://user@host:port or docker://CONTAINER."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="Also check the host against this recipe."),
+    set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE (with --recipe), "
+                                                     "repeatable; e.g. --set deploy.image=avx512."),
+    image: Optional[str] = typer.Option(None, "--image", help="Also check that this image variant (amx, avx512, "
+                                                              "avx2) runs here (image.variant); ansible's ktsft_isa."),
     container: Optional[str] = typer.Option(None, "--container",
                                             help="A running container on that host to compare with it (layer.* checks)."),
     as_json: bool = typer.Option(False, "--json", help="Print {schema_version, facts, checks, ...} as JSON."),
@@ -43,7 +47,11 @@ def doctor_cmd(
     if recipe is not None:
         from ktdeploy.recipe import load_recipe
 
-        rec = load_recipe(recipe)
+        rec = load_recipe(recipe, set_)
+    elif set_:
+        from ktdeploy.errors import UsageError
+
+        raise UsageError("--set needs --recipe", fix="Pass the recipe the overrides apply to: --recipe FILE --set ...")
     opts = {}
     if not host.startswith("docker://") and host not in ("localhost", "local"):
         opts = {"key": str(ssh_key) if ssh_key else None, "known_hosts": str(known_hosts) if known_hosts else None,
@@ -55,6 +63,12 @@ def doctor_cmd(
             via = None if host in ("localhost", "local") else conn
             inner = DockerExecConnector(container, via=via)
         report = doctor(conn, rec, container=inner)
+        if image:
+            from ktdeploy.checks.isa import variant_check
+
+            vc = variant_check(report.facts, image)
+            vc.name, vc.layer = "image.variant", report.facts.layer
+            report.checks.append(vc)
     finally:
         conn.close()
     if as_json:

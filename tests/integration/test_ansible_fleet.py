@@ -1,0 +1,198 @@
+"""ansible/site.yml for real against three sshd test hosts (tests/integration/hosts.py):
+
+* fleet-ok      a healthy host (shm and SYS_NICE like a configured GPU box) -> passes, gets its image;
+* fleet-noavx   AVX512 hidden by a bind-mounted /proc/cpuinfo, ktsft_isa: avx512 -> fails preflight with
+                doctor's image.variant text while the others proceed;
+* fleet-gone    stopped while the play runs (after preflight) -> reported unreachable.
+
+A second run reports changed=0 on the healthy host; forcing ktsft_isa=amx fails every host with the AMX
+verdict (this machine lists no AMX). No GPU here: the hosts waive gpu.present / docker.nvidia_runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.hosts import docker
+
+pytestmark = pytest.mark.docker
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = REPO / "ansible"
+BIN = Path(sys.executable).parent
+AVX512 = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512_bf16", "avx512_vnni", "avx512vbmi",
+          "avx512_vbmi2", "avx512ifma", "avx512_bitalg", "avx512_vpopcntdq", "avx512_fp16", "avx512_vp2intersect")
+WAIVE = ["gpu.present", "docker.nvidia_runtime"]
+HEALTHY = ["--shm-size", "1g", "--cap-add", "SYS_NICE"]
+
+
+def make_image_archive(tmp: Path, repo: str, variant: str) -> Path:
+    """A tiny image labelled like a ktsft variant (io.ktdeploy.isa), saved where ktsft_image looks for it."""
+    src = tmp / "rootfs.tar"
+    payload = tmp / "VARIANT"
+    payload.write_text(variant + "\n")
+    with tarfile.open(src, "w") as t:
+        t.add(payload, arcname="VARIANT")
+    ref = f"{repo}:{variant}"
+    docker("import", "--change", f"LABEL io.ktdeploy.isa={variant}", str(src), ref)
+    out = tmp / "images"
+    out.mkdir(exist_ok=True)
+    archive = out / f"{repo.rsplit('/', 1)[-1]}-{variant}.tar"
+    docker("save", "-o", str(archive), ref)
+    docker("rmi", ref)
+    return out
+
+
+def write_inventory(path: Path, pool, hosts: dict, **fleet_vars) -> Path:
+    common = f"-o UserKnownHostsFile={pool.known_hosts} -o StrictHostKeyChecking=yes -o ConnectTimeout=5"
+    inv = {"all": {"children": {"ktdeploy_fleet": {
+        "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(pool.key),
+                 "ansible_ssh_common_args": common, "ansible_python_interpreter": "/usr/bin/python3",
+                 "ktdeploy_waive_checks": WAIVE, **fleet_vars},
+        "hosts": {name: {"ansible_host": h.address, "ansible_port": h.port, **hv} for name, (h, hv) in hosts.items()},
+    }}}}
+    path.write_text(json.dumps(inv, indent=2))  # JSON is YAML
+    return path
+
+
+def playbook(inventory: Path, *extra: str, summary: Path, on_line=None, timeout: float = 300):
+    """Run ansible-playbook site.yml, streaming output (on_line sees each line). Returns (rc, output, summary)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_NOCOLOR="1", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if summary.exists():
+        summary.unlink()
+    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), "site.yml",
+            "-e", f"ktdeploy_fleet_summary_file={summary}", *extra]
+    p = subprocess.Popen(argv, cwd=ANSIBLE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, deadline = [], time.monotonic() + timeout
+    for line in p.stdout:
+        lines.append(line)
+        if on_line:
+            on_line(line)
+        if time.monotonic() > deadline:
+            p.kill()
+            break
+    rc = p.wait()
+    out = "".join(lines)
+    rows = {r["host"]: r for r in json.loads(summary.read_text())} if summary.exists() else {}
+    return rc, out, rows
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP lines -> {host: {ok, changed, unreachable, failed, skipped, rescued, ignored}}."""
+    res = {}
+    for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", out.split("PLAY RECAP", 1)[-1], re.M):
+        res[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return res
+
+
+@pytest.fixture(scope="module")
+def fleet(host_pool, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fleet")
+    repo = f"ktfleet-{host_pool.tag}/ktsft"
+    archive_dir = make_image_archive(tmp, repo, "avx512")
+    hosts = {
+        "fleet-ok": (host_pool.start("fleet-ok", extra=HEALTHY), {}),
+        "fleet-noavx": (host_pool.start("fleet-noavx", extra=HEALTHY, hide_flags=AVX512), {"ktsft_isa": "avx512"}),
+        "fleet-gone": (host_pool.start("fleet-gone", extra=HEALTHY), {}),
+    }
+    inv = write_inventory(tmp / "inventory.yml", host_pool, hosts, ktdeploy_image_repo=repo,
+                          ktsft_image_archive_dir=str(archive_dir))
+    yield {"tmp": tmp, "inv": inv, "hosts": {k: v[0] for k, v in hosts.items()}, "repo": repo}
+    docker("rmi", "-f", f"{repo}:avx512", check=False)
+
+
+@pytest.fixture(scope="module")
+def first_run(fleet):
+    gone = fleet["hosts"]["fleet-gone"]
+    stopped = []
+
+    def stop_after_preflight(line: str) -> None:
+        if not stopped and line.startswith("PLAY [Container runtime and image]"):
+            gone.stop()
+            stopped.append(time.monotonic())
+
+    rc, out, rows = playbook(fleet["inv"], summary=fleet["tmp"] / "summary1.json", on_line=stop_after_preflight)
+    assert stopped, out[-3000:]
+    return rc, out, rows
+
+
+def test_healthy_host_passes_preflight_and_gets_its_image(first_run, fleet):
+    rc, out, rows = first_run
+    r = recap(out)
+    assert r["fleet-ok"]["failed"] == 0 and r["fleet-ok"]["unreachable"] == 0, out[-4000:]
+    ok = rows["fleet-ok"]
+    assert ok["status"] == "ok" and ok["variant"] == "avx512" and ok["gpus"] == 0, ok
+    assert ok["isa"].startswith("avx512"), ok
+    label = docker("image", "inspect", "--format", '{{ index .Config.Labels "io.ktdeploy.isa" }}',
+                   f"{fleet['repo']}:avx512").stdout.strip()
+    assert label == "avx512"  # loaded through the host (its docker socket is this machine's engine)
+    # ktdeploy went into a venv on the host from the controller's wheelhouse
+    v = fleet["hosts"]["fleet-ok"].exec("/opt/ktdeploy/venv/bin/ktdeploy", "--help", check=False)
+    assert v.returncode == 0 and "doctor" in v.stdout
+
+
+def test_hidden_avx512_fails_preflight_with_the_checks_text(first_run):
+    rc, out, rows = first_run
+    assert rc != 0
+    r = recap(out)
+    assert r["fleet-noavx"]["failed"] == 1 and r["fleet-noavx"]["unreachable"] == 0
+    # the failure names doctor's check, its reason and fix
+    msg = out[out.index("fatal: [fleet-noavx]"):][:3000]
+    assert "image.variant" in msg and "image variant 'avx512' cannot run: this CPU lacks AVX512" in msg, msg
+    assert "fix: Use the ktsft:avx2 image" in msg, msg
+    row = rows["fleet-noavx"]
+    assert row["status"].startswith("FAILED preflight: ") and "image.variant" in row["failed_checks"], row
+    assert row["variant"] == "avx512" and row["isa"] == "avx2", row
+    assert "fatal: [fleet-ok]" not in out
+
+
+def test_host_stopped_mid_play_is_reported_unreachable(first_run):
+    rc, out, rows = first_run
+    r = recap(out)
+    assert r["fleet-gone"]["unreachable"] == 1 and r["fleet-gone"]["failed"] == 0, out[-3000:]
+    row = rows["fleet-gone"]
+    # it passed preflight (so it has facts) and dropped out in a later stage
+    assert row["status"] in ("UNREACHABLE during container_runtime", "UNREACHABLE during ktsft_image"), row
+    assert row["variant"] == "avx512"
+
+
+def test_summary_table_names_every_host(first_run):
+    rc, out, rows = first_run
+    table = out[out.rindex("TASK [Fleet summary]"):]
+    assert re.search(r"HOST\s+ISA\s+VARIANT\s+GPUS\s+STATUS", table)
+    assert re.search(r"fleet-ok\s+avx512\S*\s+avx512\s+0\s+ok", table), table
+    assert re.search(r"fleet-noavx\s+avx2\s+avx512\s+0\s+FAILED preflight: .*image\.variant", table), table
+    assert re.search(r"fleet-gone\s+avx512\S*\s+avx512\s+0\s+UNREACHABLE during", table), table
+
+
+def test_second_run_changes_nothing_on_the_healthy_host(first_run, fleet):
+    rc, out, rows = playbook(fleet["inv"], summary=fleet["tmp"] / "summary2.json")
+    r = recap(out)
+    assert r["fleet-ok"]["changed"] == 0 and r["fleet-ok"]["failed"] == 0, out[-4000:]
+    assert rows["fleet-ok"]["status"] == "ok"
+    assert r["fleet-gone"]["unreachable"] == 1 and rows["fleet-gone"]["status"] == "UNREACHABLE during preflight"
+
+
+def test_amx_required_fails_every_host_with_the_amx_verdict(first_run, fleet):
+    if " amx_tile " in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this machine has AMX")
+    rc, out, rows = playbook(fleet["inv"], "-e", "ktsft_isa=amx", summary=fleet["tmp"] / "summary3.json")
+    assert rc != 0
+    r = recap(out)
+    for name in ("fleet-ok", "fleet-noavx"):
+        assert r[name]["failed"] == 1, out[-3000:]
+        msg = out[out.index(f"fatal: [{name}]"):][:2000]
+        assert "image.variant" in msg and "image variant 'amx' cannot run: this CPU lacks AMX" in msg, msg
+        assert rows[name]["status"].startswith("FAILED preflight"), rows[name]
+    # every host failed preflight, so the summary came out before ansible ended the playbook
+    assert "PLAY [Container runtime and image]" not in out
+    assert set(rows) == {"fleet-ok", "fleet-noavx", "fleet-gone"}
