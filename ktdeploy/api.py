@@ -19,7 +19,7 @@ from ktdeploy.runs import RunRecord, latest_run
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
 RUNTIME_FIXABLE = ("docker.present", "docker.nvidia_runtime")
-WAIVABLE_HINT = ", ".join(GPU_WAIVERS)
+WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
 
 
 def check(recipe_path, overrides=()):
@@ -140,6 +140,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
         say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {conn.name}: {doc_line}")
         for c in waived:
             say(f"  [yellow]waived[/yellow] {c.name}: {c.detail}")
+        for c in deferred:
+            say(f"  [yellow]to repair[/yellow] {c.name}: {c.detail} -> the RUNTIME stage installs what is missing")
 
         image, _variant, _how = resolve_image(recipe.deploy, report.facts)
         state = gather_job_state(conn, recipe, image)

@@ -180,7 +180,8 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     home = state.home.rstrip("/") or "/tmp"
     job_dir = f"{home}/.cache/ktdeploy/jobs/{name}"
     image, variant, image_how = resolve_image(deploy, facts)
-    gpu_waived = any(w in opts.waive for w in GPU_WAIVERS)
+    nvidia_waived = "docker.nvidia_runtime" in opts.waive
+    gpu_waived = nvidia_waived or "gpu.present" in opts.waive
     gpus = None if gpu_waived else list(deploy.gpus)
     memlock = MEMLOCK_WAIVER not in opts.waive
     notes: list[str] = []
@@ -214,7 +215,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     else:
         rt.append(Step("runtime.docker", "docker engine", satisfied=True, probe=("docker", "info"),
                        why=f"docker {d.server_version} present"))
-    if gpu_waived:
+    if nvidia_waived:
         rt.append(Step("runtime.nvidia", "nvidia container runtime", satisfied=True, why="waived (--waive)"))
     elif d.present and d.nvidia_runtime:
         rt.append(Step("runtime.nvidia", "nvidia container runtime", satisfied=True, probe=tuple(NVIDIA_RUNTIME_PROBE),
