@@ -176,6 +176,12 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
         else:
             out.append(CheckResult(name="cpu.isa.avx512", status="pass", layer=facts.layer,
                                    detail="listed: " + " ".join(have) + exec_note, data={"flags": have}))
+    elif amx_probe.ran and amx_probe.avx512f_exec:
+        out.append(CheckResult(name="cpu.isa.avx512", status="fail", layer=facts.layer,
+                               detail="the CPU executes AVX512 (CPUID + a real instruction) but /proc/cpuinfo hides "
+                                      "it; kt-kernel reads /proc/cpuinfo and would fall back to AVX2" + exec_note,
+                               fix="Remove the /proc/cpuinfo override (bind mount or lxcfs) from this container.",
+                               data={"flags": have}))
     else:
         out.append(CheckResult(name="cpu.isa.avx512", status="warn", layer=facts.layer,
                                detail="no AVX512 (" + (" ".join(have) or "none listed") + "): kt-kernel falls back "

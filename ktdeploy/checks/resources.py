@@ -197,6 +197,11 @@ def gpu_recipe_checks(facts: HostFacts, recipe, req: Requirements) -> list[Check
 # -- docker --------------------------------------------------------------------------------------
 def docker_checks(facts: HostFacts) -> list[CheckResult]:
     d = facts.docker
+    if not d.reachable and facts.layer == "container":
+        return [CheckResult(name="docker.present", status="skip", layer=facts.layer,
+                            detail="inside a container without a docker daemon: none needed here"
+                                   + (f" ({d.error})" if d.error else "")),
+                CheckResult(name="docker.nvidia_runtime", status="skip", layer=facts.layer, detail="no docker daemon")]
     if not d.present:
         if facts.layer == "container":
             return [CheckResult(name="docker.present", status="skip", layer=facts.layer,

@@ -81,3 +81,20 @@ def test_report_json_schema():
     assert set(j) >= {"schema_version", "facts", "checks", "ok", "summary"}
     assert j["ok"] is False and rep.failed
     assert all(set(c) >= {"name", "status", "detail", "fix"} for c in j["checks"])
+
+
+def test_container_golden_checks():
+    f = facts_of("container-hidden-flags-limits")
+    r = by_name(run_checks(f))
+    assert r["numa.mempolicy"].status == "warn" and "SYS_NICE" in r["numa.mempolicy"].fix
+    assert r["memory.shm"].status == "fail" and "256 MiB" in r["memory.shm"].detail
+    assert r["cpu.isa.avx512"].status == "fail" and "hides" in r["cpu.isa.avx512"].detail
+    assert "cgroup limit 2.0 GiB" in r["memory.host"].detail
+    assert derive_threads(f, 0) == (1, 1)  # --cpus 1.5 caps the 2 cores at 1 thread
+    assert r["docker.present"].status == "skip"  # inside the training container no docker is needed
+
+
+def test_compare_dev_host_with_hidden_flag_container():
+    r = by_name(run_checks(dev(), container_facts=facts_of("container-hidden-flags-limits")))
+    lc = r["layer.cpu_flags"]
+    assert lc.status == "fail" and set(lc.data["hidden"]) == {"avx512f", "avx512_bf16", "avx512_vnni"}

@@ -64,3 +64,17 @@ def test_amx_xeon_vm_with_h200():
         assert best_variant(f) == "amx" and auto_backend(f, "bf16") == "AMXBF16"
     if (GPU_VM / "lscpu_json.txt").exists():
         assert len(f.cpu.numa_nodes) >= 1
+
+
+def test_container_with_hidden_flags_and_limits():
+    f = facts_of("container-hidden-flags-limits")
+    assert f.layer == "container" and f.container.kind == "docker"
+    assert "/.dockerenv" in f.container.evidence
+    assert f.limits.cgroup_version == "v1" and f.limits.cgroup_memory_limit == 2 * 1024**3
+    assert f.cpu.cpu_quota == 1.5
+    assert f.limits.shm_total_bytes == 256 * 1024**2
+    assert not f.cpu.has("avx512f") and not f.cpu.has("avx512_bf16") and f.cpu.has("avx512bw")
+    assert f.probes.amx.avx512f_exec is True  # CPUID still has it: only /proc/cpuinfo was overridden
+    assert f.probes.mempolicy.ok is False and f.probes.mempolicy.errno == 1
+    assert f.path("/srv/models").exists is False and f.path("/tmp").exists
+    assert best_variant(f) == "avx2"  # what kt-kernel's picker would conclude from this cpuinfo
