@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ktdeploy.errors import StepError
+from ktdeploy.errors import ConnectError, StepError
 from ktdeploy.follow import LogEntry, describe, latest
 from ktdeploy.plan.model import Plan, Stage, Step
 from ktdeploy.plan.state import ContainerState, parse_container_state
@@ -31,6 +31,9 @@ class Snapshot:
 
 def snapshot(conn, container: str, log: str, timeout: float = 60) -> Snapshot:
     r = conn.run(["sh", "-c", FOLLOW_SCRIPT, "ktdeploy-follow", container, log], timeout=timeout)
+    if r.rc == 124 and not r.stdout:
+        raise ConnectError(f"{conn.name} did not answer within {timeout:.0f}s (connection lost?)",
+                           fix="Check the host and the network.")
     head, _, tail = r.stdout.partition("@@log")
     return Snapshot(parse_container_state(head.strip().splitlines()[0] if head.strip() else ""), latest(tail))
 

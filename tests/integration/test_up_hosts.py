@@ -47,8 +47,12 @@ def env(host_pool, tmp_path_factory):
     image = build_fake_image()
     hosts = {n: host_pool.start(n, shared=[str(root)], extra=SHM) for n in ("fresh", "second")}
     yield {"root": root, "image": image, "hosts": hosts, "pool": host_pool, "home": home}
-    subprocess.run(["sh", "-c", "docker ps -aq --filter label=ktdeploy.output | xargs -r docker rm -f"],
-                   capture_output=True)
+    # remove only the containers this module started (their output dir is under root)
+    ps = docker("ps", "-a", "--filter", "label=ktdeploy.output", "--format", '{{.ID}}\t{{.Label "ktdeploy.output"}}',
+                check=False).stdout
+    mine = [line.split("\t")[0] for line in ps.splitlines() if line.split("\t")[-1].startswith(f"{root}/")]
+    if mine:
+        docker("rm", "-f", *mine, check=False)
     subprocess.run(["docker", "run", "--rm", "-v", f"{root}:{root}", "--entrypoint", "rm", image, "-rf", str(root)],
                    capture_output=True)
     if old is None:
@@ -66,7 +70,7 @@ def sets(env, out: str, *extra, port: int = 31000) -> list[str]:
 
 
 def cli(*args, env_vars=None) -> subprocess.CompletedProcess:
-    e = {**os.environ, **(env_vars or {})}
+    e = {**os.environ, "COLUMNS": "200", **(env_vars or {})}
     return subprocess.run([sys.executable, "-m", "ktdeploy", *args], capture_output=True, text=True, env=e,
                            timeout=300, cwd=REPO)
 
@@ -263,3 +267,38 @@ def test_crash_at_step_is_reported_with_log_lines(env):
     msg = ei.value.message
     assert "exit code: 1" in msg and "fake crash at step 7" in msg and ei.value.exit_code == 4
     assert "--resume auto" in ei.value.fix
+
+
+def test_ctrl_c_leaves_training_running_then_logs_and_up_finish_it(env):
+    import signal
+
+    host = env["hosts"]["second"]
+    out = f"{env['root']}/out/ctrlc"
+    args = ["up", "--host", host.target, *[a for w in WAIVE for a in ("--waive", w)], "--no-progress",
+            *[a for s in sets(env, out, "train.max_steps=40", "deploy.serve.enabled=false") for a in ("--set", s)],
+            *ssh_args(env)]
+    (env["root"] / "data" / "fake_step_seconds").write_text("0.15")
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "ktdeploy", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=REPO)
+        deadline = time.monotonic() + 60
+        while not Path(out, "trainer_log.jsonl").exists():
+            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        (env["root"] / "data" / "fake_step_seconds").write_text("0.05")
+    assert p.returncode == 0, (stdout, stderr)
+    assert "keeps running" in " ".join(stdout.split()) and "Traceback" not in stderr
+    job = json.loads(cli("status", "--host", host.target, "--json", *ssh_args(env)).stdout)
+    assert job["state"] == "detached" and job["live"]["container"]["status"] == "running"
+    # `ktdeploy logs -f` from another shell follows it to the end
+    r = cli("logs", "-f", "--host", host.target, *ssh_args(env))
+    assert r.returncode == 0 and "[fake-llamafactory] training finished" in r.stdout, r.stderr
+    # and `up` again picks the finished job up: no new training, the adapter is converted
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    steps = [json.loads(x)["current_steps"] for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 40  # one uninterrupted run
+    assert Path(out, "sglang_adapter", "adapter_config.json").exists()
