@@ -11,7 +11,8 @@ CHECKS = [
     "numa.mempolicy", "numa.threads", "gpu.present", "memory.host", "memory.shm", "memory.memlock",
     "docker.present", "docker.nvidia_runtime",
     "recipe.weight_format_vs_isa", "recipe.image_variant", "gpu.count_vs_recipe", "gpu.memory",
-    "path.model_exists", "path.data_exists", "disk.output", "disk.model",
+    "path.model_exists", "path.data_exists", "path.kt_weight_path", "path.kt_non_expert_weight_path",
+    "disk.output", "disk.model", "plan.host_memory", "plan.gpu_memory", "plan.disk",
 ]
 
 

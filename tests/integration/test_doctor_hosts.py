@@ -177,3 +177,19 @@ def test_unknown_host_key_refused_unless_accepted(host_pool, tmp_path):
     assert r.returncode == 1 and json.loads(r.stdout)["facts"]["layer"] == "container"
     assert h.address in kh.read_text()
     h.stop()
+
+
+def test_remote_host_compared_with_its_container_over_ssh(host_pool, hidden):
+    """--host over SSH + --container: the container is reached with `docker exec` run on that host."""
+    h = host_pool.start("doc-dockerhost", docker_socket=True)
+    o = host_pool.ssh_options()
+    r = cli("doctor", "--host", h.target, "--ssh-key", o["key"], "--known-hosts", o["known_hosts"],
+            "--container", hidden.container, "--json")
+    assert r.returncode == 1, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["container_facts"]["host"].startswith(f"docker://{hidden.container}@ssh://")
+    lc = checks(rep)["layer.cpu_flags"]
+    host_flags = set(Path("/proc/cpuinfo").read_text().split())
+    assert lc["status"] == "fail" and set(lc["data"]["hidden"]) == {f for f in HIDDEN if f in host_flags}
+    assert rep["container_facts"]["probes"]["amx"]["ran"]  # probe source uploaded via SSH, then docker cp
+    h.stop()
