@@ -146,7 +146,7 @@ def build_cpu(cpuinfo: str | None, lscpu_json: str | None = None, lscpu_parse: s
     core_map = {cpu: (s, c) for cpu, (s, c, _n) in topo.items()} or info.get("_core_map", {})
     allowed = parse_cpus_allowed(cpus_allowed) if cpus_allowed else []
     if not allowed:
-        allowed = sorted(core_map) or list(range(info.get("logical_cpus", 0)))
+        allowed = sorted(core_map) or list(range(info.get("logical_cpus") or ls.get("logical_cpus") or 0))
 
     nodes = ls.get("numa_nodes") or (parse_numa_sysfs(numa_sysfs) if numa_sysfs else [])
     if not nodes and topo and all(n is not None for _s, _c, n in topo.values()):
@@ -158,7 +158,9 @@ def build_cpu(cpuinfo: str | None, lscpu_json: str | None = None, lscpu_parse: s
     physical = None
     if core_map:
         physical = len({core_map[c] for c in allowed if c in core_map})
-    elif ls.get("threads_per_core"):
+    elif ls.get("sockets") and ls.get("cores_per_socket") and len(allowed) == ls.get("logical_cpus"):
+        physical = ls["sockets"] * ls["cores_per_socket"]
+    elif ls.get("threads_per_core") and allowed:
         physical = max(1, len(allowed) // ls["threads_per_core"])
 
     return CpuFacts(
