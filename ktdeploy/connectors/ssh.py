@@ -28,8 +28,8 @@ def _fix_for(reason: str, target: str, port: int) -> str:
     if "authentication" in r:
         return "Check the user and key: ssh-copy-id the public key to the host, or pass --ssh-key PATH."
     if "resolve" in r:
-        return f"Check the hostname {target!r} (DNS / /etc/hosts / ~/.ssh/config)."
-    if "refused" in r:
+        return f"Check the hostname {target.rsplit('@', 1)[-1]!r} (DNS / /etc/hosts / ~/.ssh/config)."
+    if "refused" in r or "unable to connect to port" in r:
         return f"Nothing listens on {target}:{port}: start sshd there or give the right port (ssh://user@host:PORT)."
     if "timed out" in r or "timeout" in r or "unreachable" in r:
         return f"{target}:{port} did not answer: check the address, network and firewall."
