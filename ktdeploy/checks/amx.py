@@ -15,6 +15,19 @@ _PASSTHROUGH = ("In a VM expose AMX: libvirt <cpu mode='host-passthrough'/> or q
                 "with amx-tile,amx-int8,amx-bf16) on a Sapphire Rapids or newer host")
 
 
+# Intel server CPUs (family 6) that have AMX: Sapphire Rapids, Emerald Rapids, Granite Rapids (-D).
+AMX_MODELS = {143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids", 174: "Granite Rapids-D"}
+
+
+def vm_hides_amx(facts: HostFacts) -> str | None:
+    """The CPU generation under this VM has AMX but the VM's CPU model does not list it: its name, else None."""
+    cpu = facts.cpu
+    if cpu.vendor == "GenuineIntel" and cpu.family == 6 and cpu.model in AMX_MODELS and facts.virt.is_vm \
+            and not cpu.has(*AMX_FLAGS):
+        return AMX_MODELS[cpu.model]
+    return None
+
+
 def kernel_check(facts: HostFacts) -> CheckResult:
     v = facts.kernel.version
     if v is None:
@@ -34,12 +47,21 @@ def amx_checks(facts: HostFacts) -> list[CheckResult]:
     listed = [f for f in AMX_FLAGS if cpu.has(f)]
     out: list[CheckResult] = []
     if not listed:
-        hint = ("; this is a VM: its CPU model may hide AMX" if facts.virt.is_vm else "")
+        hidden_gen = vm_hides_amx(facts)
+        hint = (f"; this VM runs on {hidden_gen} (family 6 model {cpu.model}), which has AMX: the hypervisor's CPU "
+                "model hides it" if hidden_gen else "; this is a VM: its CPU model may hide AMX"
+                if facts.virt.is_vm else "")
         out.append(CheckResult(name="cpu.amx.listed", status="warn", layer=layer,
                                detail=f"AMX absent: the CPU lists no amx_* flags{hint}; avx512/avx2 kernels run "
                                       "instead (AMXINT4 weights cannot)",
                                fix="Not required for bf16/fp8/int8. For AMX speed use Sapphire Rapids or newer. "
                                    + (_PASSTHROUGH + "." if facts.virt.is_vm else "")))
+        if hidden_gen:
+            out.append(CheckResult(name="layer.vm_cpu_model", status="warn", layer="vm",
+                                   detail=f"the VM layer hides AMX: the CPU is {hidden_gen} (has AMX) but the "
+                                          "guest's CPU model lists no amx_* flags",
+                                   fix=_PASSTHROUGH + " (ask your cloud for an AMX-enabled instance type).",
+                                   data={"family": cpu.family, "model": cpu.model, "generation": hidden_gen}))
         if p.ran and p.listed:
             out.append(CheckResult(name="cpu.amx.cpuid", status="fail", layer=layer,
                                    detail="CPUID lists AMX-TILE but /proc/cpuinfo does not: the kernel disabled AMX",

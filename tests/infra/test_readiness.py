@@ -7,7 +7,7 @@ import pytest
 # Stable check names (ktdeploy/checks/*). Recipe-only checks skip when --kt-recipe is not given.
 CHECKS = [
     "kernel.version", "cpu.isa.avx2", "cpu.isa.avx512", "cpu.variant", "cpu.kt_kernel_variant",
-    "cpu.amx.listed", "cpu.amx.permission", "cpu.amx.palette", "cpu.amx.tile_exec",
+    "cpu.amx.listed", "layer.vm_cpu_model", "cpu.amx.permission", "cpu.amx.palette", "cpu.amx.tile_exec",
     "numa.mempolicy", "numa.threads", "gpu.present", "memory.host", "memory.shm", "memory.memlock",
     "docker.present", "docker.nvidia_runtime",
     "recipe.weight_format_vs_isa", "recipe.image_variant", "gpu.count_vs_recipe", "gpu.memory",

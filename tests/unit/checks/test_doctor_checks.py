@@ -98,3 +98,12 @@ def test_compare_dev_host_with_hidden_flag_container():
     r = by_name(run_checks(dev(), container_facts=facts_of("container-hidden-flags-limits")))
     lc = r["layer.cpu_flags"]
     assert lc.status == "fail" and set(lc.data["hidden"]) == {"avx512f", "avx512_bf16", "avx512_vnni"}
+
+
+def test_dev_vm_on_emerald_rapids_names_the_vm_layer_hiding_amx():
+    # The dev machine is family 6 model 207 (Emerald Rapids, which has AMX) under KVM without amx flags.
+    r = by_name(run_checks(dev()))
+    assert r["layer.vm_cpu_model"].status == "warn" and "Emerald Rapids" in r["layer.vm_cpu_model"].detail
+    assert "host-passthrough" in r["layer.vm_cpu_model"].fix
+    haswell = by_name(run_checks(facts_of("haswell-avx2-qemu")))
+    assert "layer.vm_cpu_model" not in haswell and haswell["cpu.amx.listed"].status == "warn"
