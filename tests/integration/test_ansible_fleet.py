@@ -11,6 +11,7 @@ verdict (this machine lists no AMX). No GPU here: the hosts waive gpu.present / 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -175,7 +176,10 @@ def test_summary_table_names_every_host(first_run):
 
 
 def test_second_run_changes_nothing_on_the_healthy_host(first_run, fleet):
-    rc, out, rows = playbook(fleet["inv"], summary=fleet["tmp"] / "summary2.json")
+    # Reuse the first run's wheelhouse: other work may edit this checkout between the runs, and a new
+    # ktdeploy wheel is (rightly) a change. test_wheelhouse_is_reproducible covers rebuilding unchanged sources.
+    rc, out, rows = playbook(fleet["inv"], "-e", "preflight_wheelhouse_build=false",
+                             summary=fleet["tmp"] / "summary2.json")
     r = recap(out)
     assert r["fleet-ok"]["changed"] == 0 and r["fleet-ok"]["failed"] == 0, out[-4000:]
     assert rows["fleet-ok"]["status"] == "ok"
@@ -196,3 +200,36 @@ def test_amx_required_fails_every_host_with_the_amx_verdict(first_run, fleet):
     # every host failed preflight, so the summary came out before ansible ended the playbook
     assert "PLAY [Container runtime and image]" not in out
     assert set(rows) == {"fleet-ok", "fleet-noavx", "fleet-gone"}
+
+
+def test_wheelhouse_is_reproducible(tmp_path):
+    """The preflight role's controller tasks give a byte-identical wheelhouse.tar from unchanged sources,
+    so the copy to the hosts (and the reinstall) only happens when ktdeploy changed."""
+    src = tmp_path / "src"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    play = tmp_path / "wheelhouse.yml"
+    play.write_text(json.dumps([{"name": "wheelhouse", "hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "Build", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "wheelhouse"}}]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"),
+               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    shas = []
+    for i in range(2):
+        wh = tmp_path / f"wh{i}"
+        # seed the dependency wheels from the fleet wheelhouse when present (offline), else download them
+        if (ANSIBLE / ".wheelhouse" / "wheels").is_dir():
+            (wh / "wheels").mkdir(parents=True)
+            for w in (ANSIBLE / ".wheelhouse" / "wheels").glob("*.whl"):
+                if not w.name.startswith("ktdeploy-"):
+                    (wh / "wheels" / w.name).write_bytes(w.read_bytes())
+        r = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play),
+                            "-e", f"preflight_wheelhouse={wh}", "-e", f"preflight_source={src}",
+                            "-e", f"ansible_python_interpreter={sys.executable}"],
+                           cwd=ANSIBLE, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        names = subprocess.run(["tar", "-tf", str(wh / "wheelhouse.tar")], capture_output=True, text=True).stdout
+        assert re.search(r"wheels/ktdeploy-.*\.whl", names) and "wheels/pydantic" in names and "wheels/pip-" in names
+        shas.append(hashlib.sha256((wh / "wheelhouse.tar").read_bytes()).hexdigest())
+        time.sleep(1.1)  # a build a second later must still be identical (no timestamps leak in)
+    assert shas[0] == shas[1]
