@@ -31,54 +31,53 @@ RUN python3 -c 'import sys; assert sys.version_info[:2] == (3, 11), "the base im
  && useradd --uid 1000 --gid kt --create-home --shell /bin/bash kt \
  && mkdir -p /workspace /opt/ktdeploy/probes \
  && chown kt:kt /workspace
+WORKDIR /workspace
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.agent.entry"]
+CMD ["doctor"]
 
 ############################################################################################
 FROM base AS deps
-# full: the KT stack (torch 2.9.1, ktransformers[sft], sglang-kt, ...); reduced: only ktdeploy's
-# own dependencies (CI). Same stages either way.
-ARG STACK=full
-# Set by `ktdeploy image build` (fixed per stack so the layer cache survives rebuilds); the URL is
-# not part of what is installed: the lock's hashes are.
-ARG WHEELHOUSE_URL=http://127.0.0.1:38711/
+# STACK: full = the KT stack (torch 2.9.1, ktransformers[sft], sglang-kt, ...); reduced = only
+# ktdeploy's own dependencies (CI). Same stages either way.
+# WHEELHOUSE_URL: set by `ktdeploy image build` (fixed per stack, so the layer cache survives
+# rebuilds); it is not part of what is installed: the lock's hashes are.
+# LOCK_SHA256, STACK_VERSIONS, KTDEPLOY_VERSION: what the labels record; the lock's sha256 is also
+# checked against the copied lock.
+ARG STACK=full WHEELHOUSE_URL=http://127.0.0.1:38711/ LOCK_SHA256= STACK_VERSIONS= KTDEPLOY_VERSION=
 ENV KTSFT_STACK=${STACK} \
     DISABLE_VERSION_CHECK=1
+# Metadata goes before the big install on purpose: every instruction after it costs a container
+# commit, and with the fuse-overlayfs driver (this engine) a commit diffs the whole tree of the
+# multi-GB layer below (minutes each). After the install: one COPY, one RUN, USER, and the ISA stage.
+LABEL org.opencontainers.image.title="ktsft" \
+      org.opencontainers.image.description="KTransformers + LlamaFactory fine-tuning image; entrypoint: the ktdeploy agent" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${KTDEPLOY_VERSION}" \
+      io.ktdeploy.stack="${STACK}" \
+      io.ktdeploy.lock.sha256="${LOCK_SHA256}" \
+      io.ktdeploy.stack.versions="${STACK_VERSIONS}"
 COPY docker/requirements/${STACK}.lock /opt/ktdeploy/requirements.lock
-RUN pip install --no-index --find-links "${WHEELHOUSE_URL}" --require-hashes --no-deps \
+RUN if [ -n "${LOCK_SHA256}" ]; then echo "${LOCK_SHA256}  /opt/ktdeploy/requirements.lock" | sha256sum -c --quiet; fi \
+ && pip install --no-index --find-links "${WHEELHOUSE_URL}" --require-hashes --no-deps \
         -r /opt/ktdeploy/requirements.lock
-COPY docker/stack.toml docker/verify_stack.py /opt/ktdeploy/
-# A layer of its own, so a failed verification reruns in seconds, not a multi-GB install.
-RUN python /opt/ktdeploy/verify_stack.py --stack "${STACK}" --stage deps \
-        --stack-file /opt/ktdeploy/stack.toml --lock /opt/ktdeploy/requirements.lock
 
 ############################################################################################
 FROM deps AS agent
-# The lock's sha256, checked against the copied lock and recorded in a label.
-ARG LOCK_SHA256=
-COPY pyproject.toml README.m[d] /opt/ktdeploy/src/
-COPY recipes /opt/ktdeploy/src/recipes
-COPY ktdeploy /opt/ktdeploy/src/ktdeploy
-# Probes (ktdeploy/probes/*.c, e.g. the AMX tile-multiply probe) are compiled here, for the
-# image's libc, into /opt/ktdeploy/probes where ktdeploy.facts.probes looks first.
-RUN if [ -n "${LOCK_SHA256}" ]; then echo "${LOCK_SHA256}  /opt/ktdeploy/requirements.lock" | sha256sum -c --quiet; fi \
- && pip install --no-index --no-deps --no-build-isolation /opt/ktdeploy/src \
+# The context is filtered by .dockerignore: pyproject.toml, README.md, recipes/, ktdeploy/, docker/ files.
+COPY . /opt/ktdeploy/src/
+# Install ktdeploy, compile the probes (ktdeploy/probes/*.c, e.g. the AMX tile-multiply probe) for
+# the image's libc into /opt/ktdeploy/probes (where ktdeploy.facts.probes looks first), then verify
+# the whole environment: pip check, lock == installed, no upstream forks, the version table.
+# A failed verification reruns this step only, never the multi-GB install above.
+RUN pip install --no-index --no-deps --no-build-isolation /opt/ktdeploy/src \
  && rm -rf /opt/ktdeploy/src/build \
  && for src in /opt/ktdeploy/src/ktdeploy/probes/*.c; do \
         [ -e "$src" ] || continue; \
         gcc -O1 -o "/opt/ktdeploy/probes/$(basename "$src" .c)" "$src"; \
     done \
- && python /opt/ktdeploy/verify_stack.py --stack "${KTSFT_STACK}" --stage agent \
-        --stack-file /opt/ktdeploy/stack.toml --lock /opt/ktdeploy/requirements.lock
-ARG STACK_VERSIONS=
-LABEL org.opencontainers.image.title="ktsft" \
-      org.opencontainers.image.description="KTransformers + LlamaFactory fine-tuning image; entrypoint: the ktdeploy agent" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      io.ktdeploy.stack="${KTSFT_STACK}" \
-      io.ktdeploy.lock.sha256="${LOCK_SHA256}" \
-      io.ktdeploy.stack.versions="${STACK_VERSIONS}"
+ && python /opt/ktdeploy/src/docker/verify_stack.py --stack "${KTSFT_STACK}" --stage agent \
+        --stack-file /opt/ktdeploy/src/docker/stack.toml --lock /opt/ktdeploy/requirements.lock
 USER kt
-WORKDIR /workspace
-ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.agent.entry"]
-CMD ["doctor"]
 
 ############################################################################################
 # One final stage per CPU ISA. KTSFT_VARIANT is what the entrypoint checks against the CPU;

@@ -81,8 +81,7 @@ def build_argv(opts: BuildOptions, isa: str, lock: Lock, wheelhouse_url: str) ->
         "--build-arg", f"WHEELHOUSE_URL={wheelhouse_url}",
         "--build-arg", f"LOCK_SHA256={lock.sha256}",
         "--build-arg", f"STACK_VERSIONS={lock.versions_label(LABELLED_DISTRIBUTIONS)}",
-        "--label", f"org.opencontainers.image.version={ktdeploy.__version__}",
-        "--label", f"io.ktdeploy.version={ktdeploy.__version__}",
+        "--build-arg", f"KTDEPLOY_VERSION={ktdeploy.__version__}",
     ]
     if opts.no_cache:
         argv.append("--no-cache")

@@ -114,9 +114,10 @@ def test_variant_stages_only_set_env_and_labels(isa):
 
 
 def test_dockerfile_runs_as_non_root_and_enters_the_agent():
-    agent = dockerfile_stages()["agent"]
-    assert "USER kt" in agent
-    assert any("ktdeploy.agent.entry" in ln for ln in agent if ln.startswith("ENTRYPOINT"))
+    stages = dockerfile_stages()
+    assert stages["agent"][-1] == "USER kt"
+    assert not any(ln.startswith("USER") for st in ("base", "deps") for ln in stages[st])
+    assert any("ktdeploy.agent.entry" in ln for ln in stages["base"] if ln.startswith("ENTRYPOINT"))
 
 
 def test_dockerignore_keeps_the_wheelhouse_and_venv_out():
