@@ -319,7 +319,8 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
         tr.extend(launch)
         tr.append(Step("train.create", f"create the training container {name}",
                        argv=tuple(dk.create_train(name=name, image=image, run_id=opts.run_id, volumes=vol,
-                                                  output_dir=out, gpus=gpus, memlock=memlock)),
+                                                  output_dir=out, gpus=gpus, memlock=memlock,
+                                                  user=state.user or None)),
                        probe=tuple(dk.exists_probe(name)),
                        why=(f"resume from {resume_from}" if resume_from else "fresh start")))
         tr.append(Step("train.copy", "copy the job folder into the container", argv=tuple(dk.copy_job(job_dir, name)),
@@ -348,7 +349,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
         stages.append(Stage("CONVERT", "convert the adapter for sglang-kt", (
             Step("convert.adapter", f"convert {out} -> {adapter}",
                  argv=tuple(dk.run_convert(name=f"{name}-convert", image=image, run_id=opts.run_id, volumes=vol,
-                                           output_dir=out, adapter_dir=adapter)),
+                                           output_dir=out, adapter_dir=adapter, user=state.user or None)),
                  probe=("test", "-f", f"{adapter}/adapter_config.json"), satisfied=state.adapter_present,
                  timeout=3600, why="already converted" if state.adapter_present else ""),
         )))
@@ -373,7 +374,8 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                            remote=f"{job_dir}/recipe.yaml"))
             sv.append(Step("serve.create", f"create the serving container {serve_name}",
                            argv=tuple(dk.create_serve(name=serve_name, image=image, run_id=opts.run_id, volumes=vol,
-                                                      output_dir=out, adapter_dir=adapter, gpus=gpus, memlock=memlock)),
+                                                      output_dir=out, adapter_dir=adapter, gpus=gpus, memlock=memlock,
+                                                      user=state.user or None)),
                            probe=tuple(dk.exists_probe(serve_name))))
             sv.append(Step("serve.copy", "copy the job folder into the container",
                            argv=tuple(dk.copy_job(job_dir, serve_name)), probe=tuple(dk.started_probe(serve_name))))

@@ -28,6 +28,17 @@ def mount(source: str, target: str | None = None, readonly: bool = False) -> lis
     return ["--mount", buf.getvalue()]
 
 
+def user_flags(user: str | None) -> list[str]:
+    """Run as the connecting user (uid:gid), so the output is theirs and the image's own user (uid 1000) needs no
+    write access to the host's folders; a non-root uid gets a writable HOME (caches)."""
+    if not user:
+        return []
+    flags = ["--user", user]
+    if not user.startswith("0:"):
+        flags += ["--env", "HOME=/tmp"]
+    return flags
+
+
 def gpu_flags(gpus: list[int] | None) -> list[str]:
     """``--gpus "device=2,3"`` (the inner quotes are part of the value: docker parses it as CSV)."""
     if not gpus:
@@ -41,23 +52,24 @@ def labels(job: str, run_id: str, role: str, output_dir: str) -> list[str]:
 
 
 def create_train(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
-                 memlock: bool = True) -> list[str]:
-    return ["docker", "create", "--name", name, *labels(name, run_id, "train", output_dir),
+                 memlock: bool = True, user: str | None = None) -> list[str]:
+    return ["docker", "create", "--name", name, *labels(name, run_id, "train", output_dir), *user_flags(user),
             *gpu_flags(gpus), *runtime_flags(memlock),
             *mount(volumes.model, readonly=True), *mount(volumes.data), *mount(volumes.output),
             "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1",
             "--", image, "train", CONTAINER_RECIPE]
 
 
-def run_convert(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str) -> list[str]:
-    return ["docker", "run", "--rm", "--name", name, *labels(name, run_id, "convert", output_dir),
+def run_convert(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str,
+                user: str | None = None) -> list[str]:
+    return ["docker", "run", "--rm", "--name", name, *labels(name, run_id, "convert", output_dir), *user_flags(user),
             *mount(volumes.model, readonly=True), *mount(volumes.output),
             "--", image, "convert", output_dir, "-o", adapter_dir]
 
 
 def create_serve(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str,
-                 gpus: list[int] | None, memlock: bool = True) -> list[str]:
-    return ["docker", "create", "--name", name, *labels(name, run_id, "serve", output_dir),
+                 gpus: list[int] | None, memlock: bool = True, user: str | None = None) -> list[str]:
+    return ["docker", "create", "--name", name, *labels(name, run_id, "serve", output_dir), *user_flags(user),
             "--network", "host", "--restart", "unless-stopped", *gpu_flags(gpus), *runtime_flags(memlock),
             *mount(volumes.model, readonly=True), *mount(volumes.output, readonly=True),
             "--", image, "serve", CONTAINER_RECIPE, "--adapter", adapter_dir]

@@ -6,6 +6,7 @@ is pure."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from ktdeploy import checkpoints as ckpt
@@ -13,6 +14,7 @@ from ktdeploy import checkpoints as ckpt
 STATE_SCRIPT = r"""
 c=$1 s=$2 img=$3 out=$4 ad=$5
 printf '@@home\t%s\n' "$HOME"
+printf '@@user\t%s:%s\n' "$(id -u)" "$(id -g)"
 printf '@@container\t'; docker inspect --type container --format '{{json .State}}' -- "$c" 2>/dev/null || echo
 printf '@@container_image\t'; docker inspect --type container --format '{{.Config.Image}}' -- "$c" 2>/dev/null || echo
 printf '@@serve\t'; docker inspect --type container --format '{{json .State}}' -- "$s" 2>/dev/null || echo
@@ -65,6 +67,7 @@ class ContainerState:
 @dataclass
 class JobState:
     home: str = ""
+    user: str = ""                   # uid:gid of the connecting user: the containers run as it (output ownership)
     container: ContainerState | None = None
     serve: ContainerState | None = None
     image_id: str | None = None
@@ -83,7 +86,7 @@ class JobState:
         return ckpt.checkpoints(self.listing)
 
     def to_json(self) -> dict:
-        return {"home": self.home, "container": self.container.__dict__ if self.container else None,
+        return {"home": self.home, "user": self.user, "container": self.container.__dict__ if self.container else None,
                 "serve": self.serve.__dict__ if self.serve else None, "image_id": self.image_id,
                 "output_exists": self.output_exists, "adapter_present": self.adapter_present,
                 "finished": self.finished, "top_level": self.top_level,
@@ -123,6 +126,7 @@ def parse_state(text: str) -> JobState:
             k, _, v = line[2:].partition("\t")
             fields[k] = v
     st.home = fields.get("home", "")
+    st.user = fields.get("user", "") if re.fullmatch(r"\d+:\d+", fields.get("user", "")) else ""
     st.container = parse_container_state(fields.get("container", ""), fields.get("container_image", "").strip())
     st.serve = parse_container_state(fields.get("serve", ""))
     st.image_id = fields.get("image", "").strip() or None

@@ -46,7 +46,11 @@ def plan_text(plan: Plan, *, run_dir: str | None = None) -> str:
             lines.append(head)
             if s.satisfied:
                 continue
-            if s.argv:
+            if s.argv and len(s.argv) >= 3 and s.argv[:2] == ("sh", "-c") and "\n" in s.argv[2]:
+                # a fixed script shipped with ktdeploy: shown as a block, its arguments after it
+                lines.append("      $ sh -c SCRIPT" + "".join(" " + shlex.quote(a) for a in s.argv[3:]))
+                lines.extend(f"      | {ln}" for ln in s.argv[2].strip().splitlines())
+            elif s.argv:
                 lines.append(f"      $ {s.command()}")
             elif s.action == "put":
                 lines.append(f"      upload {s.local} -> {s.remote}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -53,8 +54,10 @@ def env(host_pool, tmp_path_factory):
     mine = [line.split("\t")[0] for line in ps.splitlines() if line.split("\t")[-1].startswith(f"{root}/")]
     if mine:
         docker("rm", "-f", *mine, check=False)
-    subprocess.run(["docker", "run", "--rm", "-v", f"{root}:{root}", "--entrypoint", "rm", image, "-rf", str(root)],
-                   capture_output=True)
+    # files written by containers (root-owned on some engines): removed from a container, then the dir itself
+    subprocess.run(["docker", "run", "--rm", "-v", f"{root}:{root}", "--entrypoint", "sh", image, "-c",
+                    'rm -rf "$1"/* "$1"/.[!.]*', "-", str(root)], capture_output=True)
+    shutil.rmtree(root, ignore_errors=True)
     if old is None:
         os.environ.pop("KTDEPLOY_HOME", None)
     else:

@@ -169,3 +169,15 @@ def test_parse_state_from_script_output():
     assert s.serve is None and s.image_id == "sha256:1" and s.output_exists and not s.adapter_present
     assert s.checkpoints[0].complete and s.top_level == ["checkpoint-5", "trainer_log.jsonl"]
     assert '"$c"' in STATE_SCRIPT and "$(" not in STATE_SCRIPT.split("\n", 2)[1]
+
+
+def test_containers_run_as_the_connecting_user():
+    p = build_plan(recipe(), facts(), state(user="1001:1002"), UpOptions())
+    for sid in ("train.create", "convert.adapter", "serve.create"):
+        a = steps(p)[sid].argv
+        assert a[a.index("--user") + 1] == "1001:1002" and "HOME=/tmp" in a
+    p = build_plan(recipe(), facts(), state(user="0:0"), UpOptions())
+    a = steps(p)["train.create"].argv
+    assert a[a.index("--user") + 1] == "0:0" and "HOME=/tmp" not in a
+    assert parse_state("@@user\t1000:1000\n").user == "1000:1000"
+    assert parse_state("@@user\t$(x):1\n").user == ""
