@@ -29,7 +29,10 @@ class Snapshot:
     entry: LogEntry | None
 
 
-def snapshot(conn, container: str, log: str, timeout: float = 60) -> Snapshot:
+def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Snapshot:
+    """Container state + last trainer_log entry in one round trip; a host silent for ``timeout`` seconds
+    (KTDEPLOY_FOLLOW_TIMEOUT_S, default 60) is a lost connection."""
+    timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
     r = conn.run(["sh", "-c", FOLLOW_SCRIPT, "ktdeploy-follow", container, log], timeout=timeout)
     if r.rc == 124 and not r.stdout:
         raise ConnectError(f"{conn.name} did not answer within {timeout:.0f}s (connection lost?)",

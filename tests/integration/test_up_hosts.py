@@ -305,3 +305,34 @@ def test_ctrl_c_leaves_training_running_then_logs_and_up_finish_it(env):
     steps = [json.loads(x)["current_steps"] for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 40  # one uninterrupted run
     assert Path(out, "sglang_adapter", "adapter_config.json").exists()
+
+
+def test_dropped_connection_leaves_training_running(env):
+    host = env["hosts"]["second"]
+    out = f"{env['root']}/out/drop"
+    args = ["up", "--host", host.target, *[a for w in WAIVE for a in ("--waive", w)], "--no-progress",
+            *[a for s in sets(env, out, "train.max_steps=40", "deploy.serve.enabled=false") for a in ("--set", s)],
+            *ssh_args(env)]
+    (env["root"] / "data" / "fake_step_seconds").write_text("0.15")
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "ktdeploy", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=REPO,
+                             env={**os.environ, "COLUMNS": "200", "KTDEPLOY_FOLLOW_TIMEOUT_S": "5"})
+        deadline = time.monotonic() + 60
+        while not Path(out, "trainer_log.jsonl").exists():
+            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+            time.sleep(0.2)
+        # drop the SSH session: kill the per-connection sshd processes (the listener, PID 1, stays)
+        host.exec("sh", "-c", 'for d in /proc/[0-9]*; do [ "$(cat $d/comm 2>/dev/null)" = sshd ] && '
+                              '[ "${d#/proc/}" != 1 ] && kill -9 "${d#/proc/}"; done; true')
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        (env["root"] / "data" / "fake_step_seconds").write_text("0.05")
+    assert p.returncode == 3, (stdout, stderr)
+    assert "ConnectError" in stderr and "keeps running" in " ".join(stderr.split()) and "Traceback" not in stderr
+    job = json.loads(cli("status", "--host", host.target, "--json", *ssh_args(env)).stdout)
+    assert job["state"] == "detached" and job["live"]["container"]["status"] in ("running", "exited")
+    r = cli(*args)  # reconnect: follows the same container to the end
+    assert r.returncode == 0, r.stderr
+    steps = [json.loads(x)["current_steps"] for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 40
