@@ -391,6 +391,7 @@ def main() -> int:
             results["thread_probe"] = sweep
         else:
             sys.path.insert(0, str(REPO / "bench/gpu"))
+            sys.modules.setdefault("gpu_bench", sys.modules[__name__])  # one module: one log, one clock
             import full_runs  # the full experiment, beside this file
 
             fn = full_runs.run if args.mode == "full" else full_runs.run_repeat

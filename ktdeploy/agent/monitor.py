@@ -120,10 +120,12 @@ class _Sampler(threading.Thread):
 
 def run_streaming(argv: Sequence[str], *, env: dict[str, str], cwd: str | None, log_path: Path,
                   echo: IO[str] | None = sys.stdout, interval: float = 0.2, tail_lines: int = 40,
-                  timeout: float | None = None) -> RunOutcome:
+                  timeout: float | None = None, yield_cpu: bool = False) -> RunOutcome:
     """Run ``argv`` (no shell) in its own process group, tee its output to ``log_path`` and ``echo``.
 
     With ``timeout`` the whole group gets SIGTERM (then SIGKILL) when it runs longer; rc is then 124.
+    With ``yield_cpu`` this (parent) process lowers its own priority once the child runs: kt-kernel's
+    workers occupy nearly every core and a preempted worker stalls the whole MoE step.
     """
     t0 = time.monotonic()
     timed_out = threading.Event()
@@ -131,6 +133,11 @@ def run_streaming(argv: Sequence[str], *, env: dict[str, str], cwd: str | None, 
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(list(argv), env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+        if yield_cpu:
+            try:
+                os.nice(5)
+            except OSError:
+                pass
         sampler = _Sampler(proc.pid, interval)
         sampler.start()
         watchdog = None

@@ -1,0 +1,94 @@
+"""`ktdeploy serve` builds an argv that sglang-kt's own server-argument parser accepts.
+
+sglang-kt only installs in the full image (torch 2.9.1, CUDA 12 kernels), so this test runs its parser
+there: `docker run --rm --entrypoint python3 ktsft:<variant> -c ...` parses our argv with
+``ServerArgs.add_cli_args`` (strict argparse: an unknown or malformed flag fails) and reads the values
+back. Skipped when no full image is present (the reduced CI images carry no sglang-kt).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ktdeploy.agent.serve import build_serve_command
+from ktdeploy.recipe import load_recipe
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+CANDIDATES = ("ktsft:amx", "ktsft:avx512", "ktsft:avx2")
+
+PARSE = r"""
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+argv = json.loads(sys.argv[1])
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+ns = parser.parse_args(argv)
+out = {k: getattr(ns, k) for k in ("model_path", "host", "port", "kt_weight_path", "kt_method", "kt_cpuinfer",
+                                   "kt_threadpool_count", "kt_num_gpu_experts", "enable_lora", "lora_backend",
+                                   "lora_paths", "max_running_requests", "max_loras_per_batch", "tp_size",
+                                   "served_model_name", "api_key")}
+print(json.dumps(out, default=str))
+"""
+
+
+def _full_image() -> str | None:
+    if shutil.which("docker") is None:
+        return None
+    for ref in CANDIDATES:
+        p = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True)
+        if p.returncode == 0:
+            probe = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python3", ref, "-c",
+                                    "import importlib.util as u; print(bool(u.find_spec('sglang')))"],
+                                   capture_output=True, text=True, timeout=300)
+            if probe.stdout.strip() == "True":
+                return ref
+    return None
+
+
+@pytest.fixture(scope="module")
+def full_image():
+    ref = _full_image()
+    if ref is None:
+        pytest.skip("no full ktsft image with sglang-kt on this machine (build it: ktdeploy image build --stack full)")
+    return ref
+
+
+def parse_in_image(image: str, argv: list[str]) -> dict:
+    assert argv[1:3] == ["-m", "sglang.launch_server"]
+    p = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", PARSE,
+                        json.dumps(argv[3:])], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_sglang_kt_parses_our_serve_command(full_image, tmp_path, monkeypatch):
+    recipe = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml")
+    cmd = build_serve_command(recipe, "/srv/ktdeploy/output/tiny-moe-lora-sglang", cpuinfer=14, threadpools=1,
+                              amx=True)
+    got = parse_in_image(full_image, cmd.argv)
+    assert got["model_path"] == recipe.train["model_name_or_path"]
+    assert got["host"] == "127.0.0.1" and got["port"] == 30000
+    assert got["kt_method"] == "AMXBF16" and got["kt_cpuinfer"] == 14 and got["kt_threadpool_count"] == 1
+    assert got["kt_num_gpu_experts"] == 0 and got["kt_weight_path"] == recipe.train["model_name_or_path"]
+    assert got["enable_lora"] is True and got["lora_backend"] == "triton"
+    assert "tiny-lora=/srv/ktdeploy/output/tiny-moe-lora-sglang" in str(got["lora_paths"])
+    assert got["max_running_requests"] >= 2 and got["tp_size"] == 1
+    assert got["api_key"] is None
+
+
+def test_api_key_and_extra_args_parse(full_image, monkeypatch):
+    monkeypatch.setenv("KT_TEST_KEY", "s3cret")
+    recipe = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml",
+                         ["deploy.serve.api_key_env=KT_TEST_KEY", "deploy.serve.host=0.0.0.0",
+                          "deploy.serve.extra_args=['--context-length', '4096']"])
+    cmd = build_serve_command(recipe, "/a", cpuinfer=8, threadpools=2, amx=False)
+    got = parse_in_image(full_image, cmd.argv)
+    assert got["api_key"] == "s3cret" and got["host"] == "0.0.0.0" and got["kt_method"] == "BF16"
+    assert "s3cret" not in cmd.shell()
