@@ -1,0 +1,136 @@
+"""Time ansible/preflight.yml (ktdeploy doctor through ansible) over 1, 4 and 16 sshd container hosts.
+
+    .venv/bin/python bench/fleet_preflight.py [--sizes 1,4,16] [--out bench/results/fleet-preflight.json]
+
+For each size N: start N fresh test hosts (tests/integration/hosts.py), run preflight.yml twice:
+cold (ktdeploy shipped + installed into a venv on every host, then doctor) and warm (venv in place: doctor
+only, changed=0). The wheelhouse is built once before timing (its build time is reported apart). Prints the
+times side by side and the ratios N-host time / 1-host time; the hosts share this machine's cores, so the
+ratio shows how far ansible's forks overlap the per-host work on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.integration.hosts import HostPool, docker_available  # noqa: E402
+
+ANSIBLE = REPO / "ansible"
+BIN = Path(sys.executable).parent
+WAIVE = ["gpu.present", "docker.nvidia_runtime"]
+
+
+def inventory(path: Path, pool: HostPool, hosts) -> None:
+    common = f"-o UserKnownHostsFile={pool.known_hosts} -o StrictHostKeyChecking=yes -o ConnectTimeout=10"
+    inv = {"all": {"children": {"ktdeploy_fleet": {
+        "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(pool.key),
+                 "ansible_ssh_common_args": common, "ansible_python_interpreter": "/usr/bin/python3",
+                 "ktdeploy_waive_checks": WAIVE},
+        "hosts": {h.name: {"ansible_host": h.address, "ansible_port": h.port} for h in hosts}}}}}
+    path.write_text(json.dumps(inv))
+
+
+def play(inv: Path, playbook: str, *extra: str) -> tuple[float, str, int]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    t0 = time.perf_counter()
+    p = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), playbook, *extra], cwd=ANSIBLE, env=env,
+                       capture_output=True, text=True, timeout=1800)
+    return time.perf_counter() - t0, p.stdout + p.stderr, p.returncode
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    res = {}
+    for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", out.split("PLAY RECAP", 1)[-1], re.M):
+        res[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1,4,16")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "fleet-preflight.json"))
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    if not docker_available():
+        print("no docker engine reachable", file=sys.stderr)
+        return 2
+    # Build the wheelhouse once (controller side), so every timed run ships the same bytes.
+    with tempfile.TemporaryDirectory() as d:
+        empty = Path(d) / "inv.json"
+        empty.write_text(json.dumps({"all": {"hosts": {}}}))
+        t0 = time.perf_counter()
+        wh = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "/dev/stdin",
+                             "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"preflight_source={REPO}",
+                             "-e", f"preflight_wheelhouse={ANSIBLE / '.wheelhouse'}"], cwd=ANSIBLE,
+                            input=json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
+                                {"ansible.builtin.include_role": {"name": "preflight", "tasks_from": "wheelhouse"}}]}]),
+                            env=dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg")),
+                            capture_output=True, text=True)
+        build_s = time.perf_counter() - t0
+        if wh.returncode != 0:
+            print(wh.stdout[-3000:], wh.stderr[-2000:], file=sys.stderr)
+            return 1
+    rows = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as d:
+            pool = HostPool(Path(d) / "pool")
+            try:
+                t0 = time.perf_counter()
+                hosts = [pool.start(f"bench{i:02d}", extra=["--shm-size", "1g", "--cap-add", "SYS_NICE"])
+                         for i in range(n)]
+                start_s = time.perf_counter() - t0
+                inv = Path(d) / "inv.json"
+                inventory(inv, pool, hosts)
+                res = {"hosts": n, "start_hosts_s": round(start_s, 1)}
+                for phase in ("cold", "warm"):
+                    secs, out, rc = play(inv, "preflight.yml", "-e", "preflight_wheelhouse_build=false")
+                    rec = recap(out)
+                    bad = {h: r for h, r in rec.items() if h != "localhost" and (r["failed"] or r["unreachable"])}
+                    if rc != 0 or bad or len(rec) - 1 != n:
+                        print(out[-4000:], file=sys.stderr)
+                        raise SystemExit(f"{phase} preflight over {n} hosts failed: {bad or rc}")
+                    res[f"{phase}_s"] = round(secs, 1)
+                    res[f"{phase}_changed"] = sum(r["changed"] for h, r in rec.items() if h != "localhost")
+                rows.append(res)
+                print(f"{n:>3} hosts: cold {res['cold_s']:7.1f} s   warm {res['warm_s']:7.1f} s   "
+                      f"(changed on warm run: {res['warm_changed']})", flush=True)
+            finally:
+                pool.close()
+    base = rows[0]
+    for r in rows:
+        r["cold_ratio_vs_1"] = round(r["cold_s"] / base["cold_s"], 2)
+        r["warm_ratio_vs_1"] = round(r["warm_s"] / base["warm_s"], 2)
+    print()
+    print(f"{'hosts':>5}  {'cold s':>7}  {'warm s':>7}  {'cold/1':>6}  {'warm/1':>6}")
+    for r in rows:
+        print(f"{r['hosts']:>5}  {r['cold_s']:>7.1f}  {r['warm_s']:>7.1f}  {r['cold_ratio_vs_1']:>6.2f}  "
+              f"{r['warm_ratio_vs_1']:>6.2f}")
+    last = rows[-1]
+    print(f"\n{last['hosts']}-host time / {base['hosts']}-host time: cold {last['cold_ratio_vs_1']:.2f}, "
+          f"warm {last['warm_ratio_vs_1']:.2f}")
+    result = {"benchmark": "fleet preflight (ansible/preflight.yml: ktdeploy doctor on every host)",
+              "command": "python bench/fleet_preflight.py --sizes " + args.sizes,
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "ansible_forks": 32, "hosts": "sshd containers (ktdeploy/testhost) on one docker network"},
+              "wheelhouse_build_s": round(build_s, 1), "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
