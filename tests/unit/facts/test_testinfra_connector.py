@@ -1,0 +1,23 @@
+"""TestinfraConnector over testinfra's local:// backend: argv quoting, stdin emulation, chunked uploads."""
+
+import os
+
+import testinfra
+
+from ktdeploy.connectors.testinfra import TestinfraConnector
+
+
+def test_run_put_get(tmp_path):
+    c = TestinfraConnector(testinfra.get_host("local://"))
+    weird = "a b'c\"$(echo pwned)`id`"
+    assert c.run(["printf", "%s", weird]).stdout == weird
+    assert c.run(["cat"], input="fed via argv").stdout == "fed via argv"
+    assert c.run(["sh", "-c", "echo $X"], env={"X": "1 2"}).stdout == "1 2\n"
+    data = os.urandom(200_000)  # several upload chunks
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    c.put_file(str(src), str(tmp_path / "d" / "dst.bin"), mode=0o700)
+    assert (tmp_path / "d" / "dst.bin").read_bytes() == data
+    assert oct((tmp_path / "d" / "dst.bin").stat().st_mode & 0o777) == "0o700"
+    c.get_file(str(tmp_path / "d" / "dst.bin"), str(tmp_path / "back.bin"))
+    assert (tmp_path / "back.bin").read_bytes() == data
