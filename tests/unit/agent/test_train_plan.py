@@ -1,0 +1,130 @@
+"""ktdeploy train: refusal to overwrite, explicit resume, derived threads, the rendered launch (no launch here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ktdeploy.agent import train as T
+from ktdeploy.errors import RunRecordError, UsageError
+
+ROOT = Path(__file__).resolve().parents[3]
+RECIPE = ROOT / "recipes/tiny-moe-lora.yaml"
+
+
+def _recipe_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """The tiny recipe with its volumes moved under tmp_path (so output_dir checks touch only tmp)."""
+    text = RECIPE.read_text().replace("/srv/ktdeploy", str(tmp_path / "srv"))
+    p = tmp_path / "tiny.yaml"
+    p.write_text(text)
+    out = tmp_path / "srv/output/tiny-moe-lora"
+    return p, out
+
+
+def fake_doctor(recipe, skip):
+    return {"kt_config.kt_num_threads": 12, "kt_config.kt_threadpool_count": 1}, {"ok": True}, []
+
+
+def test_plan_renders_entry_and_derived_threads(tmp_path):
+    recipe, out = _recipe_copy(tmp_path)
+    plan = T.plan_train(str(recipe), doctor=fake_doctor)
+    assert plan.argv[1:4] == ["-m", "accelerate.commands.launch", "--main_process_port"]
+    assert plan.argv[-3:-1] == ["-m", "ktdeploy.agent.lf_entry"]
+    assert "kt_num_threads: 12" in plan.train_yaml and "kt_threadpool_count: 1" in plan.train_yaml
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert Path(plan.run_dir).parent == out.parent / ".ktdeploy-runs" / out.name
+    assert not Path(plan.run_dir).exists()  # planning writes nothing
+
+
+def test_recipe_values_win_over_derived(tmp_path):
+    recipe, _ = _recipe_copy(tmp_path)
+    plan = T.plan_train(str(recipe), ["train.kt_config.kt_num_threads=6"], doctor=fake_doctor)
+    assert "kt_num_threads: 6" in plan.train_yaml and "kt_num_threads: 12" not in plan.train_yaml
+
+
+def test_finished_output_is_never_overwritten(tmp_path):
+    recipe, out = _recipe_copy(tmp_path)
+    out.mkdir(parents=True)
+    (out / "train_results.json").write_text("{}")
+    with pytest.raises(RunRecordError, match="finished run"):
+        T.plan_train(str(recipe), doctor=fake_doctor)
+    with pytest.raises(RunRecordError, match="finished run"):
+        T.plan_train(str(recipe), resume="auto", doctor=fake_doctor)
+
+
+def test_checkpoints_need_explicit_resume(tmp_path):
+    recipe, out = _recipe_copy(tmp_path)
+    for n in (5, 40, 10):
+        (out / f"checkpoint-{n}").mkdir(parents=True)
+        (out / f"checkpoint-{n}" / "trainer_state.json").write_text("{}")
+    with pytest.raises(RunRecordError, match="checkpoint-40") as ei:
+        T.plan_train(str(recipe), doctor=fake_doctor)
+    assert "--resume auto" in ei.value.fix and ei.value.key == "train.output_dir"
+    plan = T.plan_train(str(recipe), resume="auto", doctor=fake_doctor)
+    assert plan.resume_from.endswith("checkpoint-40")
+    assert f"resume_from_checkpoint: {out}/checkpoint-40" in plan.train_yaml
+    plan = T.plan_train(str(recipe), resume=str(out / "checkpoint-10"), doctor=fake_doctor)
+    assert plan.resume_from.endswith("checkpoint-10")
+    with pytest.raises(UsageError):
+        T.plan_train(str(recipe), resume=str(out), doctor=fake_doctor)
+
+
+def test_incomplete_checkpoint_refused(tmp_path):
+    recipe, out = _recipe_copy(tmp_path)
+    (out / "checkpoint-3").mkdir(parents=True)
+    with pytest.raises(RunRecordError, match="incomplete"):
+        T.plan_train(str(recipe), resume=str(out / "checkpoint-3"), doctor=fake_doctor)
+
+
+def test_execute_records_a_failed_run(tmp_path):
+    recipe, out = _recipe_copy(tmp_path)
+    plan = T.plan_train(str(recipe), doctor=fake_doctor)
+    plan.argv = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
+    from ktdeploy.errors import StepError
+
+    with pytest.raises(StepError) as ei:
+        T.execute(plan, echo=None)
+    assert ei.value.rc == 3
+    d = Path(plan.run_dir)
+    assert (d / "rc").read_text().strip() == "3" and (d / "status").read_text().strip() == "failed"
+    assert "boom" in (d / "stdout.log").read_text()
+    assert json.loads((d / "command.json").read_text())["derived"]["kt_config.kt_num_threads"] == 12
+    assert (d / "train.yaml").read_text() == plan.train_yaml
+
+
+def test_execute_success_summary(tmp_path):
+    recipe, out = _recipe_copy(tmp_path)
+    plan = T.plan_train(str(recipe), doctor=fake_doctor)
+    metrics = Path(plan.run_dir) / "metrics.jsonl"
+    script = (f"import json,pathlib; p=pathlib.Path({str(metrics)!r}); o=pathlib.Path({str(out)!r}); "
+              "o.mkdir(parents=True); f=p.open('a')\n"
+              "for s in range(1,5): f.write(json.dumps({'step':s,'time':s,'step_s':0.5,'tokens_seen':100*s,"
+              "'peak_gpu_mem_bytes':2**30})+'\\n'); f.write(json.dumps({'step':s,'loss':5.0-s})+'\\n')\n"
+              "(o/'train_results.json').write_text('{\"train_runtime\": 2.0}')")
+    plan.argv = [sys.executable, "-c", script]
+    s = T.execute(plan, echo=None)
+    assert s["rc"] == 0 and s["loss_first"] == 4.0 and s["loss_last"] == 1.0
+    assert s["steady_tokens_per_s"] == 200.0 and s["peak_gpu_mem_gib"] == 1.0
+    assert (Path(plan.run_dir) / "status").read_text().strip() == "succeeded"
+
+
+def test_cli_dry_run_json(tmp_path):
+    recipe, _ = _recipe_copy(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "ktdeploy", "train", str(recipe), "--dry-run", "--skip-doctor", "--json"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    assert plan["argv"][-2:] == ["ktdeploy.agent.lf_entry", plan["run_dir"] + "/train.yaml"]
+    assert "doctor skipped" in p.stderr
+
+
+def test_cli_bad_recipe_is_one_screen(tmp_path):
+    recipe, _ = _recipe_copy(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "ktdeploy", "train", str(recipe), "--skip-doctor",
+                        "--set", "train.use_kt=false"], capture_output=True, text=True, cwd=ROOT,
+                       env={**__import__("os").environ, "COLUMNS": "200"})
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "kt_config" in p.stderr
