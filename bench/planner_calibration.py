@@ -48,8 +48,11 @@ def _cases() -> list[dict]:
                 acc["num_processes"] = r["num_processes"]
             cases.append(dict(name=r["name"], arch=parse_model_config(r["model_config"], source=r["name"]),
                               train=r.get("train") or {}, accelerate=acc,
-                              host=r.get("peak_host_rss_gib"), gpu=r.get("peak_gpu_mem_gib"),
-                              source="bench/results/gpu_peaks.json (GPU machine)", kind="gpu"))
+                              # the plan's GPU figure includes the CUDA context, so it is compared with
+                              # nvidia-smi's memory.used above idle, not torch's max_memory_allocated
+                              host=r.get("peak_host_rss_gib"),
+                              gpu=r.get("peak_gpu_used_gib_nvsmi", r.get("peak_gpu_mem_gib")),
+                              source="bench/results/gpu_peaks.json (GPU machine; GPU = nvidia-smi used)", kind="gpu"))
     return cases
 
 
@@ -58,23 +61,42 @@ def _zeroed() -> dict[str, Measured]:
 
 
 def fit() -> dict[str, float]:
-    """Re-derive MEASURED from the measurements (see the module docstring for the order)."""
+    """Re-derive MEASURED from the measurements.
+
+    Host: a run's peak is the larger of the tokenization phase (the main process + preprocessing workers, no
+    weights yet) and the training phase (per-process floor + modelled terms). The floor is the median residual of
+    the tiny runs whose modelled terms are largest (training phase dominates); the per-worker figure comes from the
+    smallest run, whose peak falls in the tokenization phase. GPU: median residual (nvidia-smi used) = context.
+    Then the two slack terms are one-point fits to the cookbook row."""
     cases = _cases()
     tiny = [c for c in cases if c["kind"] == "gpu"]
     z = _zeroed()
-    host_floor = [(c["host"] - estimate((c["train"], c["accelerate"]), c["arch"], constants=z).host_memory_gib)
-                  / max(1, estimate((c["train"], c["accelerate"]), c["arch"], constants=z).setup["num_processes"])
-                  for c in tiny if c["host"] is not None]
-    gpu_floor = [c["gpu"] - estimate((c["train"], c["accelerate"]), c["arch"], constants=z).gpu_memory_gib_per_gpu
-                 for c in tiny if c["gpu"] is not None]
-    if not host_floor and FLOOR.is_file():
+
+    def modelled(c):
+        p = estimate((c["train"], c["accelerate"]), c["arch"], constants=z)
+        return p.host_memory_gib, p.gpu_memory_gib_per_gpu, p.setup["num_processes"]
+
+    out: dict[str, float] = {}
+    ranked = sorted((c for c in tiny if c["host"] is not None), key=lambda c: modelled(c)[0])
+    if len(ranked) >= 2:
+        floors = [(c["host"] - modelled(c)[0]) / max(1, modelled(c)[2]) for c in ranked[1:]]
+        out["process_host_gib"] = statistics.median(floors)
+        small = ranked[0]
+        workers = int(small["train"].get("preprocessing_num_workers") or 0)
+        if workers:
+            out["preprocessing_worker_gib"] = (small["host"] - out["process_host_gib"]) / workers
+    elif FLOOR.is_file():
+        out["process_host_gib"] = json.loads(FLOOR.read_text())["peak_host_rss_gib"]
+    gpu_floor = [c["gpu"] - modelled(c)[1] for c in tiny if c["gpu"] is not None]
+    if gpu_floor:
+        out["process_gpu_gib"] = statistics.median(gpu_floor)
+    elif FLOOR.is_file():
         f = json.loads(FLOOR.read_text())
-        host_floor = [f["peak_host_rss_gib"]]
-        gpu_floor = [f["gpu_process_gib"] - f["gpu_allocated_gib"]]   # context + allocator reserve
-    out = {"process_host_gib": statistics.median(host_floor) if host_floor else MEASURED["process_host_gib"].value,
-           "process_gpu_gib": statistics.median(gpu_floor) if gpu_floor else MEASURED["process_gpu_gib"].value}
-    consts = dict(z, process_host_gib=Measured(out["process_host_gib"], ""),
-                  process_gpu_gib=Measured(out["process_gpu_gib"], ""))
+        out["process_gpu_gib"] = f["gpu_process_gib"] - f["gpu_allocated_gib"]   # context + allocator reserve
+    for k in ("process_host_gib", "process_gpu_gib", "preprocessing_worker_gib"):
+        out.setdefault(k, MEASURED[k].value)
+    consts = dict(z, **{k: Measured(out[k], "") for k in ("process_host_gib", "process_gpu_gib",
+                                                           "preprocessing_worker_gib")})
     for c in cases:
         if c["kind"] != "published":
             continue

@@ -32,23 +32,29 @@ class Measured:
 
 # ---- constants from measurements ---------------------------------------------------------------------
 MEASURED = {
-    # Host RSS of one training process whose weights are negligible: Python, torch + CUDA host side, imports.
-    # Re-derived by `bench/planner_calibration.py --fit` (median residual of the tiny KT runs in gpu_peaks.json
-    # when present, else bench/gpu/process_floor.py's measurement).
-    "process_host_gib": Measured(1.21, "bench/results/process_floor.json: ru_maxrss of torch+transformers+CUDA "
-                                       "training a negligible model on the GPU machine"),
+    # Host RSS of one training process whose weights are negligible: Python, torch + CUDA host side, LlamaFactory,
+    # kt_kernel and their imports. Median residual of the three tiny KT runs measured on the GPU machine
+    # (bench/results/gpu_peaks.json; `bench/planner_calibration.py --fit`). bench/gpu/process_floor.py's bare
+    # torch+transformers floor was 1.21 GiB: LlamaFactory and kt_kernel add the rest.
+    "process_host_gib": Measured(2.270, "median residual of the tiny KT runs whose training phase dominates "
+                                        "(bench/results/gpu_peaks.json medium+large, GPU machine, process-tree RSS)"),
+    # RSS of one datasets.map worker process while the dataset is tokenized (preprocessing_num_workers), before any
+    # weight is loaded. From the smallest tiny run, whose peak falls in that phase: (peak - floor) / workers.
+    "preprocessing_worker_gib": Measured(0.578, "smallest tiny KT run in bench/results/gpu_peaks.json: "
+                                                "(3.425 - 2.270) GiB / 2 workers"),
     # GPU memory of one process whose model is negligible: CUDA context, cuBLAS workspaces, allocator reserve.
-    "process_gpu_gib": Measured(0.74, "bench/results/process_floor.json: nvidia-smi per-process memory minus "
-                                      "torch's allocations on the GPU machine (H200)"),
+    # Median residual of the same three runs against nvidia-smi's memory.used above idle.
+    "process_gpu_gib": Measured(1.247, "median residual of the tiny KT runs in bench/results/gpu_peaks.json "
+                                       "(nvidia-smi memory.used above idle, H200)"),
     # Host RSS not explained by the terms above, per GiB of routed-expert weights: loader staging, glibc arena
     # fragmentation after per-layer packing. One-point fit: the cookbook's Qwen3-235B-A22B-2507 BF16 LoRA row
-    # (2 GPUs, cutoff 2048: 545.36 GiB host RSS) minus the modelled terms (506.5 GiB), over 423 GiB of experts.
-    "host_slack_per_expert_gib": Measured(0.0918, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
+    # (2 GPUs, cutoff 2048: 545.36 GiB host RSS) minus the modelled terms, over its routed-expert GiB.
+    "host_slack_per_expert_gib": Measured(0.0868, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
                                                   "(545.36 GiB host RSS)"),
     # GPU memory not explained by the terms above, as a fraction of the modelled per-GPU allocations: caching-
     # allocator fragmentation, reserved-but-free blocks, loss temporaries. One-point fit: the same row's
-    # 27.14 GiB per GPU against 22.4 GiB modelled (context excluded).
-    "gpu_slack_fraction": Measured(0.2200, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
+    # 27.14 GiB per GPU against the modelled allocations (context excluded).
+    "gpu_slack_fraction": Measured(0.1966, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
                                            "(27.14 GiB per GPU)"),
 }
 
@@ -107,6 +113,7 @@ class Setup:
     mixed_precision: str
     cpu_ram_efficient_loading: bool
     dataloader_workers: int
+    preprocessing_workers: int
     save_total_limit: int | None
     save_steps: int | None
     max_steps: int | None
@@ -193,6 +200,7 @@ def setup_from(train: dict, accelerate: dict, gpus: int | None = None) -> Setup:
         mixed_precision=str(accelerate.get("mixed_precision") or "no").lower(),
         cpu_ram_efficient_loading=_bool(fcfg.get("fsdp_cpu_ram_efficient_loading"), True),
         dataloader_workers=_int(train.get("dataloader_num_workers"), 0) or 0,
+        preprocessing_workers=_int(train.get("preprocessing_num_workers"), 0) or 0,
         save_total_limit=_int(train.get("save_total_limit"), None),
         save_steps=_int(train.get("save_steps"), None),
         max_steps=_int(train.get("max_steps"), None) if (_int(train.get("max_steps"), -1) or -1) > 0 else None,
@@ -309,6 +317,16 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
     if slack.value:
         add("host", "unattributed runtime slack", slack.value * expert_gib * GIB,
             f"{slack.value:.4f} x routed-expert GiB: allocator fragmentation and loader staging ({slack.source})")
+    # The peak is the larger of two phases: tokenization (preprocessing workers alive, no weights loaded yet) and
+    # training (everything above). Only the excess of the first over the second adds to the peak.
+    pw = c["preprocessing_worker_gib"]
+    if s.preprocessing_workers and pw.value:
+        training_phase = sum(t.gib for t in terms if t.resource == "host") * GIB - pg.value * GIB * s.num_processes
+        excess = s.preprocessing_workers * pw.value * GIB - training_phase
+        if excess > 0:
+            add("host", "tokenization workers (before training)", excess,
+                f"{s.preprocessing_workers} preprocessing workers x {pw.value:g} GiB each while the dataset is "
+                f"tokenized, above the training phase's model memory ({pw.source})")
 
     # ---------------------------------------------------------------- GPU (per process)
     n = s.num_processes

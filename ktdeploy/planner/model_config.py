@@ -168,7 +168,15 @@ def _need(c: dict, names: tuple[str, ...], family: str, where: str) -> None:
             fix="use the model's own config.json (or one of recipes/models/*.json) with these fields set")
 
 
+def _experts_alias(c: dict) -> dict:
+    """transformers 5 writes Qwen MoE configs with ``num_local_experts`` where 4.x wrote ``num_experts``."""
+    if c.get("num_experts") in (None, "") and c.get("num_local_experts") not in (None, ""):
+        return {**c, "num_experts": c["num_local_experts"]}
+    return c
+
+
 def _qwen3_moe(c: dict, where: str) -> dict:
+    c = _experts_alias(c)
     _need(c, _COMMON + ("num_experts", "num_attention_heads"), "qwen3_moe", where)
     mlp_only = set(c.get("mlp_only_layers") or [])
     step = int(c.get("decoder_sparse_step") or 1)
@@ -185,6 +193,7 @@ def _attn(pair: tuple[float, float]) -> dict:
 
 
 def _qwen3_5_moe(c: dict, where: str) -> dict:
+    c = _experts_alias(c)
     _need(c, _COMMON + ("num_experts", "num_attention_heads", "linear_num_key_heads", "linear_num_value_heads",
                         "linear_key_head_dim", "linear_value_head_dim"), "qwen3_5_moe", where)
     n = c["num_hidden_layers"]

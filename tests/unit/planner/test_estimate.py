@@ -117,3 +117,22 @@ def test_save_strategy_no_and_epoch(arch):
     limit1 = estimate(_dicts(save_total_limit=1), arch)
     ck = lambda p: next(t.gib for t in p.terms("disk") if t.name == "checkpoints")  # noqa: E731
     assert ck(epochs) == pytest.approx(2 * ck(limit1))
+
+
+def test_every_calibrated_peak_within_ten_percent_and_constants_match_the_fit():
+    """The committed measurements (cookbook row + the GPU machine's tiny runs) stay within ±10 %, and the constants
+    in estimate.py are the ones `bench/planner_calibration.py --fit` derives from them (no hand-tuned drift)."""
+    import importlib.util
+    from pathlib import Path
+
+    from ktdeploy.planner.estimate import MEASURED
+
+    path = Path(__file__).resolve().parents[3] / "bench" / "planner_calibration.py"
+    spec = importlib.util.spec_from_file_location("planner_calibration", path)
+    cal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cal)
+    _, errors = cal.table(cal._cases())
+    assert len(errors) >= 8
+    assert max(abs(e) for e in errors) <= 10.0
+    for name, value in cal.fit().items():
+        assert MEASURED[name].value == pytest.approx(value, rel=0.01, abs=1e-3), name
