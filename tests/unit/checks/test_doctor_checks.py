@@ -107,3 +107,16 @@ def test_dev_vm_on_emerald_rapids_names_the_vm_layer_hiding_amx():
     assert "host-passthrough" in r["layer.vm_cpu_model"].fix
     haswell = by_name(run_checks(facts_of("haswell-avx2-qemu")))
     assert "layer.vm_cpu_model" not in haswell and haswell["cpu.amx.listed"].status == "warn"
+
+
+def test_recipe_shortfall_fails_once_in_plan_checks_with_the_knob():
+    from pathlib import Path
+
+    from ktdeploy.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[3] / "recipes" / "qwen35-397b-bf16-lora.yaml")
+    r = by_name(run_checks(dev(), recipe))
+    assert r["plan.host_memory"].status == "fail"
+    assert "AMXINT4" in r["plan.host_memory"].fix            # the knob that saves the most
+    assert r["memory.host"].status != "fail"                 # the same shortfall is not reported twice
+    assert r["disk.output"].status != "fail" or r["plan.disk"].status != "fail"
