@@ -55,11 +55,28 @@ def checkpoints(output_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def resolve_resume(output_dir: Path, resume: str | None) -> str | None:
-    """Refuse to overwrite a finished run; with checkpoints present, require an explicit --resume.
+def _listing(output_dir: Path) -> dict[str, list[str]]:
+    """{checkpoint-N: entries inside} as ktdeploy.checkpoints expects (sub-folders as 'sub/file')."""
+    out: dict[str, list[str]] = {}
+    for ck in checkpoints(output_dir):
+        entries = []
+        for p in ck.iterdir():
+            if p.is_dir():
+                entries += [f"{p.name}/{q.name}" for q in p.iterdir()][:1]
+            else:
+                entries.append(p.name)
+        out[ck.name] = entries
+    return out
+
+
+def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) -> str | None:
+    """Refuse to overwrite a finished run; with checkpoints present, require an explicit --resume; resume only
+    from a complete checkpoint saved by the same number of processes (cookbook §3(6)), checked before loading.
 
     LlamaFactory would otherwise resume silently (or refuse with a ValueError deep in its startup).
     """
+    from ktdeploy.checkpoints import inspect_checkpoint, newest_complete
+
     finished = [m for m in FINISHED_MARKERS if (output_dir / m).exists()]
     ckpts = checkpoints(output_dir)
     if finished:
@@ -77,18 +94,33 @@ def resolve_resume(output_dir: Path, resume: str | None) -> str | None:
             raise RunRecordError(f"{output_dir} exists and is not empty, and holds no checkpoint to resume",
                                  key="train.output_dir", fix="choose a new, empty train.output_dir")
         return None
+    listing = _listing(output_dir)
     if resume == "auto":
         if not ckpts:
             raise RunRecordError(f"--resume auto: no checkpoint-* in {output_dir}",
                                  fix="start a fresh run without --resume")
-        return str(ckpts[-1])
-    path = Path(resume)
-    if not _CKPT.match(path.name) or not path.is_dir():
-        raise UsageError(f"--resume {resume}: not an existing checkpoint-* directory",
-                         fix="pass --resume auto or the path of a checkpoint-N directory")
-    if not (path / "trainer_state.json").exists():
-        raise RunRecordError(f"{path} has no trainer_state.json; it is an incomplete checkpoint",
-                             fix="resume from an earlier checkpoint-* (or --resume auto)")
+        best = newest_complete(listing)
+        if best is None:
+            raise RunRecordError(f"--resume auto: no complete checkpoint in {output_dir} (each was cut off mid-save)",
+                                 fix="start a fresh run in a new train.output_dir")
+        path = output_dir / best.name
+    else:
+        path = Path(resume)
+        if not _CKPT.match(path.name) or not path.is_dir():
+            raise UsageError(f"--resume {resume}: not an existing checkpoint-* directory",
+                             fix="pass --resume auto or the path of a checkpoint-N directory")
+        entries = [p.name if not p.is_dir() else f"{p.name}/{next(iter(p.iterdir()), p).name}" for p in path.iterdir()]
+        best = inspect_checkpoint(path.name, entries)
+        if not best.complete:
+            raise RunRecordError(f"{path} is an incomplete checkpoint (missing {', '.join(best.missing)})",
+                                 fix="resume from an earlier checkpoint-* (or --resume auto, which skips cut-off ones)")
+    if best.world_size is not None and best.world_size != world_size:
+        raise RunRecordError(
+            f"{path.name} was saved by {best.world_size} process(es) but this run has {world_size} "
+            f"(accelerate.num_processes); resuming needs the same world size",
+            key="accelerate.num_processes",
+            fix=f"resume on {best.world_size} GPU(s): set accelerate.num_processes: {best.world_size} and list "
+                f"{best.world_size} GPU(s) in deploy.gpus")
     return str(path.resolve())
 
 
@@ -154,7 +186,11 @@ def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | Non
     derived, report, warns = (doctor or run_doctor)(recipe, skip_doctor)
     warnings += warns
     out_dir = Path(recipe.train["output_dir"])
-    resume_from = resolve_resume(out_dir, resume)
+    world = recipe.accelerate.get("num_processes", 1)
+    recipe_resume = recipe.train.get("resume_from_checkpoint")
+    if resume is None and isinstance(recipe_resume, str):
+        resume = recipe_resume  # the recipe names its checkpoint: check it the same way
+    resume_from = resolve_resume(out_dir, resume, world if isinstance(world, int) else 1)
     if resume_from:
         derived["resume_from_checkpoint"] = resume_from
     rendered = render(recipe, derived=derived, header=f"rendered by ktdeploy train from {path.name}")

@@ -59,8 +59,7 @@ def test_finished_output_is_never_overwritten(tmp_path):
 def test_checkpoints_need_explicit_resume(tmp_path):
     recipe, out = _recipe_copy(tmp_path)
     for n in (5, 40, 10):
-        (out / f"checkpoint-{n}").mkdir(parents=True)
-        (out / f"checkpoint-{n}" / "trainer_state.json").write_text("{}")
+        _checkpoint(out / f"checkpoint-{n}")
     with pytest.raises(RunRecordError, match="checkpoint-40") as ei:
         T.plan_train(str(recipe), doctor=fake_doctor)
     assert "--resume auto" in ei.value.fix and ei.value.key == "train.output_dir"
@@ -71,6 +70,37 @@ def test_checkpoints_need_explicit_resume(tmp_path):
     assert plan.resume_from.endswith("checkpoint-10")
     with pytest.raises(UsageError):
         T.plan_train(str(recipe), resume=str(out), doctor=fake_doctor)
+
+
+def _checkpoint(d, ranks=1, skip=()):
+    """A checkpoint folder with the files HF Trainer writes (rng_state.pth, or rng_state_<rank>.pth per process)."""
+    d.mkdir(parents=True)
+    names = ["trainer_state.json", "adapter_model.safetensors", "optimizer.pt", "scheduler.pt"]
+    names += ["rng_state.pth"] if ranks == 1 else [f"rng_state_{r}.pth" for r in range(ranks)]
+    for n in names:
+        if n not in skip:
+            (d / n).write_text("{}")
+
+
+def test_auto_resume_skips_a_checkpoint_cut_off_mid_save(tmp_path):
+    recipe, out = _recipe_copy(tmp_path)
+    _checkpoint(out / "checkpoint-10")
+    _checkpoint(out / "checkpoint-20", skip=("trainer_state.json",))   # killed while saving
+    plan = T.plan_train(str(recipe), resume="auto", doctor=fake_doctor)
+    assert plan.resume_from.endswith("checkpoint-10")
+
+
+def test_resume_refuses_another_world_size_before_loading(tmp_path):
+    """Issue 9 on CPUs: a checkpoint saved by 2 processes cannot resume on 1 GPU; the refusal names the fix."""
+    recipe, out = _recipe_copy(tmp_path)
+    _checkpoint(out / "checkpoint-50", ranks=2)
+    with pytest.raises(RunRecordError, match="saved by 2 process") as ei:
+        T.plan_train(str(recipe), resume="auto", doctor=fake_doctor)
+    assert ei.value.key == "accelerate.num_processes" and "num_processes: 2" in ei.value.fix
+    plan = T.plan_train(str(recipe), ["accelerate.num_processes=2", "deploy.gpus=[0,1]"], resume="auto",
+                        doctor=fake_doctor)
+    assert plan.resume_from.endswith("checkpoint-50")
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1"
 
 
 def test_incomplete_checkpoint_refused(tmp_path):
