@@ -336,3 +336,54 @@ def test_dropped_connection_leaves_training_running(env):
     assert r.returncode == 0, r.stderr
     steps = [json.loads(x)["current_steps"] for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 40
+
+
+def _tiny_image(tag: str, fallback: str) -> str:
+    """A few-MB image whose entrypoint exits 0 (a static busybox FROM scratch), so shipping it over SFTP is quick;
+    without a static busybox here, the fake trainer image (330 MB, slow) under a new tag."""
+    import shutil as sh
+    import tempfile
+
+    bb = sh.which("busybox")
+    static = bb and b"statically linked" in subprocess.run(["file", "-L", bb], capture_output=True).stdout
+    if not static:
+        docker("tag", fallback, tag)
+        return tag
+    with tempfile.TemporaryDirectory() as ctx:
+        sh.copy(bb, Path(ctx) / "busybox")
+        Path(ctx, "Dockerfile").write_text('FROM scratch\nCOPY busybox /busybox\nENTRYPOINT ["/busybox", "true"]\n')
+        docker("build", "-q", "-t", tag, ctx)
+    return tag
+
+
+def test_image_missing_then_shipped_as_tarball_and_loaded(env, tmp_path):
+    import secrets
+
+    host = env["hosts"]["second"]
+    out = f"{env['root']}/out/shipped"
+    tag = _tiny_image(f"ktdeploy/up-test-shipped:{secrets.token_hex(3)}", env["image"])
+    tar = tmp_path / "image.tar"
+    docker("save", "--output", str(tar), tag)
+    docker("rmi", tag)  # the host (this engine) no longer has it
+    over = sets(env, out, f"deploy.image={tag}")
+    try:
+        with pytest.raises(StepError) as ei:
+            api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(), say=lambda m: None)
+        assert "not on the host" in ei.value.message and "--image-tar" in ei.value.fix
+        assert not Path(out).exists()
+        res = api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(),
+                     image_tar=str(tar), detach=True, say=lambda m: None)
+        assert res.state == "detached"
+        done = {e["step"] for e in events(res.record, "step_done")}
+        assert {"image.ship", "image.load", "image.cleanup", "train.start"} <= done
+        assert docker("image", "inspect", tag, check=False).returncode == 0
+        assert host.exec("test", "-e", f"{res.plan.job_dir}/image.tar", check=False).returncode == 1
+        # a second up finds the image present: nothing shipped again
+        res2 = api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(),
+                      image_tar=str(tar), detach=True, say=lambda m: None)
+        assert not {e["step"] for e in events(res2.record, "step_start")} & {"image.ship", "image.load"}
+    finally:
+        ps = docker("ps", "-aq", "--filter", f"ancestor={tag}", check=False).stdout.split()
+        if ps:
+            docker("rm", "-f", *ps, check=False)
+        docker("rmi", "--force", tag, check=False)
