@@ -214,3 +214,17 @@ def _python() -> str:
     import sys
 
     return sys.executable
+
+
+def test_build_refuses_early_without_base_image_or_wheels(images, tmp_path):
+    """No registry here: a missing base image or wheelhouse is a one-screen error, not a pull attempt."""
+    base = subprocess.run([_python(), "-m", "ktdeploy", "image", "build", "--stack", "reduced", "--isa", "avx2",
+                           "--base-image", "ktdeploy/no-such-base:1"], capture_output=True, text=True, cwd=ROOT)
+    assert base.returncode == 5 and "build-base.sh" in " ".join(base.stderr.split())
+    empty = tmp_path / "wheels"
+    empty.mkdir()
+    wh = subprocess.run([_python(), "-m", "ktdeploy", "image", "build", "--stack", "reduced", "--isa", "avx2",
+                         "--wheelhouse", str(empty)], capture_output=True, text=True, cwd=ROOT)
+    assert wh.returncode == 5
+    assert "docker/wheelhouse.py --stack reduced" in " ".join(wh.stderr.split())
+    assert "Traceback" not in base.stderr + wh.stderr
