@@ -387,3 +387,17 @@ def test_image_missing_then_shipped_as_tarball_and_loaded(env, tmp_path):
         if ps:
             docker("rm", "-f", *ps, check=False)
         docker("rmi", "--force", tag, check=False)
+
+
+def test_readme_first_command_stops_at_doctor_on_a_host_that_cannot_train(tmp_path):
+    """`ktdeploy up --host localhost` (no recipe: the shipped tiny one) on this GPU-less machine: every stage it
+    can (connect, facts, doctor), then doctor's report, exit 1, no traceback, nothing started."""
+    before = docker("ps", "-aq", "--filter", "label=ktdeploy.role=train").stdout.split()
+    r = cli("up", "--host", "localhost", env_vars={"KTDEPLOY_HOME": str(tmp_path)})
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "CheckFailed" in r.stderr and "gpu.present" in r.stderr and "Traceback" not in r.stdout + r.stderr
+    assert "connected to localhost" in r.stdout and "doctor on localhost" in r.stdout
+    assert docker("ps", "-aq", "--filter", "label=ktdeploy.role=train").stdout.split() == before
+    (run,) = (tmp_path / "runs").iterdir()
+    st = json.loads((run / "status.json").read_text())
+    assert st["state"] == "failed" and st["error_type"] == "CheckFailed" and (run / "doctor.json").exists()
