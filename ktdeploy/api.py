@@ -5,6 +5,8 @@ record folder on the controller (ktdeploy.runs)."""
 
 from __future__ import annotations
 
+import os
+
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -98,6 +100,12 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
         raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
                          key="--resume", fix="ktdeploy up --resume auto ...")
     recipe = load_up_recipe(recipe_path, overrides)
+    serve = recipe.deploy.serve if recipe.deploy is not None else None
+    if serve is not None and serve.enabled and serve.api_key_env and not detach and not dry_run \
+            and not os.environ.get(serve.api_key_env):
+        # checked before anything starts: the serve stage comes hours later, after training
+        raise UsageError(f"deploy.serve.api_key_env names {serve.api_key_env}, which is not set in this shell",
+                         key="deploy.serve.api_key_env", fix=f"export {serve.api_key_env}=<key>, then run ktdeploy up again")
     waive = tuple(dict.fromkeys(waive))
     record = RunRecord.create(recipe.name)
     record.write_text("recipe.yaml", dump_yaml(recipe.to_document()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +150,39 @@ class Executor:
                             fix="Pass an existing file (e.g. the tarball `ktdeploy image save` wrote).")
         self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
         self.conn.put_file(str(src), s.remote)
+
+    def _do_put_secret(self, stage: Stage, s: Step) -> None:
+        name = s.params["env"]
+        value = os.environ.get(name)
+        if not value:
+            raise StepError(f"{stage.name}: deploy.serve.api_key_env names {name}, which is not set here", step=s.id,
+                            fix=f"export {name}=<key> in the shell that runs ktdeploy up")
+        self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
+        fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{name}={value}\n")
+            os.chmod(tmp, 0o600)
+            self.conn.put_file(tmp, s.remote, mode=0o600)
+        finally:
+            os.unlink(tmp)
+
+    def _do_wait_http(self, stage: Stage, s: Step) -> None:
+        """Poll the readiness probe until it answers, the container dies, or the timeout passes."""
+        name = s.params["container"]
+        self.say(f"[cyan]→[/cyan] {stage.name}: waiting for {s.title}")
+        deadline = time.monotonic() + (s.timeout or 1800)
+        while True:
+            if self.conn.run(list(s.argv), timeout=60).rc == 0:
+                self.say(f"[green]✓[/green] {stage.name}: {s.title}")
+                return
+            snap = snapshot(self.conn, name, "/dev/null")
+            if snap.state is None or not snap.state.running:
+                raise StepError(f"{stage.name}: {self._crash_details(name)}", step=s.id, fix=s.fix)
+            if time.monotonic() > deadline:
+                raise StepError(f"{stage.name}: {name} did not answer /health within {s.timeout:.0f} s", step=s.id,
+                                fix=s.fix)
+            time.sleep(2)
 
     def _do_fetch(self, stage: Stage, s: Step) -> None:
         dst = self._local(s.local)

@@ -372,17 +372,32 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
             sv.append(Step("serve.stage", f"stage the job folder {job_dir}", argv=("mkdir", "-p", "--", job_dir)))
             sv.append(Step("serve.ship", "upload the recipe", action="put", local="rendered/ship/recipe.yaml",
                            remote=f"{job_dir}/recipe.yaml"))
+            env_file = None
+            if deploy.serve.api_key_env:
+                # The key goes from the controller's environment into a 0600 file on the host, is read once by
+                # `docker create --env-file`, then removed; it never enters an argv, the plan or the run record.
+                env_file = f"{job_dir}/serve.env"
+                sv.append(Step("serve.key", f"upload the API key from ${deploy.serve.api_key_env} (mode 0600)",
+                               action="put_secret", remote=env_file, params={"env": deploy.serve.api_key_env}))
             sv.append(Step("serve.create", f"create the serving container {serve_name}",
                            argv=tuple(dk.create_serve(name=serve_name, image=image, run_id=opts.run_id, volumes=vol,
                                                       output_dir=out, adapter_dir=adapter, gpus=gpus, memlock=memlock,
-                                                      user=state.user or None)),
+                                                      user=state.user or None, env_file=env_file)),
                            probe=tuple(dk.exists_probe(serve_name))))
+            if env_file:
+                sv.append(Step("serve.unstage_key", "remove the uploaded API key file",
+                               argv=("rm", "-f", "--", env_file)))
             sv.append(Step("serve.copy", "copy the job folder into the container",
                            argv=tuple(dk.copy_job(job_dir, serve_name)), probe=tuple(dk.started_probe(serve_name))))
             sv.append(Step("serve.start", f"start {serve_name}", argv=tuple(dk.start(serve_name)),
                            probe=tuple(dk.running_probe(serve_name)), fix=START_FIX))
             sv.append(Step("serve.running", f"{serve_name} keeps running", action="wait_running",
                            params={"container": serve_name, "seconds": 5}))
+            sv.append(Step("serve.ready", f"{serve_name} answers /health on port {deploy.serve.port}",
+                           action="wait_http", argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
+                           timeout=float(deploy.serve.ready_timeout_s), params={"container": serve_name},
+                           fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
+                               "deploy.serve.ready_timeout_s."))
         url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
         mp = recipe.train.get("model_name_or_path")
         served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")

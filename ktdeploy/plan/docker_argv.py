@@ -68,8 +68,10 @@ def run_convert(*, name: str, image: str, run_id: str, volumes, output_dir: str,
 
 
 def create_serve(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str,
-                 gpus: list[int] | None, memlock: bool = True, user: str | None = None) -> list[str]:
-    return ["docker", "create", "--name", name, *labels(name, run_id, "serve", output_dir), *user_flags(user),
+                 gpus: list[int] | None, memlock: bool = True, user: str | None = None,
+                 env_file: str | None = None) -> list[str]:
+    secret = ["--env-file", env_file] if env_file else []
+    return ["docker", "create", "--name", name, *labels(name, run_id, "serve", output_dir), *user_flags(user), *secret,
             "--network", "host", "--restart", "unless-stopped", *gpu_flags(gpus), *runtime_flags(memlock),
             *mount(volumes.model, readonly=True), *mount(volumes.output, readonly=True),
             "--", image, "serve", CONTAINER_RECIPE, "--adapter", adapter_dir]
@@ -104,3 +106,12 @@ def running_probe(name: str) -> list[str]:
 
 def image_probe(ref: str) -> list[str]:
     return ["docker", "image", "inspect", "--format", "{{.Id}}", "--", ref]
+
+
+HEALTH_SCRIPT = ("import sys, urllib.request\n"
+                 "urllib.request.urlopen('http://127.0.0.1:%s/health' % sys.argv[1], timeout=5).read()\n")
+
+
+def health_probe(name: str, port: int) -> list[str]:
+    """exit 0 once the server in the container answers GET /health (sglang's readiness endpoint)."""
+    return ["docker", "exec", name, "python3", "-c", HEALTH_SCRIPT, str(port)]

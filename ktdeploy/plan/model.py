@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 STAGES = ("PREFLIGHT", "RUNTIME", "IMAGE", "VOLUMES", "TRAIN", "FOLLOW", "CONVERT", "SERVE")
 
-Action = Literal["run", "put", "fetch", "follow", "fail", "wait_running"]
+Action = Literal["run", "put", "put_secret", "fetch", "follow", "fail", "wait_running", "wait_http"]
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,9 @@ class Serve(_Strict):
                                                 "(the key itself never goes into a recipe).")
     max_running_requests: int = Field(4, ge=2, description="sglang-kt --max-running-requests (KT LoRA serving needs >= 2).")
     mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="sglang --mem-fraction-static.")
+    ready_timeout_s: int = Field(1800, ge=10, le=86400, description="How long `ktdeploy up` waits for the server's "
+                                                                     "/health to answer (loading a large model takes "
+                                                                     "minutes).")
     extra_args: list[str] = Field(default_factory=list, description="Extra sglang.launch_server arguments, passed as-is "
                                                                       "(as separate argv items, never through a shell).")
 
