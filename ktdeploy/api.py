@@ -87,6 +87,7 @@ def gather_job_state(conn, recipe, image: str) -> JobState:
 
 def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resume: str | None = None,
        detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
+       tune: bool = False, tune_budget_minutes: float = 20.0,
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
        ) -> UpResult:
     from ktdeploy.checks.doctor import doctor as _doctor
@@ -154,7 +155,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
         image, _variant, _how = resolve_image(recipe.deploy, report.facts)
         state = gather_job_state(conn, recipe, image)
         record.write_json("job_state.json", state.to_json())
-        opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive,
+        opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive, tune=tune,
+                         tune_budget_minutes=tune_budget_minutes,
                          image_tar=str(Path(image_tar).resolve()) if image_tar else None,
                          local=type(conn).__name__ == "LocalConnector",
                          preflight={"connect": f"connected ({conn.name})", "doctor": doc_line})

@@ -32,6 +32,9 @@ def up(
                                                           "files) and change nothing."),
     resume: Optional[str] = typer.Option(None, "--resume", help="'auto' (newest complete checkpoint-*) or a checkpoint path."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start training and return; do not follow/convert/serve."),
+    tune: bool = typer.Option(False, "--tune", help="Run `ktdeploy tune` in the image first (short real trials of the "
+                                                    "CPU-expert settings) and train with its choice."),
+    tune_budget: float = typer.Option(20.0, "--tune-budget-minutes", min=1, help="Time budget of --tune's trials."),
     waive: list[str] = typer.Option([], "--waive", help="Waive a failing doctor check by name (recorded, loudly "
                                                         "printed; e.g. gpu.present on CPU-only test hosts)."),
     image_tar: Optional[Path] = typer.Option(None, "--image-tar", help="Image tarball from `ktdeploy image save`, "
@@ -53,7 +56,8 @@ def up(
     factory = None
     if not no_progress and console.is_terminal:
         factory = lambda name: ProgressView(name, console=console)  # noqa: E731
-    api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive,
+    api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
+           tune_budget_minutes=tune_budget,
            image_tar=str(image_tar) if image_tar else None, overrides=set_,
            ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
            print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))

@@ -57,6 +57,8 @@ class UpOptions:
     detach: bool = False
     waive: tuple[str, ...] = ()
     image_tar: str | None = None          # a `ktdeploy image save` tarball on the controller
+    tune: bool = False                    # run `ktdeploy tune` before training and train with its choice
+    tune_budget_minutes: float = 20.0
     local: bool = False                   # the host is this machine (no upload needed)
     preflight: dict = field(default_factory=dict)   # summary of connect/facts/doctor for the plan text
 
@@ -317,10 +319,37 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                            argv=tuple(dk.remove(name))))
         tr.extend(resume_steps)
         tr.extend(launch)
+        tuned = None
+        if opts.tune:
+            # Trials write beside the output dir on the output volume; a tune.json already there (a second up)
+            # is reused, so the probe skips the trials.
+            workdir = posixpath.join(vol.output, ".ktdeploy-tune", name)
+            tuned = posixpath.join(workdir, "tune.json")
+            tn = f"{name}-tune"
+            probe = ("test", "-s", tuned)
+            absent = ("sh", "-c", '! docker inspect --type container -- "$1" >/dev/null 2>&1', "ktdeploy-probe", tn)
+            tr.append(Step("tune.remove_old", f"remove a leftover {tn}", argv=("docker", "rm", "--force", "--", tn),
+                           probe=("sh", "-c", 'test -s "$1" || ! docker inspect --type container -- "$2" >/dev/null 2>&1',
+                                  "ktdeploy-probe", tuned, tn)))
+            tr.append(Step("tune.create", f"create the tuning container {tn}",
+                           argv=tuple(dk.create_tune(name=tn, image=image, run_id=opts.run_id, volumes=vol,
+                                                     output_dir=out, gpus=gpus, workdir=workdir,
+                                                     budget_minutes=opts.tune_budget_minutes, memlock=memlock,
+                                                     user=state.user or None)), probe=probe))
+            tr.append(Step("tune.copy", "copy the job folder into the tuning container",
+                           argv=tuple(dk.copy_job(job_dir, tn)), probe=probe))
+            tr.append(Step("tune.run", f"measure CPU-expert settings (budget {opts.tune_budget_minutes:g} min)",
+                           argv=tuple(dk.start_attached(tn)), probe=probe,
+                           timeout=opts.tune_budget_minutes * 60 + 900,
+                           fix=f"See the trial logs in {workdir} on the host; run without --tune to train with the "
+                               "recipe's (or derived) settings."))
+            tr.append(Step("tune.cleanup", f"remove {tn}", argv=("docker", "rm", "--force", "--", tn), probe=absent))
+            tr.append(Step("tune.fetch", "fetch the tune record", action="fetch", remote=tuned,
+                           local="artifacts/tune.json"))
         tr.append(Step("train.create", f"create the training container {name}",
                        argv=tuple(dk.create_train(name=name, image=image, run_id=opts.run_id, volumes=vol,
                                                   output_dir=out, gpus=gpus, memlock=memlock,
-                                                  user=state.user or None)),
+                                                  user=state.user or None, tuned=tuned)),
                        probe=tuple(dk.exists_probe(name)),
                        why=(f"resume from {resume_from}" if resume_from else "fresh start")))
         tr.append(Step("train.copy", "copy the job folder into the container", argv=tuple(dk.copy_job(job_dir, name)),

@@ -52,12 +52,27 @@ def labels(job: str, run_id: str, role: str, output_dir: str) -> list[str]:
 
 
 def create_train(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
-                 memlock: bool = True, user: str | None = None) -> list[str]:
+                 memlock: bool = True, user: str | None = None, tuned: str | None = None) -> list[str]:
     return ["docker", "create", "--name", name, *labels(name, run_id, "train", output_dir), *user_flags(user),
             *gpu_flags(gpus), *runtime_flags(memlock),
             *mount(volumes.model, readonly=True), *mount(volumes.data), *mount(volumes.output),
             "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1",
-            "--", image, "train", CONTAINER_RECIPE]
+            "--", image, "train", CONTAINER_RECIPE, *(["--tuned", tuned] if tuned else [])]
+
+
+def create_tune(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
+                workdir: str, budget_minutes: float, memlock: bool = True, user: str | None = None) -> list[str]:
+    """`ktdeploy tune` in the training image, with the training container's flags, GPUs and volumes."""
+    return ["docker", "create", "--name", name, *labels(name, run_id, "tune", output_dir), *user_flags(user),
+            *gpu_flags(gpus), *runtime_flags(memlock),
+            *mount(volumes.model, readonly=True), *mount(volumes.data), *mount(volumes.output),
+            "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1",
+            "--", image, "tune", CONTAINER_RECIPE, "--workdir", workdir, "--budget-minutes", f"{budget_minutes:g}"]
+
+
+def start_attached(name: str) -> list[str]:
+    """Start and wait: docker's exit code is the container's."""
+    return ["docker", "start", "--attach", "--", name]
 
 
 def run_convert(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str,

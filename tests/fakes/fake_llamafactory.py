@@ -171,13 +171,31 @@ def serve(args):
     return 0
 
 
+def tune(args):
+    """TEST DOUBLE of `ktdeploy tune RECIPE --workdir W ...`: writes a tune record with a fixed choice."""
+    workdir = args[args.index("--workdir") + 1]
+    os.makedirs(workdir, exist_ok=True)
+    record = {"fake": "TEST DOUBLE", "chosen": {"kt_num_threads": 3, "kt_threadpool_count": 1},
+              "trials": [{"label": "threads=3 pools=1", "status": "ok", "tokens_per_s": 100.0}]}
+    write(os.path.join(workdir, "tune.json"), json.dumps(record))
+    print("[fake-llamafactory] TEST DOUBLE tune wrote", os.path.join(workdir, "tune.json"), flush=True)
+    return 0
+
+
 def main(argv):
     if not argv:
         print(__doc__)
         return 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "train":
+        if "--tuned" in rest:  # `ktdeploy train --tuned tune.json`: record what would be applied
+            tuned = json.load(open(rest[rest.index("--tuned") + 1]))
+            out = load_yaml(rest[0])["train"]["output_dir"]
+            os.makedirs(out, exist_ok=True)
+            write(os.path.join(out, "ktdeploy_tuned_applied.json"), json.dumps(tuned["chosen"]))
         return train(rest[0])
+    if cmd == "tune":
+        return tune(rest)
     if cmd == "convert":
         return convert(rest)
     if cmd == "serve":

@@ -408,3 +408,24 @@ def test_readme_first_command_stops_at_doctor_on_a_host_that_cannot_train(tmp_pa
     (run,) = (tmp_path / "runs").iterdir()
     st = json.loads((run / "status.json").read_text())
     assert st["state"] == "failed" and st["error_type"] == "CheckFailed" and (run / "doctor.json").exists()
+
+
+def test_tune_runs_in_the_image_then_training_uses_its_choice(env):
+    root, host = env["root"], env["hosts"]["second"]
+    out = f"{root}/out/tuned-run"
+    res = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, detach=True, tune=True,
+                 tune_budget_minutes=2, overrides=sets(env, out, port=31007), ssh=env["pool"].ssh_options(),
+                 say=lambda m: None)
+    assert res.state in ("detached", "started", "running", "finished"), res.state
+    done = {e["step"] for e in events(res.record, "step_done")}
+    assert {"tune.create", "tune.run", "tune.fetch", "train.create"} <= done
+    record = json.loads((res.record.path / "artifacts" / "tune.json").read_text())
+    assert record["chosen"] == {"kt_num_threads": 3, "kt_threadpool_count": 1}
+    applied = Path(out, "ktdeploy_tuned_applied.json")
+    for _ in range(100):
+        if applied.exists():
+            break
+        time.sleep(0.2)
+    assert json.loads(applied.read_text()) == record["chosen"]      # the training container got --tuned
+    job = res.record.read_json("plan.json")["job"]
+    assert docker("inspect", f"{job}-tune", check=False).returncode != 0   # the tuning container is gone

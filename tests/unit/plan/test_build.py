@@ -181,3 +181,22 @@ def test_containers_run_as_the_connecting_user():
     assert a[a.index("--user") + 1] == "0:0" and "HOME=/tmp" not in a
     assert parse_state("@@user\t1000:1000\n").user == "1000:1000"
     assert parse_state("@@user\t$(x):1\n").user == ""
+
+
+def test_tune_runs_in_the_image_before_training_and_training_uses_its_choice():
+    p = build_plan(recipe(), facts(), state(), UpOptions(host="gpu01", run_id="r1", tune=True, tune_budget_minutes=7))
+    ids = [s.id for _, s in p.steps()]
+    assert ids.index("tune.create") < ids.index("tune.run") < ids.index("tune.fetch") < ids.index("train.create")
+    st = steps(p)
+    tune = st["tune.create"].argv
+    assert tune[-7:-4] == ("ktsft:avx512", "tune", "/ktdeploy-job/recipe.yaml")
+    workdir = tune[tune.index("--workdir") + 1]
+    assert workdir == f"/srv/ktdeploy/output/.ktdeploy-tune/{p.job}" and tune[-1] == "7"
+    for flag in ("--ipc=host", "SYS_NICE"):           # trials run with the training container's flags
+        assert flag in tune
+    assert st["tune.run"].argv[:3] == ("docker", "start", "--attach")
+    assert st["tune.run"].probe == ("test", "-s", f"{workdir}/tune.json")   # a second up reuses the record
+    create = st["train.create"].argv
+    assert create[-2:] == ("--tuned", f"{workdir}/tune.json")
+    without = steps(build_plan(recipe(), facts(), state(), UpOptions(host="gpu01", run_id="r1")))
+    assert "tune.run" not in without and "--tuned" not in without["train.create"].argv
