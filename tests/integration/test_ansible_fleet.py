@@ -64,7 +64,7 @@ def write_inventory(path: Path, pool, hosts: dict, **fleet_vars) -> Path:
     return path
 
 
-def playbook(inventory: Path, *extra: str, summary: Path, on_line=None, timeout: float = 300):
+def playbook(inventory: Path, *extra: str, summary: Path, on_line=None, timeout: float = 600):
     """Run ansible-playbook site.yml, streaming output (on_line sees each line). Returns (rc, output, summary)."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_NOCOLOR="1", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
