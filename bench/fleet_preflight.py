@@ -94,7 +94,7 @@ def main() -> int:
                 start_s = time.perf_counter() - t0
                 inv = Path(d) / "inv.json"
                 inventory(inv, pool, hosts)
-                res = {"hosts": n, "start_hosts_s": round(start_s, 1)}
+                res = {"hosts": n, "start_hosts_s": round(start_s, 1), "loadavg_1m_before": round(os.getloadavg()[0], 2)}
                 for phase in ("cold", "warm"):
                     secs, out, rc = play(inv, "preflight.yml", "-e", "preflight_wheelhouse_build=false")
                     rec = recap(out)
@@ -104,6 +104,7 @@ def main() -> int:
                         raise SystemExit(f"{phase} preflight over {n} hosts failed: {bad or rc}")
                     res[f"{phase}_s"] = round(secs, 1)
                     res[f"{phase}_changed"] = sum(r["changed"] for h, r in rec.items() if h != "localhost")
+                res["loadavg_1m_after"] = round(os.getloadavg()[0], 2)  # other work on this machine shows here
                 rows.append(res)
                 print(f"{n:>3} hosts: cold {res['cold_s']:7.1f} s   warm {res['warm_s']:7.1f} s   "
                       f"(changed on warm run: {res['warm_changed']})", flush=True)

@@ -64,13 +64,14 @@ def write_inventory(path: Path, pool, hosts: dict, **fleet_vars) -> Path:
     return path
 
 
-def playbook(inventory: Path, *extra: str, summary: Path, on_line=None, timeout: float = 600):
+def playbook(inventory: Path, *extra: str, summary: Path, on_line=None, timeout: float = 600,
+             playbook_file: str = "site.yml"):
     """Run ansible-playbook site.yml, streaming output (on_line sees each line). Returns (rc, output, summary)."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_NOCOLOR="1", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     if summary.exists():
         summary.unlink()
-    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), "site.yml",
+    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook_file,
             "-e", f"ktdeploy_fleet_summary_file={summary}", *extra]
     p = subprocess.Popen(argv, cwd=ANSIBLE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, deadline = [], time.monotonic() + timeout
@@ -233,3 +234,19 @@ def test_wheelhouse_is_reproducible(tmp_path):
         shas.append(hashlib.sha256((wh / "wheelhouse.tar").read_bytes()).hexdigest())
         time.sleep(1.1)  # a build a second later must still be identical (no timestamps leak in)
     assert shas[0] == shas[1]
+
+
+def test_preflight_in_image_mode(first_run, fleet):
+    """preflight_mode=image: doctor runs as the ktsft image's agent (docker run IMAGE doctor --json) instead of
+    the venv; the auto variant uses the avx2 image, which runs on any x86_64 host."""
+    if docker("image", "inspect", "ktsft-reduced:avx2", check=False).returncode != 0:
+        pytest.skip("ktsft-reduced images not built (docker/ci-build-reduced.sh; test_image.py builds them)")
+    rc, out, rows = playbook(fleet["inv"], "--limit", "fleet-ok", "-e", "preflight_mode=image",
+                             "-e", "ktdeploy_image_repo=ktsft-reduced", "-v", summary=fleet["tmp"] / "summary4.json",
+                             playbook_file="preflight.yml")
+    assert rc == 0, out[-3000:]
+    task = out.split("TASK [preflight : Run ktdeploy doctor inside the ktsft image]", 1)[1].split("TASK [", 1)[0]
+    assert "ktsft-reduced:avx2" in task and "SYS_NICE" in task, task[:2000]
+    assert "TASK [preflight : Ship the wheelhouse]" not in out
+    assert rows["fleet-ok"]["status"] == "ok" and rows["fleet-ok"]["variant"] == "avx512", rows
+    assert rows["fleet-gone"]["status"] == "not run" and rows["fleet-noavx"]["status"] == "not run"
