@@ -32,7 +32,7 @@ ServerArgs.add_cli_args(parser)
 ns = parser.parse_args(argv)
 out = {k: getattr(ns, k) for k in ("model_path", "host", "port", "kt_weight_path", "kt_method", "kt_cpuinfer",
                                    "kt_threadpool_count", "kt_num_gpu_experts", "enable_lora", "lora_backend",
-                                   "lora_paths", "max_running_requests", "max_loras_per_batch", "tp_size",
+                                   "lora_paths", "max_running_requests", "max_loras_per_batch", "tensor_parallel_size",
                                    "served_model_name", "api_key")}
 print(json.dumps(out, default=str))
 """
@@ -79,7 +79,7 @@ def test_sglang_kt_parses_our_serve_command(full_image, tmp_path, monkeypatch):
     assert got["kt_num_gpu_experts"] == 0 and got["kt_weight_path"] == recipe.train["model_name_or_path"]
     assert got["enable_lora"] is True and got["lora_backend"] == "triton"
     assert "tiny-lora=/srv/ktdeploy/output/tiny-moe-lora-sglang" in str(got["lora_paths"])
-    assert got["max_running_requests"] >= 2 and got["tp_size"] == 1
+    assert got["max_running_requests"] >= 2 and got["tensor_parallel_size"] == 1
     assert got["api_key"] is None
 
 
