@@ -61,7 +61,8 @@ def layer_sizes(tag: str) -> list[dict]:
     for h in reversed(history(tag)):
         size = int(h["Size"])
         if size:
-            rows.append({"bytes": size, "created_by": " ".join(h["CreatedBy"].split())[:110]})
+            created = " ".join(h["CreatedBy"].split())[:110] or "(base image: docker/base/build-base.sh, docker import)"
+            rows.append({"bytes": size, "created_by": created})
     return rows
 
 
@@ -81,6 +82,43 @@ def code_only_rebuild(log: Path, wheelhouse: Path) -> tuple[dict, float]:
         return timed_build(["--isa", "amx", "--context", str(ctx), "--wheelhouse", str(wheelhouse)], log)
 
 
+def hidden_flags_cpuinfo(dest: Path) -> Path:
+    """This machine's /proc/cpuinfo with every avx512*/amx* flag removed (a restrictive VM CPU model)."""
+    import re
+
+    text = Path("/proc/cpuinfo").read_text()
+    dest.write_text(re.sub(r"(?m)^(flags\s*:.*)$", lambda m: " ".join(
+        f for f in m.group(1).split(" ") if not f.startswith(("avx512", "amx"))), text))
+    return dest
+
+
+def acceptance() -> list[dict]:
+    """Run the full images on this CPU: which variant is admitted, which refused, and what they say."""
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = hidden_flags_cpuinfo(Path(tmp) / "cpuinfo")
+        cases = [
+            ("doctor in ktsft:avx512", ["ktsft:avx512", "doctor", "--json"], []),
+            ("doctor in ktsft:amx (no AMX here)", ["ktsft:amx", "doctor"], []),
+            ("doctor in ktsft:avx512, avx512 hidden", ["ktsft:avx512", "doctor"], ["-v", f"{fake}:/proc/cpuinfo:ro"]),
+            ("doctor in ktsft:avx2, avx512 hidden", ["ktsft:avx2", "doctor", "--json"],
+             ["-v", f"{fake}:/proc/cpuinfo:ro"]),
+            ("kt_kernel in ktsft:avx512", ["--entrypoint", "python", "ktsft:avx512", "-c",
+                                           "import kt_kernel; print(kt_kernel.__cpu_variant__, kt_kernel.__version__)"], []),
+        ]
+        for name, args, extra in cases:
+            proc = sh(["docker", "run", "--rm", *extra, *args])
+            row = {"case": name, "argv": ["docker", "run", "--rm", *extra, *args], "rc": proc.returncode}
+            if args[-1] == "--json" and proc.stdout.strip():
+                checks = json.loads(proc.stdout)["checks"]
+                row["checks"] = {c["name"]: c["status"] for c in checks}
+                row["failing"] = [c["name"] for c in checks if c["status"] == "fail"]
+            else:
+                row["output"] = " ".join((proc.stdout + proc.stderr).split())[:400]
+            runs.append(row)
+    return runs
+
+
 def machine() -> dict:
     info = json.loads(sh(["docker", "info", "--format", "{{json .}}"]).stdout or "{}")
     return {
@@ -96,7 +134,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-cold", action="store_true", help="reuse the layer cache for the first build")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "image-build")
+    ap.add_argument("--acceptance-only", action="store_true",
+                    help="only (re)run the acceptance runs against the built images and update <out>.json/.md")
     args = ap.parse_args()
+    if args.acceptance_only:
+        result = json.loads(args.out.with_suffix(".json").read_text())
+        result["acceptance"] = acceptance()
+        args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        args.out.with_suffix(".md").write_text(render_md(result))
+        print(render_md(result))
+        return 0
 
     log = args.out.with_suffix(".log")
     log.write_text("")
@@ -137,6 +184,7 @@ def main() -> int:
         "code_only_rebuild_seconds": code["seconds"][amx],
         "restore_rebuild_seconds": back["seconds"][amx],
         "layers_of_ktsft_amx": layer_sizes(amx),
+        "acceptance": acceptance(),
     }
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(render_md(result))
@@ -172,7 +220,19 @@ def render_md(r: dict) -> str:
                      f"(build {v['seconds']:.0f} s) |")
     lines += ["", "Layers of ktsft:amx (non-empty, oldest first):", "", "| bytes | instruction |", "| ---: | --- |"]
     for row in r["layers_of_ktsft_amx"]:
-        lines.append(f"| {row['bytes']:,} | `{row['created_by'].replace('|', '/')}` |")
+        created = row["created_by"] or "(base image: docker/base/build-base.sh, docker import)"
+        lines.append(f"| {row['bytes']:,} | `{created.replace('|', '/')}` |")
+    if r.get("acceptance"):
+        lines += ["", "Acceptance runs on this CPU (AVX512 with bf16/vnni/vbmi, no AMX):", "",
+                  "| case | exit | result |", "| --- | ---: | --- |"]
+        for a in r["acceptance"]:
+            if "checks" in a:
+                c = a["checks"]
+                what = (f"cpu.variant={c.get('cpu.variant')}, cpu.isa.avx512={c.get('cpu.isa.avx512')}; "
+                        f"failing: {', '.join(a['failing']) or 'none'}")
+            else:
+                what = a["output"].replace("|", "/")[:300]
+            lines.append(f"| `{' '.join(a['argv'][3:])}` ({a['case']}) | {a['rc']} | {what} |")
     return "\n".join(lines) + "\n"
 
 
