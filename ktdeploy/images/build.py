@@ -69,10 +69,11 @@ def find_context(explicit: Path | None = None) -> Path:
                      key="--context", fix="Run from a ktdeploy checkout or pass --context PATH.")
 
 
-def build_argv(opts: BuildOptions, isa: str, lock: Lock, wheelhouse_url: str) -> list[str]:
+def build_argv(opts: BuildOptions, isa: str, lock: Lock, wheelhouse_url: str, *, no_cache: bool | None = None) -> list[str]:
     """The exact `docker build` arguments for one variant (pure; tests read it)."""
     argv = [
-        "build", "--network", "host",
+        # --force-rm: a failed step (a verification that refuses the stack) leaves no container behind.
+        "build", "--network", "host", "--force-rm",
         "--file", str(opts.context / "Dockerfile"),
         "--target", isa,
         "--tag", image_tag(opts.image_repo, isa),
@@ -83,7 +84,7 @@ def build_argv(opts: BuildOptions, isa: str, lock: Lock, wheelhouse_url: str) ->
         "--build-arg", f"STACK_VERSIONS={lock.versions_label(LABELLED_DISTRIBUTIONS)}",
         "--build-arg", f"KTDEPLOY_VERSION={ktdeploy.__version__}",
     ]
-    if opts.no_cache:
+    if opts.no_cache if no_cache is None else no_cache:
         argv.append("--no-cache")
     argv.append(str(opts.context))
     return argv
@@ -129,10 +130,12 @@ def build(opts: BuildOptions, on_line=None) -> BuildReport:
     port = opts.port or DEFAULT_PORTS[opts.stack]
     with tempfile.TemporaryDirectory(prefix="ktsft-context-") as tmp, serve(opts.wheelhouse_dir, port) as url:
         snap = BuildOptions(**{**opts.__dict__, "context": snapshot_context(opts.context, Path(tmp))})
-        for isa in opts.isas:
+        for i, isa in enumerate(opts.isas):
             tag = image_tag(opts.image_repo, isa)
             t0 = time.monotonic()
-            proc = docker_cli.run(build_argv(snap, isa, lock, url), env=docker_cli.CLASSIC_BUILD_ENV,
+            # --no-cache applies to the first variant only: the others must reuse its layers.
+            argv = build_argv(snap, isa, lock, url, no_cache=opts.no_cache and i == 0)
+            proc = docker_cli.run(argv, env=docker_cli.CLASSIC_BUILD_ENV,
                                   on_line=on_line or (lambda _line: None))
             report.seconds[tag] = round(time.monotonic() - t0, 1)
             if proc.returncode != 0:

@@ -30,6 +30,13 @@ def test_build_argv_targets_the_variant_offline_with_lock_labels():
     assert any(a.startswith("STACK_VERSIONS=") and "pydantic=" in a for a in args)
 
 
+def test_no_cache_only_where_asked():
+    opts = BuildOptions(context=ROOT, isas=["amx", "avx2"], stack="reduced", no_cache=True)
+    assert "--no-cache" in build_argv(opts, "amx", REDUCED, "u")
+    assert "--no-cache" not in build_argv(opts, "avx2", REDUCED, "u", no_cache=False)
+    assert "--force-rm" in build_argv(opts, "avx2", REDUCED, "u")
+
+
 def test_expand_isa():
     assert expand_isa("all") == ["amx", "avx512", "avx2"]
     assert expand_isa("avx2") == ["avx2"]
