@@ -205,6 +205,12 @@ def render_md(r: dict) -> str:
         f"{m['docker_server']} ({m['storage_driver']}), kernel {m['kernel']}. Offline: wheels served from "
         f"the host wheelhouse ({gb(r['wheelhouse_bytes'])}) on loopback; lock sha256 `{r['lock_sha256'][:16]}…`.",
         "",
+        "The machine was shared with other work during the run (docker integration tests of other modules; "
+        "load average up to ~8 on 2 CPUs), so the seconds are upper bounds. Most of the cold build is pip "
+        "unpacking ~10.7 GB into one layer and the engine committing it on fuse-overlayfs; each instruction "
+        "after that layer costs a commit that diffs the whole tree (~1 min), which is why the agent and "
+        "variant stages hold as few instructions as possible.",
+        "",
         "| measure | value |",
         "| --- | --- |",
         f"| cold build of ktsft:amx ({'--no-cache' if r['cold_build']['no_cache'] else 'cached'}) | "
