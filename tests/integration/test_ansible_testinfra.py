@@ -73,7 +73,7 @@ def test_suite_over_the_ansible_inventory_in_parallel(two_hosts):
         assert h["gpu.present"][0] == "skipped" and "waived" in h["gpu.present"][1]   # xfail in JUnit
         assert h["cpu.variant"][0] == "passed"
     assert not [c for c, (o, _) in ok.items() if o in ("failure", "error")], ok
-    assert "gw0" in p.stdout or "2 workers" in p.stdout or "created: 2/2 workers" in p.stdout, p.stdout[-2000:]
+    assert "bringing up nodes" in p.stdout, p.stdout[-2000:]  # pytest-xdist workers ran the hosts
 
 
 def test_suite_over_a_hosts_list(two_hosts):
