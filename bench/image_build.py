@@ -208,7 +208,7 @@ def render_md(r: dict) -> str:
         "The machine was shared with other work during the run (docker integration tests of other modules; "
         "load average up to ~8 on 2 CPUs), so the seconds are upper bounds. Most of the cold build is pip "
         "unpacking ~10.7 GB into one layer and the engine committing it on fuse-overlayfs; each instruction "
-        "after that layer costs a commit that diffs the whole tree (~1 min), which is why the agent and "
+        "after that layer costs a commit that diffs the whole tree (tens of seconds each here: the two-instruction variant stages took 77-97 s), which is why the agent and "
         "variant stages hold as few instructions as possible.",
         "",
         "| measure | value |",
