@@ -79,10 +79,15 @@ class DoctorReport:
     facts: HostFacts
     checks: list[CheckResult]
     container_facts: HostFacts | None = None
+    waived: tuple[str, ...] = ()   # failing checks the user explicitly accepted (e.g. gpu.present on a CPU-only box)
 
     @property
     def failed(self) -> list[CheckResult]:
-        return [c for c in self.checks if c.status == "fail"]
+        return [c for c in self.checks if c.status == "fail" and c.name not in self.waived]
+
+    @property
+    def waived_failures(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == "fail" and c.name in self.waived]
 
     @property
     def ok(self) -> bool:
@@ -103,6 +108,7 @@ class DoctorReport:
             "host": self.facts.host,
             "ok": self.ok,
             "summary": self.summary(),
+            "waived": list(self.waived),
             "facts": self.facts.model_dump(mode="json"),
             "container_facts": self.container_facts.model_dump(mode="json") if self.container_facts else None,
             "checks": [c.model_dump(mode="json") for c in self.checks],

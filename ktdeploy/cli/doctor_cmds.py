@@ -33,6 +33,8 @@ def doctor_cmd(
     container: Optional[str] = typer.Option(None, "--container",
                                             help="A running container on that host to compare with it (layer.* checks)."),
     as_json: bool = typer.Option(False, "--json", help="Print {schema_version, facts, checks, ...} as JSON."),
+    waive: list[str] = typer.Option([], "--waive", help="Accept this failing check (repeatable), e.g. gpu.present on a "
+                                                        "CPU-only build box; shown and recorded, never silent."),
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key for SSH (default: agent / ~/.ssh)."),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key",
@@ -71,11 +73,14 @@ def doctor_cmd(
             report.checks.append(vc)
     finally:
         conn.close()
+    report.waived = tuple(dict.fromkeys(waive))
     if as_json:
         print_json(report.to_json())
     else:
         console.print(_summary_line(report))
         print_checks(report.checks, title=f"ktdeploy doctor: {report.facts.host}")
+        for c in report.waived_failures:
+            console.print(f"[bold yellow]WAIVED[/] {c.name}: {c.detail}")
         if report.failed:
             console.print(f"[red]{len(report.failed)} check(s) failed:[/] "
                           + ", ".join(sorted({c.name for c in report.failed})))
