@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+# No docker needed, but they belong to the integration tier (run-tests.sh selects it with -m docker).
+pytestmark = pytest.mark.docker
 ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
 BIN = Path(sys.executable).parent
 
