@@ -27,3 +27,19 @@ def test_waiving_exactly_the_failures_turns_exit_1_into_0():
     assert full.returncode == 0 and out["ok"] is True and out["waived"] == failing
     # the waived checks are still reported as failing: waiving never rewrites a verdict
     assert sorted({c["name"] for c in out["checks"] if c["status"] == "fail"}) == failing
+
+
+def test_image_option_checks_the_variant_against_this_cpu():
+    flags = open("/proc/cpuinfo").read()
+    expect_amx = "amx_tile" in flags
+    data = json.loads(_doctor("--image", "amx").stdout)
+    (vc,) = [c for c in data["checks"] if c["name"] == "image.variant"]
+    assert (vc["status"] == "pass") is expect_amx
+    if not expect_amx:
+        assert "lacks AMX" in vc["detail"] and "ktsft:" in vc["fix"]
+
+
+def test_set_without_recipe_is_a_usage_error():
+    r = subprocess.run([sys.executable, "-m", "ktdeploy", "doctor", "--set", "deploy.image=avx512"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "--set needs --recipe" in r.stderr and "Traceback" not in r.stderr
