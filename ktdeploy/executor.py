@@ -163,6 +163,9 @@ class Executor:
             with os.fdopen(fd, "w") as f:
                 f.write(f"{name}={value}\n")
             os.chmod(tmp, 0o600)
+            # create the target 0600 first, so the key is never readable by others on the host, even briefly
+            self.conn.run(["sh", "-c", 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && : > "$1"', "ktdeploy-key",
+                           s.remote], check=True)
             self.conn.put_file(tmp, s.remote, mode=0o600)
         finally:
             os.unlink(tmp)

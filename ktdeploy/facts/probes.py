@@ -135,24 +135,17 @@ def gather_probes(connector, machine: str | None) -> tuple[Probes, dict[str, str
     """Run every probe; returns the parsed Probes and the raw outputs (for recording golden files)."""
     raw: dict[str, str] = {}
     probes = Probes()
-    out, why = run_probe(connector, "amx_probe", machine=machine)
-    if out is not None:
-        raw["amx_probe"] = out
+    for name, field, parse, model in (("amx_probe", "amx", amx_from_output, AmxProbe),
+                                      ("numa_probe", "mempolicy", mempolicy_from_output, MempolicyProbe)):
+        out, why = run_probe(connector, name, machine=machine)
+        if out is None:
+            setattr(probes, field, model(skipped=why))
+            continue
+        raw[name] = out
         try:
-            probes.amx = amx_from_output(out)
+            setattr(probes, field, parse(out))
         except ValueError as e:
-            probes.amx = AmxProbe(skipped=f"unreadable probe output: {e}")
-    else:
-        probes.amx = AmxProbe(skipped=why)
-    out, why = run_probe(connector, "numa_probe", machine=machine)
-    if out is not None:
-        raw["numa_probe"] = out
-        try:
-            probes.mempolicy = mempolicy_from_output(out)
-        except ValueError as e:
-            probes.mempolicy = MempolicyProbe(skipped=f"unreadable probe output: {e}")
-    else:
-        probes.mempolicy = MempolicyProbe(skipped=why)
+            setattr(probes, field, model(skipped=f"unreadable probe output: {e}"))
     return probes, raw
 
 
