@@ -23,7 +23,6 @@ and the result is written to a fresh directory that is published by one rename.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from ktdeploy.agent import safetensors_io as st
 from ktdeploy.errors import UsageError
+from ktdeploy.hashing import sha256_file
 
 FUSED = "fused_expert_lora.safetensors"
 MANIFEST = "kt_adapter_manifest.json"
@@ -66,14 +66,6 @@ class ConvertSummary:
     base_model_name_or_path: str | None
     bytes_written: int
     checks: list[str] = field(default_factory=list)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def find_adapter_dir(path: Path) -> Path:
@@ -120,7 +112,7 @@ def check_manifest(src: Path, manifest: dict) -> list[str]:
         if isinstance(rec, dict) and rec.get("size") is not None and rec["size"] != p.stat().st_size:
             raise ConvertError(f"{p}: size {p.stat().st_size} differs from the manifest's {rec['size']}",
                                fix="the file changed after training (partial copy?); copy it again")
-        if isinstance(rec, dict) and rec.get("sha256") and _sha256(p) != rec["sha256"]:
+        if isinstance(rec, dict) and rec.get("sha256") and sha256_file(p) != rec["sha256"]:
             raise ConvertError(f"{p}: SHA-256 differs from the manifest", fix="the file is damaged; copy it again")
         notes.append(f"{name}: size and sha256 match the manifest")
     return notes
@@ -259,7 +251,7 @@ def convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
             num_experts=n_experts, expert_tensors=len(expert_items), nonexpert_tensors=len(nonexpert),
             target_modules=out_config["target_modules"], base_model_name_or_path=base, bytes_written=written,
             checks=checks)
-        prov = {"summary": summary.__dict__, "inputs": {n: _sha256(src / n) for n in (FUSED, CONFIG, ADAPTER)
+        prov = {"summary": summary.__dict__, "inputs": {n: sha256_file(src / n) for n in (FUSED, CONFIG, ADAPTER)
                                                         if (src / n).exists()}}
         (stage / PROVENANCE).write_text(json.dumps(prov, indent=2) + "\n")
         if dst.exists():

@@ -15,7 +15,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.render import console, err_console, print_json
 from ktdeploy.errors import UsageError
 
-SET_HELP = "Override a recipe value: SECTION.KEY=VALUE (VALUE parsed as YAML), repeatable."
+from ktdeploy.cli.recipe_cmds import SET_HELP
 
 
 @app.command()

@@ -11,7 +11,7 @@ from rich.table import Table
 from ktdeploy.cli import app
 from ktdeploy.cli.render import console, err_console, print_json
 
-SET_HELP = "Override a recipe value: SECTION.KEY=VALUE (VALUE parsed as YAML), repeatable."
+from ktdeploy.cli.recipe_cmds import SET_HELP
 
 
 @app.command()

@@ -8,13 +8,13 @@ else matters: pip runs with --no-index and --require-hashes.
 from __future__ import annotations
 
 import functools
-import hashlib
 import threading
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ktdeploy.errors import ImageError
+from ktdeploy.hashing import sha256_file
 from ktdeploy.images.lockfile import Lock
 
 # Fixed, so the build argument (and with it the deps layer's cache key) never changes; one per stack,
@@ -29,17 +29,9 @@ def missing_wheels(lock: Lock, wheelhouse: Path, *, verify_hashes: bool = False)
         f = wheelhouse / pin.filename
         if not f.is_file():
             missing.append(pin.filename)
-        elif verify_hashes and _sha256(f) != pin.sha256:
+        elif verify_hashes and sha256_file(f) != pin.sha256:
             missing.append(f"{pin.filename} (hash differs from the lock)")
     return missing
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_wheelhouse(lock: Lock, wheelhouse: Path, stack: str) -> None:
