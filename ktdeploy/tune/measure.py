@@ -57,18 +57,3 @@ def peak_vram_gib(samples: list[Sample]) -> float | None:
     vals = [s.vram_gib for s in samples if s.vram_gib is not None]
     return max(vals) if vals else None
 
-
-def tree_rss_bytes(proc_stat: dict[int, tuple[int, int]], root: int) -> int:
-    """Sum of RSS over ``root`` and its descendants; ``proc_stat`` maps pid -> (ppid, rss_bytes)."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in proc_stat.items():
-        children.setdefault(ppid, []).append(pid)
-    total, stack, seen = 0, [root], set()
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        total += proc_stat.get(pid, (0, 0))[1]
-        stack.extend(children.get(pid, ()))
-    return total

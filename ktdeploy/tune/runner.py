@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ktdeploy.agent.monitor import tree_rss_bytes
 from ktdeploy.tune.candidates import Candidate
-from ktdeploy.tune.measure import parse_log, peak_vram_gib, steady_tokens_per_s, tree_rss_bytes
+from ktdeploy.tune.measure import parse_log, peak_vram_gib, steady_tokens_per_s
 from ktdeploy.tune.select import Trial, should_stop_early
 
 GIB = 1024 ** 3
@@ -36,22 +37,6 @@ class TrialSpec:
     trial_timeout_s: float = 300.0
     # the trainer command; tests swap in a LlamaFactory test double (it receives the same arguments)
     command: tuple[str, ...] = (sys.executable, "-m", "ktdeploy", "train")
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    page = os.sysconf("SC_PAGE_SIZE")
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(")") + 2:].split()
-            table[int(entry)] = (int(fields[1]), int(fields[21]) * page)
-        except (OSError, ValueError, IndexError):
-            continue
-    return table
 
 
 def trial_argv(spec: TrialSpec, cand: Candidate, out_dir: Path) -> list[str]:
@@ -85,7 +70,7 @@ def run_trial(spec: TrialSpec, cand: Candidate, index: int, best_rate: float | N
         try:
             while proc.poll() is None:
                 time.sleep(0.25)
-                peak_rss = max(peak_rss, tree_rss_bytes(_proc_table(), proc.pid))
+                peak_rss = max(peak_rss, tree_rss_bytes(proc.pid))
                 samples = parse_log(_read(out_dir / "trainer_log.jsonl"))
                 rate = steady_tokens_per_s(samples, spec.warmup_steps)
                 trial.steps = samples[-1].step if samples else 0

@@ -9,7 +9,8 @@ import pytest
 from ktdeploy.facts.model import CpuFacts, HostFacts, MemoryFacts, NumaNode
 from ktdeploy.tune import api
 from ktdeploy.tune.candidates import Candidate, stage_one, stage_two, thread_ladder
-from ktdeploy.tune.measure import parse_log, steady_tokens_per_s, tree_rss_bytes
+from ktdeploy.agent.monitor import PAGE, tree_rss_bytes
+from ktdeploy.tune.measure import parse_log, steady_tokens_per_s
 from ktdeploy.tune.runner import TrialSpec, run_trial
 from ktdeploy.tune.select import Trial, choose, should_stop_early
 
@@ -52,9 +53,15 @@ def test_steady_rate_leaves_warmup_out():
     assert steady_tokens_per_s(samples, warmup_steps=5) is None
 
 
-def test_tree_rss_sums_descendants_only():
-    table = {1: (0, 100), 10: (1, 5), 11: (10, 7), 12: (11, 11), 20: (1, 1000)}
-    assert tree_rss_bytes(table, 10) == 23
+def test_tree_rss_sums_descendants_only(tmp_path):
+    """The sampler tune trials use (ktdeploy.agent.monitor), over a /proc laid out in a folder."""
+    tree = {1: (None, 100), 10: (1, 5), 11: (10, 7), 12: (11, 11), 20: (1, 1000)}   # pid: (parent, resident pages)
+    for pid, (_, pages) in tree.items():
+        task = tmp_path / str(pid) / "task" / str(pid)
+        task.mkdir(parents=True)
+        (task / "children").write_text(" ".join(str(c) for c, (p, _) in tree.items() if p == pid))
+        (tmp_path / str(pid) / "statm").write_text(f"{pages * 3} {pages} 0 0 0 0 0\n")
+    assert tree_rss_bytes(10, tmp_path) == 23 * PAGE
 
 
 def test_choose_respects_memory_and_status():
