@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ktdeploy.facts import container, cpu, disk, docker, gpu, kernel, limits, memory, virt
 from ktdeploy.facts.model import HostFacts, Probes
-from ktdeploy.facts.probes import amx_from_output, gather_probes, mempolicy_from_output
+from ktdeploy.facts.probes import PROBES, gather_probes
 
 SECTION_MODULES = (kernel, cpu, memory, gpu, docker, virt, container, limits)
 
@@ -146,18 +146,11 @@ def build_facts(raw: RawFacts) -> HostFacts:
     )
     facts.layer = "container" if facts.container.in_container else ("vm" if facts.virt.is_vm else "host")
     probes = Probes()
-    if "amx_probe" in raw.probes:
-        probes.amx = amx_from_output(raw.probes["amx_probe"])
-    elif "amx_probe" in raw.probe_skips:
-        probes.amx.skipped = raw.probe_skips["amx_probe"]
-    else:
-        probes.amx.skipped = "probe not run"
-    if "numa_probe" in raw.probes:
-        probes.mempolicy = mempolicy_from_output(raw.probes["numa_probe"])
-    elif "numa_probe" in raw.probe_skips:
-        probes.mempolicy.skipped = raw.probe_skips["numa_probe"]
-    else:
-        probes.mempolicy.skipped = "probe not run"
+    for name, field_, parse, _model in PROBES:
+        if name in raw.probes:
+            setattr(probes, field_, parse(raw.probes[name]))
+        else:
+            getattr(probes, field_).skipped = raw.probe_skips.get(name, "probe not run")
     facts.probes = probes
     return facts
 
