@@ -13,18 +13,17 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ktdeploy.checkpoints import CHECKPOINT_RE
 from ktdeploy.errors import CheckFailed, RunRecordError, StepError, UsageError
 
 ENTRY_MODULE = "ktdeploy.agent.lf_entry"
 # Files LlamaFactory / the Trainer write when a run has finished.
 FINISHED_MARKERS = ("all_results.json", "train_results.json")
-_CKPT = re.compile(r"^checkpoint-(\d+)$")
 
 
 @dataclass
@@ -51,22 +50,25 @@ class TrainPlan:
 def checkpoints(output_dir: Path) -> list[Path]:
     if not output_dir.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _CKPT.match(p.name))]
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := CHECKPOINT_RE.match(p.name))]
     return [p for _, p in sorted(found)]
 
 
+def _entries(ckpt: Path) -> list[str]:
+    """The names inside one checkpoint folder as ktdeploy.checkpoints expects them: files by name, a sub-folder as
+    'sub/file' when it holds at least one file (an empty one does not count)."""
+    entries = []
+    for p in ckpt.iterdir():
+        if p.is_dir():
+            entries += [f"{p.name}/{q.name}" for q in p.iterdir()][:1]
+        else:
+            entries.append(p.name)
+    return entries
+
+
 def _listing(output_dir: Path) -> dict[str, list[str]]:
-    """{checkpoint-N: entries inside} as ktdeploy.checkpoints expects (sub-folders as 'sub/file')."""
-    out: dict[str, list[str]] = {}
-    for ck in checkpoints(output_dir):
-        entries = []
-        for p in ck.iterdir():
-            if p.is_dir():
-                entries += [f"{p.name}/{q.name}" for q in p.iterdir()][:1]
-            else:
-                entries.append(p.name)
-        out[ck.name] = entries
-    return out
+    """{checkpoint-N: entries inside} for every checkpoint of an output dir."""
+    return {ck.name: _entries(ck) for ck in checkpoints(output_dir)}
 
 
 def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) -> str | None:
@@ -106,11 +108,10 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
         path = output_dir / best.name
     else:
         path = Path(resume)
-        if not _CKPT.match(path.name) or not path.is_dir():
+        if not CHECKPOINT_RE.match(path.name) or not path.is_dir():
             raise UsageError(f"--resume {resume}: not an existing checkpoint-* directory",
                              fix="pass --resume auto or the path of a checkpoint-N directory")
-        entries = [p.name if not p.is_dir() else f"{p.name}/{next(iter(p.iterdir()), p).name}" for p in path.iterdir()]
-        best = inspect_checkpoint(path.name, entries)
+        best = inspect_checkpoint(path.name, _entries(path))
         if not best.complete:
             raise RunRecordError(f"{path} is an incomplete checkpoint (missing {', '.join(best.missing)})",
                                  fix="resume from an earlier checkpoint-* (or --resume auto, which skips cut-off ones)")

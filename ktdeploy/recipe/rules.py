@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 import posixpath
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ktdeploy.checkpoints import CHECKPOINT_RE
 from ktdeploy.recipe import catalog as cat
 from ktdeploy.recipe.finding import Finding
 from ktdeploy.recipe.loader import SECTIONS
@@ -589,7 +589,7 @@ def task_basics(ctx: Ctx) -> None:
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "save_steps", "logging_steps"):
         v = t.get(key)
         if v is not None and (not _is_int(v) or v < 1 or v > 1_000_000):
-            ctx.error(f"train.{key}", f"{key} must be a positive integer, got {v!r}", f"write a whole number >= 1")
+            ctx.error(f"train.{key}", f"{key} must be a positive integer, got {v!r}", "write a whole number >= 1")
     lr = t.get("learning_rate")
     if lr is not None and (_num(lr) is None or not 0 < lr < 1):
         ctx.error("train.learning_rate", f"learning_rate must be a number in (0, 1), got {lr!r}",
@@ -601,7 +601,6 @@ def task_basics(ctx: Ctx) -> None:
 
 # ---------------------------------------------------------------- output safety (cookbook §3(6))
 
-_CHECKPOINT_RE = re.compile(r"^checkpoint-\d+$")
 
 
 @rule("output.safety")
@@ -623,7 +622,7 @@ def output_safety(ctx: Ctx) -> None:
                           "write the output to its own directory, never into or above the model")
     resume = t.get("resume_from_checkpoint")
     if resume is not None:
-        if not isinstance(resume, str) or not _CHECKPOINT_RE.match(posixpath.basename(resume.rstrip("/"))):
+        if not isinstance(resume, str) or not CHECKPOINT_RE.match(posixpath.basename(resume.rstrip("/"))):
             ctx.error("train.resume_from_checkpoint", f"resume_from_checkpoint must name a checkpoint-* directory, got {resume!r}",
                       "e.g. /data/output/run/checkpoint-500, or omit it for a new run (ktdeploy up --resume auto finds the newest)")
         elif isinstance(out, str) and _norm(resume) and _norm(out) and not _inside(_norm(resume), _norm(out)):
