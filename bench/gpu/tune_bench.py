@@ -29,7 +29,27 @@ import gpu_bench as gb  # noqa: E402
 
 STEPS = int(os.environ.get("TUNE_STEPS", "14"))
 BUDGET_MIN = float(os.environ.get("TUNE_BUDGET_MIN", "3.5"))
-SWEEP = [int(x) for x in os.environ.get("TUNE_SWEEP", "16,12,8,6,4").split(",")]
+# all-cores first, then the likeliest winners: if the call's deadline cuts the sweep, the key ratios still exist
+SWEEP = [int(x) for x in os.environ.get("TUNE_SWEEP", "16,8,12,6,4").split(",")]
+DEADLINE_S = float(os.environ.get("TUNE_DEADLINE_S", "560"))   # the device call's 600 s limit, less a margin
+RUN_COST_S = 50.0                                               # one 14-step train run on the medium model
+
+
+def _summarize(res: dict, runs: dict) -> None:
+    res["runs"] = {k: {x: v.get(x) for x in ("rc", "steady_tokens_per_s", "tokens_per_s", "peak_host_rss_gib",
+                                             "peak_gpu_alloc_gib", "loss_first", "loss_last", "wall_s", "tail")}
+                   for k, v in runs.items()}
+    rate = {k: v.get("steady_tokens_per_s") for k, v in runs.items() if v.get("steady_tokens_per_s")}
+    manual = {k: r for k, r in rate.items() if k.startswith("manual-")}
+    all_cores = rate.get(f"manual-{max(SWEEP)}")
+    best_manual = max(manual.values()) if manual else None
+    tuned = rate.get("tuned")
+    res["ratios"] = {
+        "tuned_tokens_per_s": tuned, "all_cores_tokens_per_s": all_cores,
+        "best_manual": max(manual, key=manual.get) if manual else None, "best_manual_tokens_per_s": best_manual,
+        "tuned_over_all_cores": round(tuned / all_cores, 3) if tuned and all_cores else None,
+        "tuned_over_best_manual": round(tuned / best_manual, 3) if tuned and best_manual else None,
+    }
 
 
 def main() -> int:
@@ -51,32 +71,31 @@ def main() -> int:
                   timeout=BUDGET_MIN * 60 + 150)
         gb.say(f"tune rc={p.returncode} {p.stderr[-2500:]}")
         res["tune"] = json.loads(p.stdout) if p.returncode == 0 else {"rc": p.returncode, "stderr": p.stderr[-4000:]}
-        runs = {}
+        runs: dict = {}
+        res["skipped"] = []
+
+        def record() -> None:
+            _summarize(res, runs)
+            (out / "tune_results.json").write_text(json.dumps(res, indent=2, default=str))
+
+        if p.returncode == 0:
+            name = "tuned"
+            argv = [gb.PY, "-m", "ktdeploy", "train", str(gb.RECIPE), *gb.common_sets(name, model, STEPS),
+                    "--run-root", str(gb.OUTPUT / ".runs" / name), "--skip-doctor",
+                    "--tuned", str(work / "tune" / "tune.json")]
+            runs[name] = gb.measured(name, argv, gb.OUTPUT / name, work / "logs", 150)
+            record()
         for t in SWEEP:
             name = f"manual-{t}"
+            if time.monotonic() - gb.T0 > DEADLINE_S - RUN_COST_S:
+                res["skipped"].append(name)
+                gb.say(f"skip {name}: the call's deadline")
+                continue
             runs[name] = gb.ktdeploy_train(name, model, STEPS, work / "logs", 150, skip_doctor=True,
                                            extra=[f"train.kt_config.kt_num_threads={t}",
                                                   "train.kt_config.kt_threadpool_count=1"])
-        if p.returncode == 0:
-            tuned_args = ["--tuned", str(work / "tune" / "tune.json")]
-            name = "tuned"
-            argv = [gb.PY, "-m", "ktdeploy", "train", str(gb.RECIPE), *gb.common_sets(name, model, STEPS),
-                    "--run-root", str(gb.OUTPUT / ".runs" / name), "--skip-doctor", *tuned_args]
-            runs[name] = gb.measured(name, argv, gb.OUTPUT / name, work / "logs", 150)
-        res["runs"] = {k: {x: v.get(x) for x in ("rc", "steady_tokens_per_s", "tokens_per_s", "peak_host_rss_gib",
-                                                 "peak_gpu_alloc_gib", "loss_first", "loss_last", "wall_s", "tail")}
-                       for k, v in runs.items()}
-        rate = {k: v.get("steady_tokens_per_s") for k, v in runs.items() if v.get("steady_tokens_per_s")}
-        manual = {k: r for k, r in rate.items() if k.startswith("manual-")}
-        all_cores = rate.get(f"manual-{max(SWEEP)}")
-        best_manual = max(manual.values()) if manual else None
-        tuned = rate.get("tuned")
-        res["ratios"] = {
-            "tuned_tokens_per_s": tuned, "all_cores_tokens_per_s": all_cores,
-            "best_manual": max(manual, key=manual.get) if manual else None, "best_manual_tokens_per_s": best_manual,
-            "tuned_over_all_cores": round(tuned / all_cores, 3) if tuned and all_cores else None,
-            "tuned_over_best_manual": round(tuned / best_manual, 3) if tuned and best_manual else None,
-        }
+            record()
+        record()
         gb.say(f"RATIOS {json.dumps(res['ratios'])}")
     except Exception:
         import traceback
