@@ -26,9 +26,10 @@ sys.path.insert(0, str(REPO / "bench/gpu"))
 sys.path.insert(0, str(REPO))
 
 import gpu_bench as gb  # noqa: E402
+from full_runs import PERF  # noqa: E402
 
 STEPS = int(os.environ.get("TUNE_STEPS", "14"))
-BUDGET_MIN = float(os.environ.get("TUNE_BUDGET_MIN", "3.5"))
+BUDGET_MIN = float(os.environ.get("TUNE_BUDGET_MIN", "3.0"))
 # all-cores first, then the likeliest winners: if the call's deadline cuts the sweep, the key ratios still exist
 SWEEP = [int(x) for x in os.environ.get("TUNE_SWEEP", "16,8,12,6,4").split(",")]
 DEADLINE_S = float(os.environ.get("TUNE_DEADLINE_S", "560"))   # the device call's 600 s limit, less a margin
@@ -64,7 +65,10 @@ def main() -> int:
         res["setup"] = gb.setup()
         model = gb.MODELS / "tiny-medium"
         res["model_config"] = gb.build_model("medium", model)
+        # the long-sample dataset (as bench/gpu/full_runs.py's PERF): CPU expert compute dominates each step
         sets = ["--set", f"train.model_name_or_path={model}", "--set", "train.include_num_input_tokens_seen=non_padding"]
+        for s in PERF:
+            sets += ["--set", s]
         gb.say(f"ktdeploy tune (budget {BUDGET_MIN} min)")
         p = gb.sh([gb.PY, "-m", "ktdeploy", "tune", str(gb.RECIPE), *sets, "--budget-minutes", str(BUDGET_MIN),
                    "--workdir", str(work / "tune"), "--warmup-steps", "3", "--measure-steps", "6", "--json"],
@@ -80,7 +84,7 @@ def main() -> int:
 
         if p.returncode == 0:
             name = "tuned"
-            argv = [gb.PY, "-m", "ktdeploy", "train", str(gb.RECIPE), *gb.common_sets(name, model, STEPS),
+            argv = [gb.PY, "-m", "ktdeploy", "train", str(gb.RECIPE), *gb.common_sets(name, model, STEPS, PERF),
                     "--run-root", str(gb.OUTPUT / ".runs" / name), "--skip-doctor",
                     "--tuned", str(work / "tune" / "tune.json")]
             runs[name] = gb.measured(name, argv, gb.OUTPUT / name, work / "logs", 150)
@@ -92,7 +96,7 @@ def main() -> int:
                 gb.say(f"skip {name}: the call's deadline")
                 continue
             runs[name] = gb.ktdeploy_train(name, model, STEPS, work / "logs", 150, skip_doctor=True,
-                                           extra=[f"train.kt_config.kt_num_threads={t}",
+                                           extra=[*PERF, f"train.kt_config.kt_num_threads={t}",
                                                   "train.kt_config.kt_threadpool_count=1"])
             record()
         record()

@@ -20,7 +20,7 @@ def tune(
     budget_minutes: float = typer.Option(20.0, "--budget-minutes", min=1, help="Stop starting trials after this."),
     warmup_steps: int = typer.Option(3, "--warmup-steps", min=1, help="Steps left out of the measurement."),
     measure_steps: int = typer.Option(6, "--measure-steps", min=2, help="Steps measured per trial."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Where trials write (default: beside output_dir)."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Trial logs and tune.json (default: <deploy.volumes.output>/.ktdeploy-tune/<name>; trial outputs always stay on the output volume)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the tune record as JSON."),
 ) -> None:

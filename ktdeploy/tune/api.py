@@ -11,7 +11,7 @@ from pathlib import Path
 from ktdeploy.errors import StepError, UsageError
 from ktdeploy.recipe import load_recipe, require_valid
 from ktdeploy.tune.candidates import Candidate, stage_one, stage_two
-from ktdeploy.tune.runner import TrialSpec, run_trial
+from ktdeploy.tune.runner import TrialSpec, run_trial, trial_out_dir, trial_sets
 from ktdeploy.tune.select import Trial, choose
 
 GIB = 1024 ** 3
@@ -58,9 +58,17 @@ def tune(recipe_path: str, overrides: list[str] = (), *, budget_minutes: float =
     nodes = max(1, len(facts.cpu.numa_nodes))
     host_limit = facts.memory.available_bytes / GIB * 0.9 if facts.memory.available_bytes else None
     gpu_limit = min((g.memory_total_mib / 1024 for g in facts.gpu.gpus if g.memory_total_mib), default=None)
-    wd = Path(workdir) if workdir else Path(recipe.train.get("output_dir", "/tmp/ktdeploy")).parent / ".ktdeploy-tune" / recipe.name
+    vol_out = Path(recipe.deploy.volumes.output)
+    on_volume = vol_out / ".ktdeploy-tune" / recipe.name
+    wd = Path(workdir) if workdir else on_volume
+    # trial outputs obey train's rule (output_dir inside deploy.volumes.output) wherever --workdir points
+    trials_root = wd if _inside(wd, vol_out) else on_volume
+    spec = TrialSpec(str(recipe_path), list(overrides), wd, warmup_steps, measure_steps, trials_root=trials_root)
+    first_trial = stage_one(cores, nodes)[0]
+    # every trial is the recipe plus a few keys: check that once here, so a bad recipe starts no trial
+    require_valid(load_recipe(recipe_path, trial_sets(spec, first_trial, trial_out_dir(spec, 0))))
     wd.mkdir(parents=True, exist_ok=True)
-    spec = TrialSpec(str(recipe_path), list(overrides), wd, warmup_steps, measure_steps)
+    trials_root.mkdir(parents=True, exist_ok=True)
     result = TuneResult(str(recipe_path), {"physical_cores": cores, "numa_nodes": nodes,
                                            "host_memory_limit_gib": host_limit, "gpu_memory_limit_gib": gpu_limit},
                         budget_s=budget_minutes * 60)
@@ -103,6 +111,13 @@ def tune(recipe_path: str, overrides: list[str] = (), *, budget_minutes: float =
     result.spent_s = time.monotonic() - start
     (wd / "tune.json").write_text(json.dumps(result.to_json(), indent=2))
     return result
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except OSError:
+        return False
 
 
 def tuned_overrides(tune_json: str | Path) -> list[str]:

@@ -31,15 +31,22 @@ GIB = 1024 ** 3
 class TrialSpec:
     recipe: str
     overrides: list[str]        # the user's --set values, applied to every trial
-    workdir: Path               # trials write here (never into the recipe's output_dir)
+    workdir: Path               # trial logs and run records
     warmup_steps: int = 3
     measure_steps: int = 6
     trial_timeout_s: float = 300.0
     # the trainer command; tests swap in a LlamaFactory test double (it receives the same arguments)
     command: tuple[str, ...] = (sys.executable, "-m", "ktdeploy", "train")
+    # trial output dirs; must lie on the recipe's output volume (train's rule), never the recipe's output_dir
+    trials_root: Path | None = None
 
 
-def trial_argv(spec: TrialSpec, cand: Candidate, out_dir: Path) -> list[str]:
+def trial_out_dir(spec: TrialSpec, index: int) -> Path:
+    return (spec.trials_root or spec.workdir) / f"trial-{index:02d}"
+
+
+def trial_sets(spec: TrialSpec, cand: Candidate, out_dir: Path) -> list[str]:
+    """The --set overrides of one trial: the user's, the candidate's, and a short unsaved run into out_dir."""
     sets = list(spec.overrides)
     for key, value in cand.overrides().items():
         sets.append(f"train.{key}={json.dumps(value)}")
@@ -47,16 +54,20 @@ def trial_argv(spec: TrialSpec, cand: Candidate, out_dir: Path) -> list[str]:
     sets += [f"train.output_dir={out_dir}", f"train.max_steps={total}", "train.logging_steps=1",
              "train.save_strategy=no", "train.plot_loss=false", "train.include_num_input_tokens_seen=non_padding",
              "train.resume_from_checkpoint=null"]
+    return sets
+
+
+def trial_argv(spec: TrialSpec, cand: Candidate, out_dir: Path) -> list[str]:
     argv = [*spec.command, spec.recipe, "--skip-doctor",
-            "--run-root", str(out_dir.parent / (out_dir.name + "-record"))]
-    for s in sets:
+            "--run-root", str(spec.workdir / (out_dir.name + "-record"))]
+    for s in trial_sets(spec, cand, out_dir):
         argv += ["--set", s]
     return argv
 
 
 def run_trial(spec: TrialSpec, cand: Candidate, index: int, best_rate: float | None,
               on_tick: Callable[[str], None] | None = None) -> Trial:
-    out_dir = spec.workdir / f"trial-{index:02d}"
+    out_dir = trial_out_dir(spec, index)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     log_path = spec.workdir / f"trial-{index:02d}.log"

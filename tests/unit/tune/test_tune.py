@@ -11,11 +11,19 @@ from ktdeploy.tune import api
 from ktdeploy.tune.candidates import Candidate, stage_one, stage_two, thread_ladder
 from ktdeploy.agent.monitor import PAGE, tree_rss_bytes
 from ktdeploy.tune.measure import parse_log, steady_tokens_per_s
-from ktdeploy.tune.runner import TrialSpec, run_trial
+from ktdeploy.errors import RecipeError
+from ktdeploy.tune.runner import TrialSpec, run_trial, trial_argv, trial_out_dir
 from ktdeploy.tune.select import Trial, choose, should_stop_early
 
 REPO = Path(__file__).resolve().parents[3]
 FAKE = (sys.executable, str(REPO / "tests" / "fakes" / "tune_trainer.py"))
+RECIPE = str(REPO / "recipes" / "tiny-moe-lora.yaml")
+
+
+def _volume(tmp_path: Path) -> list[str]:
+    """Overrides putting the recipe's output volume (and output_dir) under tmp_path."""
+    vol = tmp_path / "output"
+    return [f"deploy.volumes.output={vol}", f"train.output_dir={vol}/tiny-moe-lora"]
 
 
 def test_thread_ladder_is_numa_aligned_and_bounded():
@@ -93,22 +101,57 @@ def test_run_trial_measures_the_double(tmp_path):
 
 def test_tune_end_to_end_picks_the_peak_and_beats_all_cores(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "TrialSpec", lambda *a, **k: TrialSpec(*a, **k, command=FAKE))
-    res = api.tune(str(REPO / "recipes" / "tiny-moe-lora.yaml"), budget_minutes=5, workdir=str(tmp_path),
+    res = api.tune(RECIPE, _volume(tmp_path), budget_minutes=5, workdir=str(tmp_path / "output" / "tune"),
                    warmup_steps=2, measure_steps=3, facts=_facts(16, 1))
     data = res.to_json()
     assert data["chosen"]["kt_num_threads"] == 8
     assert data["speedup_vs_all_cores"] > 1.2     # simulated curve: 4000 vs 3200 tok/s at 16 threads, before stage two
     assert res.baseline.candidate == Candidate(16, 1)
-    assert (tmp_path / "tune.json").exists()
-    assert api.tuned_overrides(tmp_path / "tune.json")[-1].startswith("train.kt_config.kt_threadpool_count=")
+    assert (tmp_path / "output" / "tune" / "tune.json").exists()
+    assert api.tuned_overrides(tmp_path / "output" / "tune" / "tune.json")[-1].startswith("train.kt_config.kt_threadpool_count=")
 
 
 def test_failed_candidate_is_reported_not_fatal(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_FAIL_THREADS", "8")
     monkeypatch.setattr(api, "TrialSpec", lambda *a, **k: TrialSpec(*a, **k, command=FAKE))
-    res = api.tune(str(REPO / "recipes" / "tiny-moe-lora.yaml"), budget_minutes=5, workdir=str(tmp_path),
+    res = api.tune(RECIPE, _volume(tmp_path), budget_minutes=5, workdir=str(tmp_path / "output" / "tune"),
                    warmup_steps=1, measure_steps=2, facts=_facts(8, 1))
     first = res.trials[0]
     assert first.candidate.kt_num_threads == 8 and first.status == "failed"
     assert "simulated KT failure" in first.note
     assert res.chosen is not None and res.chosen.status == "ok"
+
+
+def test_trials_land_on_the_output_volume_when_workdir_is_elsewhere(tmp_path, monkeypatch):
+    """--workdir outside deploy.volumes.output: logs and tune.json go there, trial outputs stay on the volume,
+    and the real `ktdeploy train --dry-run` accepts every trial's arguments."""
+    import subprocess
+
+    seen: list[TrialSpec] = []
+
+    def spec(*a, **k):
+        seen.append(TrialSpec(*a, **k, command=FAKE))
+        return seen[-1]
+
+    monkeypatch.setattr(api, "TrialSpec", spec)
+    logs = tmp_path / "elsewhere"
+    res = api.tune(RECIPE, _volume(tmp_path), budget_minutes=5, workdir=str(logs), warmup_steps=1,
+                   measure_steps=2, facts=_facts(8, 1))
+    assert (logs / "tune.json").exists() and (logs / "trial-00.log").exists()
+    trials = tmp_path / "output" / ".ktdeploy-tune" / "tiny-moe-lora"
+    assert (trials / "trial-00" / "trainer_log.jsonl").exists()
+    assert res.chosen is not None
+    real = TrialSpec(RECIPE, _volume(tmp_path), logs, 1, 2, trials_root=seen[0].trials_root)
+    argv = trial_argv(real, Candidate(4, 1), trial_out_dir(real, 40)) + ["--dry-run", "--json"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["output_dir"] == str(trials / "trial-40")
+
+
+def test_a_bad_recipe_starts_no_trial(tmp_path, monkeypatch):
+    monkeypatch.setattr(api, "TrialSpec", lambda *a, **k: TrialSpec(*a, **k, command=FAKE))
+    bad = _volume(tmp_path) + ["train.per_device_train_batch_size=0"]
+    with pytest.raises(RecipeError) as err:
+        api.tune(RECIPE, bad, budget_minutes=5, workdir=str(tmp_path / "w"), facts=_facts(8, 1))
+    assert any(f.path == "train.per_device_train_batch_size" for f in err.value.findings)
+    assert not (tmp_path / "w").exists() and not (tmp_path / "output").exists()
