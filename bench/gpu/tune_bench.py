@@ -110,8 +110,9 @@ def main() -> int:
         res["wall_s"] = round(time.monotonic() - gb.T0, 1)
         (out / "tune_results.json").write_text(json.dumps(res, indent=2, default=str))
         (out / "tune_log.txt").write_text("\n".join(gb.LOG) + "\n")
-        if (work / "tune" / "tune.json").exists():
-            shutil.copy(work / "tune" / "tune.json", out / "tune.json")
+        for name in ("tune.json", "trial-00.log"):
+            if (work / "tune" / name).exists():
+                shutil.copy(work / "tune" / name, out / name)
     return 0
 
 

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.representer import SafeRepresenter
+from ruamel.yaml.resolver import VersionedResolver
 
 from ktdeploy.recipe.model import Recipe
 
@@ -21,8 +24,28 @@ ACCELERATE_FILE = "accelerate.yaml"
 LAUNCH_FILE = "launch.sh"
 
 
+_STR = "tag:yaml.org,2002:str"
+_YAML11 = VersionedResolver(version=(1, 1))
+
+
+class _Representer(SafeRepresenter):
+    """Quotes every string a YAML 1.1 reader would turn into something else. LlamaFactory (OmegaConf) and
+    Accelerate read with PyYAML (YAML 1.1), where a plain `save_strategy: no` is the boolean false."""
+
+
+def _represent_str(rep: SafeRepresenter, value: str):
+    if _YAML11.resolve(ScalarNode, value, (True, False)) != _STR:
+        return rep.represent_scalar(_STR, value, style="'")
+    return SafeRepresenter.represent_str(rep, value)
+
+
+_Representer.add_representer(str, _represent_str)
+
+
 def dump_yaml(data: dict[str, Any]) -> str:
+    """YAML that YAML 1.1 (PyYAML) and YAML 1.2 (ruamel) readers both load back to ``data``."""
     y = YAML(typ="safe", pure=True)
+    y.Representer = _Representer
     y.default_flow_style = False
     y.sort_base_mapping_type_on_output = False
     y.width = 4096

@@ -9,6 +9,8 @@ this leaves the warm-up steps (kernel compilation, first allocation) out of the 
 
 from __future__ import annotations
 
+import re
+
 import json
 from dataclasses import dataclass
 
@@ -57,3 +59,18 @@ def peak_vram_gib(samples: list[Sample]) -> float | None:
     vals = [s.vram_gib for s in samples if s.vram_gib is not None]
     return max(vals) if vals else None
 
+
+
+_BOX = "│╭╮╰╯─┃━ \t|"
+_EXC = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): .*")
+
+
+def failure_reason(log: str, limit: int = 300) -> str:
+    """The line that says why a trial's `ktdeploy train` failed: the last exception line of its log, else the
+    last lines that are not rich-panel borders."""
+    lines = [ln.strip(_BOX) for ln in log.splitlines()]
+    lines = [ln for ln in lines if ln]
+    for ln in reversed(lines):
+        if _EXC.match(ln):
+            return ln[:limit]
+    return " | ".join(lines[-3:])[-limit:]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ktdeploy.agent.monitor import tree_rss_bytes
 from ktdeploy.tune.candidates import Candidate
-from ktdeploy.tune.measure import parse_log, peak_vram_gib, steady_tokens_per_s
+from ktdeploy.tune.measure import failure_reason, parse_log, peak_vram_gib, steady_tokens_per_s
 from ktdeploy.tune.select import Trial, should_stop_early
 
 GIB = 1024 ** 3
@@ -109,9 +109,8 @@ def run_trial(spec: TrialSpec, cand: Candidate, index: int, best_rate: float | N
         if proc.returncode == 0 and rate:
             trial.status, trial.tokens_per_s = "ok", round(rate, 1)
         else:
-            tail = _read(log_path).strip().splitlines()[-3:]
             trial.status = "failed"
-            trial.note = f"exit {proc.returncode}: " + " | ".join(tail)[-300:]
+            trial.note = f"exit {proc.returncode}: {failure_reason(_read(log_path))} (log: {log_path})"
     trial.steps = samples[-1].step if samples else trial.steps
     return trial
 

@@ -116,3 +116,25 @@ def test_console_script_runs_without_traceback(tmp_path):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert "mapping" in r.stderr
+
+
+def test_rendered_yaml_reads_the_same_under_yaml_1_1(tmp_path, capsys):
+    """LlamaFactory (OmegaConf) and Accelerate load with PyYAML, a YAML 1.1 reader: `save_strategy: no` unquoted
+    is the boolean false there and the run dies in TrainingArguments (seen on the GPU machine)."""
+    import yaml as pyyaml
+    from ruamel.yaml import YAML
+
+    from ktdeploy.recipe.render import dump_yaml
+
+    tricky = {"a": "no", "b": "On", "c": "y", "d": "1:30", "e": "0755", "f": "1_000", "g": "~", "h": "2026-12-02",
+              "i": "0x1F", "j": ".5", "k": "OFF", "l": "plain", "m": "0o17", "n": "1e3", "o": "", "p": 5, "q": True,
+              "r": None, "s": 1.5, "t": ["yes", "n"], "u": {"v": "off"}}
+    text = dump_yaml(tricky)
+    assert pyyaml.safe_load(text) == tricky
+    assert YAML(typ="safe", pure=True).load(text) == tricky
+    code, _, _ = run_cli(["render", str(RECIPES / "tiny-moe-lora.yaml"), "-o", str(tmp_path / "r"),
+                          "--set", "train.save_strategy=no"], capsys)
+    assert code == 0
+    train = (tmp_path / "r" / "train.yaml").read_text()
+    assert "save_strategy: 'no'" in train
+    assert pyyaml.safe_load(train)["save_strategy"] == "no"

@@ -155,3 +155,15 @@ def test_a_bad_recipe_starts_no_trial(tmp_path, monkeypatch):
         api.tune(RECIPE, bad, budget_minutes=5, workdir=str(tmp_path / "w"), facts=_facts(8, 1))
     assert any(f.path == "train.per_device_train_batch_size" for f in err.value.findings)
     assert not (tmp_path / "w").exists() and not (tmp_path / "output").exists()
+
+
+def test_failure_reason_finds_the_exception_behind_the_panel():
+    from ktdeploy.tune.measure import failure_reason
+
+    log = "\n".join([
+        "[INFO] loading model", "Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
+        "ValueError: False is not a valid SaveStrategy", "╭──── StepError ────╮",
+        "│ training failed (exit 1)                    │", "│ fix: read the last lines of the log above; fix the cause │",
+        "│ and rerun with --resume auto │", "╰───────────────────╯"])
+    assert failure_reason(log) == "ValueError: False is not a valid SaveStrategy"
+    assert failure_reason("│ one │\n╰──╯\nlast words") == "one | last words"
