@@ -38,7 +38,8 @@ RUN_COST_S = 50.0                                               # one 14-step tr
 
 def _summarize(res: dict, runs: dict) -> None:
     res["runs"] = {k: {x: v.get(x) for x in ("rc", "steady_tokens_per_s", "tokens_per_s", "peak_host_rss_gib",
-                                             "peak_gpu_alloc_gib", "loss_first", "loss_last", "wall_s", "tail")}
+                                             "peak_gpu_alloc_gib", "loss_first", "loss_last", "wall_s", "tail",
+                                             "kt_config", "tuned_record")}
                    for k, v in runs.items()}
     rate = {k: v.get("steady_tokens_per_s") for k, v in runs.items() if v.get("steady_tokens_per_s")}
     manual = {k: r for k, r in rate.items() if k.startswith("manual-")}
@@ -88,6 +89,12 @@ def main() -> int:
                     "--run-root", str(gb.OUTPUT / ".runs" / name), "--skip-doctor",
                     "--tuned", str(work / "tune" / "tune.json")]
             runs[name] = gb.measured(name, argv, gb.OUTPUT / name, work / "logs", 150)
+            rec = sorted((gb.OUTPUT / ".runs" / name).glob("*"))
+            if rec and (rec[-1] / "train.yaml").exists():   # proof that the run trained with the tune choice
+                runs[name]["kt_config"] = [ln.strip() for ln in (rec[-1] / "train.yaml").read_text().splitlines()
+                                           if ln.startswith("  kt_")]
+            if rec and (rec[-1] / "tuned.json").exists():
+                runs[name]["tuned_record"] = json.loads((rec[-1] / "tuned.json").read_text())
             record()
         for t in SWEEP:
             name = f"manual-{t}"

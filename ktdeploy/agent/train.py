@@ -42,6 +42,7 @@ class TrainPlan:
     launch_sh: str
     warnings: list[str] = field(default_factory=list)
     doctor: dict | None = None
+    tuned: dict | None = None       # the `ktdeploy tune` choice applied to train.yaml (--tuned), with its source
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -174,7 +175,7 @@ def _run_dir(output_dir: Path, root: str | None) -> Path:
 
 def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | None = None,
                skip_doctor: bool = False, run_root: str | None = None,
-               doctor: Callable | None = None) -> TrainPlan:
+               doctor: Callable | None = None, tuned: dict | None = None) -> TrainPlan:
     """Validate, doctor and render; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.recipe import load_recipe, render, require_valid
 
@@ -203,7 +204,7 @@ def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | Non
     return TrainPlan(recipe_path=str(path.resolve()), output_dir=str(out_dir), run_dir=str(run_dir), argv=argv,
                      env=env, derived=derived, resume_from=resume_from, train_yaml=rendered.train_yaml,
                      accelerate_yaml=rendered.accelerate_yaml, launch_sh=rendered.launch_sh, warnings=warnings,
-                     doctor=report)
+                     doctor=report, tuned=tuned)
 
 
 def write_record(plan: TrainPlan) -> Path:
@@ -214,8 +215,11 @@ def write_record(plan: TrainPlan) -> Path:
     (d / "launch.sh").write_text(plan.launch_sh)
     (d / "launch.sh").chmod(0o755)
     (d / "command.json").write_text(json.dumps({"argv": plan.argv, "env": plan.env, "derived": plan.derived,
-                                                "resume_from": plan.resume_from, "recipe": plan.recipe_path},
+                                                "resume_from": plan.resume_from, "recipe": plan.recipe_path,
+                                                "tuned": plan.tuned},
                                                indent=2) + "\n")
+    if plan.tuned is not None:
+        (d / "tuned.json").write_text(json.dumps(plan.tuned, indent=2) + "\n")
     if plan.doctor is not None:
         (d / "doctor.json").write_text(json.dumps(plan.doctor, indent=2, default=str) + "\n")
     (d / "status").write_text("starting\n")

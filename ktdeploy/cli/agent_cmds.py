@@ -34,12 +34,14 @@ def train(
     """Fine-tune on this host: validate -> doctor -> render -> accelerate launch LlamaFactory with KT."""
     from ktdeploy.agent.train import execute, plan_train
 
+    choice = None
     if tuned is not None:
-        from ktdeploy.tune.api import tuned_overrides
+        from ktdeploy.tune.api import tuned_choice, tuned_overrides
 
+        choice = tuned_choice(tuned)
         set_ = list(set_) + tuned_overrides(tuned)
 
-    plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root)
+    plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root, tuned=choice)
     for w in plan.warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
     if plan.derived:

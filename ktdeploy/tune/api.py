@@ -120,15 +120,27 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
-def tuned_overrides(tune_json: str | Path) -> list[str]:
-    """`--set` overrides that apply a tune record's choice to the run's rendered training YAML."""
+def _read_record(tune_json: str | Path) -> dict:
     try:
         data = json.loads(Path(tune_json).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise UsageError(f"{tune_json}: not a tune record ({err})", fix="give the tune.json written by `ktdeploy tune`") from None
-    chosen = data.get("chosen") or {}
-    if not chosen:
+    if not isinstance(data, dict) or not data.get("chosen"):
         raise UsageError(f"{tune_json}: the tune record holds no choice", fix="run `ktdeploy tune` again")
+    return data
+
+
+def tuned_choice(tune_json: str | Path) -> dict:
+    """What a training run records about the tune choice it applies (its run record's tuned.json)."""
+    data = _read_record(tune_json)
+    return {"source": str(Path(tune_json).resolve()), "chosen": data["chosen"],
+            "chosen_tokens_per_s": data.get("chosen_tokens_per_s"),
+            "speedup_vs_all_cores": data.get("speedup_vs_all_cores"), "host": data.get("host")}
+
+
+def tuned_overrides(tune_json: str | Path) -> list[str]:
+    """`--set` overrides that apply a tune record's choice to the run's rendered training YAML."""
+    chosen = _read_record(tune_json)["chosen"]
     out = []
     for key, value in sorted(chosen.items()):
         path = f"train.{key}" if key == "kt_cpu_activation" else f"train.kt_config.{key}"

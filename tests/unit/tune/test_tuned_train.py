@@ -23,7 +23,25 @@ def test_train_applies_tune_record_without_touching_the_recipe(tmp_path):
     assert "kt_num_threads: 6" in lines
     assert "kt_threadpool_count: 1" in lines
     assert "kt_cpu_activation: retain" in lines
+    assert plan["tuned"]["chosen"]["kt_num_threads"] == 6 and plan["tuned"]["source"] == str(record)
     assert recipe.read_bytes() == before
+
+
+def test_the_run_record_says_which_tune_choice_it_trained_with(tmp_path):
+    from ktdeploy.agent.train import plan_train, write_record
+    from ktdeploy.tune.api import tuned_choice, tuned_overrides
+
+    record = tmp_path / "tune.json"
+    record.write_text(json.dumps({"chosen": {"kt_num_threads": 12, "kt_threadpool_count": 1},
+                                  "chosen_tokens_per_s": 928.0, "speedup_vs_all_cores": 1.77}))
+    vol = tmp_path / "output"
+    sets = [f"deploy.volumes.output={vol}", f"train.output_dir={vol}/run", *tuned_overrides(record)]
+    plan = plan_train(str(REPO / "recipes" / "tiny-moe-lora.yaml"), sets, skip_doctor=True,
+                      run_root=str(tmp_path / "runs"), tuned=tuned_choice(record))
+    d = write_record(plan)
+    assert json.loads((d / "tuned.json").read_text())["chosen"] == {"kt_num_threads": 12, "kt_threadpool_count": 1}
+    assert json.loads((d / "command.json").read_text())["tuned"]["speedup_vs_all_cores"] == 1.77
+    assert "  kt_num_threads: 12" in (d / "train.yaml").read_text().splitlines()
 
 
 def test_train_rejects_a_bad_tune_record(tmp_path):
