@@ -327,8 +327,8 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
             tuned = posixpath.join(workdir, "tune.json")
             tn = f"{name}-tune"
             probe = ("test", "-s", tuned)
-            absent = ("sh", "-c", '! docker inspect --type container -- "$1" >/dev/null 2>&1', "ktdeploy-probe", tn)
-            tr.append(Step("tune.remove_old", f"remove a leftover {tn}", argv=("docker", "rm", "--force", "--", tn),
+            # nothing to remove when the record exists (the trials are skipped) or no such container is left
+            tr.append(Step("tune.remove_old", f"remove a leftover {tn}", argv=tuple(dk.remove(tn)),
                            probe=("sh", "-c", 'test -s "$1" || ! docker inspect --type container -- "$2" >/dev/null 2>&1',
                                   "ktdeploy-probe", tuned, tn)))
             tr.append(Step("tune.create", f"create the tuning container {tn}",
@@ -343,7 +343,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                            timeout=opts.tune_budget_minutes * 60 + 900,
                            fix=f"See the trial logs in {workdir} on the host; run without --tune to train with the "
                                "recipe's (or derived) settings."))
-            tr.append(Step("tune.cleanup", f"remove {tn}", argv=("docker", "rm", "--force", "--", tn), probe=absent))
+            tr.append(Step("tune.cleanup", f"remove {tn}", argv=tuple(dk.remove(tn)), probe=tuple(dk.absent_probe(tn))))
             tr.append(Step("tune.fetch", "fetch the tune record", action="fetch", remote=tuned,
                            local="artifacts/tune.json"))
         tr.append(Step("train.create", f"create the training container {name}",

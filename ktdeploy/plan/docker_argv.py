@@ -51,22 +51,27 @@ def labels(job: str, run_id: str, role: str, output_dir: str) -> list[str]:
             "--label", f"ktdeploy.output={output_dir}"]
 
 
-def create_train(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
-                 memlock: bool = True, user: str | None = None, tuned: str | None = None) -> list[str]:
-    return ["docker", "create", "--name", name, *labels(name, run_id, "train", output_dir), *user_flags(user),
+def _create_trainer(role: str, *, name: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
+                    memlock: bool, user: str | None) -> list[str]:
+    """`docker create` up to the image: what every container that trains (the run, the tune trials) needs."""
+    return ["docker", "create", "--name", name, *labels(name, run_id, role, output_dir), *user_flags(user),
             *gpu_flags(gpus), *runtime_flags(memlock),
             *mount(volumes.model, readonly=True), *mount(volumes.data), *mount(volumes.output),
-            "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1",
+            "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1"]
+
+
+def create_train(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
+                 memlock: bool = True, user: str | None = None, tuned: str | None = None) -> list[str]:
+    return [*_create_trainer("train", name=name, run_id=run_id, volumes=volumes, output_dir=output_dir, gpus=gpus,
+                             memlock=memlock, user=user),
             "--", image, "train", CONTAINER_RECIPE, *(["--tuned", tuned] if tuned else [])]
 
 
 def create_tune(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
                 workdir: str, budget_minutes: float, memlock: bool = True, user: str | None = None) -> list[str]:
     """`ktdeploy tune` in the training image, with the training container's flags, GPUs and volumes."""
-    return ["docker", "create", "--name", name, *labels(name, run_id, "tune", output_dir), *user_flags(user),
-            *gpu_flags(gpus), *runtime_flags(memlock),
-            *mount(volumes.model, readonly=True), *mount(volumes.data), *mount(volumes.output),
-            "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1",
+    return [*_create_trainer("tune", name=name, run_id=run_id, volumes=volumes, output_dir=output_dir, gpus=gpus,
+                             memlock=memlock, user=user),
             "--", image, "tune", CONTAINER_RECIPE, "--workdir", workdir, "--budget-minutes", f"{budget_minutes:g}"]
 
 
@@ -106,6 +111,11 @@ def remove(name: str) -> list[str]:
 
 def exists_probe(name: str) -> list[str]:
     return ["docker", "inspect", "--type", "container", "--format", "{{.Id}}", "--", name]
+
+
+def absent_probe(name: str) -> list[str]:
+    """exit 0 when no container of that name exists."""
+    return ["sh", "-c", '! docker inspect --type container -- "$1" >/dev/null 2>&1', "ktdeploy-probe", name]
 
 
 def started_probe(name: str) -> list[str]:
