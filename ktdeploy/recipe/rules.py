@@ -86,7 +86,7 @@ def _norm(p: Any) -> str | None:
     return posixpath.normpath(p)
 
 
-def _inside(path: str, root: str) -> bool:
+def inside(path: str, root: str) -> bool:
     path, root = posixpath.normpath(path), posixpath.normpath(root)
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -617,7 +617,7 @@ def output_safety(ctx: Ctx) -> None:
                       "use a directory inside deploy.volumes.output")
         for key in ("model_name_or_path", "kt_weight_path", "kt_non_expert_weight_path"):
             src = _norm(t.get(key))
-            if src and _norm(out) and (_inside(_norm(out), src) or _inside(src, _norm(out))):
+            if src and _norm(out) and (inside(_norm(out), src) or inside(src, _norm(out))):
                 ctx.error("train.output_dir", f"output_dir {out} overlaps {key} ({src})",
                           "write the output to its own directory, never into or above the model")
     resume = t.get("resume_from_checkpoint")
@@ -625,7 +625,7 @@ def output_safety(ctx: Ctx) -> None:
         if not isinstance(resume, str) or not CHECKPOINT_RE.match(posixpath.basename(resume.rstrip("/"))):
             ctx.error("train.resume_from_checkpoint", f"resume_from_checkpoint must name a checkpoint-* directory, got {resume!r}",
                       "e.g. /data/output/run/checkpoint-500, or omit it for a new run (ktdeploy up --resume auto finds the newest)")
-        elif isinstance(out, str) and _norm(resume) and _norm(out) and not _inside(_norm(resume), _norm(out)):
+        elif isinstance(out, str) and _norm(resume) and _norm(out) and not inside(_norm(resume), _norm(out)):
             ctx.warn("train.resume_from_checkpoint", "the checkpoint is outside output_dir",
                      "resume into the output_dir of the run that wrote the checkpoint")
     if _truthy(t.get("save_only_model")):
@@ -648,25 +648,25 @@ def deploy_paths(ctx: Ctx) -> None:
         if not p.startswith("/"):
             ctx.error(f"train.{key}", f"{key} must be an absolute path inside deploy.volumes.model ({v.model}); "
                       "hub ids are not downloaded by ktdeploy", "download the model first and give its directory")
-        elif not _inside(p, v.model):
+        elif not inside(p, v.model):
             ctx.error(f"train.{key}", f"{key} ({p}) is outside deploy.volumes.model ({v.model}), so the container cannot see it",
                       "put it under the model volume, or widen deploy.volumes.model to a common parent")
     out = t.get("output_dir")
     if isinstance(out, str) and out.startswith("/"):
-        if not _inside(out, v.output) or _norm(out) == _norm(v.output):
+        if not inside(out, v.output) or _norm(out) == _norm(v.output):
             ctx.error("train.output_dir", f"output_dir ({out}) must be a subdirectory of deploy.volumes.output ({v.output})",
                       f"e.g. {v.output.rstrip('/')}/{ctx.recipe.name}")
-        if _inside(out, v.model) or _inside(v.model, out):
+        if inside(out, v.model) or inside(v.model, out):
             ctx.error("deploy.volumes.output", "the output volume overlaps the read-only model volume",
                       "use separate directories for models and outputs")
     ddir = t.get("dataset_dir")
     if ddir is None:
         ctx.error("train.dataset_dir", "dataset_dir is required with ktdeploy (LlamaFactory's default 'data' is relative)",
                   f"set dataset_dir: {v.data}")
-    elif not isinstance(ddir, str) or not ddir.startswith("/") or not _inside(ddir, v.data):
+    elif not isinstance(ddir, str) or not ddir.startswith("/") or not inside(ddir, v.data):
         ctx.error("train.dataset_dir", f"dataset_dir ({ddir}) must be inside deploy.volumes.data ({v.data})",
                   f"set dataset_dir: {v.data}")
-    if _inside(v.data, v.model) and _norm(v.data) != _norm(v.model):
+    if inside(v.data, v.model) and _norm(v.data) != _norm(v.model):
         ctx.warn("deploy.volumes.data", "the data volume is inside the read-only model volume", "keep datasets apart from models")
 
 

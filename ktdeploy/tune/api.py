@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from ktdeploy.errors import StepError, UsageError
 from ktdeploy.recipe import load_recipe, require_valid
+from ktdeploy.recipe.rules import inside
 from ktdeploy.tune.candidates import Candidate, stage_one, stage_two
 from ktdeploy.tune.runner import TrialSpec, run_trial, trial_out_dir, trial_sets
 from ktdeploy.tune.select import Trial, choose
@@ -62,7 +64,7 @@ def tune(recipe_path: str, overrides: list[str] = (), *, budget_minutes: float =
     on_volume = vol_out / ".ktdeploy-tune" / recipe.name
     wd = Path(workdir) if workdir else on_volume
     # trial outputs obey train's rule (output_dir inside deploy.volumes.output) wherever --workdir points
-    trials_root = wd if _inside(wd, vol_out) else on_volume
+    trials_root = wd if inside(os.path.abspath(wd), str(vol_out)) else on_volume
     spec = TrialSpec(str(recipe_path), list(overrides), wd, warmup_steps, measure_steps, trials_root=trials_root)
     first_trial = stage_one(cores, nodes)[0]
     # every trial is the recipe plus a few keys: check that once here, so a bad recipe starts no trial
@@ -111,13 +113,6 @@ def tune(recipe_path: str, overrides: list[str] = (), *, budget_minutes: float =
     result.spent_s = time.monotonic() - start
     (wd / "tune.json").write_text(json.dumps(result.to_json(), indent=2))
     return result
-
-
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        return path.resolve().is_relative_to(root.resolve())
-    except OSError:
-        return False
 
 
 def _read_record(tune_json: str | Path) -> dict:
