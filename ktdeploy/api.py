@@ -5,9 +5,8 @@ record folder on the controller (ktdeploy.runs)."""
 
 from __future__ import annotations
 
-import os
-
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

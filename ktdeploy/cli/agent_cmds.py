@@ -11,10 +11,9 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
+from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.cli.render import console, err_console, print_json
 from ktdeploy.errors import UsageError
-
-from ktdeploy.cli.recipe_cmds import SET_HELP
 
 
 @app.command()

@@ -9,9 +9,8 @@ this leaves the warm-up steps (kernel compilation, first allocation) out of the 
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 from dataclasses import dataclass
 
 
@@ -58,7 +57,6 @@ def steady_tokens_per_s(samples: list[Sample], warmup_steps: int) -> float | Non
 def peak_vram_gib(samples: list[Sample]) -> float | None:
     vals = [s.vram_gib for s in samples if s.vram_gib is not None]
     return max(vals) if vals else None
-
 
 
 _BOX = "│╭╮╰╯─┃━ \t|"
