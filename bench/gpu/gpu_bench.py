@@ -261,7 +261,8 @@ def common_sets(name: str, model: Path, steps: int, extra: list[str] = ()) -> li
 
 
 def ktdeploy_train(name: str, model: Path, steps: int, log_dir: Path, timeout: float, extra: list[str] = (),
-                   probe: bool = False, skip_doctor: bool = False) -> dict:
+                   probe: bool = False, skip_doctor: bool = False, args: list[str] = ()) -> dict:
+    """`ktdeploy train` measured; ``extra`` are --set values, ``args`` further options (e.g. --tuned FILE)."""
     env = {}
     if probe:
         env = {"KTDEPLOY_PROBE_PROMPTS": str(DATA / "heldout_prompts.json"),
@@ -270,6 +271,7 @@ def ktdeploy_train(name: str, model: Path, steps: int, log_dir: Path, timeout: f
             "--run-root", str(OUTPUT / ".runs" / name)]
     if skip_doctor:
         argv.append("--skip-doctor")
+    argv += list(args)
     res = measured(name, argv, OUTPUT / name, log_dir, timeout, env)
     runs = sorted((OUTPUT / ".runs" / name).glob("*"))
     if runs:

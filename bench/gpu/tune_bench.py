@@ -85,16 +85,12 @@ def main() -> int:
 
         if p.returncode == 0:
             name = "tuned"
-            argv = [gb.PY, "-m", "ktdeploy", "train", str(gb.RECIPE), *gb.common_sets(name, model, STEPS, PERF),
-                    "--run-root", str(gb.OUTPUT / ".runs" / name), "--skip-doctor",
-                    "--tuned", str(work / "tune" / "tune.json")]
-            runs[name] = gb.measured(name, argv, gb.OUTPUT / name, work / "logs", 150)
-            rec = sorted((gb.OUTPUT / ".runs" / name).glob("*"))
-            if rec and (rec[-1] / "train.yaml").exists():   # proof that the run trained with the tune choice
-                runs[name]["kt_config"] = [ln.strip() for ln in (rec[-1] / "train.yaml").read_text().splitlines()
-                                           if ln.startswith("  kt_")]
-            if rec and (rec[-1] / "tuned.json").exists():
-                runs[name]["tuned_record"] = json.loads((rec[-1] / "tuned.json").read_text())
+            runs[name] = gb.ktdeploy_train(name, model, STEPS, work / "logs", 150, extra=PERF, skip_doctor=True,
+                                           args=["--tuned", str(work / "tune" / "tune.json")])
+            # proof that the run trained with the tune choice: its rendered kt_* keys and its run record's "tuned"
+            runs[name]["kt_config"] = [ln.strip() for ln in runs[name].get("train_yaml", "").splitlines()
+                                       if ln.startswith("  kt_")]
+            runs[name]["tuned_record"] = (runs[name].get("command") or {}).get("tuned")
             record()
         for t in SWEEP:
             name = f"manual-{t}"
