@@ -55,14 +55,16 @@ def history(tag: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
+BASE_LAYER = "(base image: docker/base/build-base.sh, docker import)"
+
+
 def layer_sizes(tag: str) -> list[dict]:
     """Non-empty history entries, oldest first: the instruction (shortened) and its bytes."""
     rows = []
     for h in reversed(history(tag)):
         size = int(h["Size"])
         if size:
-            created = " ".join(h["CreatedBy"].split())[:110] or "(base image: docker/base/build-base.sh, docker import)"
-            rows.append({"bytes": size, "created_by": created})
+            rows.append({"bytes": size, "created_by": " ".join(h["CreatedBy"].split())[:110]})
     return rows
 
 
@@ -226,7 +228,7 @@ def render_md(r: dict) -> str:
                      f"(build {v['seconds']:.0f} s) |")
     lines += ["", "Layers of ktsft:amx (non-empty, oldest first):", "", "| bytes | instruction |", "| ---: | --- |"]
     for row in r["layers_of_ktsft_amx"]:
-        created = row["created_by"] or "(base image: docker/base/build-base.sh, docker import)"
+        created = row["created_by"] or BASE_LAYER  # docker records no instruction for an imported layer
         lines.append(f"| {row['bytes']:,} | `{created.replace('|', '/')}` |")
     if r.get("acceptance"):
         lines += ["", "Acceptance runs on this CPU (AVX512 with bf16/vnni/vbmi, no AMX):", "",
