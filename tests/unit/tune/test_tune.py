@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from ktdeploy.agent.monitor import PAGE, tree_rss_bytes
+from ktdeploy.errors import RecipeError
 from ktdeploy.facts.model import CpuFacts, HostFacts, MemoryFacts, NumaNode
 from ktdeploy.tune import api
 from ktdeploy.tune.candidates import Candidate, stage_one, stage_two, thread_ladder
-from ktdeploy.agent.monitor import PAGE, tree_rss_bytes
 from ktdeploy.tune.measure import parse_log, steady_tokens_per_s
-from ktdeploy.errors import RecipeError
 from ktdeploy.tune.runner import TrialSpec, run_trial, trial_argv, trial_out_dir
 from ktdeploy.tune.select import Trial, choose, should_stop_early
 
