@@ -45,6 +45,7 @@ MODELS, DATA, OUTPUT = SRV / "models", SRV / "data", SRV / "output"
 WHEELS = REPO / "bench/gpu/.carry/wheels"
 PY = sys.executable
 T0 = time.monotonic()
+GPU_POLL_S = 0.2   # nvidia-smi sampling period of measured(); a bench of ktdeploy's own cost raises it
 LOG: list[str] = []
 
 
@@ -229,7 +230,7 @@ def read_outputs(out_dir: Path) -> dict:
 def measured(name: str, argv: list[str], out_dir: Path, log_dir: Path, timeout: float, env=None) -> dict:
     say(f"run {name}: {' '.join(argv)[:300]}")
     log_dir.mkdir(parents=True, exist_ok=True)
-    gpu = GpuSampler(out_dir / "trainer_log.jsonl")
+    gpu = GpuSampler(out_dir / "trainer_log.jsonl", interval=GPU_POLL_S)
     gpu.start()
     full_env = {**os.environ, "RECORD_VRAM": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     o = run_streaming(argv, env=full_env, cwd=str(REPO), log_path=log_dir / f"{name}.log", echo=None,

@@ -253,6 +253,7 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
             results = json.loads(p.read_text())
             break
     return {"rc": outcome.rc, "wall_s": round(outcome.wall_s, 2), "peak_host_rss_gib": round(outcome.peak_rss_gib, 3),
+            "peak_host_rss_hwm_gib": round(outcome.hwm_rss_bytes / 2**30, 3),
             "peak_gpu_mem_gib": round(peak_gpu / 2**30, 3) if peak_gpu else None,
             "steady_tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
             "loss_first": losses[0][1] if losses else None, "loss_last": losses[-1][1] if losses else None,
@@ -269,8 +270,8 @@ def execute(plan: TrainPlan, echo=sys.stdout) -> dict:
     env.setdefault("PYTHONUNBUFFERED", "1")
     (d / "status").write_text("running\n")
     try:
-        # 1 s RSS samples (host RSS of a training run moves slowly) and a lower priority for this relay process:
-        # the GPU bench measured ktdeploy train ~15% below a hand launch with 0.2 s sampling at normal priority.
+        # The trainer writes stdout.log itself; this process samples RSS and echoes the log once a second at
+        # SCHED_IDLE (a line relay at nice +5 cost ~10 % tokens/s against a hand launch on the GPU machine).
         outcome = run_streaming(plan.argv, env=env, cwd=str(d), log_path=d / "stdout.log", echo=echo,
                                 interval=1.0, yield_cpu=True)
     except KeyboardInterrupt:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -115,3 +117,52 @@ def test_tiny_dataset_is_deterministic(tmp_path):
     assert set(info) == {"tiny_sft", "tiny_sft_long"}
     held = json.loads((tmp_path / "a/heldout_prompts.json").read_text())
     assert len(held) == 8 and not set(held) & {r["instruction"] for r in json.loads(a)}
+
+
+class _SlowEcho:
+    """A terminal that takes 2 s per write: the old line relay made the trainer wait on it through the pipe."""
+
+    def __init__(self):
+        self.parts: list[str] = []
+
+    def write(self, s: str) -> None:
+        time.sleep(2)
+        self.parts.append(s)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_trainer_never_waits_on_the_relay(tmp_path):
+    # 4 MiB of output in 64 Ki lines: through a pipe relayed line by line to this echo the child would block
+    # for hours; writing the log itself it finishes in well under a second, and the echo still gets all of it.
+    code = ("import sys,time; t=time.monotonic(); line='x'*63+'\\n'\n"
+            "for _ in range(65536): sys.stdout.write(line)\n"
+            "sys.stdout.flush(); open(sys.argv[1],'w').write(str(time.monotonic()-t))")
+    echo = _SlowEcho()
+    out = monitor.run_streaming([sys.executable, "-c", code, str(tmp_path / "took")], env={}, cwd=None,
+                                log_path=tmp_path / "log", echo=echo, interval=0.2)
+    assert out.rc == 0
+    assert float((tmp_path / "took").read_text()) < 5.0
+    assert len("".join(echo.parts)) == 64 * 65536 == (tmp_path / "log").stat().st_size
+    assert out.tail[-1] == "x" * 63
+
+
+def test_high_water_mark_catches_a_spike_between_samples(tmp_path):
+    code = ("import time; x=b'\\x01'*(300*2**20); del x; time.sleep(3)")
+    out = monitor.run_streaming([sys.executable, "-c", code], env={}, cwd=None, log_path=tmp_path / "log",
+                                echo=None, interval=1.0)
+    assert out.rc == 0
+    assert out.hwm_rss_bytes > 300 * 2**20       # the kernel kept the 300 MiB peak
+    assert out.hwm_rss_bytes >= out.peak_rss_bytes
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="no SCHED_IDLE on this platform")
+def test_relay_idles_while_the_child_keeps_its_priority(tmp_path):
+    code = ("import os,time; time.sleep(2); print(os.sched_getscheduler(os.getppid()), os.sched_getscheduler(0))")
+    before = os.sched_getscheduler(0)
+    out = monitor.run_streaming([sys.executable, "-c", code], env={}, cwd=None, log_path=tmp_path / "log",
+                                echo=None, interval=0.2, yield_cpu=True)
+    parent, child = map(int, out.tail[-1].split())
+    assert (parent, child) == (os.SCHED_IDLE, before)
+    assert os.sched_getscheduler(0) == before       # restored after the run

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""What `ktdeploy train` itself costs a training run (issue P1), measured side by side in one device call.
+
+    device tool: run(command="bash bench/gpu/overhead.sh", carry=["bench/gpu/.carry"], timeout_s=580)
+
+On the medium tiny MoE (hidden 1024, 8 layers, 64 experts, top-8; `tiny_sft_long`, cutoff 512, batch 4) with
+the derived thread count, it runs `ktdeploy train` (validate -> doctor -> render -> launch, run record,
+metrics callback, summary) and the same LlamaFactory run launched by hand (LlamaFactory's own launcher, the
+YAMLs the first ktdeploy run rendered), interleaved K H H K K H H K ... after a short warm-up run, so drift
+on the machine falls on both sides alike. Both are timed the same way from outside: the arrival time of each
+line LlamaFactory appends to trainer_log.jsonl (gpu_bench.GpuSampler), steady tokens/s after the first step.
+Writes $OUT/p1_overhead.json (per run and the ratios; key `train_over_hand_median`) and $OUT/p1_log.txt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_bench as gb  # noqa: E402
+
+PERF = ["train.dataset=tiny_sft_long", "train.learning_rate=1.0e-4"]
+STEPS = 14
+
+
+def main() -> int:
+    budget = float(os.environ.get("P1_BUDGET_S", "540"))
+    out = Path(os.environ.get("OUT", "/tmp/ktdeploy-gpu-out"))
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/ktdeploy-p1")
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    gb.GPU_POLL_S = 5.0   # nvidia-smi every 5 s, not 0.2 s: this bench measures CPU contention on both sides
+    res: dict = {"how": "bash bench/gpu/overhead.sh (device tool); bench/gpu/overhead.py", "steps": STEPS,
+                 "order": [], "ktdeploy": [], "hand": []}
+
+    def save() -> None:
+        k = [r["steady_tokens_per_s"] for r in res["ktdeploy"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
+        h = [r["steady_tokens_per_s"] for r in res["hand"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
+        res["ktdeploy_tokens_per_s"], res["hand_tokens_per_s"] = k, h
+        if k and h:
+            res["train_over_hand_median"] = round(statistics.median(k) / statistics.median(h), 4)
+            res["train_over_hand_mean"] = round(statistics.mean(k) / statistics.mean(h), 4)
+            res["pairs"] = min(len(k), len(h))
+        res["wall_s"] = round(time.monotonic() - gb.T0, 1)
+        (out / "p1_overhead.json").write_text(json.dumps(res, indent=2, default=str))
+        (out / "p1_log.txt").write_text("\n".join(gb.LOG) + "\n")
+
+    try:
+        res["setup"] = gb.setup()
+        res["machine"] = {"nproc": os.cpu_count(), "gpu": gb.sh("nvidia-smi --query-gpu=name,driver_version "
+                                                                "--format=csv,noheader").stdout.strip()}
+        medium = gb.MODELS / "tiny-medium"
+        res["model"] = gb.build_model("medium", medium)
+        res["warmup"] = gb.ktdeploy_train("p1-warmup", medium, 2, logs, 150, extra=PERF)
+        like = None
+        for i, side in enumerate("KHHKKHHKKHHK"):
+            if budget - (time.monotonic() - gb.T0) < 75:
+                gb.say(f"stopped before run {i}: budget")
+                break
+            name = f"p1-{side}{i}"
+            if side == "K":
+                r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF)
+                like = like or (r if r.get("train_yaml") else None)
+                r.pop("train_yaml", None), r.pop("accelerate_yaml", None)
+                res["ktdeploy"].append(r)
+            else:
+                if like is None:
+                    continue
+                r = gb.hand_train(name, like, logs, 150)
+                r.pop("train", None)
+                res["hand"].append(r)
+            res["order"].append(name)
+            save()
+    except Exception:
+        import traceback
+
+        res["error"] = traceback.format_exc()
+        gb.say(res["error"])
+    save()
+    gb.say(f"ktdeploy {res.get('ktdeploy_tokens_per_s')} hand {res.get('hand_tokens_per_s')} "
+           f"median ratio {res.get('train_over_hand_median')} mean ratio {res.get('train_over_hand_mean')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
