@@ -59,22 +59,20 @@ def main() -> int:
         res["model"] = gb.build_model("medium", medium)
         res["warmup"] = gb.ktdeploy_train("p1-warmup", medium, 2, logs, 150, extra=PERF)
         like = None
-        for i, side in enumerate("KHHKKHHKKHHK"):
+        for i, side in enumerate("KHHKKHHK"):
             if budget - (time.monotonic() - gb.T0) < 75:
                 gb.say(f"stopped before run {i}: budget")
                 break
             name = f"p1-{side}{i}"
             if side == "K":
                 r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF)
-                like = like or (r if r.get("train_yaml") else None)
-                r.pop("train_yaml", None), r.pop("accelerate_yaml", None)
-                res["ktdeploy"].append(r)
+                like = like or (dict(r) if r.get("train_yaml") else None)
+                res["ktdeploy"].append({k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
             else:
                 if like is None:
                     continue
                 r = gb.hand_train(name, like, logs, 150)
-                r.pop("train", None)
-                res["hand"].append(r)
+                res["hand"].append({k: v for k, v in r.items() if k != "train"})
             res["order"].append(name)
             save()
     except Exception:
