@@ -6,8 +6,9 @@
 On the medium tiny MoE (hidden 1024, 8 layers, 64 experts, top-8; `tiny_sft_long`, cutoff 512, batch 4) with
 the derived thread count, it runs `ktdeploy train` (validate -> doctor -> render -> launch, run record,
 metrics callback, summary) and the same LlamaFactory run launched by hand (LlamaFactory's own launcher, the
-YAMLs the first ktdeploy run rendered), interleaved K H H K K H H K ... after a short warm-up run, so drift
-on the machine falls on both sides alike. Both are timed the same way from outside: the arrival time of each
+YAMLs the first ktdeploy run rendered), interleaved after a short warm-up run so drift on the machine falls on
+every side alike; to bisect, also `ktdeploy train --skip-doctor` (S) and the agent's exact argv and env without
+the `ktdeploy train` parent (D). P1_ORDER picks the sequence (default KSDHHDSK). Both are timed the same way from outside: the arrival time of each
 line LlamaFactory appends to trainer_log.jsonl (gpu_bench.GpuSampler), steady tokens/s after the first step.
 Writes $OUT/p1_overhead.json (per run and the ratios; key `train_over_hand_median`) and $OUT/p1_log.txt.
 """
@@ -28,6 +29,26 @@ PERF = ["train.dataset=tiny_sft_long", "train.learning_rate=1.0e-4"]
 STEPS = 14
 
 
+def direct_train(name: str, like: dict, logs: Path, timeout: float) -> dict:
+    """The agent's exact command run without the `ktdeploy train` parent: `accelerate launch -m
+    ktdeploy.agent.lf_entry` with KTDEPLOY_METRICS, on the YAMLs the ktdeploy run rendered."""
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="safe", pure=True)
+    y.default_flow_style = False
+    train = y.load(like["train_yaml"])
+    train["output_dir"] = str(gb.OUTPUT / name)
+    d = gb.OUTPUT / ".direct" / name
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "train.yaml", "w") as f:
+        y.dump(train, f)
+    (d / "accelerate.yaml").write_text(like["accelerate_yaml"])
+    argv = [gb.PY, "-m", "accelerate.commands.launch", "--main_process_port", "0", "--config_file",
+            str(d / "accelerate.yaml"), "-m", "ktdeploy.agent.lf_entry", str(d / "train.yaml")]
+    return gb.measured(name, argv, gb.OUTPUT / name, logs, timeout,
+                       {"CUDA_VISIBLE_DEVICES": "0", "KTDEPLOY_METRICS": str(d / "metrics.jsonl")})
+
+
 def main() -> int:
     budget = float(os.environ.get("P1_BUDGET_S", "540"))
     out = Path(os.environ.get("OUT", "/tmp/ktdeploy-gpu-out"))
@@ -37,12 +58,17 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     gb.GPU_POLL_S = 5.0   # nvidia-smi every 5 s, not 0.2 s: this bench measures CPU contention on both sides
     res: dict = {"how": "bash bench/gpu/overhead.sh (device tool); bench/gpu/overhead.py", "steps": STEPS,
-                 "order": [], "ktdeploy": [], "hand": []}
+                 "order": [], "ktdeploy": [], "hand": [], "skip_doctor": [], "direct": []}
 
     def save() -> None:
         k = [r["steady_tokens_per_s"] for r in res["ktdeploy"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         h = [r["steady_tokens_per_s"] for r in res["hand"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         res["ktdeploy_tokens_per_s"], res["hand_tokens_per_s"] = k, h
+        for key in ("skip_doctor", "direct"):
+            v = [r["steady_tokens_per_s"] for r in res[key] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
+            res[f"{key}_tokens_per_s"] = v
+            if v and h:
+                res[f"{key}_over_hand_median"] = round(statistics.median(v) / statistics.median(h), 4)
         if k and h:
             res["train_over_hand_median"] = round(statistics.median(k) / statistics.median(h), 4)
             res["train_over_hand_mean"] = round(statistics.mean(k) / statistics.mean(h), 4)
@@ -59,15 +85,22 @@ def main() -> int:
         res["model"] = gb.build_model("medium", medium)
         res["warmup"] = gb.ktdeploy_train("p1-warmup", medium, 2, logs, 150, extra=PERF)
         like = None
-        for i, side in enumerate("KHHKKHHK"):
+        # K = ktdeploy train, S = ktdeploy train --skip-doctor, D = the agent's argv+env without the ktdeploy
+        # parent, H = hand launch (LlamaFactory's launcher); ABBA-style order
+        for i, side in enumerate(os.environ.get("P1_ORDER", "KSDHHDSK")):
             if budget - (time.monotonic() - gb.T0) < 75:
                 gb.say(f"stopped before run {i}: budget")
                 break
             name = f"p1-{side}{i}"
-            if side == "K":
-                r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF)
-                like = like or (dict(r) if r.get("train_yaml") else None)
-                res["ktdeploy"].append({k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
+            if side in "KS":
+                r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side == "S")
+                like = like or (dict(r) if r.get("train_yaml") and side == "K" else None)
+                res["ktdeploy" if side == "K" else "skip_doctor"].append(
+                    {k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
+            elif side == "D":
+                if like is None:
+                    continue
+                res["direct"].append(direct_train(name, like, logs, 150))
             else:
                 if like is None:
                     continue
@@ -82,7 +115,9 @@ def main() -> int:
         gb.say(res["error"])
     save()
     gb.say(f"ktdeploy {res.get('ktdeploy_tokens_per_s')} hand {res.get('hand_tokens_per_s')} "
-           f"median ratio {res.get('train_over_hand_median')} mean ratio {res.get('train_over_hand_mean')}")
+           f"median ratio {res.get('train_over_hand_median')} mean ratio {res.get('train_over_hand_mean')}; "
+           f"skip-doctor {res.get('skip_doctor_tokens_per_s')} ({res.get('skip_doctor_over_hand_median')}), "
+           f"direct {res.get('direct_tokens_per_s')} ({res.get('direct_over_hand_median')})")
     return 0
 
 
