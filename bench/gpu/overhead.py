@@ -8,7 +8,7 @@ the derived thread count, it runs `ktdeploy train` (validate -> doctor -> render
 metrics callback, summary) and the same LlamaFactory run launched by hand (LlamaFactory's own launcher, the
 YAMLs the first ktdeploy run rendered), interleaved after a short warm-up run so drift on the machine falls on
 every side alike; to bisect, also `ktdeploy train --skip-doctor` (S) and the agent's exact argv and env without
-the `ktdeploy train` parent (D). P1_ORDER picks the sequence (default KSDHHDSK). Both are timed the same way from outside: the arrival time of each
+the `ktdeploy train` parent (D). P1_ORDER picks the sequence (default HDKKDH). Both are timed the same way from outside: the arrival time of each
 line LlamaFactory appends to trainer_log.jsonl (gpu_bench.GpuSampler), steady tokens/s after the first step.
 Writes $OUT/p1_overhead.json (per run and the ratios; key `train_over_hand_median`) and $OUT/p1_log.txt.
 """
@@ -83,18 +83,20 @@ def main() -> int:
                                                                 "--format=csv,noheader").stdout.strip()}
         medium = gb.MODELS / "tiny-medium"
         res["model"] = gb.build_model("medium", medium)
-        res["warmup"] = gb.ktdeploy_train("p1-warmup", medium, 2, logs, 150, extra=PERF)
-        like = None
+        # the warm-up is a full-length ktdeploy run (not measured): it pays the first-run costs and renders the
+        # YAMLs every hand (H) and direct (D) run uses
+        warm = gb.ktdeploy_train("p1-warmup", medium, STEPS, logs, 150, extra=PERF)
+        like = dict(warm) if warm.get("train_yaml") else None
+        res["warmup"] = {k: v for k, v in warm.items() if k not in ("train_yaml", "accelerate_yaml")}
         # K = ktdeploy train, S = ktdeploy train --skip-doctor, D = the agent's argv+env without the ktdeploy
         # parent, H = hand launch (LlamaFactory's launcher); ABBA-style order
-        for i, side in enumerate(os.environ.get("P1_ORDER", "KSDHHDSK")):
+        for i, side in enumerate(os.environ.get("P1_ORDER", "HDKKDH")):
             if budget - (time.monotonic() - gb.T0) < 75:
                 gb.say(f"stopped before run {i}: budget")
                 break
             name = f"p1-{side}{i}"
             if side in "KS":
                 r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side == "S")
-                like = like or (dict(r) if r.get("train_yaml") and side == "K" else None)
                 res["ktdeploy" if side == "K" else "skip_doctor"].append(
                     {k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
             elif side == "D":
