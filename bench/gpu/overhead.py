@@ -7,8 +7,9 @@ On the medium tiny MoE (hidden 1024, 8 layers, 64 experts, top-8; `tiny_sft_long
 the derived thread count, it runs `ktdeploy train` (validate -> doctor -> render -> launch, run record,
 metrics callback, summary) and the same LlamaFactory run launched by hand (LlamaFactory's own launcher, the
 YAMLs the first ktdeploy run rendered), interleaved after a short warm-up run so drift on the machine falls on
-every side alike; to bisect, also `ktdeploy train --skip-doctor` (S) and the agent's exact argv and env without
-the `ktdeploy train` parent (D). P1_ORDER picks the sequence (default HDKKDH). Both are timed the same way from outside: the arrival time of each
+every side alike; to bisect, also `ktdeploy train --skip-doctor` (S), the agent's exact argv and env without
+the `ktdeploy train` parent (D), and `ktdeploy train --exec` (E: the process becomes the launcher, the trainer
+writes the record). P1_ORDER picks the sequence (default HEKHEKHEK). Both are timed the same way from outside: the arrival time of each
 line LlamaFactory appends to trainer_log.jsonl (gpu_bench.GpuSampler), steady tokens/s after the first step.
 Writes $OUT/p1_overhead.json (per run and the ratios; key `train_over_hand_median`) and $OUT/p1_log.txt.
 """
@@ -58,13 +59,13 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     gb.GPU_POLL_S = 5.0   # nvidia-smi every 5 s, not 0.2 s: this bench measures CPU contention on both sides
     res: dict = {"how": "bash bench/gpu/overhead.sh (device tool); bench/gpu/overhead.py", "steps": STEPS,
-                 "order": [], "ktdeploy": [], "hand": [], "skip_doctor": [], "direct": []}
+                 "order": [], "ktdeploy": [], "hand": [], "skip_doctor": [], "direct": [], "exec": []}
 
     def save() -> None:
         k = [r["steady_tokens_per_s"] for r in res["ktdeploy"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         h = [r["steady_tokens_per_s"] for r in res["hand"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         res["ktdeploy_tokens_per_s"], res["hand_tokens_per_s"] = k, h
-        for key in ("skip_doctor", "direct"):
+        for key in ("skip_doctor", "direct", "exec"):
             v = [r["steady_tokens_per_s"] for r in res[key] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
             res[f"{key}_tokens_per_s"] = v
             if v and h:
@@ -90,14 +91,15 @@ def main() -> int:
         res["warmup"] = {k: v for k, v in warm.items() if k not in ("train_yaml", "accelerate_yaml")}
         # K = ktdeploy train, S = ktdeploy train --skip-doctor, D = the agent's argv+env without the ktdeploy
         # parent, H = hand launch (LlamaFactory's launcher); ABBA-style order
-        for i, side in enumerate(os.environ.get("P1_ORDER", "HDKKDH")):
+        for i, side in enumerate(os.environ.get("P1_ORDER", "HEKHEKHEK")):
             if budget - (time.monotonic() - gb.T0) < 75:
                 gb.say(f"stopped before run {i}: budget")
                 break
             name = f"p1-{side}{i}"
-            if side in "KS":
-                r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side == "S")
-                res["ktdeploy" if side == "K" else "skip_doctor"].append(
+            if side in "KSE":
+                r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side == "S",
+                                      args=["--exec"] if side == "E" else [])
+                res[{"K": "ktdeploy", "S": "skip_doctor", "E": "exec"}[side]].append(
                     {k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
             elif side == "D":
                 if like is None:
@@ -119,7 +121,8 @@ def main() -> int:
     gb.say(f"ktdeploy {res.get('ktdeploy_tokens_per_s')} hand {res.get('hand_tokens_per_s')} "
            f"median ratio {res.get('train_over_hand_median')} mean ratio {res.get('train_over_hand_mean')}; "
            f"skip-doctor {res.get('skip_doctor_tokens_per_s')} ({res.get('skip_doctor_over_hand_median')}), "
-           f"direct {res.get('direct_tokens_per_s')} ({res.get('direct_over_hand_median')})")
+           f"direct {res.get('direct_tokens_per_s')} ({res.get('direct_over_hand_median')}), "
+           f"exec {res.get('exec_tokens_per_s')} ({res.get('exec_over_hand_median')})")
     return 0
 
 

@@ -106,10 +106,49 @@ def _callbacks() -> list:
     return cbs
 
 
+def _vm_hwm_bytes() -> int:
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def finish(rc: int) -> None:
+    """`ktdeploy train --exec`: no parent watches the run, so each rank leaves its peak RSS in the record
+    (ranks.jsonl) and rank 0 writes rc, status and summary.json (peak = rank 0's own, hwm = the sum over the
+    ranks that finished before it)."""
+    import resource
+    from pathlib import Path
+
+    run_dir = os.environ.get("KTDEPLOY_RUN_DIR")
+    if not run_dir:
+        return
+    d = Path(run_dir)
+    hwm = _vm_hwm_bytes()
+    with open(d / "ranks.jsonl", "a") as f:
+        f.write(json.dumps({"rank": int(os.environ.get("RANK", "0")), "rc": rc, "hwm_bytes": hwm}) + "\n")
+    if not _rank0():
+        return
+    from ktdeploy.agent.train import finish_record
+
+    rows = [json.loads(x) for x in (d / "ranks.jsonl").read_text().splitlines() if x.strip()]
+    t0 = float(os.environ.get("KTDEPLOY_T0") or time.time())
+    finish_record(d, Path(os.environ.get("KTDEPLOY_OUTPUT_DIR") or "."), rc, time.time() - t0,
+                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, sum(r["hwm_bytes"] for r in rows))
+
+
 def main() -> None:
     from llamafactory.train.tuner import run_exp
 
-    run_exp(callbacks=_callbacks())
+    rc = 1
+    try:
+        run_exp(callbacks=_callbacks())
+        rc = 0
+    finally:
+        finish(rc)
 
 
 if __name__ == "__main__":

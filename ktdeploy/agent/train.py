@@ -261,13 +261,46 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
             "artifacts": sorted(p.name for p in output_dir.iterdir()) if output_dir.is_dir() else []}
 
 
-def execute(plan: TrainPlan, echo=sys.stdout) -> dict:
-    """Write the run record, launch, stream, record rc/status/summary; StepError on a non-zero exit."""
+def finish_record(run_dir: Path, output_dir: Path, rc: int, wall_s: float, peak_rss_bytes: int,
+                  hwm_rss_bytes: int) -> dict:
+    """Write rc, summary.json and status into a run record (both launch modes end here)."""
+    from ktdeploy.agent.monitor import RunOutcome
+
+    outcome = RunOutcome(rc=rc, wall_s=wall_s, peak_rss_bytes=peak_rss_bytes, hwm_rss_bytes=hwm_rss_bytes)
+    (run_dir / "rc").write_text(f"{rc}\n")
+    summary = _summarise(run_dir, outcome, output_dir)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (run_dir / "status").write_text(("succeeded" if rc == 0 else "failed") + "\n")
+    return summary
+
+
+def exec_trainer(plan: TrainPlan, run_dir: Path, env: dict[str, str]) -> None:
+    """Become the launcher (os.execve): no ktdeploy process stays beside the trainer. The trainer's output goes
+    where this process's went (the terminal, or the container's log); the trainer-side entry point
+    (``lf_entry``) writes rc, status and summary.json into the record when training ends, and a run killed
+    outright (OOM killer, SIGKILL) leaves status ``running`` with the exit code in the container's state."""
+    import time
+
+    env = {**env, "KTDEPLOY_RUN_DIR": str(run_dir), "KTDEPLOY_OUTPUT_DIR": plan.output_dir,
+           "KTDEPLOY_T0": repr(time.time())}
+    (run_dir / "launch_mode").write_text("exec\n")
+    (run_dir / "status").write_text("running\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.chdir(run_dir)
+    os.execve(plan.argv[0], plan.argv, env)
+
+
+def execute(plan: TrainPlan, echo=sys.stdout, *, exec_launch: bool = False) -> dict:
+    """Write the run record, launch, stream, record rc/status/summary; StepError on a non-zero exit.
+    With ``exec_launch`` this process becomes the launcher instead (see exec_trainer) and never returns."""
     from ktdeploy.agent.monitor import run_streaming
 
     d = write_record(plan)
     env = {**os.environ, **plan.env}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if exec_launch:
+        exec_trainer(plan, d, env)
     (d / "status").write_text("running\n")
     try:
         # The trainer writes stdout.log itself; this process samples RSS and echoes the log once a second at
@@ -277,10 +310,8 @@ def execute(plan: TrainPlan, echo=sys.stdout) -> dict:
     except KeyboardInterrupt:
         (d / "status").write_text("interrupted\n")
         raise
-    (d / "rc").write_text(f"{outcome.rc}\n")
-    summary = _summarise(d, outcome, Path(plan.output_dir))
-    (d / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (d / "status").write_text(("succeeded" if outcome.rc == 0 else "failed") + "\n")
+    summary = finish_record(d, Path(plan.output_dir), outcome.rc, outcome.wall_s, outcome.peak_rss_bytes,
+                            outcome.hwm_rss_bytes)
     if outcome.rc != 0:
         raise StepError(f"training exited with code {outcome.rc} (log: {d / 'stdout.log'})", step="train",
                         rc=outcome.rc, output="\n".join(outcome.tail[-15:]),

@@ -29,6 +29,8 @@ def train(
     as_json: bool = typer.Option(False, "--json", help="Print the plan (dry run) or the summary as JSON."),
     tuned: Optional[Path] = typer.Option(None, "--tuned", help="Apply the settings chosen by `ktdeploy tune` "
                                                                 "(its tune.json) to the rendered training YAML."),
+    exec_launch: bool = typer.Option(False, "--exec", help="Become the launcher (no ktdeploy process beside the "
+                                                           "trainer); the trainer writes the record's summary."),
 ) -> None:
     """Fine-tune on this host: validate -> doctor -> render -> accelerate launch LlamaFactory with KT."""
     from ktdeploy.agent.train import execute, plan_train
@@ -58,7 +60,7 @@ def train(
         console.print(f"{env} {' '.join(plan.argv)}", markup=False, highlight=False)
         console.print(f"run record: {plan.run_dir}", markup=False, highlight=False)
         return
-    summary = execute(plan)
+    summary = execute(plan, exec_launch=exec_launch)
     if as_json:
         print_json({"run_dir": plan.run_dir, **summary})
     else:
