@@ -8,8 +8,8 @@ the derived thread count, it runs `ktdeploy train` (validate -> doctor -> render
 metrics callback, summary) and the same LlamaFactory run launched by hand (LlamaFactory's own launcher, the
 YAMLs the first ktdeploy run rendered), interleaved after a short warm-up run so drift on the machine falls on
 every side alike; to bisect, also `ktdeploy train --skip-doctor` (S), the agent's exact argv and env without
-the `ktdeploy train` parent (D), and `ktdeploy train --exec` (E: the process becomes the launcher, the trainer
-writes the record). P1_ORDER picks the sequence (default HEKHEKHEK). Both are timed the same way from outside: the arrival time of each
+the `ktdeploy train` parent (D), and `ktdeploy train --exec` (E, the default since this bench: the process
+becomes the launcher, the trainer writes the record); K is `ktdeploy train --watch` (the watching parent). P1_ORDER picks the sequence (default HEKHEKHEK). Both are timed the same way from outside: the arrival time of each
 line LlamaFactory appends to trainer_log.jsonl (gpu_bench.GpuSampler), steady tokens/s after the first step.
 Writes $OUT/p1_overhead.json (per run and the ratios; key `train_over_hand_median`) and $OUT/p1_log.txt.
 """
@@ -98,7 +98,7 @@ def main() -> int:
             name = f"p1-{side}{i}"
             if side in "KSE":
                 r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side == "S",
-                                      args=["--exec"] if side == "E" else [])
+                                      args=["--exec"] if side == "E" else ["--watch"])
                 res[{"K": "ktdeploy", "S": "skip_doctor", "E": "exec"}[side]].append(
                     {k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
             elif side == "D":

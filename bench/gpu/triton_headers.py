@@ -38,8 +38,10 @@ print("TRITON_OK", triton.__version__)
 
 def launch(label: str) -> dict:
     with tempfile.TemporaryDirectory() as cache:
+        script = Path(cache) / "kernel.py"  # @triton.jit needs its source in a file (not `python -c`)
+        script.write_text(KERNEL)
         t0 = time.monotonic()
-        p = subprocess.run([sys.executable, "-c", KERNEL], env=dict(os.environ, TRITON_CACHE_DIR=cache),
+        p = subprocess.run([sys.executable, str(script)], env=dict(os.environ, TRITON_CACHE_DIR=cache),
                            capture_output=True, text=True, timeout=300)
     out = (p.stdout + p.stderr).strip().splitlines()
     return {"case": label, "rc": p.returncode, "ok": "TRITON_OK" in p.stdout, "s": round(time.monotonic() - t0, 1),
