@@ -16,19 +16,27 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def _redact(text: str) -> str:
+    from ktdeploy.safeio import redact
+
+    return redact(text)
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def print_error(err) -> None:
     """One screen: what went wrong, the key or check it concerns, and the fix."""
+    from ktdeploy.safeio import redact
+
     body = Text()
     if getattr(err, "key", None):
-        body.append(f"{err.key}: ", style="bold")
-    body.append(err.message)
+        body.append(f"{redact(str(err.key))}: ", style="bold")
+    body.append(redact(str(err.message)))
     if getattr(err, "fix", None):
         body.append("\nfix: ", style="bold green")
-        body.append(err.fix)
+        body.append(redact(str(err.fix)))
     err_console.print(Panel(body, title=f"[red]{type(err).__name__}", border_style="red", expand=False))
     findings = getattr(err, "findings", None)
     if findings:
@@ -40,9 +48,21 @@ def print_error(err) -> None:
         print_checks([r for r in results if r.status == "fail"], stream=err_console)
 
 
+def print_system_error(err: BaseException) -> None:
+    """An OSError/MemoryError outside a path that names its own fix: what the system said, no traceback."""
+    from ktdeploy.safeio import redact
+
+    what = getattr(err, "strerror", None) or str(err) or type(err).__name__
+    where = getattr(err, "filename", None)
+    err_console.print(Panel(
+        Text(redact(f"{type(err).__name__}: {what}" + (f" ({where})" if where else "")) +
+             "\nfix: check the path, its permissions and free space/memory, then retry"),
+        title="[red]system error", border_style="red", expand=False))
+
+
 def print_internal_error(err: BaseException) -> None:
     err_console.print(Panel(
-        Text(f"{type(err).__name__}: {err}\n"
+        Text(f"{type(err).__name__}: {_redact(str(err))}\n"
              "This is a bug in ktdeploy. Re-run with KTDEPLOY_DEBUG=1 for the traceback and report it."),
         title="[red]internal error", border_style="red", expand=False))
 
