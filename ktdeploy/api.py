@@ -17,7 +17,7 @@ from ktdeploy.plan import UpOptions, build_plan, job_name, output_dir_of, parse_
 from ktdeploy.plan.build import ADAPTER_SUBDIR, GPU_WAIVERS, shipped_recipe
 from ktdeploy.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.runs import RunRecord, latest_run
-from ktdeploy.safeio import redact
+from ktdeploy.safeio import redact_host
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
 RUNTIME_FIXABLE = ("docker.present", "docker.nvidia_runtime")
@@ -39,7 +39,7 @@ def render(recipe_path, out_dir, overrides=()):
 
 
 def doctor(host: str = "localhost", recipe=None, **ssh):
-    host = redact(host)  # a password in ssh://user:PW@host is never used, shown or recorded
+    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
     from ktdeploy.checks.doctor import doctor as _doctor
     from ktdeploy.connectors import connect
 
@@ -98,7 +98,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     from ktdeploy.recipe.render import dump_yaml
 
     say = say or _say_default
-    host = redact(host)  # a password in ssh://user:PW@host is never used, shown or recorded
+    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
     if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
         raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
                          key="--resume", fix="ktdeploy up --resume auto ...")
@@ -238,7 +238,7 @@ def _connect_for(rec: RunRecord, ssh: dict | None):
 
 
 def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None, live: bool = True) -> dict:
-    host = redact(host)
+    host = redact_host(host)
     from ktdeploy.executor import snapshot
     from ktdeploy.follow import TRAINER_LOG
 
@@ -264,7 +264,7 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
 
 def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = False, tail: int = 100,
          ssh: dict | None = None, write: Callable[[str], None] = print, poll_s: float = 2.0) -> None:
-    host = redact(host)
+    host = redact_host(host)
     from ktdeploy.executor import snapshot
 
     rec = latest_run(host, run_id=run_id)
@@ -303,7 +303,7 @@ def _emit(text: str, after: str | None, write) -> str | None:
 
 
 def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None) -> dict:
-    host = redact(host)
+    host = redact_host(host)
     """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
     from ktdeploy.executor import container_logs
 

@@ -212,18 +212,46 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
 # ---------------------------------------------------------------- secrets, names, text
 
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _redact_str(s: str) -> str:
+    """The userinfo of every 'scheme://user:PW@host' loses its password. The authority is read the way
+    urllib.parse.urlsplit reads it (up to '/', '?' or '#', the userinfo ends at the LAST '@'), so a password
+    holding ':', '@', ';' or spaces is covered too; when in doubt more is hidden, never less."""
+    out, i = [], 0
+    for m in _SCHEME.finditer(s):
+        if m.start() < i:
+            continue
+        end = m.end()
+        while end < len(s) and s[end] not in "/?#\n":
+            end += 1
+        userinfo, at, hostport = s[m.end():end].rpartition("@")
+        if at and ":" in userinfo:
+            out.append(s[i:m.end()] + userinfo.split(":", 1)[0] + ":***@" + hostport)
+            i = end
+    out.append(s[i:])
+    return "".join(out)
 
 
 def redact(text: Any) -> Any:
     """'ssh://user:PASSWORD@host' -> 'ssh://user:***@host' (strings, and strings inside dicts/lists)."""
     if isinstance(text, str):
-        return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+        return _redact_str(text)
     if isinstance(text, dict):
         return {k: redact(v) for k, v in text.items()}
     if isinstance(text, (list, tuple)):
         return type(text)(redact(v) for v in text)
     return text
+
+
+def redact_host(host: str | None) -> str | None:
+    """A --host value without its password, whether written ssh://user:PW@h or user:PW@h."""
+    if not isinstance(host, str) or not host:
+        return host
+    if "://" in host:
+        return _redact_str(host)
+    return _redact_str("ssh://" + host)[len("ssh://"):]
 
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

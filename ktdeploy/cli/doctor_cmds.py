@@ -44,6 +44,9 @@ def doctor_cmd(
     survived VM/container layers, GPUs, NUMA threads, memory, /dev/shm, disk. Exit 1 if any check fails."""
     from ktdeploy.checks.doctor import doctor
     from ktdeploy.connectors import DockerExecConnector, connect
+    from ktdeploy.safeio import redact_host
+
+    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
 
     rec = None
     if recipe is not None:
