@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
         kind = _kind(err)
         if isinstance(err, KtdeployError):
             print_error(err)
-        elif isinstance(err, KeyboardInterrupt) or kind == "Abort":
-            sys.stderr.write("interrupted\n")
+        elif isinstance(err, KeyboardInterrupt) or kind == "Abort" or (kind == "Exit" and code == EXIT_INTERRUPTED):
+            sys.stderr.write("interrupted\n")  # typer turns Ctrl-C into Exit(130) without a word
         elif kind == "ClickException":
             err.show()
         elif kind == "Exit":

@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import signal
 import stat
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 
 DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 8, 130}
 DEADLINE_S = 10
+MAX_GROWTH_KIB = 512 << 10  # one call may raise the process's peak RSS by at most 512 MiB
 SECRET = "S3cr3tPW"
 TALLY: dict[str, list[int]] = {}
 EXAMPLES: dict[str, list[str]] = {}
@@ -64,7 +66,8 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 
 def invoke(args: list[str], *, cwd: Path) -> tuple[int, str, float]:
-    """``ktdeploy ARGS`` in-process (the console entry point, with its exception mapping)."""
+    """``ktdeploy ARGS`` in-process (the console entry point, with its exception mapping). A call that runs past
+    DEADLINE_S or raises the peak RSS by more than MAX_GROWTH_KIB gets a non-documented rc ("timeout"/"memory")."""
     from ktdeploy.cli import main
 
     out = io.StringIO()
@@ -72,6 +75,7 @@ def invoke(args: list[str], *, cwd: Path) -> tuple[int, str, float]:
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(DEADLINE_S)
     t0 = time.monotonic()
+    peak0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rc: object = 0
     try:
         os.chdir(cwd)
@@ -90,6 +94,8 @@ def invoke(args: list[str], *, cwd: Path) -> tuple[int, str, float]:
         os.chdir(old_cwd)
     if isinstance(rc, str) and rc.isdigit():
         rc = int(rc)
+    if resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak0 > MAX_GROWTH_KIB:
+        rc = f"memory (peak RSS grew by more than {MAX_GROWTH_KIB >> 10} MiB; exit {rc!r})"
     return rc, out.getvalue(), time.monotonic() - t0
 
 

@@ -271,8 +271,13 @@ json_value = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(10**30)
     [0, 7, 2**63, 2**40])), data=st.binary(max_size=64), config=st.dictionaries(
     st.sampled_from(["r", "lora_alpha", "use_rslora", "target_modules", "base_model_name_or_path"]), json_value, max_size=4),
     out=st.sampled_from(["adapter", "", "link", "in"]), raw=st.one_of(st.none(), st.binary(max_size=40)),
-    fused_kind=st.sampled_from(["regular"] * 5 + ["fifo", "devzero", "dir"]))
-def _convert(tensors, claim, data, config, out, raw, fused_kind):
+    fused_kind=st.sampled_from(["regular"] * 5 + ["fifo", "devzero", "dir"]),
+    manifest=st.one_of(st.none(), json_value, st.dictionaries(st.sampled_from(["lora", "base", "files", "rank"]),
+                                                              json_value, max_size=3)),
+    adapter=st.one_of(st.none(), st.dictionaries(st.sampled_from(
+        ["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", "m.mlp.experts.0.x", "plain"]),
+        tensor_spec, max_size=2)), config_raw=st.one_of(st.none(), json_value))
+def _convert(tensors, claim, data, config, out, raw, fused_kind, manifest, adapter, config_raw):
     with Box() as box:
         src = box.work / "run"
         src.mkdir()
@@ -280,11 +285,15 @@ def _convert(tensors, claim, data, config, out, raw, fused_kind):
             (src / "fused_expert_lora.safetensors").write_bytes(raw if raw is not None else _st_bytes(tensors, data, claim))
         else:
             box.make("run/fused_expert_lora.safetensors", fused_kind)
-        (src / "adapter_config.json").write_text(json.dumps(config))
+        (src / "adapter_config.json").write_text(json.dumps(config if config_raw is None else config_raw))
+        if manifest is not None:
+            (src / "kt_adapter_manifest.json").write_text(json.dumps(manifest))
+        if adapter is not None:
+            (src / "adapter_model.safetensors").write_bytes(_st_bytes(adapter, data))
         if out == "link":
             (box.work / "link").symlink_to(box.outside)
         target = "run/in" if out == "in" else out
-        _one("convert", f"{tensors} claim={claim} {config} -o {out!r} {fused_kind}",
+        _one("convert", f"{tensors} claim={claim} {config} {config_raw} m={manifest} a={adapter} -o {out!r} {fused_kind}",
              ["convert", "run", "-o", target], box, allowed=("work/adapter", "work/run"))
 
 
@@ -442,3 +451,36 @@ def test_usage_errors_exit_2_not_70(args, code, tmp_path):
     assert "internal error" not in out
     if args == ["--version"]:
         assert out.startswith("ktdeploy ")
+
+
+# ---------------------------------------------------------------- SIGINT
+
+def test_ctrl_c_in_a_command_exits_130(tmp_path, monkeypatch):
+    import ktdeploy.recipe
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ktdeploy.recipe, "validate", interrupted)
+    monkeypatch.setattr("ktdeploy.cli.recipe_cmds.validate", interrupted)
+    (tmp_path / "r.yaml").write_text(TINY)
+    rc, out, _ = invoke(["check", "r.yaml"], cwd=tmp_path)
+    assert rc == 130 and out.strip() == "interrupted"
+
+
+def test_ctrl_c_during_start_up_exits_130(tmp_path):
+    """SIGINT while the CLI still imports its command modules: one line, exit 130, no traceback."""
+    import subprocess
+    import sys
+
+    code = ("import sys, importlib.abc\n"
+            "class Stop(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'ktdeploy.cli.tune_cmds':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Stop())\n"
+            "from ktdeploy.cli import main\n"
+            "main(['--version'])\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert p.returncode == 130, p.stderr
+    assert p.stderr.strip() == "interrupted" and "Traceback" not in p.stderr
