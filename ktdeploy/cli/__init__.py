@@ -57,8 +57,7 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
 def _kind(err: BaseException) -> str | None:
     """click's exception family by name: typer >= 0.20 bundles its own click (typer._click), so an isinstance
     test against the installed click never matches."""
-    names = {c.__name__ for c in type(err).__mro__ if c.__module__.split(".")[-2:-1] in (["click"], ["_click"])
-             or c.__module__.startswith(("click", "typer._click"))}
+    names = {c.__name__ for c in type(err).__mro__ if c.__module__.startswith(("click", "typer"))}
     for kind in ("Exit", "Abort", "ClickException"):
         if kind in names:
             return kind
@@ -107,4 +106,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise
             print_internal_error(err)
         sys.exit(code)
-    sys.exit(rc if isinstance(rc, int) else 0)
+    rc = rc if isinstance(rc, int) else 0
+    if rc == EXIT_INTERRUPTED:  # typer turns Ctrl-C into Exit(130), which click returns without a word
+        sys.stderr.write("interrupted\n")
+    sys.exit(rc)
