@@ -226,6 +226,11 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             result.state = "finished"
             say(f"[green bold]done:[/] adapter {plan.adapter_dir}; run record {record.path}")
         return result
+    except KeyboardInterrupt:
+        # Ctrl-C before the executor took over (it handles its own): nothing was started; say so in the record
+        record.event("interrupted", reason="Ctrl-C before anything started on the host")
+        record.set_status("stopped", note="interrupted (Ctrl-C) during preflight/planning; nothing was started")
+        raise
     finally:
         conn.close()
 

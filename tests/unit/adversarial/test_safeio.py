@@ -157,3 +157,23 @@ def test_records_never_hold_a_password(tmp_path):
     rec.event("x", host="ssh://u:PW@h")
     for f in ("status.json", "events.jsonl"):
         assert "PW" not in (rec.path / f).read_text()
+
+
+def test_interrupted_up_leaves_a_consistent_record(tmp_path, monkeypatch):
+    """Ctrl-C during preflight: the record says 'stopped' (not a stale 'planned'), and the CLI exits 130."""
+    import ktdeploy.checks.doctor
+    from ktdeploy.cli import main
+    from ktdeploy.runs import all_runs
+    from tests.unit.recipe.conftest import RECIPES
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ktdeploy.checks.doctor, "doctor", interrupted)
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    with pytest.raises(SystemExit) as exc:
+        main(["up", "--dry-run", "--host", "localhost", str(RECIPES / "tiny-moe-lora.yaml")])
+    assert exc.value.code == 130
+    (rec,) = all_runs(tmp_path / "runs")
+    assert rec.status()["state"] == "stopped"
+    assert rec.events()[-1]["event"] == "interrupted"
