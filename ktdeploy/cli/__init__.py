@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from ktdeploy.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SYSTEM, KtdeployError
+from ktdeploy.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SYSTEM, KtdeployError, UsageError
 
 app = typer.Typer(
     name="ktdeploy",
@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         raise
     except BaseException as err:  # noqa: BLE001 - this is the one place that maps every exception
+        if isinstance(err, UnicodeError):  # only user text can fail to encode (a lone surrogate in a name)
+            err = UsageError(f"an argument, file name or value is not valid text: {err.reason}",
+                             fix="use UTF-8 names and values without lone surrogates")
         code = exit_code_for(err)
         kind = _kind(err)
         if isinstance(err, KtdeployError):

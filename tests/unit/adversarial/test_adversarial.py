@@ -159,7 +159,9 @@ OUTS = ["out", "", " ", "link-out-dir", "under-file/x", "/proc/harden-x", "exist
 
 
 @SETTINGS
-@given(name=hostile_name, kind=st.sampled_from(["regular"] * 4 + KINDS), out=st.sampled_from(OUTS),
+@given(name=hostile_name, kind=st.sampled_from(["regular"] * 4 + KINDS), out=st.one_of(
+    st.sampled_from(OUTS), hostile_text.filter(lambda s: ".." not in s and not s.startswith(("/", "~", "-"))
+                                               and s.strip() == s and s.split("/")[0] not in ("", "."))),
        value=hostile_text)
 def _render(name, kind, out, value):
     with Box() as box:
@@ -177,6 +179,8 @@ def _render(name, kind, out, value):
             target = box.outside / ("victim" if out == "with-link" else "new-file")
             (box.work / out / "launch.sh").symlink_to(target)
         allowed = ("work/out", "work/a;b", "work/$(x)", "work/-o") + (("work/" + out,) if out == "existing" else ())
+        if out not in OUTS and out:
+            allowed += ("work/" + out.split("/")[0],)
         rc, _ = _one("render", f"{name} {kind} -o {out!r}", ["render", p.name, "-o", out], box, allowed)
         if rc == 0 and out == "out":
             bad = []
