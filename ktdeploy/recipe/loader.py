@@ -101,7 +101,33 @@ def _plain(node: Any, prefix: str, file: str, locs: dict[str, tuple[str, int]], 
     return str(node)
 
 
+MAX_DEPTH = 64  # a recipe nests 3-5 levels; the YAML parser recurses (and slows down) per level
+
+
+def nesting_depth(text: str) -> int:
+    """A cheap upper bound of the YAML nesting depth, read before parsing: flow brackets, leading '- '/'? '
+    markers and indentation (brackets inside quotes or comments count too: it errs on the side of refusing)."""
+    worst = flow = 0
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        indent = len(line) - len(body)
+        lead = 0
+        while body[:2] in ("- ", "? ") or body in ("-", "?"):
+            lead += 1
+            body = body[2:].lstrip(" ")
+        worst = max(worst, indent // 2 + lead + flow)
+        for ch in body:
+            if ch in "[{":
+                flow += 1
+                worst = max(worst, indent // 2 + lead + flow)
+            elif ch in "]}":
+                flow = max(0, flow - 1)
+    return worst
+
+
 def _parse_text(text: str, file: str, prefix: str, locs: dict[str, tuple[str, int]]) -> Any:
+    if nesting_depth(text) > MAX_DEPTH:
+        raise RecipeError(f"{file}: nested more than {MAX_DEPTH} levels deep", fix="write plain YAML mappings and scalars")
     try:
         data = _yaml().load(text)
     except MarkedYAMLError as err:
@@ -174,6 +200,8 @@ def read_native(train_path: str | Path, accelerate_path: str | Path,
 
 
 def _scalar(text: str) -> Any:
+    if nesting_depth(text) > MAX_DEPTH:
+        raise UsageError(f"--set value nested more than {MAX_DEPTH} levels deep", fix="give a plain value")
     try:
         value = _yaml().load(StringIO(text))
     except (YAMLError, RecursionError, ValueError, OverflowError):

@@ -177,3 +177,21 @@ def test_interrupted_up_leaves_a_consistent_record(tmp_path, monkeypatch):
     (rec,) = all_runs(tmp_path / "runs")
     assert rec.status()["state"] == "stopped"
     assert rec.events()[-1]["event"] == "interrupted"
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "- " * 3000 + "x\n", "{a: " * 2000 + "1" + "}" * 2000])
+def test_deep_yaml_refused_before_parsing_at_any_call_depth(tmp_path, text):
+    """The refusal may not depend on how deep the caller's stack already is (RecursionError did)."""
+    from ktdeploy.recipe import load_recipe
+
+    p = tmp_path / "deep.yaml"
+    p.write_text(text)
+
+    def nested(n):
+        return nested(n - 1) if n else load_recipe(p)
+
+    t0 = time.monotonic()
+    for depth in (0, 700):
+        with pytest.raises(RecipeError, match="nested"):
+            nested(depth)
+    assert time.monotonic() - t0 < 5
