@@ -23,8 +23,13 @@ TINY = (REPO / "recipes" / "tiny-moe-lora.yaml").read_text()
 MODEL_CFG = json.loads((REPO / "recipes" / "models" / "tiny-qwen3-moe.json").read_text()) \
     if (REPO / "recipes" / "models" / "tiny-qwen3-moe.json").exists() else None
 
-SETTINGS = settings(max_examples=int(os.environ.get("KTDEPLOY_ADV_EXAMPLES", "20")), deadline=None, derandomize=True,
-                    database=None, suppress_health_check=list(HealthCheck))
+def _n(default: int) -> int:
+    """Examples per class: the default keeps CI fast; KTDEPLOY_ADV_EXAMPLES=N runs N for every class."""
+    return int(os.environ.get("KTDEPLOY_ADV_EXAMPLES", default))
+
+
+SETTINGS = settings(max_examples=_n(20), deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
 
 META = ["$(touch pwned)", "`touch pwned`", "a;touch pwned", "x\ntouch${IFS}pwned\nuse_unsloth: true\n#",
         "&a [*a]", "*a", "!!python/object:os.system", "{a: 1}", "'", '"', "\\", "\u2028use_unsloth: true", "\r\n#",
@@ -351,7 +356,7 @@ def test_doctor_host_parsing():
     _run_class("doctor-host", _hosts)
 
 
-@settings(SETTINGS, max_examples=12)
+@settings(SETTINGS, max_examples=_n(12))
 @given(host=host_text.filter(lambda h: SECRET in h), cmd=st.sampled_from(["up", "doctor"]))
 def _secrets(host, cmd):
     with Box() as box:
@@ -366,7 +371,7 @@ def test_secrets_never_recorded():
 
 # ---------------------------------------------------------------- up --dry-run
 
-@settings(SETTINGS, max_examples=12)
+@settings(SETTINGS, max_examples=_n(12))
 @given(key=st.sampled_from(KEYS), value=st.one_of(hostile_text, hostile_number), kind=st.sampled_from(
     ["regular"] * 4 + ["fifo", "devzero", "alias-bomb", "link-out"]))
 def _up(key, value, kind):
@@ -409,7 +414,7 @@ def test_runs_by_id():
 
 # ---------------------------------------------------------------- tune, serve --print
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=_n(15))
 @given(kind=st.sampled_from(KINDS), key=st.sampled_from(KEYS), value=st.one_of(hostile_text, hostile_number),
        workdir=st.sampled_from(["", "wd", "link-out-dir", "/proc/harden"]))
 def _tune(kind, key, value, workdir):
@@ -425,7 +430,7 @@ def test_tune():
     _run_class("tune", _tune)
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=_n(15))
 @given(kind=st.sampled_from(["regular"] * 3 + KINDS), adapter=st.sampled_from(
     ["adapter", "", "missing", "/dev/zero", "link-out", "a;b"]), cfg=st.one_of(st.just("{}"), hostile_text),
     key=st.sampled_from(KEYS), value=st.one_of(hostile_text, hostile_number))
