@@ -16,6 +16,7 @@ from ktdeploy.follow import LogEntry, describe, latest
 from ktdeploy.plan.model import Plan, Stage, Step
 from ktdeploy.plan.state import ContainerState, parse_container_state
 from ktdeploy.runs import RunRecord
+from ktdeploy.safeio import write_file
 
 FOLLOW_SCRIPT = r"""
 docker inspect --type container --format '{{json .State}}' -- "$1" 2>/dev/null || echo
@@ -191,7 +192,7 @@ class Executor:
         dst = self._local(s.local)
         dst.parent.mkdir(parents=True, exist_ok=True)
         if s.params.get("docker_logs"):
-            dst.write_text(container_logs(self.conn, s.remote, tail=None), encoding="utf-8")
+            write_file(dst.parent, dst.name, container_logs(self.conn, s.remote, tail=None), overwrite=True)
             return
         if self.conn.run(["test", "-f", s.remote], timeout=60).rc != 0:
             if s.optional:
@@ -239,9 +240,8 @@ class Executor:
             raise StepError(f"FOLLOW: the training container {name} disappeared", step=s.id,
                             fix="Someone removed it (docker rm); re-run ktdeploy up --resume auto.")
         self.record.event("train_exited", exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status)
-        (self.record.path / "artifacts").mkdir(exist_ok=True)
-        (self.record.path / "artifacts" / "container.log").write_text(container_logs(self.conn, name, tail=None),
-                                                                       encoding="utf-8")
+        write_file(self.record.path / "artifacts", "container.log", container_logs(self.conn, name, tail=None),
+                   overwrite=True)
         if not st.succeeded:
             raise StepError(f"FOLLOW: {self._crash_details(name, st)}", step=s.id, rc=st.exit_code,
                             fix=exit_advice(st, self.recipe, self.facts))
