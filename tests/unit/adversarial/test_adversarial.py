@@ -126,6 +126,18 @@ KEYS = ["cutoff_len", "per_device_train_batch_size", "lora_rank", "output_dir", 
         "output", "data", "dataset_dir", "num_processes", "gpus", "kt_max_cache_depth", "image", "save_steps"]
 
 
+def _yaml11(text: str):
+    """Read YAML the way LlamaFactory does (PyYAML, YAML 1.1) when PyYAML is installed, else with ruamel."""
+    try:
+        import yaml
+
+        return yaml.safe_load(text)
+    except ImportError:
+        from ruamel.yaml import YAML
+
+        return YAML(typ="safe", pure=True).load(text)
+
+
 def _run_class(cls: str, fn) -> None:
     fn()
     bad = failures(cls)
@@ -192,10 +204,8 @@ def _render(name, kind, out, value):
             launch = (box.work / out / "launch.sh").read_text().splitlines()
             if len(launch) != 6 or not launch[1].startswith("# rendered by ktdeploy from "):
                 bad.append("launch.sh gained lines")
-            import yaml
-
-            train = yaml.safe_load((box.work / out / "train.yaml").read_text())
-            if "use_unsloth" in train or set(train) - set(yaml.safe_load(TINY)["train"]):
+            train = _yaml11((box.work / out / "train.yaml").read_text())
+            if "use_unsloth" in train or set(train) - set(_yaml11(TINY)["train"]):
                 bad.append("train.yaml gained keys")
             if bad:
                 tally("render", f"{name} content", bad)
