@@ -11,7 +11,8 @@ a package entry also covers every module under it, so a file that another branch
 
 References rewritten, in every tracked text file (Python, tests, ansible/, docker/, Dockerfile, bench/, tools/,
 docs, pyproject.toml): dotted names ``ktdeploy.old.mod[.attr]`` anywhere (imports, ``-m`` arguments, strings
-such as ``"ktdeploy.agent.lf_entry"``, monkeypatch targets) and ``from ktdeploy.pkg import submodule`` imports.
+such as ``"ktdeploy.agent.lf_entry"``, monkeypatch targets), ``from ktdeploy.pkg import submodule`` imports,
+and file paths ``ktdeploy/old/mod.py`` / ``ktdeploy/oldpkg/`` in docs, comments and tests.
 A name preceded by a dot or a word character (``io.ktdeploy.lock``) is left alone, and so is anything that is
 not a module in the table (docker labels such as ``ktdeploy.output=``).
 """
@@ -174,6 +175,22 @@ def rewrite_dotted(text: str) -> str:
     return DOTTED.sub(lambda m: map_name(m.group(0)), text)
 
 
+# Paths in docs, comments and tests: ktdeploy/old/mod.py, ktdeploy/oldpkg/ (not /opt/ktdeploy/..., not image names).
+SLASHED = re.compile(r"(?<![\w./-])" + PKG + r"((?:/[A-Za-z_]\w*)+)(\.py\b|/)?")
+
+
+def _map_path(m: re.Match) -> str:
+    old = PKG + m.group(1).replace("/", ".")
+    new = map_name(old)
+    if new == old:
+        return m.group(0)
+    return new.replace(".", "/") + (m.group(2) or "")
+
+
+def rewrite_paths(text: str) -> str:
+    return SLASHED.sub(_map_path, text)
+
+
 def rewrite_from_imports(text: str) -> str:
     """``from ktdeploy.pkg import sub1, sub2 as x`` where sub1/sub2 are moved modules -> per-new-parent imports."""
     try:
@@ -214,7 +231,7 @@ def rewrite_from_imports(text: str) -> str:
 def rewrite_text(path: str, text: str) -> str:
     if path.endswith(".py"):
         text = rewrite_from_imports(text)
-    return rewrite_dotted(text)
+    return rewrite_paths(rewrite_dotted(text))
 
 
 def reference_files() -> list[str]:
