@@ -60,6 +60,7 @@ def up(
            tune_budget_minutes=tune_budget,
            image_tar=str(image_tar) if image_tar else None, overrides=set_,
            ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
+           say=lambda msg: console.print(msg, highlight=False),
            print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
 
 

@@ -58,9 +58,10 @@ class UpResult:
 
 
 def _say_default(msg: str) -> None:
-    from ktdeploy.cli.output import console
+    """Progress lines for a Python caller that passes no ``say`` (the CLI passes its own console's print)."""
+    from rich.console import Console
 
-    console.print(msg, highlight=False)
+    Console().print(msg, highlight=False)
 
 
 def load_up_recipe(recipe_path=None, overrides=()):

@@ -21,6 +21,7 @@ from ktdeploy.core.checks import amx, isa, layers, resources, threads
 from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
+from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
 
 
 def _runtime_checks(facts: HostFacts, recipe=None, req=None) -> list[CheckResult]:
@@ -62,8 +63,6 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
     if recipe is not None and req is not None:
         out += resources.path_checks(facts, recipe, req)
     if recipe is not None:
-        from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
-
         out += plan_check_results(recipe, facts)
     if container_facts is not None:
         inner = _runtime_checks(container_facts, recipe, req)

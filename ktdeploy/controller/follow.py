@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-TRAINER_LOG = "trainer_log.jsonl"
+from ktdeploy.core.checkpoints import TRAINER_LOG  # noqa: F401  (re-exported: the log this module follows)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 RNG_RE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
 
 TRAINER_STATE = "trainer_state.json"
+# LlamaFactory's LogCallback appends one JSON line per logging step here (<output_dir>/trainer_log.jsonl);
+# the controller follows it (controller/follow.py) and the plan lists it among the artifacts.
+TRAINER_LOG = "trainer_log.jsonl"
 # Model / adapter weights as HF Trainer and PEFT save them (one of these suffices).
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin", "model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model_fsdp.bin")

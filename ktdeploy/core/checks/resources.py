@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.sizing import plan_recipe
 
 GiB = 1024**3
 MIN_SHM = 1 * GiB           # DataLoader workers + NCCL; docker's default is 64 MiB
@@ -60,30 +62,24 @@ def recipe_paths(recipe) -> dict[str, str]:
 def recipe_requirements(recipe, facts: HostFacts) -> Requirements:
     """What the recipe needs. The planner (ktdeploy.core.sizing.plan_recipe, from the model's config.json) is
     the source; when it cannot run (no config.json known for the model) explicit thresholds are used."""
+    gpus = len(getattr(getattr(recipe, "deploy", None), "gpus", None) or []) or None
     try:
-        from ktdeploy.core.errors import KtdeployError
-        from ktdeploy.core.sizing import plan_recipe
-    except ImportError:
-        plan_recipe = None
-    if plan_recipe is not None:
-        gpus = len(getattr(getattr(recipe, "deploy", None), "gpus", None) or []) or None
-        try:
-            plan, _arch, where = plan_recipe(recipe, gpus=gpus)
-        except (KtdeployError, ValueError, KeyError, TypeError):
-            plan = None
-        if plan is not None:
-            src = f"planner ({where})"
-            req = Requirements(host_memory_bytes=int(plan.host_memory_gib * GiB),
-                               gpu_memory_mib=int(plan.gpu_memory_gib_per_gpu * 1024),
-                               output_disk_bytes=int(plan.disk_gib * GiB),
-                               basis={"host_memory": src, "gpu_memory": src, "output_disk": src})
-            kt = _train(recipe).get("kt_config") or {}
-            if kt.get("kt_weight_lifecycle") == "ephemeral":
-                experts = sum(t.gib for t in plan.terms("host") if "/dev/shm" in t.name)
-                if experts:
-                    req.shm_bytes = int(experts * GiB)
-                    req.basis["shm"] = "planner: ephemeral lifecycle stages the expert weights in /dev/shm"
-            return req
+        plan, _arch, where = plan_recipe(recipe, gpus=gpus)
+    except (KtdeployError, ValueError, KeyError, TypeError):
+        plan = None
+    if plan is not None:
+        src = f"planner ({where})"
+        req = Requirements(host_memory_bytes=int(plan.host_memory_gib * GiB),
+                           gpu_memory_mib=int(plan.gpu_memory_gib_per_gpu * 1024),
+                           output_disk_bytes=int(plan.disk_gib * GiB),
+                           basis={"host_memory": src, "gpu_memory": src, "output_disk": src})
+        kt = _train(recipe).get("kt_config") or {}
+        if kt.get("kt_weight_lifecycle") == "ephemeral":
+            experts = sum(t.gib for t in plan.terms("host") if "/dev/shm" in t.name)
+            if experts:
+                req.shm_bytes = int(experts * GiB)
+                req.basis["shm"] = "planner: ephemeral lifecycle stages the expert weights in /dev/shm"
+        return req
     return threshold_requirements(recipe, facts)
 
 

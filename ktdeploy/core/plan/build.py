@@ -10,9 +10,10 @@ import re
 from dataclasses import dataclass, field
 
 from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core.checkpoints import TRAINER_LOG
+from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.facts.host import HostFacts
-from ktdeploy.controller.follow import TRAINER_LOG
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.steps import Plan, Stage, Step
 from ktdeploy.core.plan.state import JobState
@@ -83,8 +84,6 @@ def job_name(recipe) -> str:
 
 def resolve_image(deploy, facts: HostFacts | None) -> tuple[str, str | None, str]:
     """(image reference, variant or None, how it was chosen)."""
-    from ktdeploy.core.checks.isa import best_variant
-
     img = deploy.image
     if img == "auto":
         variant = best_variant(facts) if facts is not None else None
