@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktdeploy.agent import safetensors_io as st
-from ktdeploy.errors import UsageError
-from ktdeploy.hashing import sha256_file
+from ktdeploy.core.errors import UsageError
+from ktdeploy.core.hashing import sha256_file
 
 FUSED = "fused_expert_lora.safetensors"
 MANIFEST = "kt_adapter_manifest.json"
@@ -83,7 +83,7 @@ def find_adapter_dir(path: Path) -> Path:
 
 
 def _load_json(path: Path, what: str) -> dict:
-    from ktdeploy.safeio import read_bytes
+    from ktdeploy.core.safeio import read_bytes
 
     if not path.exists():
         raise ConvertError(f"{path} is missing ({what})",

@@ -1,4 +1,4 @@
-"""The CLI: parse options, call ktdeploy.api (or a core module), render. Nothing else.
+"""The CLI: parse options, call ktdeploy.controller.api (or a core module), render. Nothing else.
 
 Each command group lives in its own module and registers itself on ``app``.
 """
@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from ktdeploy.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SYSTEM, KtdeployError, UsageError
+from ktdeploy.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SYSTEM, KtdeployError, UsageError
 
 app = typer.Typer(
     name="ktdeploy",
@@ -82,7 +82,7 @@ def exit_code_for(err: BaseException) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: every exception becomes one screen and a documented exit code, never a traceback."""
-    from ktdeploy.cli.render import print_error, print_internal_error, print_system_error
+    from ktdeploy.cli.output import print_error, print_internal_error, print_system_error
 
     try:
         rc = app(args=argv, standalone_mode=False)

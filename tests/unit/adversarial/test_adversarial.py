@@ -355,9 +355,9 @@ host_text = st.one_of(hostile_text, st.builds(lambda u, h, p: f"ssh://{u}:{SECRE
 @SETTINGS
 @given(host=host_text)
 def _hosts(host):
-    from ktdeploy.connectors import connect
-    from ktdeploy.errors import KtdeployError
-    from ktdeploy.safeio import redact
+    from ktdeploy.controller.connectors import connect
+    from ktdeploy.core.errors import KtdeployError
+    from ktdeploy.core.safeio import redact
 
     bad = []
     try:
@@ -485,12 +485,12 @@ def test_usage_errors_exit_2_not_70(args, code, tmp_path):
 # ---------------------------------------------------------------- SIGINT
 
 def test_ctrl_c_in_a_command_exits_130(tmp_path, monkeypatch):
-    import ktdeploy.recipe
+    import ktdeploy.core.recipe
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ktdeploy.recipe, "validate", interrupted)
+    monkeypatch.setattr(ktdeploy.core.recipe, "validate", interrupted)
     monkeypatch.setattr("ktdeploy.cli.recipe_cmds.validate", interrupted)
     (tmp_path / "r.yaml").write_text(TINY)
     rc, out, _ = invoke(["check", "r.yaml"], cwd=tmp_path)

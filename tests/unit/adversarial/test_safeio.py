@@ -1,4 +1,4 @@
-"""ktdeploy.safeio: each helper against the exact example of issue 16 that it fixes."""
+"""ktdeploy.core.safeio: each helper against the exact example of issue 16 that it fixes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from ktdeploy.errors import RecipeError, RunRecordError, UsageError
-from ktdeploy.safeio import inside, load_json, norm_path, read_text, redact, redact_host, run_id_name, write_file
+from ktdeploy.core.errors import RecipeError, RunRecordError, UsageError
+from ktdeploy.core.safeio import inside, load_json, norm_path, read_text, redact, redact_host, run_id_name, write_file
 
 
 @pytest.mark.parametrize("spelling", ["//srv/m", "/srv/./m", "/srv/m/", "/srv/x/../m", "///srv//m//."])
@@ -27,7 +27,7 @@ def test_symlinks_are_resolved_on_the_host(tmp_path):
 
 
 def test_recipe_rule_refuses_output_volume_inside_double_slash_model_volume(tmp_path):
-    from ktdeploy.recipe import load_recipe, validate
+    from ktdeploy.core.recipe import load_recipe, validate
     from tests.unit.recipe.conftest import RECIPES
 
     text = (RECIPES / "tiny-moe-lora.yaml").read_text().replace("model: /srv/ktdeploy/models", "model: //srv/ktdeploy")
@@ -86,7 +86,7 @@ def test_json_reader_bounded(tmp_path):
 
 
 def test_yaml_alias_bomb_refused_fast(tmp_path):
-    from ktdeploy.recipe import load_recipe
+    from ktdeploy.core.recipe import load_recipe
 
     bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
         f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
@@ -100,7 +100,7 @@ def test_yaml_alias_bomb_refused_fast(tmp_path):
 
 
 def test_400_digit_number_refused(tmp_path):
-    from ktdeploy.recipe import load_recipe
+    from ktdeploy.core.recipe import load_recipe
 
     p = tmp_path / "r.yaml"
     p.write_text("train:\n  cutoff_len: " + "9" * 400 + "\n")
@@ -131,7 +131,7 @@ def test_run_id_is_a_name(rid):
 
 
 def test_down_run_traversal_refused(tmp_path, monkeypatch):
-    from ktdeploy.runs import latest_run
+    from ktdeploy.controller.runs import latest_run
 
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "status.json").write_text('{"id": "x"}')
@@ -141,7 +141,7 @@ def test_down_run_traversal_refused(tmp_path, monkeypatch):
 
 
 def test_one_corrupt_record_does_not_hide_the_others(tmp_path):
-    from ktdeploy.runs import all_runs
+    from ktdeploy.controller.runs import all_runs
 
     for name, text in (("good", '{"created": 1}'), ("bad", "{nope"), ("list", "[1]")):
         (tmp_path / name).mkdir()
@@ -150,7 +150,7 @@ def test_one_corrupt_record_does_not_hide_the_others(tmp_path):
 
 
 def test_records_never_hold_a_password(tmp_path):
-    from ktdeploy.runs import RunRecord
+    from ktdeploy.controller.runs import RunRecord
 
     rec = RunRecord.create("r", root=tmp_path)
     rec.set_status("planned", host="ssh://u:PW@h")
@@ -161,15 +161,15 @@ def test_records_never_hold_a_password(tmp_path):
 
 def test_interrupted_up_leaves_a_consistent_record(tmp_path, monkeypatch):
     """Ctrl-C during preflight: the record says 'stopped' (not a stale 'planned'), and the CLI exits 130."""
-    import ktdeploy.checks.doctor
+    import ktdeploy.controller.doctor
     from ktdeploy.cli import main
-    from ktdeploy.runs import all_runs
+    from ktdeploy.controller.runs import all_runs
     from tests.unit.recipe.conftest import RECIPES
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ktdeploy.checks.doctor, "doctor", interrupted)
+    monkeypatch.setattr(ktdeploy.controller.doctor, "doctor", interrupted)
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
     with pytest.raises(SystemExit) as exc:
         main(["up", "--dry-run", "--host", "localhost", str(RECIPES / "tiny-moe-lora.yaml")])
@@ -182,7 +182,7 @@ def test_interrupted_up_leaves_a_consistent_record(tmp_path, monkeypatch):
 @pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "- " * 3000 + "x\n", "{a: " * 2000 + "1" + "}" * 2000])
 def test_deep_yaml_refused_before_parsing_at_any_call_depth(tmp_path, text):
     """The refusal may not depend on how deep the caller's stack already is (RecursionError did)."""
-    from ktdeploy.recipe import load_recipe
+    from ktdeploy.core.recipe import load_recipe
 
     p = tmp_path / "deep.yaml"
     p.write_text(text)
