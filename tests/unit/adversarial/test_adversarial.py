@@ -357,7 +357,12 @@ host_text = st.one_of(hostile_text, st.builds(lambda u, h, p: f"ssh://{u}:{SECRE
 def _hosts(host):
     from ktdeploy.controller.connectors import connect
     from ktdeploy.core.errors import KtdeployError
-    from ktdeploy.core.safeio import redact
+
+    try:
+        from ktdeploy.core.safeio import redact  # what the CLI applies before printing an error
+    except ImportError:  # code from before issue 16 (the suite's "before" figures were made that way)
+        def redact(text):
+            return text
 
     bad = []
     try:
