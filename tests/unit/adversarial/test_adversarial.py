@@ -144,12 +144,16 @@ def _run_class(cls: str, fn) -> None:
     assert not bad, f"{len(bad)} hostile input(s) broke an invariant in {cls}:\n" + "\n".join(bad[:5])
 
 
-def _one(cls: str, label: str, args: list[str], box: Box, allowed: tuple[str, ...] = (), secrets=(SECRET,)):
+def _one(cls: str, label: str, args: list[str], box: Box, allowed: tuple[str, ...] = (), secrets=(SECRET,),
+         then=None):
+    """One generated input = one tally entry: the invariants, plus ``then(rc, out)`` -> more problems, if given."""
     before = snapshot(box.root)
     rc, out, _ = invoke(args, cwd=box.work)
     after = snapshot(box.root)
     allowed = allowed + ("work/home",)
     bad = problems(rc, out, secrets=secrets, records=box.home, before=before, after=after, allowed=allowed)
+    if then is not None:
+        bad += then(rc, out)
     tally(cls, label, bad)
     return rc, out
 
@@ -198,17 +202,19 @@ def _render(name, kind, out, value):
         allowed = ("work/out", "work/a;b", "work/$(x)", "work/-o") + (("work/" + out,) if out == "existing" else ())
         if out not in OUTS and out:
             allowed += ("work/" + out.split("/")[0],)
-        rc, _ = _one("render", f"{name} {kind} -o {out!r}", ["render", p.name, "-o", out], box, allowed)
-        if rc == 0 and out == "out":
+
+        def content(rc, _out):
             bad = []
-            launch = (box.work / out / "launch.sh").read_text().splitlines()
-            if len(launch) != 6 or not launch[1].startswith("# rendered by ktdeploy from "):
-                bad.append("launch.sh gained lines")
-            train = _yaml11((box.work / out / "train.yaml").read_text())
-            if "use_unsloth" in train or set(train) - set(_yaml11(TINY)["train"]):
-                bad.append("train.yaml gained keys")
-            if bad:
-                tally("render", f"{name} content", bad)
+            if rc == 0 and out == "out":
+                launch = (box.work / out / "launch.sh").read_text().splitlines()
+                if len(launch) != 6 or not launch[1].startswith("# rendered by ktdeploy from "):
+                    bad.append("launch.sh gained lines")
+                train = _yaml11((box.work / out / "train.yaml").read_text())
+                if "use_unsloth" in train or set(train) - set(_yaml11(TINY)["train"]):
+                    bad.append("train.yaml gained keys")
+            return bad
+
+        _one("render", f"{name} {kind} -o {out!r}", ["render", p.name, "-o", out], box, allowed, then=content)
 
 
 def test_render():
@@ -412,8 +418,9 @@ def test_up_dry_run():
 # ---------------------------------------------------------------- status / logs / down --run
 
 run_ids = st.one_of(hostile_text.filter(lambda s: s != ""),
-                    st.sampled_from(["../../outside/runs-victim", "../outside", "/etc", "..", ".", "20260101-x",
-                                     "../../" * 20 + "tmp", "x/../../outside/runs-victim", "corrupt"]))
+                    st.sampled_from(["../../../outside/runs-victim", "../../../outside", "/etc", "..", ".",
+                                     "20260101-x", "../../" * 20 + "tmp", "x/../../../../outside/runs-victim", "corrupt"]),
+                    st.just(None).map(lambda _: "../../../outside/runs-victim"))
 
 
 @SETTINGS
@@ -427,10 +434,17 @@ def _runs(run, cmd, corrupt):
         if corrupt:
             (runs / "corrupt").mkdir()
             (runs / "corrupt" / "status.json").write_text("{not json")
-        rc, _ = _one("runs", f"{cmd} --run {run!r}", [cmd, "--run", run], box)
-        if cmd == "status" and corrupt:
-            rc2, out2, _ = invoke(["status", "--all"], cwd=box.work)
-            tally("runs", "status --all with a corrupt record", problems(rc2, out2) + ([] if rc2 == 0 else [f"rc {rc2}"]))
+        def more(rc, _out):
+            bad = []
+            if ("/" in run or run in (".", "..")) and rc != 2:  # a path must be refused as a usage error
+                bad.append(f"--run accepted a path (exit {rc}, not 2)")
+            if cmd == "status" and corrupt:  # one corrupt record must not stop the listing
+                rc2, out2, _ = invoke(["status", "--all"], cwd=box.work)
+                bad += [f"status --all: {b}" for b in problems(rc2, out2)] + ([] if rc2 == 0 else [f"status --all rc {rc2}"])
+            return bad
+
+        # runs/<id> -> the sandbox's outside/runs-victim is three levels up: a path must never reach it
+        _one("runs", f"{cmd} --run {run!r} corrupt={corrupt}", [cmd, "--run", run], box, then=more)
 
 
 def test_runs_by_id():
