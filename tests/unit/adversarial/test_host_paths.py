@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ktdeploy.core.checks.resources import path_checks
 from ktdeploy.controller.connectors import LocalConnector
-from ktdeploy.core.facts.disk import parse_paths, real_path
 from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.core.checks.resources import path_checks
+from ktdeploy.core.facts.disk import parse_paths, real_path
 
 
 def _recipe(model: str, data: str, output: str):
