@@ -146,8 +146,8 @@ class Executor:
 
     def _do_put(self, stage: Stage, s: Step) -> None:
         src = self._local(s.local)
-        if not src.exists():
-            raise StepError(f"{stage.name}: {src} does not exist on this machine", step=s.id,
+        if not src.is_file():  # a FIFO or device would hang the upload
+            raise StepError(f"{stage.name}: {src} does not exist on this machine or is not a plain file", step=s.id,
                             fix="Pass an existing file (e.g. the tarball `ktdeploy image save` wrote).")
         self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
         self.conn.put_file(str(src), s.remote)

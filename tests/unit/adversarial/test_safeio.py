@@ -195,3 +195,14 @@ def test_deep_yaml_refused_before_parsing_at_any_call_depth(tmp_path, text):
         with pytest.raises(RecipeError, match="nested"):
             nested(depth)
     assert time.monotonic() - t0 < 5
+
+
+def test_image_save_never_writes_through_a_dangling_link(tmp_path):
+    """`image save -o LINK`: refused before docker is asked anything (docker save would follow the link)."""
+    from ktdeploy.controller.images.build import save
+
+    link = tmp_path / "images.tar"
+    link.symlink_to(tmp_path / "elsewhere.tar")
+    with pytest.raises(UsageError, match="already exists"):
+        save(["ktsft:does-not-exist"], link)
+    assert not (tmp_path / "elsewhere.tar").exists()
