@@ -279,14 +279,16 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
         add("host", "expert LoRA params, grads, AdamW", lora_params * 8,
             f"rank {r} A/B on gate/up/down of every expert ({lora_params/1e9:.3f} B params): bf16 param + bf16 grad "
             "+ bf16 exp_avg/exp_avg_sq (lora.py creates them bf16; AdamW states follow the param dtype)")
-        # sft_moe.hpp sizes each BufferB with padded_lora_rank_ (rank rounded up to K_STEP=32) but packs only
-        # the real rank's rows into it; the pool is one large allocation whose padding pages are never written,
-        # so they are not resident. Counting the padded rank over-predicted every measured run (large: +0.48 GiB,
-        # and it is most of the weight-scale over-prediction at rank 8: 4x the resident bytes).
+        # MEASURED, NOT YET EXPLAINED: counting these at the real rank r fits every measured run; the padded rank
+        # (kt-kernel's padded_lora_rank_, r rounded up to K_STEP=32) over-predicts (large run: +0.48 GiB; most of
+        # the +11.4 % host error of issue 19's ~9.7 B rank-8 run). The kt-kernel sft_moe.hpp versions readable
+        # through the search tools aligned_alloc + memset the padded pool per layer, which would make the padded
+        # bytes resident, so the mechanism (a pool shared across layers in 0.7.2? fewer copies?) is open. At rank
+        # >= 32 both counts agree; bench/gpu/weight_scale.py's w10-e80 / w10-r32 / w10-r64 shapes separate them.
         add("host", "expert LoRA AMX copies",
             L * E * r * 6 * (H * P + I) * 2,
-            f"12 BufferB copies per expert (A, B and their transposes) in bf16, per NUMA part, at the real rank {r} "
-            f"(the buffers are sized for rank {rp}; the padding pages are never touched, so not resident)")
+            f"12 BufferB copies per expert (A, B and their transposes) in bf16, per NUMA part, counted at the real "
+            f"rank {r} (kt-kernel sizes them for rank {rp}; the measured runs fit the real rank: see estimate.py)")
     if s.finetuning == "full":
         add("host", "expert master weights, grads, AdamW (full FT)", arch.routed_expert_params * 16,
             "full fine-tuning: fp32 master weights + fp32 gradients + fp32 exp_avg/exp_avg_sq for every expert "
