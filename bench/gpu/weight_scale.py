@@ -1,6 +1,6 @@
 """Weight-dominated calibration points for the planner (issue 19): random Qwen3-MoE models with 5-40 GB of
 routed experts, each trained a few steps through `ktdeploy train`, measured and appended to
-bench/results/gpu_peaks.json (= ktdeploy/planner/data/gpu_peaks.json) with how they were made.
+bench/results/gpu_peaks.json (= ktdeploy/core/sizing/data/gpu_peaks.json) with how they were made.
 
 Per run: peak host RSS of the whole process tree sampled every 0.25 s *over time* (the timeline is kept, marked
 with the first trainer-log line, so load vs first steps can be told apart), GPU memory from torch
@@ -116,9 +116,9 @@ SHAPE_BY_NAME = {s.name: s for s in SHAPES}
 
 def planned(s: Shape) -> dict:
     """The planner's figures for this shape on one GPU (the recipe the script trains with)."""
-    from ktdeploy.planner.calibration import upper_edges
-    from ktdeploy.planner.estimate import estimate
-    from ktdeploy.planner.model_config import parse_model_config
+    from ktdeploy.core.sizing.calibration import upper_edges
+    from ktdeploy.core.sizing.estimate import estimate
+    from ktdeploy.core.sizing.model_config import parse_model_config
 
     train = {"finetuning_type": "lora", "lora_rank": s.lora_rank, "cutoff_len": s.cutoff_len,
              "per_device_train_batch_size": s.batch, "preprocessing_num_workers": 2, "dataloader_num_workers": 0,
@@ -196,7 +196,7 @@ def thin(samples: list[tuple[float, int]], every_s: float = 2.0) -> list[list[fl
 
 
 def peaks_entry(s: Shape, config: dict, train: dict, accelerate: dict, m: dict, provenance: str) -> dict:
-    """One gpu_peaks.json run in the format bench/planner_calibration.py and ktdeploy.planner.calibration read."""
+    """One gpu_peaks.json run in the format bench/planner_calibration.py and ktdeploy.core.sizing.calibration read."""
     return {
         "name": s.name, "model_config": config, "train": train, "accelerate": accelerate,
         "num_processes": int(accelerate.get("num_processes") or 1),

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.planner import calibration as cal
-from ktdeploy.planner.calibration import Point, calibration_points, error_bands, residual, upper_edge
+from ktdeploy.core.sizing import calibration as cal
+from ktdeploy.core.sizing.calibration import Point, calibration_points, error_bands, residual, upper_edge
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH_PEAKS = ROOT / "bench/results/gpu_peaks.json"

@@ -69,7 +69,7 @@ def test_missing_model_config_is_a_one_screen_error(tmp_path, capsys):
 
 
 def test_each_figure_carries_its_calibration_band(capsys):
-    from ktdeploy.planner.calibration import band
+    from ktdeploy.core.sizing.calibration import band
     recipe = str(RECIPES / "qwen35-397b-bf16-lora.yaml")
     _, out, _ = run_cli(["plan", recipe, "--json"], capsys)
     d = json.loads(out)

@@ -28,7 +28,7 @@ def test_shapes_span_5_to_40_gb_and_vary_each_axis():
 
 
 def test_expert_bytes_matches_the_planner():
-    from ktdeploy.planner.model_config import parse_model_config
+    from ktdeploy.core.sizing.model_config import parse_model_config
     for s in ws.SHAPES:
         arch = parse_model_config(s.config_dict(), source=s.name)
         assert arch.routed_expert_params * 2 == ws.expert_bytes(s)
@@ -72,7 +72,7 @@ def _entry(name="w5-e64", host=9.0, gpu=2.0):
 
 
 def test_entry_is_readable_by_the_calibration():
-    from ktdeploy.planner.calibration import gpu_peak_points
+    from ktdeploy.core.sizing.calibration import gpu_peak_points
     e = _entry()
     assert e["source"] == "test provenance" and e["expert_gb"] == pytest.approx(5.03, abs=0.01)
     (p,) = gpu_peak_points({"runs": [e]})
