@@ -23,6 +23,7 @@ are unit-tested in tests/unit/planner/test_weight_scale.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -233,15 +234,14 @@ class TreeSampler(threading.Thread):
 
     def run(self) -> None:
         while not self.done.is_set():
-            try:
+            with contextlib.suppress(Exception):       # a process vanished mid-scan: the next tick is fine
                 self.samples.append((time.monotonic() - self.t0, self.rss(self.pid)))
-            except Exception:
-                pass
             self.done.wait(self.interval)
 
 
 def build(s: Shape, model_dir: Path, data_dir: Path) -> dict:
     import torch
+
     from ktdeploy.agent import tiny
 
     shutil.rmtree(model_dir, ignore_errors=True)
@@ -263,8 +263,9 @@ def tiny_long_dataset() -> str:
 
 
 def measure(s: Shape, model_dir: Path, out_root: Path, steps: int, timeout: float) -> dict:
-    from bench.gpu.gpu_bench import GpuSampler, common_sets, read_outputs
     from ruamel.yaml import YAML
+
+    from bench.gpu.gpu_bench import GpuSampler, common_sets, read_outputs
 
     name = f"ws-{s.name}"
     out_dir = out_root / name
@@ -274,26 +275,26 @@ def measure(s: Shape, model_dir: Path, out_root: Path, steps: int, timeout: floa
     gpu = GpuSampler(out_dir / "trainer_log.jsonl", interval=0.2)
     gpu.start()
     env = {**os.environ, "RECORD_VRAM": "1", "PYTHONUNBUFFERED": "1"}
-    log = open(out_root / f"{name}.log", "w")
-    proc = subprocess.Popen(argv, cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT)
-    rss = TreeSampler(proc.pid)
-    rss.start()
     start = None
-    try:
-        while proc.poll() is None:
-            if start is None and (out_dir / "trainer_log.jsonl").exists():
-                start = time.monotonic() - rss.t0
-            if time.monotonic() - rss.t0 > timeout:
-                proc.terminate()
-            time.sleep(0.5)
-    finally:
-        rss.done.set()
-        rss.join()
-        gpu_peak = gpu.stop()
-        log.close()
+    with open(out_root / f"{name}.log", "w") as log:
+        proc = subprocess.Popen(argv, cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT)
+        rss = TreeSampler(proc.pid)
+        rss.start()
+        try:
+            while proc.poll() is None:
+                if start is None and (out_dir / "trainer_log.jsonl").exists():
+                    start = time.monotonic() - rss.t0      # first trainer-log line: load is over, steps began
+                if time.monotonic() - rss.t0 > timeout:
+                    proc.terminate()
+                time.sleep(0.5)
+        finally:
+            rss.done.set()
+            rss.join()
+            gpu_peak = gpu.stop()
     phases = summarize_timeline(rss.samples, start)
-    res = {"rc": proc.returncode, "peak_host_rss_gib": phases["peak_gib"], "peak_gpu_used_gib_nvsmi": round(gpu_peak, 3),
-           "rss_phases": phases, "rss_timeline": thin(rss.samples), **read_outputs(out_dir)}
+    res = {"rc": proc.returncode, "peak_host_rss_gib": phases["peak_gib"],
+           "peak_gpu_used_gib_nvsmi": round(gpu_peak, 3), "rss_phases": phases,
+           "rss_timeline": thin(rss.samples), **read_outputs(out_dir)}
     runs = sorted((out_root / ".runs" / name).glob("*"))
     y = YAML(typ="safe", pure=True)
     if runs and (runs[-1] / "train.yaml").exists():
@@ -309,7 +310,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/weight-scale")))
     ap.add_argument("--work", type=Path, default=Path("/srv/ktdeploy"))
-    ap.add_argument("--setup", action="store_true", help="install the carried wheels first (bench/gpu/gpu_bench.py setup)")
+    ap.add_argument("--setup", action="store_true",
+                    help="install the carried wheels first (bench/gpu/gpu_bench.py setup)")
     ap.add_argument("--timeout", type=float, default=480)
     a = ap.parse_args()
     shapes = [SHAPE_BY_NAME[n] for n in a.shapes.split(",") if n] if a.shapes else SHAPES

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ktdeploy.core.sizing.estimate import MEASURED, Measured, estimate
+from ktdeploy.core.sizing.estimate import Measured, estimate
 from ktdeploy.core.sizing.model_config import MoEArchitecture, parse_model_config
 
 PEAKS_FILE = Path(__file__).with_name("data") / "gpu_peaks.json"
