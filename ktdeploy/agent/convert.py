@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ktdeploy.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.agent import safetensors_io as st
 from ktdeploy.errors import UsageError
 from ktdeploy.hashing import sha256_file
@@ -172,9 +173,9 @@ def convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     """Convert ``input_dir`` (KT LoRA output) into a new sglang-kt adapter directory ``output_dir``."""
     src = find_adapter_dir(Path(input_dir).resolve())
     dst = Path(output_dir).resolve()
-    if dst == src or src in dst.parents or dst in src.parents:
-        raise ConvertError(f"output {dst} must lie outside the training output {src}",
-                           fix="choose a sibling directory, e.g. <output_dir>-sglang")
+    problem = destination_problem(str(src), str(dst)) or destination_problem(str(Path(input_dir).resolve()), str(dst))
+    if problem:
+        raise ConvertError(problem, fix=f"choose a sibling directory, e.g. {adapter_dir_for(str(Path(input_dir).resolve()))}")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConvertError(f"{dst} already exists and is not empty; ktdeploy never overwrites an adapter",
                            fix="remove it yourself or choose another -o directory")

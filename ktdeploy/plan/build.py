@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from ktdeploy import checkpoints as ckpt
+from ktdeploy.adapter_layout import adapter_dir_for, is_full_finetune
 from ktdeploy.errors import RecipeError, UsageError
 from ktdeploy.facts.model import HostFacts
 from ktdeploy.follow import TRAINER_LOG
@@ -23,7 +24,6 @@ START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not r
              "docker without CAP_SYS_RESOURCE): run it with that capability, or --waive docker.memlock (test hosts). "
              "Otherwise see `docker logs` of the container.")
 GPU_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime")
-ADAPTER_SUBDIR = "sglang_adapter"
 ARTIFACTS = ("training_loss.png", "train_results.json", "all_results.json", "trainer_state.json", TRAINER_LOG)
 
 INSTALL_DOCKER = r"""set -e
@@ -178,7 +178,15 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     out = output_dir_of(recipe)
     name = job_name(recipe)
     serve_name = f"{name}-serve"
-    adapter = f"{out}/{ADAPTER_SUBDIR}"
+    full = is_full_finetune(recipe.train)
+    # A LoRA run's adapter: the sibling <output_dir>-sglang (the rule `ktdeploy convert` enforces, one function);
+    # a full fine-tune serves the trained weights in output_dir itself.
+    adapter = out if full else adapter_dir_for(out)
+    vol_out = posixpath.normpath(vol.output)
+    if not full and not adapter.startswith(vol_out.rstrip("/") + "/"):
+        raise RecipeError(f"the adapter directory {adapter} (sibling of train.output_dir) lies outside "
+                          f"deploy.volumes.output {vol_out}", key="train.output_dir",
+                          fix=f"Put train.output_dir in a folder below {vol_out}, e.g. {vol_out}/my-run.")
     home = state.home.rstrip("/") or "/tmp"
     job_dir = f"{home}/.cache/ktdeploy/jobs/{name}"
     image, variant, image_how = resolve_image(deploy, facts)
@@ -374,6 +382,10 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     # CONVERT
     if opts.detach:
         stages.append(Stage("CONVERT", "convert the adapter", skipped="--detach"))
+    elif full:
+        stages.append(Stage("CONVERT", "convert the adapter",
+                            skipped=f"full fine-tune (finetuning_type: full): no adapter; sglang-kt serves the "
+                                    f"trained weights in {out}"))
     else:
         stages.append(Stage("CONVERT", "convert the adapter for sglang-kt", (
             Step("convert.adapter", f"convert {out} -> {adapter}",
@@ -410,7 +422,8 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                                action="put_secret", remote=env_file, params={"env": deploy.serve.api_key_env}))
             sv.append(Step("serve.create", f"create the serving container {serve_name}",
                            argv=tuple(dk.create_serve(name=serve_name, image=image, run_id=opts.run_id, volumes=vol,
-                                                      output_dir=out, adapter_dir=adapter, gpus=gpus, memlock=memlock,
+                                                      output_dir=out, adapter_dir=None if full else adapter,
+                                                      weights_dir=out if full else None, gpus=gpus, memlock=memlock,
                                                       user=state.user or None, env_file=env_file)),
                            probe=tuple(dk.exists_probe(serve_name))))
             if env_file:
@@ -430,8 +443,9 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
         url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
         mp = recipe.train.get("model_name_or_path")
         served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")
-        notes.append(f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
-        stages.append(Stage("SERVE", f"serve the adapter with sglang-kt on {deploy.serve.host}:{deploy.serve.port}",
+        notes.append(f"serving endpoint: {url} (model={served})" if full else
+                     f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
+        stages.append(Stage("SERVE", f"serve the {'trained weights' if full else 'adapter'} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}",
                             tuple(sv)))
 
     return Plan(host=opts.host, recipe=recipe.name, job=name, image=image, variant=variant, output_dir=out,

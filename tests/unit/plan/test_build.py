@@ -146,7 +146,7 @@ def test_hostile_values_stay_single_argv_items():
     s = steps(p)
     assert f"ktdeploy.output={bad}" in s["train.create"].argv
     assert shlex.split(s["train.create"].command()) == list(s["train.create"].argv)
-    assert shlex.split(s["convert.adapter"].command())[-3:] == [bad, "-o", f"{bad}/sglang_adapter"]
+    assert shlex.split(s["convert.adapter"].command())[-3:] == [bad, "-o", f"{bad}-sglang"]
     assert dk.mount("/a,b:c", readonly=True) == ["--mount", 'type=bind,"source=/a,b:c","target=/a,b:c",readonly']
 
 
