@@ -268,8 +268,9 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     else:
         im.append(Step("image.present", f"image {image}", action="fail",
                        why=f"{image} is not on the host and there is no way to get it there ({image_how})",
-                       fix="Set deploy.registry to a registry the host can pull from, or pass --image-tar FILE made "
-                           "by `ktdeploy image save`."))
+                       fix=f"Build it on the host (`ktdeploy image build` there, or here and `ktdeploy image save` "
+                           f"it), pass --image-tar FILE made by `ktdeploy image save`, or set deploy.registry to a "
+                           f"registry the host can pull {image} from."))
     stages.append(Stage("IMAGE", f"image {image}", tuple(im)))
 
     # VOLUMES

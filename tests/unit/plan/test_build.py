@@ -129,6 +129,7 @@ def test_image_sources():
     assert s["image.ship"].action == "put" and s["image.load"].argv[-1].endswith("/image.tar")
     p = build_plan(recipe(), facts(), state(image_id=None), UpOptions())
     assert steps(p)["image.present"].action == "fail" and "--image-tar" in steps(p)["image.present"].fix
+    assert "`ktdeploy image build`" in steps(p)["image.present"].fix
     p = build_plan(recipe("deploy.image=reg/x:1"), facts(), state(), UpOptions())
     assert p.image == "reg/x:1" and p.variant is None
 
