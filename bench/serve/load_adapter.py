@@ -79,8 +79,8 @@ def main() -> int:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
         from ktdeploy.agent.tiny import SIZES
-        conf = AutoConfig.for_model("qwen3_moe", **SIZES["small"].config_kwargs()) \
-            if hasattr(SIZES["small"], "config_kwargs") else None
+        d = SIZES["small"].config_dict()
+        conf = AutoConfig.for_model(d.pop("model_type"), **d)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(conf)
         mods = dict(model.named_modules())

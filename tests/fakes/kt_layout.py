@@ -25,7 +25,8 @@ import json
 import os
 import struct
 
-SMALL = {"hidden": 512, "layers": 4, "experts": 16, "moe_inter": 256, "heads": 8, "kv_heads": 4, "head_dim": 64}
+SMALL = {"hidden": 512, "layers": 4, "experts": 16, "moe_inter": 256, "heads": 8, "kv_heads": 4, "head_dim": 64,
+         "vocab": 4096, "top_k": 4}  # ktdeploy.agent.tiny.SIZES["small"]
 _DTYPE = {"BF16": 2, "F32": 4}
 
 
@@ -136,13 +137,17 @@ def write_full_model(d: str, *, m: dict = SMALL) -> None:
     os.makedirs(d, exist_ok=True)
     H, E, I = m["hidden"], m["experts"], m["moe_inter"]
     q, kv = m["heads"] * m["head_dim"], m["kv_heads"] * m["head_dim"]
-    t = {"model.embed_tokens.weight": ("BF16", [256, H]), "model.norm.weight": ("BF16", [H]),
-         "lm_head.weight": ("BF16", [256, H])}
+    V = m["vocab"]
+    t = {"model.embed_tokens.weight": ("BF16", [V, H]), "model.norm.weight": ("BF16", [H]),
+         "lm_head.weight": ("BF16", [V, H])}
     for L in range(m["layers"]):
         p = f"model.layers.{L}"
         t.update({f"{p}.self_attn.q_proj.weight": ("BF16", [q, H]), f"{p}.self_attn.k_proj.weight": ("BF16", [kv, H]),
                   f"{p}.self_attn.v_proj.weight": ("BF16", [kv, H]), f"{p}.self_attn.o_proj.weight": ("BF16", [H, q]),
-                  f"{p}.mlp.gate.weight": ("BF16", [E, H])})
+                  f"{p}.mlp.gate.weight": ("BF16", [E, H]),
+                  f"{p}.input_layernorm.weight": ("BF16", [H]), f"{p}.post_attention_layernorm.weight": ("BF16", [H]),
+                  f"{p}.self_attn.q_norm.weight": ("BF16", [m["head_dim"]]),
+                  f"{p}.self_attn.k_norm.weight": ("BF16", [m["head_dim"]])})
         for e in range(E):
             t[f"{p}.mlp.experts.{e}.gate_proj.weight"] = ("BF16", [I, H])
             t[f"{p}.mlp.experts.{e}.up_proj.weight"] = ("BF16", [I, H])
@@ -151,7 +156,9 @@ def write_full_model(d: str, *, m: dict = SMALL) -> None:
     cfg = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": H,
            "num_hidden_layers": m["layers"], "num_experts": E, "moe_intermediate_size": I,
            "num_attention_heads": m["heads"], "num_key_value_heads": m["kv_heads"], "head_dim": m["head_dim"],
-           "vocab_size": 256, "torch_dtype": "bfloat16"}
+           "num_experts_per_tok": m["top_k"], "intermediate_size": I * 4, "decoder_sparse_step": 1,
+           "mlp_only_layers": [], "norm_topk_prob": True, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+           "hidden_act": "silu", "tie_word_embeddings": False, "vocab_size": V, "torch_dtype": "bfloat16"}
     for name, data in (("config.json", cfg), ("generation_config.json", {"do_sample": False}),
                        ("tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast"})):
         with open(os.path.join(d, name), "w") as f:

@@ -36,3 +36,16 @@ def test_real_converter_gives_the_recorded_summary(tmp_path):
               "target_modules", "base_model_name_or_path", "checks"):
         assert getattr(got, k) == want[k], k
     assert got.bytes_written == want["bytes_written"]
+
+
+def test_full_finetune_output_is_the_tiny_model_shape(tmp_path):
+    from ktdeploy.agent import safetensors_io as st
+    from ktdeploy.agent.tiny import SIZES
+
+    kt_layout.write_full_model(str(tmp_path / "full"))
+    cfg = json.loads((tmp_path / "full/config.json").read_text())
+    want = SIZES["small"].config_dict()
+    assert {k: cfg[k] for k in want if k != "architectures"} == {k: v for k, v in want.items() if k != "architectures"}
+    index, _ = st.read_header(tmp_path / "full/model.safetensors")
+    assert index["model.layers.3.mlp.experts.15.down_proj.weight"].shape == (512, 256)  # experts included
+    assert all(i.dtype == "BF16" for i in index.values())
