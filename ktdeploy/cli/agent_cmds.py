@@ -82,12 +82,18 @@ def convert(
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the manifest's size/SHA-256 check."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Convert a raw KT LoRA output (PEFT part + fused expert LoRA) into one sglang-kt adapter."""
+    """Convert a raw KT output into what sglang-kt serves: a LoRA run's one adapter (PEFT part + fused expert
+    LoRA), or a full fine-tune's model directory (HF weights + the KT Full experts regrouped per expert)."""
     from ktdeploy.agent.convert import convert as do_convert
 
     s = do_convert(output_dir, out, base_model=base_model, verify_manifest=not no_verify)
     if as_json:
         print_json(asdict(s))
+        return
+    if getattr(s, "kind", "lora") == "full":
+        console.print(f"[green]model written[/]: {s.output_dir}")
+        console.print(f"{s.expert_tensors} expert tensors ({s.num_layers} layers x {s.num_experts} experts) regrouped; "
+                      f"{len(s.linked_files)} HF files linked", highlight=False)
         return
     console.print(f"[green]adapter written[/]: {s.output_dir}")
     console.print(f"rank {s.rank}, alpha {s.lora_alpha:g}; {s.nonexpert_tensors} non-expert + {s.expert_tensors} "

@@ -179,11 +179,12 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     name = job_name(recipe)
     serve_name = f"{name}-serve"
     full = is_full_finetune(recipe.train)
-    # A LoRA run's adapter: the sibling <output_dir>-sglang (the rule `ktdeploy convert` enforces, one function);
-    # a full fine-tune serves the trained weights in output_dir itself.
-    adapter = out if full else adapter_dir_for(out)
+    # What sglang-kt serves goes to the sibling <output_dir>-sglang (the rule `ktdeploy convert` enforces, one
+    # function): a LoRA run's adapter, or a full fine-tune's model (HF weights + kt-kernel's KT Full experts
+    # regrouped per expert), served with --weights.
+    adapter = adapter_dir_for(out)
     vol_out = posixpath.normpath(vol.output)
-    if not full and not adapter.startswith(vol_out.rstrip("/") + "/"):
+    if not adapter.startswith(vol_out.rstrip("/") + "/"):
         raise RecipeError(f"the adapter directory {adapter} (sibling of train.output_dir) lies outside "
                           f"deploy.volumes.output {vol_out}", key="train.output_dir",
                           fix=f"Put train.output_dir in a folder below {vol_out}, e.g. {vol_out}/my-run.")
@@ -383,16 +384,13 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     # CONVERT
     if opts.detach:
         stages.append(Stage("CONVERT", "convert the adapter", skipped="--detach"))
-    elif full:
-        stages.append(Stage("CONVERT", "convert the adapter",
-                            skipped=f"full fine-tune (finetuning_type: full): no adapter; sglang-kt serves the "
-                                    f"trained weights in {out}"))
     else:
-        stages.append(Stage("CONVERT", "convert the adapter for sglang-kt", (
+        stages.append(Stage("CONVERT", ("regroup the full fine-tune's KT experts into a servable model" if full
+                                         else "convert the adapter for sglang-kt"), (
             Step("convert.adapter", f"convert {out} -> {adapter}",
                  argv=tuple(dk.run_convert(name=f"{name}-convert", image=image, run_id=opts.run_id, volumes=vol,
                                            output_dir=out, adapter_dir=adapter, user=state.user or None)),
-                 probe=("test", "-f", f"{adapter}/adapter_config.json"), satisfied=state.adapter_present,
+                 probe=("test", "-f", f"{adapter}/ktdeploy_convert.json"), satisfied=state.adapter_present,
                  timeout=3600, why="already converted" if state.adapter_present else ""),
         )))
 
@@ -424,7 +422,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
             sv.append(Step("serve.create", f"create the serving container {serve_name}",
                            argv=tuple(dk.create_serve(name=serve_name, image=image, run_id=opts.run_id, volumes=vol,
                                                       output_dir=out, adapter_dir=None if full else adapter,
-                                                      weights_dir=out if full else None, gpus=gpus, memlock=memlock,
+                                                      weights_dir=adapter if full else None, gpus=gpus, memlock=memlock,
                                                       user=state.user or None, env_file=env_file)),
                            probe=tuple(dk.exists_probe(serve_name))))
             if env_file:

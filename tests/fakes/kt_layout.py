@@ -14,8 +14,8 @@ r=8, alpha=16, lora_target all), checked by tests/unit/agent/test_fake_kt_layout
   model and each artifact's size + SHA-256 (written last, as kt-kernel does).
 
 Values are deterministic pseudo-random numbers, not trained weights; every shape, dtype, name and file is real.
-A full fine-tune (``finetuning_type: full``) writes the whole model instead: ``config.json``,
-``model.safetensors`` (BF16, experts included), tokenizer files, ``generation_config.json``.
+A full fine-tune (``finetuning_type: full``) writes the model without its routed experts plus kt-kernel's
+"KT Full" expert checkpoint (see :func:`write_full_model`).
 """
 
 from __future__ import annotations
@@ -132,12 +132,16 @@ def write_lora_adapter(d: str, *, base: str, rank: int = 8, alpha=16, m: dict = 
     os.replace(tmp, os.path.join(d, "kt_adapter_manifest.json"))
 
 
-def write_full_model(d: str, *, m: dict = SMALL) -> None:
-    """What a full fine-tune saves (HF save_pretrained of the Qwen3-MoE, experts included, BF16)."""
+def write_full_model(d: str, *, m: dict = SMALL, generation: str = "0" * 32) -> None:
+    """What a KT full fine-tune saves (kt-kernel's kt_kernel/sft/checkpoint.py + HF save_pretrained):
+    ``model.safetensors`` WITHOUT the routed experts (kt-kernel's state_dict hook drops their placeholders), and
+    the experts as a "KT Full" checkpoint: ``kt_full_experts.index.json`` (format kt_full_experts, version 1,
+    BF16, generation, per layer file/size_bytes/shapes) + one ``kt_full_experts-<gen>-layer-<L:05d>.safetensors``
+    per layer holding ``gate_proj``/``up_proj`` [E, I, H] and ``down_proj`` [E, H, I] (metadata: format,
+    version, generation, layer_idx); the index is written last."""
     os.makedirs(d, exist_ok=True)
-    H, E, I = m["hidden"], m["experts"], m["moe_inter"]
+    H, E, I, V = m["hidden"], m["experts"], m["moe_inter"], m["vocab"]
     q, kv = m["heads"] * m["head_dim"], m["kv_heads"] * m["head_dim"]
-    V = m["vocab"]
     t = {"model.embed_tokens.weight": ("BF16", [V, H]), "model.norm.weight": ("BF16", [H]),
          "lm_head.weight": ("BF16", [V, H])}
     for L in range(m["layers"]):
@@ -148,11 +152,14 @@ def write_full_model(d: str, *, m: dict = SMALL) -> None:
                   f"{p}.input_layernorm.weight": ("BF16", [H]), f"{p}.post_attention_layernorm.weight": ("BF16", [H]),
                   f"{p}.self_attn.q_norm.weight": ("BF16", [m["head_dim"]]),
                   f"{p}.self_attn.k_norm.weight": ("BF16", [m["head_dim"]])})
-        for e in range(E):
-            t[f"{p}.mlp.experts.{e}.gate_proj.weight"] = ("BF16", [I, H])
-            t[f"{p}.mlp.experts.{e}.up_proj.weight"] = ("BF16", [I, H])
-            t[f"{p}.mlp.experts.{e}.down_proj.weight"] = ("BF16", [H, I])
     write_safetensors(os.path.join(d, "model.safetensors"), t, {"format": "pt"})
+    layers = {}
+    for L in range(m["layers"]):
+        shapes = {"gate_proj": [E, I, H], "up_proj": [E, I, H], "down_proj": [E, H, I]}
+        fname = f"kt_full_experts-{generation}-layer-{L:05d}.safetensors"
+        write_safetensors(os.path.join(d, fname), {k: ("BF16", v) for k, v in shapes.items()},
+                          {"format": "kt_full_experts", "version": "1", "generation": generation, "layer_idx": str(L)})
+        layers[str(L)] = {"file": fname, "size_bytes": os.path.getsize(os.path.join(d, fname)), "shapes": shapes}
     cfg = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": H,
            "num_hidden_layers": m["layers"], "num_experts": E, "moe_intermediate_size": I,
            "num_attention_heads": m["heads"], "num_key_value_heads": m["kv_heads"], "head_dim": m["head_dim"],
@@ -163,3 +170,9 @@ def write_full_model(d: str, *, m: dict = SMALL) -> None:
                        ("tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast"})):
         with open(os.path.join(d, name), "w") as f:
             json.dump(data, f, indent=2)
+    index = {"dtype": "BF16", "format": "kt_full_experts", "generation": generation, "layers": layers, "version": 1}
+    tmp = os.path.join(d, "kt_full_experts.index.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(index, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, os.path.join(d, "kt_full_experts.index.json"))

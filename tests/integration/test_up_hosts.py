@@ -322,8 +322,9 @@ def test_ctrl_c_leaves_training_running_then_logs_and_up_finish_it(env):
     assert Path(f"{out}-sglang", "adapter_config.json").exists()
 
 
-def test_full_finetune_serves_its_weights_without_convert(env):
-    """finetuning_type: full: no adapter, no CONVERT; the serving container gets --weights OUTPUT_DIR."""
+def test_full_finetune_is_regrouped_and_served_as_weights(env):
+    """finetuning_type: full: the real converter regroups kt-kernel's KT Full experts next to the HF weights in
+    <output_dir>-sglang; the serving container gets --weights <output_dir>-sglang (no adapter, no LoRA)."""
     root, host = env["root"], env["hosts"]["second"]
     out = f"{root}/out/full"
     recipe_file = root / "tiny-full.yaml"
@@ -335,13 +336,16 @@ def test_full_finetune_serves_its_weights_without_convert(env):
     assert res.state == "finished", said
     rec = res.record
     plan = rec.read_json("plan.json")
-    assert Path(out, "model.safetensors").is_file() and Path(out, "config.json").is_file()
-    assert not Path(f"{out}-sglang").exists() and not Path(out, "kt_adapter_manifest.json").exists()
-    started = {e["step"] for e in events(rec, "step_start")}
-    assert "convert.adapter" not in started and "serve.ready" in {e["step"] for e in events(rec, "step_done")}
+    assert Path(out, "kt_full_experts.index.json").is_file() and not Path(out, "kt_adapter_manifest.json").exists()
+    prov = json.loads(Path(f"{out}-sglang", "ktdeploy_convert.json").read_text())["summary"]
+    assert prov["kind"] == "full" and prov["expert_tensors"] == 4 * 16 * 3
+    wm = json.loads(Path(f"{out}-sglang", "model.safetensors.index.json").read_text())["weight_map"]
+    assert wm["model.layers.3.mlp.experts.15.down_proj.weight"] == "model-kt-experts.safetensors"
+    done = {e["step"] for e in events(rec, "step_done")}
+    assert {"convert.adapter", "serve.ready"} <= done
     serve = json.loads(docker("inspect", f"{plan['job']}-serve").stdout)[0]
     assert serve["State"]["Running"]
-    assert serve["Args"][-3:] == ["/ktdeploy-job/recipe.yaml", "--weights", out]
+    assert serve["Args"][-3:] == ["/ktdeploy-job/recipe.yaml", "--weights", f"{out}-sglang"]
     docker("rm", "-f", f"{plan['job']}-serve", check=False)  # free the port; the fixture removes the rest
 
 

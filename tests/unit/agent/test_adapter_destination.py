@@ -61,15 +61,14 @@ def test_output_dir_equal_to_the_volume_is_refused_before_training():
     assert "outside deploy.volumes.output" in str(err.value)
 
 
-def test_full_finetune_has_no_convert_and_serves_its_weights():
+def test_full_finetune_converts_to_the_sibling_and_serves_it_as_weights():
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[3] / "recipes" / "glm-4.5-air-bf16-full.yaml"
     plan = _plan(load_recipe(path, []))
-    conv = next(s for s in plan.stages if s.name == "CONVERT")
-    assert conv.skipped and "full fine-tune" in conv.skipped and not conv.steps
+    conv = _steps(plan)["convert.adapter"].argv
+    assert conv[-3:] == (plan.output_dir, "-o", f"{plan.output_dir}-sglang")
     create = _steps(plan)["serve.create"].argv
-    assert create[-2:] == ("--weights", plan.output_dir)
+    assert create[-2:] == ("--weights", f"{plan.output_dir}-sglang")   # the regrouped model, not the base
     assert "--adapter" not in create
-    assert plan.adapter_dir == plan.output_dir
-    assert not any("model=" in n and ":" in n.split("model=")[1] for n in plan.notes)
+    assert not any("model=" in n and ":" in n.split("model=")[1] for n in plan.notes)  # no MODEL:LORA

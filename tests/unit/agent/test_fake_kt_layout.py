@@ -38,14 +38,49 @@ def test_real_converter_gives_the_recorded_summary(tmp_path):
     assert got.bytes_written == want["bytes_written"]
 
 
-def test_full_finetune_output_is_the_tiny_model_shape(tmp_path):
+def test_full_finetune_output_converts_to_a_servable_model(tmp_path):
     from ktdeploy.agent import safetensors_io as st
     from ktdeploy.agent.tiny import SIZES
 
     kt_layout.write_full_model(str(tmp_path / "full"))
     cfg = json.loads((tmp_path / "full/config.json").read_text())
     want = SIZES["small"].config_dict()
-    assert {k: cfg[k] for k in want if k != "architectures"} == {k: v for k, v in want.items() if k != "architectures"}
+    assert {k: cfg[k] for k in want} == want
     index, _ = st.read_header(tmp_path / "full/model.safetensors")
-    assert index["model.layers.3.mlp.experts.15.down_proj.weight"].shape == (512, 256)  # experts included
-    assert all(i.dtype == "BF16" for i in index.values())
+    assert not any(".experts." in k for k in index)           # HF save: experts dropped, they live in KT Full
+    s = convert(tmp_path / "full", tmp_path / "full-sglang")  # the same entry point `up` runs
+    assert s.kind == "full" and s.num_layers == 4 and s.num_experts == 16 and s.expert_tensors == 4 * 16 * 3
+    out = tmp_path / "full-sglang"
+    wm = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    experts, _ = st.read_header(out / "model-kt-experts.safetensors")
+    assert experts["model.layers.3.mlp.experts.15.down_proj.weight"].shape == (512, 256)
+    assert experts["model.layers.0.mlp.experts.0.gate_proj.weight"].shape == (256, 512)
+    assert set(wm) == set(index) | set(experts) and wm["model.layers.0.mlp.gate.weight"] == "model.safetensors"
+    assert (out / "config.json").is_file() and not list(out.glob("kt_full_experts*"))
+    # the bytes of expert e are the e-th slab of the KT shard
+    shard = next((tmp_path / "full").glob("kt_full_experts-*-layer-00002.safetensors"))
+    kt, _ = st.read_header(shard)
+    info = kt["up_proj"]
+    slab = info.nbytes // 16
+    with open(shard, "rb") as f:
+        f.seek(info.begin + 7 * slab)
+        want_bytes = f.read(slab)
+    got = experts["model.layers.2.mlp.experts.7.up_proj.weight"]
+    with open(out / "model-kt-experts.safetensors", "rb") as f:
+        f.seek(got.begin)
+        assert f.read(got.nbytes) == want_bytes
+
+
+def test_full_convert_refuses_damage_and_inside_destinations(tmp_path):
+    import pytest
+
+    from ktdeploy.agent.convert import ConvertError
+
+    kt_layout.write_full_model(str(tmp_path / "full"))
+    with pytest.raises(ConvertError, match="outside the training output"):
+        convert(tmp_path / "full", tmp_path / "full" / "served")
+    shard = next((tmp_path / "full").glob("kt_full_experts-*-layer-00001.safetensors"))
+    shard.write_bytes(shard.read_bytes()[:-2])
+    with pytest.raises(ConvertError, match="size"):
+        convert(tmp_path / "full", tmp_path / "full-sglang")
+    assert not (tmp_path / "full-sglang").exists()
