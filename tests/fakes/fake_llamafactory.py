@@ -164,8 +164,8 @@ def convert(args):
     except KtdeployError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"[ktdeploy convert] adapter written: {s.output_dir} ({s.expert_tensors} expert + "
-          f"{s.nonexpert_tensors} non-expert tensors)", flush=True)
+    print(f"[ktdeploy convert] {getattr(s, 'kind', 'lora')} output written: {s.output_dir} "
+          f"({s.expert_tensors} expert tensors)", flush=True)
     return 0
 
 
