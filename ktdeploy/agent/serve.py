@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktdeploy.agent.sglang_launch import KEY_ENV_VAR
-from ktdeploy.errors import UsageError
+from ktdeploy.core.errors import UsageError
 
 LAUNCHER = "ktdeploy.agent.sglang_launch"
 

@@ -156,7 +156,7 @@ def convert(args):
     """Not a double: the real ktdeploy converter (the package is copied into this image)."""
     sys.path.insert(0, "/opt/ktdeploy-src")
     from ktdeploy.agent.convert import convert as real_convert
-    from ktdeploy.errors import KtdeployError
+    from ktdeploy.core.errors import KtdeployError
 
     out, adapter = args[0], args[args.index("-o") + 1]
     try:

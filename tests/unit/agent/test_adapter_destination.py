@@ -1,16 +1,16 @@
-"""The adapter `up` plans is one `ktdeploy convert` accepts (one rule, ktdeploy.adapter_layout), and a full
+"""The adapter `up` plans is one `ktdeploy convert` accepts (one rule, ktdeploy.core.adapter_layout), and a full
 fine-tune plans no CONVERT and serves its trained weights."""
 
 from __future__ import annotations
 
 import pytest
 
-from ktdeploy.adapter_layout import adapter_dir_for, destination_problem
+from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.agent.convert import ConvertError, convert
-from ktdeploy.facts.model import CpuFacts, DockerFacts, HostFacts
-from ktdeploy.plan import UpOptions, build_plan
-from ktdeploy.plan.state import JobState
-from ktdeploy.recipe import builtin_recipe, load_recipe
+from ktdeploy.core.facts.host import CpuFacts, DockerFacts, HostFacts
+from ktdeploy.core.plan import UpOptions, build_plan
+from ktdeploy.core.plan.state import JobState
+from ktdeploy.core.recipe import builtin_recipe, load_recipe
 from tests.unit.agent.test_convert import make_output
 
 AVX512 = ["avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16", "avx512_vnni", "avx512vbmi"]
@@ -53,7 +53,7 @@ def test_convert_refuses_inside_or_around_the_training_output(tmp_path, st_write
 
 
 def test_output_dir_equal_to_the_volume_is_refused_before_training():
-    from ktdeploy.errors import RecipeError
+    from ktdeploy.core.errors import RecipeError
 
     recipe = load_recipe(builtin_recipe(), ["train.output_dir=/srv/ktdeploy/output"])
     with pytest.raises(RecipeError) as err:
