@@ -208,7 +208,10 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             result.state = "detached"
             return result
         except ConnectError as e:
-            e.fix = (e.fix or "") + f" Training (if started) keeps running on the host: `ktdeploy status --host {host}`."
+            if "keeps running" not in (e.fix or ""):
+                e.fix = (e.fix or "") + " Training (if started) keeps running on the host; re-run `ktdeploy up` " \
+                                        "(same arguments) to follow it."
+            e.fix += f" See it now: `ktdeploy status --host {host}`."
             raise fail("detached", e) from None
         except StepError as e:
             cur = record.status().get("state")
@@ -250,6 +253,9 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
         try:
             snap = snapshot(conn, st["container"], f"{st['output_dir']}/{TRAINER_LOG}")
             serve = snapshot(conn, st["serve_container"], "/dev/null").state
+        except ConnectError as e:
+            st["live"] = {"error": e.message}
+            return st
         finally:
             conn.close()
         st["live"] = {"container": snap.state.__dict__ if snap.state else None,
