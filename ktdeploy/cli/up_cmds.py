@@ -82,11 +82,22 @@ def status(
         if as_json:
             print_json(rows)
             return
-        from rich.table import Table
+        from rich.table import Column, Table
 
-        t = Table("run", "host", "recipe", "state", "container")
+        # run ids (what --run takes) and container names are printed whole, never folded or cut: a table when
+        # every cell fits the terminal, else one block per run with the id on its own line
+        keys = ("id", "host", "recipe", "state", "container")
+        widths = [max([len(str(s.get(k, ""))) for s in rows] + [len(k)]) for k in keys]
+        if sum(widths) + 3 * len(keys) + 1 > console.width:
+            for s in rows:
+                console.print(s.get("id", ""), style="bold", highlight=False, crop=False, overflow="ignore")
+                for k in keys[1:]:
+                    console.print(f"  {k:<9} {s.get(k, '')}", highlight=False, crop=False, overflow="ignore")
+            return
+        t = Table(*[Column("run" if k == "id" else k, no_wrap=True, overflow="ignore", min_width=w)
+                    for k, w in zip(keys, widths)])
         for s in rows:
-            t.add_row(s.get("id", ""), s.get("host", ""), s.get("recipe", ""), s.get("state", ""), s.get("container", ""))
+            t.add_row(*[str(s.get(k, "")) for k in keys])
         console.print(t)
         return
     st = api.status(host, run, ssh=_ssh(ssh_key, known_hosts, False))
