@@ -45,6 +45,9 @@ def up(
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="Record a never-seen host key "
                                                                                    "(a changed key is always refused)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Plain progress lines instead of a progress bar."),
+    facts: Optional[Path] = typer.Option(None, "--facts", help="With --dry-run: plan from recorded host facts "
+                                                                "(`ktdeploy doctor --json` output or a facts.json) "
+                                                                "without connecting, e.g. before the host exists."),
 ) -> None:
     """Provision HOST and run the recipe there: doctor -> runtime -> image -> volumes -> train -> follow -> convert -> serve.
 
@@ -57,7 +60,7 @@ def up(
     if not no_progress and console.is_terminal:
         factory = lambda name: ProgressView(name, console=console)  # noqa: E731
     api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
-           tune_budget_minutes=tune_budget,
+           tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
            image_tar=str(image_tar) if image_tar else None, overrides=set_,
            ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
            print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
