@@ -153,14 +153,13 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             report = _doctor(conn, recipe)
         record.write_json("facts.json", report.facts.model_dump(mode="json"))
         record.write_json("doctor.json", report.to_json())
-        failed = report.failed
-        waived = [c for c in failed if c.name in waive]
-        deferred = [c for c in failed if c.name in RUNTIME_FIXABLE and c.name not in waive]
-        blocking = [c for c in failed if c.name not in waive and c.name not in RUNTIME_FIXABLE]
-        summary = report.summary()
-        doc_line = (f"{summary['pass']} pass, {summary['warn']} warn, {summary['fail']} fail"
-                    + (f" ({len(waived)} waived)" if waived else "")
-                    + (f", {len(deferred)} left to the RUNTIME stage" if deferred else ""))
+        report.waived = waive
+        failed = report.failed                      # failing and not waived
+        waived = report.waived_failures
+        deferred = [c for c in failed if c.name in RUNTIME_FIXABLE]
+        blocking = [c for c in failed if c.name not in RUNTIME_FIXABLE]
+        summary = report.summary(RUNTIME_FIXABLE)
+        doc_line = report.summary_text(RUNTIME_FIXABLE)  # the same count as `ktdeploy doctor` and the panel below
         record.event("doctor", summary=summary, failed=[c.name for c in failed], waived=[c.name for c in waived])
         say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {where}: {doc_line}")
         for c in waived:
@@ -205,8 +204,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             if dry_run and print_plan:
                 print_plan(result.text)
             raise fail("failed", CheckFailed(
-                f"doctor found {len(blocking)} failing check(s) on {where}; nothing was started",
-                results=blocking, key="doctor",
+                f"doctor on {where}: {doc_line}; nothing was started",
+                results=failed, key="doctor",
                 fix="Fix the checks listed below and re-run. On a CPU-only test host the GPU checks can be waived "
                     f"explicitly: --waive NAME ({WAIVABLE_HINT})."))
         if dry_run:
