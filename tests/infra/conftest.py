@@ -27,13 +27,13 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="module")
 def report(host, request):
-    from ktdeploy.checks.doctor import doctor
-    from ktdeploy.connectors.testinfra import TestinfraConnector
+    from ktdeploy.controller.doctor import doctor
+    from ktdeploy.controller.connectors.testinfra import TestinfraConnector
 
     recipe = None
     path = request.config.getoption("--kt-recipe")
     if path:
-        from ktdeploy.recipe import load_recipe
+        from ktdeploy.core.recipe import load_recipe
 
         recipe = load_recipe(path)
     return doctor(TestinfraConnector(host), recipe)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-# Stable check names (ktdeploy/checks/*). Recipe-only checks skip when --kt-recipe is not given.
+# Stable check names (ktdeploy/core/checks/*). Recipe-only checks skip when --kt-recipe is not given.
 CHECKS = [
     "kernel.version", "cpu.isa.avx2", "cpu.isa.avx512", "cpu.variant", "cpu.kt_kernel_variant",
     "cpu.amx.listed", "layer.vm_cpu_model", "cpu.amx.permission", "cpu.amx.palette", "cpu.amx.tile_exec",

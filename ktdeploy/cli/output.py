@@ -1,0 +1,101 @@
+"""Rendering helpers shared by every command: errors, findings, JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.markup import escape
+from rich.text import Text
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def print_error(err) -> None:
+    """One screen: what went wrong, the key or check it concerns, and the fix."""
+    body = Text()
+    if getattr(err, "key", None):
+        body.append(f"{err.key}: ", style="bold")
+    body.append(err.message)
+    if getattr(err, "fix", None):
+        body.append("\nfix: ", style="bold green")
+        body.append(err.fix)
+    err_console.print(Panel(body, title=f"[red]{type(err).__name__}", border_style="red", expand=False))
+    findings = getattr(err, "findings", None)
+    if findings:
+        print_findings(findings, stream=err_console)
+    results = getattr(err, "results", None)
+    if results:
+        from ktdeploy.cli.output import print_checks
+
+        print_checks([r for r in results if r.status == "fail"], stream=err_console)
+
+
+def print_internal_error(err: BaseException) -> None:
+    err_console.print(Panel(
+        Text(f"{type(err).__name__}: {err}\n"
+             "This is a bug in ktdeploy. Re-run with KTDEPLOY_DEBUG=1 for the traceback and report it."),
+        title="[red]internal error", border_style="red", expand=False))
+
+
+def print_findings(findings, stream: Console | None = None) -> None:
+    """One block per finding: severity, key path and location, then the problem and the fix."""
+    stream = stream or console
+    for f in findings:
+        mark = "[red]error[/red]" if f.severity == "error" else "[yellow]warn [/yellow]"
+        loc = f"{f.file}:{f.line}" if f.file and f.line else (f.file or "")
+        where = f" [dim]({escape(loc)})[/dim]" if loc else ""
+        stream.print(f"{mark} [bold]{escape(f.path)}[/bold]{where}", highlight=False)
+        stream.print(Text("      " + f.message), highlight=False)
+        if f.fix:
+            stream.print(Text("      fix: " + f.fix, style="green"), highlight=False)
+
+
+_STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+
+
+def wrap_words(text: str, width: int, first: str, rest: str) -> list[str]:
+    """Wrap at spaces only: a path, key or URL longer than the line stays whole (it runs past the edge rather
+    than being cut mid-token)."""
+    import textwrap
+
+    out: list[str] = []
+    for i, para in enumerate((text or "").splitlines() or [""]):
+        out += textwrap.wrap(para, width=max(width, len(first) + 20), initial_indent=first if i == 0 else rest,
+                             subsequent_indent=rest, break_long_words=False, break_on_hyphens=False) or \
+            [first if i == 0 else rest]
+    return out
+
+
+def print_checks(results, stream: Console | None = None, title: str | None = None) -> None:
+    """One line per check (status, name, detail wrapped at spaces); a failing or warning check's fix on its own
+    line(s) below it. No table: a narrow terminal (80 columns, `docker run` without -t) never splits a path or a
+    key mid-token."""
+    stream = stream or console
+    width = stream.width
+    if title:
+        stream.print(Text(title, style="bold"), soft_wrap=True)
+    namew = min(max([len(r.name) for r in results] + [5]), 30)
+    for r in results:
+        head = f"  {r.status:<4}  {r.name:<{namew}}  "
+        if width - len(head) < 30:  # too narrow for a detail column: the detail goes below the name
+            lines = [head.rstrip()] + wrap_words(r.detail or "", width, " " * 8, " " * 8)
+        else:
+            lines = wrap_words(r.detail or "", width, head, " " * len(head))
+        for i, line in enumerate(lines):
+            t = Text(line)
+            if i == 0:
+                t.stylize(_STATUS_STYLE.get(r.status, ""), 2, 2 + len(r.status))
+                t.stylize("bold", 8, 8 + len(r.name))
+            stream.print(t, soft_wrap=True, highlight=False)
+        if r.fix and r.status in ("fail", "warn"):
+            for line in wrap_words(r.fix, width, " " * 8 + "fix: ", " " * 13):
+                stream.print(Text(line, style="green"), soft_wrap=True, highlight=False)
