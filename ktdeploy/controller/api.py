@@ -147,7 +147,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     try:
         # facts + doctor
         if recorded_facts is not None:
-            from ktdeploy.checks.doctor import DoctorReport, run_checks
+            from ktdeploy.controller.doctor import DoctorReport, run_checks
 
             report = DoctorReport(recorded_facts, run_checks(recorded_facts, recipe))
         else:
@@ -259,7 +259,7 @@ def load_facts_file(path) -> "HostFacts":
 
     from pydantic import ValidationError
 
-    from ktdeploy.facts.model import HostFacts
+    from ktdeploy.core.facts.host import HostFacts
 
     p = Path(str(path))
     try:

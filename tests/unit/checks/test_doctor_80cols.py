@@ -13,10 +13,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ktdeploy.api import load_facts_file
-from ktdeploy.checks.doctor import DoctorReport, run_checks
-from ktdeploy.cli.render import print_checks
-from ktdeploy.recipe import load_recipe
+from ktdeploy.controller.api import load_facts_file
+from ktdeploy.controller.doctor import DoctorReport, run_checks
+from ktdeploy.cli.output import print_checks
+from ktdeploy.core.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[3]
 SPLIT = re.compile(r"[\s│┃|]+")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ktdeploy import runs
+from ktdeploy.controller import runs
 
 LONG = "glm-4.5-air-bf16-lora-long-recipe-name-here"
 

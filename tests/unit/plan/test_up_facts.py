@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy import runs
+from ktdeploy.controller import runs
 
 REPO = Path(__file__).resolve().parents[3]
 
