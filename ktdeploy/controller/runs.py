@@ -158,7 +158,9 @@ def find_runs(host: str | None = None, *, container: str | None = None, include_
     out = []
     for r in all_runs(root):
         st = r.status()
-        if not include_dry and st.get("state") == "dry-run":
+        # a dry run never becomes "the latest run", however it ended (a plan printed, a failing doctor, an
+        # unreachable host, a killed controller): it started nothing that status/logs/down could act on
+        if not include_dry and (st.get("state") == "dry-run" or st.get("dry_run")):
             continue
         if host is not None and st.get("host") != host:
             continue
