@@ -22,6 +22,7 @@ Exit 0 when every disagreement is explained in docs/stack-rules.md's table, 1 ot
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import os
@@ -227,6 +228,75 @@ def compare(name: str, doc: dict[str, Any]) -> Outcome:
     return Outcome(name, kt_ok, why, ktdeploy_kt_errors(doc))
 
 
+# Each key with values kt-kernel or LlamaFactory allow and values they forbid.
+VALUES = {
+    ("kt_config", "kt_backend"): ["auto", "AMXBF16", "AMXINT8", "AMXINT4", "INT8", "FP8", "BF16", "amxbf16", "nope"],
+    ("kt_config", "kt_expert_weight_format"): ["bf16", "int8", "fp8", "BF16", "int4"],
+    ("kt_config", "kt_weight_lifecycle"): ["persistent", "ephemeral", "forever"],
+    ("kt_config", "kt_share_backward_bb"): [True, False],
+    ("kt_config", "kt_num_gpu_experts"): [0, 2],
+    ("kt_config", "kt_force_fused_expert_lora"): [True, False],
+    (None, "kt_cpu_activation"): ["retain", "recompute"],
+    (None, "disable_gradient_checkpointing"): [True, False],
+    (None, "finetuning_type"): ["lora", "full"],
+    (None, "lora_rank"): [8, 0],
+    (None, "lora_dropout"): [0.0, 0.05, 1.5],
+    (None, "kt_weight_path"): [None, "/data/models/conv-experts"],
+    (None, "kt_non_expert_weight_path"): [None, "/data/models/conv-nonexpert"],
+}
+
+
+def set_key(doc: dict, where, key, value) -> dict:
+    d = copy.deepcopy(doc)
+    t = d["train"]
+    target = t.setdefault("kt_config", {}) if where == "kt_config" else t
+    if value is None:
+        target.pop(key, None)
+    else:
+        target[key] = value
+    if t.get("finetuning_type") == "full":
+        for k in ("lora_rank", "lora_alpha", "lora_dropout", "lora_target"):
+            t.pop(k, None)
+    return d
+
+
+def corpus(pairs: bool = True):
+    """(name, doc): every shipped KT recipe with each key of VALUES flipped, then every pair of keys."""
+    import itertools
+
+    for name, doc in shipped():
+        if doc["train"].get("use_kt") is not True:
+            continue
+        for (where, key), values in VALUES.items():
+            for v in values:
+                yield f"{name} {key}={v!r}", set_key(doc, where, key, v)
+        if not pairs:
+            continue
+        for (k1, k2) in itertools.combinations(VALUES, 2):
+            for v1 in VALUES[k1]:
+                for v2 in VALUES[k2]:
+                    yield (f"{name} {k1[1]}={v1!r} {k2[1]}={v2!r}",
+                           set_key(set_key(doc, *k1, v1), *k2, v2))
+
+
+def count(items) -> dict[str, int]:
+    table = {r for r, _ in explained_stricter()}
+    out = {"agree": 0, "ktdeploy-stricter (explained)": 0, "ktdeploy-stricter (unexplained)": 0, "ktdeploy-looser": 0}
+    examples: dict[str, str] = {}
+    for name, doc in items:
+        o = compare(name, doc)
+        if o.agree:
+            k = "agree"
+        elif not o.kt_ok:
+            k = "ktdeploy-looser"
+        else:
+            k = "ktdeploy-stricter (unexplained)" if unexplained(o, table) else "ktdeploy-stricter (explained)"
+        out[k] += 1
+        if k != "agree" and k not in examples:
+            examples[k] = f"{name}: kt={o.kt_reason or 'ok'} kd={o.kd_errors}"
+    return out, examples
+
+
 # ---------------------------------------------------------------- explanations (docs/stack-rules.md)
 
 def explained_stricter() -> list[tuple[str, str]]:
@@ -263,6 +333,12 @@ def main(argv: list[str]) -> int:
     from ktdeploy.core.recipe.loader import read_recipe
 
     sys.path.insert(0, str(ROOT))
+    if argv[:1] == ["--corpus"]:
+        counts, ex = count(corpus())
+        print(counts)
+        for k, v in ex.items():
+            print(f"  e.g. {k}: {v}")
+        return 1 if counts["ktdeploy-looser"] or counts["ktdeploy-stricter (unexplained)"] else 0
     items = [(a, read_recipe(a).doc) for a in argv] if argv else shipped()
     table = {r for r, _ in explained_stricter()}
     bad = 0
