@@ -274,6 +274,36 @@ def cpu_activation(ctx: Ctx) -> None:
                   "set disable_gradient_checkpointing: false or use kt_cpu_activation: retain")
 
 
+@rule("kt.cpu_activation_retain")
+def cpu_activation_retain(ctx: Ctx) -> None:
+    """kt-kernel wrapper.py (`cpu_activation_retain` check): CPU activation retain only for CPU-only AMXBF16
+    Full/LoRA or frozen-base INT8/FP8 LoRA — not AMXINT4, not GPU experts, not LoRA experts. LF
+    model_args.py get_kt_activation_policy: unset kt_cpu_activation follows the GPU (retain when
+    disable_gradient_checkpointing: true)."""
+    if not ctx.use_kt:
+        return
+    v = ctx.t.get("kt_cpu_activation") or ("retain" if ctx.t.get("disable_gradient_checkpointing") else "recompute")
+    if v != "retain":
+        return
+    path = "train.kt_cpu_activation" if ctx.t.get("kt_cpu_activation") else "train.disable_gradient_checkpointing"
+    why = ("" if ctx.t.get("kt_cpu_activation") else "disable_gradient_checkpointing: true makes the CPU activation "
+           "policy retain; ")
+    setup = ctx.recipe.weight_setup()
+    g = ctx.k.get("kt_num_gpu_experts", 0)
+    ft = ctx.t.get("finetuning_type", "lora")
+    r = ctx.t.get("lora_rank", 8)
+    if setup == "int4":
+        ctx.error(path, why + "CPU activation retain is not supported with AMXINT4 (kt-kernel wrapper.py)",
+                  "use kt_cpu_activation: recompute with disable_gradient_checkpointing: false")
+    elif _is_int(g) and g != 0:
+        ctx.error(path, why + "CPU activation retain is not supported with GPU experts (kt_num_gpu_experts > 0)",
+                  "set kt_num_gpu_experts: 0, or use kt_cpu_activation: recompute with gradient checkpointing")
+    elif _truthy(ctx.t.get("kt_use_lora_experts")):
+        ctx.error(path, why + "CPU activation retain is not supported with LoRA experts", "remove kt_use_lora_experts")
+    elif ft == "lora" and _is_int(r) and r <= 0:
+        pass  # lora.values reports the rank
+
+
 @rule("kt.gradient_checkpointing")
 def gradient_checkpointing(ctx: Ctx) -> None:
     """LF configure_kt_checkpointing: with KT, LlamaFactory's disable_gradient_checkpointing is the only switch."""
@@ -322,17 +352,21 @@ def kt_values(ctx: Ctx) -> None:
     """kt-facts: allowed kt_backend / kt_expert_weight_format / kt_weight_lifecycle values and integer ranges."""
     k = ctx.k
     b = k.get("kt_backend")
-    if b is not None and b not in cat.KT_BACKENDS:
-        guess = cat.did_you_mean(str(b), cat.KT_BACKENDS) or next(
-            (x for x in cat.KT_BACKENDS if x.lower() == str(b).lower()), None)
-        ctx.error("train.kt_config.kt_backend", f"unknown kt_backend {b!r}",
+    if b is not None and (not isinstance(b, str) or b.strip().lower() not in {x.lower() for x in cat.KT_BACKENDS}):
+        known = isinstance(b, str) and b.strip().lower() in cat.KT_KERNEL_BACKENDS
+        guess = cat.did_you_mean(str(b), cat.KT_BACKENDS)
+        if str(b).strip().upper() == "BF16":
+            guess = "AMXBF16 (or auto)"
+        ctx.error("train.kt_config.kt_backend",
+                  f"kt_backend {b!r} is not a cookbook setup ktdeploy supports" if known else
+                  f"unknown kt_backend {b!r} (kt-kernel 0.7.2 rejects it)",
                   f"did you mean {guess}?" if guess else f"use one of {', '.join(cat.KT_BACKENDS)}")
     f = k.get("kt_expert_weight_format")
-    if f is not None and f not in cat.WEIGHT_FORMATS:
+    if f is not None and (not isinstance(f, str) or f.strip().lower() not in cat.WEIGHT_FORMATS):
         ctx.error("train.kt_config.kt_expert_weight_format", f"unknown kt_expert_weight_format {f!r}",
                   f"use one of {', '.join(cat.WEIGHT_FORMATS)} (AMXINT4 is chosen with kt_backend: AMXINT4)")
     lc = k.get("kt_weight_lifecycle")
-    if lc is not None and lc not in cat.LIFECYCLES:
+    if lc is not None and str(lc).strip().lower() not in cat.LIFECYCLES:
         ctx.error("train.kt_config.kt_weight_lifecycle", f"unknown kt_weight_lifecycle {lc!r}", "use persistent or ephemeral")
     for key, lo in (("kt_num_threads", 1), ("kt_threadpool_count", 1), ("kt_max_cache_depth", 1),
                     ("kt_model_max_length", 1), ("kt_num_gpu_experts", 0)):
@@ -392,20 +426,32 @@ def weight_paths(ctx: Ctx) -> None:
         if nwp is not None:
             ctx.error("train.kt_non_expert_weight_path", "kt_non_expert_weight_path is only for converted INT8/AMXINT4 weights",
                       "remove kt_non_expert_weight_path")
-    elif setup in ("int8", "int4"):
-        name = "INT8" if setup == "int8" else "AMXINT4"
+    elif setup == "int4":
         if not wp:
-            ctx.error("train.kt_weight_path", f"{name} needs kt_weight_path: the converted routed-expert weights",
+            ctx.error("train.kt_weight_path", "AMXINT4 needs kt_weight_path: the converted routed-expert weights",
+                      "set train.kt_weight_path to the AMXINT4 expert directory (top level, not inside kt_config)")
+        if nwp is not None:
+            ctx.error("train.kt_non_expert_weight_path",
+                      "kt-kernel 0.7.2 rejects kt_non_expert_weight_path with AMXINT4 (only int8/mxfp4 formats); "
+                      "the cookbook §2.4.3 setting does not start with this kt-kernel",
+                      "remove kt_non_expert_weight_path: the non-expert weights load from model_name_or_path")
+    elif setup == "int8":
+        if not wp:
+            ctx.error("train.kt_weight_path", "INT8 needs kt_weight_path: the converted routed-expert weights",
                       "set train.kt_weight_path to the converted expert directory (top level, not inside kt_config)")
         if not nwp:
-            ctx.error("train.kt_non_expert_weight_path", f"{name} needs kt_non_expert_weight_path matching kt_weight_path",
+            ctx.error("train.kt_non_expert_weight_path", "INT8 needs kt_non_expert_weight_path matching kt_weight_path",
                       "set train.kt_non_expert_weight_path to the BF16 non-expert cache made with the same conversion")
         if wp and nwp and _norm(wp) and _norm(wp) == _norm(nwp):
             ctx.error("train.kt_non_expert_weight_path", "kt_non_expert_weight_path is the same directory as kt_weight_path",
                       "point it at the separate BF16 non-expert cache")
-        if setup == "int8" and str(ctx.t.get("model_name_or_path", "")).lower().find("fp8") >= 0 and wp and _norm(wp) == _norm(ctx.t.get("model_name_or_path")):
-            ctx.error("train.kt_weight_path", "a native FP8 checkpoint cannot be passed through kt_weight_path (A.3.1)",
-                      "use the FP8 setup (kt_expert_weight_format: fp8) or convert the experts to INT8")
+    if setup in ("int8", "int4") and wp and _norm(wp) and _norm(wp) == _norm(ctx.t.get("model_name_or_path")):
+        # Converted weights never live in the original checkpoint's directory, whatever its name: the
+        # original (BF16 or native FP8) checkpoint passed through kt_weight_path fails at load (A.3.1).
+        ctx.error("train.kt_weight_path", "kt_weight_path is the original checkpoint (model_name_or_path), "
+                  "not converted weights (cookbook A.3.1)",
+                  "convert the experts (ktdeploy convert) and point kt_weight_path at the output, "
+                  "or use the native setup (kt_expert_weight_format: fp8 / bf16) without kt_weight_path")
 
 
 @rule("format.int8")
@@ -433,16 +479,20 @@ def backend_matches(ctx: Ctx) -> None:
     fmt = ctx.k.get("kt_expert_weight_format")
     if not isinstance(b, str) or not (fmt is None or isinstance(fmt, str)):
         return  # kt.values reports wrong types
-    compatible = {"AMXBF16": {"bf16"}, "BF16": {"bf16"}, "FP8": {"fp8"}, "AMXINT8": {"int8"}, "INT8": {"int8"},
-                  "AMXINT4": {None}}
-    if b in compatible and fmt is not None and fmt not in compatible[b]:
-        ctx.error("train.kt_config.kt_backend", f"kt_backend {b} cannot run {fmt} expert weights",
+    # kt-kernel config.py: a given format expects one backend (auto resolves to it); AMXINT4 takes no format.
+    expected = {"bf16": {"auto", "amxbf16"}, "int8": {"auto", "int8", "amxint8"}, "fp8": {"auto", "fp8", "amxfp8"}}
+    bl = b.strip().lower()
+    f = fmt.strip().lower() if isinstance(fmt, str) else None
+    if bl == "amxint4" and f is not None or f in expected and bl not in expected[f]:
+        ctx.error("train.kt_config.kt_backend", f"kt_backend {b} cannot run {fmt} expert weights "
+                  "(kt-kernel rejects the conflict)",
                   "use kt_backend: auto, which picks the backend for the weight format and CPU")
 
 
 @rule("format.fp8_and_lifecycle")
 def fp8_lifecycle(ctx: Ctx) -> None:
-    """kt-kernel: FP8 needs persistent lifecycle and lora_rank > 0; ephemeral only with INT8 (stages weights in /dev/shm)."""
+    """kt-kernel config.py KTConfig.__post_init__ (fp8 block): FP8 needs persistent lifecycle, lora_rank > 0,
+    kt_share_backward_bb true and kt_num_gpu_experts 0; ephemeral only with INT8 (stages weights in /dev/shm)."""
     if not ctx.use_kt:
         return
     setup, lc = ctx.recipe.weight_setup(), ctx.k.get("kt_weight_lifecycle")
@@ -453,6 +503,13 @@ def fp8_lifecycle(ctx: Ctx) -> None:
         r = ctx.t.get("lora_rank", 8)
         if not _is_int(r) or r <= 0:
             ctx.error("train.lora_rank", "FP8 experts need LoRA with lora_rank > 0", "set lora_rank: 8")
+        if ctx.k.get("kt_share_backward_bb", True) is not True:
+            ctx.error("train.kt_config.kt_share_backward_bb", "FP8 training needs kt_share_backward_bb: true "
+                      "(kt-kernel config.py: FP8 SFT requires kt_share_backward_bb=true)", "set it to true or remove it")
+        g = ctx.k.get("kt_num_gpu_experts", 0)
+        if _is_int(g) and g != 0:
+            ctx.error("train.kt_config.kt_num_gpu_experts", "FP8 training needs kt_num_gpu_experts: 0 "
+                      "(kt-kernel config.py: FP8 SFT requires kt_num_gpu_experts=0)", "set it to 0 or remove it")
     if lc == "ephemeral" and setup != "int8":
         ctx.error("train.kt_config.kt_weight_lifecycle", "ephemeral lifecycle is only supported with INT8 weights",
                   "use kt_weight_lifecycle: persistent")

@@ -29,7 +29,7 @@ def _wheel():
         pytest.skip(f"kt-kernel 0.7.2 wheel not available: {err}")
 
 
-TABLE = {r for r, _ in so.explained_stricter()}
+TABLE = so.explained_stricter()
 
 VALUES, _set = so.VALUES, so.set_key
 
@@ -61,7 +61,7 @@ def test_single_key_flips_over_every_shipped_recipe():
             for v in values:
                 _check(so.compare(f"{name} {key}={v!r}", _set(doc, where, key, v)))
                 n += 1
-    assert n > 300
+    assert n >= 5 * sum(len(v) for v in VALUES.values())
 
 
 KEYS = list(VALUES)
