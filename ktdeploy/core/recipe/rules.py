@@ -727,6 +727,25 @@ def deploy_paths(ctx: Ctx) -> None:
         ctx.warn("deploy.volumes.data", "the data volume is inside the read-only model volume", "keep datasets apart from models")
 
 
+@rule("types.catalog")
+def catalog_types(ctx: Ctx) -> None:
+    """Catalogue types (ktdeploy/core/recipe/types.py): each train/accelerate value against the annotation of
+    its dataclass field in the locked wheels. LF hparams/parser.py uses HfArgumentParser.parse_dict, which
+    checks no types, so `overwrite_output_dir: 1` or `distributed_type: [FSDP]` would pass through. Runs last
+    and skips keys another rule already reported."""
+    from ktdeploy.core.recipe.types import type_error
+
+    flagged = {f.path for f in ctx.findings if f.severity == "error"}
+    for sec, values in (("train", ctx.t), ("accelerate", ctx.a)):
+        for key, value in values.items():
+            path = f"{sec}.{key}"
+            if path in flagged:
+                continue
+            err = type_error(key, value)
+            if err:
+                ctx.error(path, *err)
+
+
 def run_rules(recipe: Recipe) -> list[Finding]:
     ctx = Ctx(recipe)
     for rule_id, fn in RULES:
