@@ -99,7 +99,11 @@ def _truthy(v: Any) -> bool:
 
 @rule("structure.sections")
 def sections(ctx: Ctx) -> None:
-    """ktdeploy recipe format: exactly the sections train, accelerate, deploy (issue #2)."""
+    """ktdeploy recipe format: exactly the sections train, accelerate, deploy (issue #2).
+
+    Cookbook: — (ktdeploy's recipe format).
+    Code: ktdeploy/core/recipe/loader.py SECTIONS.
+    """
     doc = ctx.recipe.raw.doc
     for key in doc:
         if key in SECTIONS:
@@ -126,7 +130,11 @@ def sections(ctx: Ctx) -> None:
 
 @rule("train.unknown_key")
 def train_keys(ctx: Ctx) -> None:
-    """LF: HfArgumentParser rejects keys no argument class owns; misplaced KT/Accelerate keys are common."""
+    """LF: HfArgumentParser rejects keys no argument class owns; misplaced KT/Accelerate keys are common.
+
+    Cookbook: §2.3 (the training YAML).
+    Code: LF hparams/parser.py _parse_args: parse_dict(allow_extra_keys=False) rejects unused keys; names from tools/gen_key_catalog.py.
+    """
     for key in ctx.t:
         if key in cat.TRAIN_KEY_SET:
             continue
@@ -143,7 +151,11 @@ def train_keys(ctx: Ctx) -> None:
 
 @rule("train.kt_config.placement")
 def kt_config_keys(ctx: Ctx) -> None:
-    """LF KTransformersArguments: kt_config is a flat mapping; derived keys inside it are rejected."""
+    """LF KTransformersArguments: kt_config is a flat mapping; derived keys inside it are rejected.
+
+    Cookbook: §2.3.
+    Code: LF hparams/model_args.py KTransformersArguments._normalize_advanced_kt_config (flat mapping, derived keys rejected); kt-kernel sft/config.py KTConfig._validated_mapping (unknown fields).
+    """
     raw = ctx.t.get("kt_config")
     if raw is None:
         return
@@ -170,7 +182,11 @@ def kt_config_keys(ctx: Ctx) -> None:
 
 @rule("accelerate.unknown_key")
 def accelerate_keys(ctx: Ctx) -> None:
-    """Accelerate ClusterConfig fields; cookbook §2.3: kt_config never goes in the Accelerate YAML."""
+    """Accelerate ClusterConfig fields; cookbook §2.3: kt_config never goes in the Accelerate YAML.
+
+    Cookbook: §2.3: kt_config never goes in the Accelerate YAML.
+    Code: accelerate-kt commands/config/config_args.py ClusterConfig fields.
+    """
     for key, value in ctx.a.items():
         path = f"accelerate.{key}"
         if key == "kt_config":
@@ -206,7 +222,11 @@ _DEPLOY_FIX = {
 
 @rule("deploy.schema")
 def deploy_schema(ctx: Ctx) -> None:
-    """ktdeploy's deploy section (ktdeploy/core/recipe/schema.py)."""
+    """ktdeploy's deploy section (ktdeploy/core/recipe/schema.py).
+
+    Cookbook: — (ktdeploy's own section).
+    Code: ktdeploy/core/recipe/schema.py Deploy.
+    """
     from ktdeploy.core.recipe.schema import Deploy, Serve, Volumes
 
     fields_by_prefix = {(): Deploy.model_fields, ("volumes",): Volumes.model_fields, ("serve",): Serve.model_fields}
@@ -246,7 +266,11 @@ def deploy_schema(ctx: Ctx) -> None:
 
 @rule("kt.requires_use_kt")
 def requires_use_kt(ctx: Ctx) -> None:
-    """LF: `kt_config` requires `use_kt: true`; `kt_cpu_activation` is only valid when `use_kt: true`."""
+    """LF: `kt_config` requires `use_kt: true`; `kt_cpu_activation` is only valid when `use_kt: true`.
+
+    Cookbook: §2.3.
+    Code: LF extras/arguments.py _check_disabled_kt; hparams/model_args.py KTransformersArguments.
+    """
     use_kt = ctx.t.get("use_kt")
     if use_kt is not None and not isinstance(use_kt, bool):
         ctx.error("train.use_kt", f"use_kt must be true or false, got {use_kt!r}", "write use_kt: true")
@@ -262,7 +286,11 @@ def requires_use_kt(ctx: Ctx) -> None:
 
 @rule("kt.cpu_activation")
 def cpu_activation(ctx: Ctx) -> None:
-    """LF: kt_cpu_activation is retain|recompute; recompute requires GPU gradient checkpointing (cookbook §3(4))."""
+    """LF: kt_cpu_activation is retain|recompute; recompute requires GPU gradient checkpointing (cookbook §3(4)).
+
+    Cookbook: §3(4).
+    Code: LF hparams/model_args.py get_kt_activation_policy (recompute needs GPU checkpointing); kt-kernel sft/config.py KTActivationPolicy.
+    """
     v = ctx.t.get("kt_cpu_activation")
     if v is None:
         return
@@ -279,7 +307,11 @@ def cpu_activation_retain(ctx: Ctx) -> None:
     """kt-kernel wrapper.py (`cpu_activation_retain` check): CPU activation retain only for CPU-only AMXBF16
     Full/LoRA or frozen-base INT8/FP8 LoRA — not AMXINT4, not GPU experts, not LoRA experts. LF
     model_args.py get_kt_activation_policy: unset kt_cpu_activation follows the GPU (retain when
-    disable_gradient_checkpointing: true)."""
+    disable_gradient_checkpointing: true).
+
+    Cookbook: §3(4) (the cookbook does not list the AMXINT4/GPU-expert limits).
+    Code: kt-kernel sft/wrapper.py cpu_activation_retain check; LF hparams/model_args.py get_kt_activation_policy (unset follows the GPU).
+    """
     if not ctx.use_kt:
         return
     v = ctx.t.get("kt_cpu_activation") or ("retain" if ctx.t.get("disable_gradient_checkpointing") else "recompute")
@@ -306,7 +338,11 @@ def cpu_activation_retain(ctx: Ctx) -> None:
 
 @rule("kt.gradient_checkpointing")
 def gradient_checkpointing(ctx: Ctx) -> None:
-    """LF configure_kt_checkpointing: with KT, LlamaFactory's disable_gradient_checkpointing is the only switch."""
+    """LF configure_kt_checkpointing: with KT, LlamaFactory's disable_gradient_checkpointing is the only switch.
+
+    Cookbook: §3(4).
+    Code: LF hparams/model_args.py configure_kt_checkpointing.
+    """
     if not ctx.use_kt:
         return
     if _truthy(ctx.t.get("gradient_checkpointing")):
@@ -328,7 +364,11 @@ def gradient_checkpointing(ctx: Ctx) -> None:
 
 @rule("kt.incompatible_features")
 def incompatible(ctx: Ctx) -> None:
-    """LF + kt-facts: with KT, no Unsloth, ZeRO-3, predict_with_generate, compute_accuracy or more than one adapter."""
+    """LF + kt-facts: with KT, no Unsloth, ZeRO-3, predict_with_generate, compute_accuracy or more than one adapter.
+
+    Cookbook: §2.3, A.2 (FSDP2, not ZeRO-3).
+    Code: LF hparams/parser.py ("KTransformers is incompatible with DeepSpeed ZeRO-3") and KTransformersArguments checks; model_args.py _resolve_kt_adapter_artifact_dir (single adapter).
+    """
     if not ctx.use_kt:
         return
     for key, why in (("use_unsloth", "Unsloth"), ("use_unsloth_gc", "Unsloth checkpointing"),
@@ -349,7 +389,11 @@ def incompatible(ctx: Ctx) -> None:
 
 @rule("kt.values")
 def kt_values(ctx: Ctx) -> None:
-    """kt-facts: allowed kt_backend / kt_expert_weight_format / kt_weight_lifecycle values and integer ranges."""
+    """kt-facts: allowed kt_backend / kt_expert_weight_format / kt_weight_lifecycle values and integer ranges.
+
+    Cookbook: §2.4 (backend names), A.3.2.
+    Code: kt-kernel sft/config.py _KNOWN_SFT_BACKENDS (case-insensitive), kt_expert_weight_format/kt_weight_lifecycle checks in KTConfig.__post_init__.
+    """
     k = ctx.k
     b = k.get("kt_backend")
     if b is not None and (not isinstance(b, str) or b.strip().lower() not in {x.lower() for x in cat.KT_BACKENDS}):
@@ -392,7 +436,11 @@ def kt_values(ctx: Ctx) -> None:
 
 @rule("format.finetuning_type")
 def finetuning_type(ctx: Ctx) -> None:
-    """Cookbook §2.2 + LF get_kt_config_dict: KT supports lora and full; FP8/INT8/AMXINT4 are LoRA-only; full is BF16."""
+    """Cookbook §2.2 + LF get_kt_config_dict: KT supports lora and full; FP8/INT8/AMXINT4 are LoRA-only; full is BF16.
+
+    Cookbook: §2.2 (FP8/INT8/AMXINT4 LoRA-only; full is BF16), §2.4.4.
+    Code: LF hparams/model_args.py get_kt_config_dict (lora|full); kt-kernel sft/config.py int8/fp8 blocks (frozen-base LoRA only).
+    """
     ft = ctx.t.get("finetuning_type", "lora")
     if not ctx.use_kt:
         return
@@ -414,7 +462,11 @@ def finetuning_type(ctx: Ctx) -> None:
 
 @rule("format.weight_paths")
 def weight_paths(ctx: Ctx) -> None:
-    """Cookbook §2.4 + A.3.1: native BF16/FP8 never set kt_weight_path; INT8/AMXINT4 need the matching pair."""
+    """Cookbook §2.4 + A.3.1: native BF16/FP8 never set kt_weight_path; INT8/AMXINT4 need the matching pair.
+
+    Cookbook: §2.4, §2.4.3, A.3.1 (cookbook's AMXINT4 non-expert path differs: see docs/stack-rules.md).
+    Code: kt-kernel sft/config.py KTConfig.__post_init__ (kt_non_expert_weight_path only with int8/mxfp4; INT8 requires kt_weight_path).
+    """
     if not ctx.use_kt:
         return
     setup = ctx.recipe.weight_setup()
@@ -456,7 +508,11 @@ def weight_paths(ctx: Ctx) -> None:
 
 @rule("format.int8")
 def int8_rules(ctx: Ctx) -> None:
-    """kt-kernel: INT8 needs kt_backend auto/INT8, LoRA, kt_num_gpu_experts 0, kt_share_backward_bb true."""
+    """kt-kernel: INT8 needs kt_backend auto/INT8, LoRA, kt_num_gpu_experts 0, kt_share_backward_bb true.
+
+    Cookbook: §2.4.2, A.3.2.
+    Code: kt-kernel sft/config.py int8 block (backend auto/INT8, LoRA, kt_num_gpu_experts=0, kt_share_backward_bb=true) and sft/wrapper.py.
+    """
     if not ctx.use_kt or ctx.recipe.weight_setup() != "int8":
         return
     k = ctx.k
@@ -472,7 +528,11 @@ def int8_rules(ctx: Ctx) -> None:
 
 @rule("format.backend_matches")
 def backend_matches(ctx: Ctx) -> None:
-    """Cookbook A.3.2: do not force a backend that the weight format does not support."""
+    """Cookbook A.3.2: do not force a backend that the weight format does not support.
+
+    Cookbook: A.3.2 (do not force a backend).
+    Code: kt-kernel sft/config.py expected_backend (format/backend conflict) and sft/backend.py normalize_sft_backend.
+    """
     if not ctx.use_kt:
         return
     b = ctx.k.get("kt_backend")
@@ -492,7 +552,11 @@ def backend_matches(ctx: Ctx) -> None:
 @rule("format.fp8_and_lifecycle")
 def fp8_lifecycle(ctx: Ctx) -> None:
     """kt-kernel config.py KTConfig.__post_init__ (fp8 block): FP8 needs persistent lifecycle, lora_rank > 0,
-    kt_share_backward_bb true and kt_num_gpu_experts 0; ephemeral only with INT8 (stages weights in /dev/shm)."""
+    kt_share_backward_bb true and kt_num_gpu_experts 0; ephemeral only with INT8 (stages weights in /dev/shm).
+
+    Cookbook: §2.4.1 (native FP8), §2.2.
+    Code: kt-kernel sft/config.py fp8 block (persistent, kt_lora_rank>0, kt_num_gpu_experts=0, kt_share_backward_bb=true) and ephemeral-only-INT8 check.
+    """
     if not ctx.use_kt:
         return
     setup, lc = ctx.recipe.weight_setup(), ctx.k.get("kt_weight_lifecycle")
@@ -520,7 +584,11 @@ def fp8_lifecycle(ctx: Ctx) -> None:
 
 @rule("lora.values")
 def lora_values(ctx: Ctx) -> None:
-    """Cookbook §3(1): LoRA fields only at the top level; start at rank 8, alpha ≈ 2×rank, dropout 0–0.05."""
+    """Cookbook §3(1): LoRA fields only at the top level; start at rank 8, alpha ≈ 2×rank, dropout 0–0.05.
+
+    Cookbook: §3(1).
+    Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1).
+    """
     if ctx.t.get("finetuning_type", "lora") != "lora":
         return
     r, alpha, drop = ctx.t.get("lora_rank"), ctx.t.get("lora_alpha"), ctx.t.get("lora_dropout")
@@ -546,7 +614,11 @@ def lora_values(ctx: Ctx) -> None:
 
 @rule("length.kt_model_max_length")
 def model_max_length(ctx: Ctx) -> None:
-    """Cookbook §2.3(2), §3(2), A.3.5 + LF: kt_model_max_length must cover cutoff_len plus the runtime token margin."""
+    """Cookbook §2.3(2), §3(2), A.3.5 + LF: kt_model_max_length must cover cutoff_len plus the runtime token margin.
+
+    Cookbook: §2.3(2), §3(2), A.3.5.
+    Code: LF hparams/model_args.py get_kt_config_dict (kt_model_max_length positive int, raised to the derived length).
+    """
     cutoff = ctx.t.get("cutoff_len", 2048)
     if not _is_int(cutoff) or cutoff <= 0:
         ctx.error("train.cutoff_len", f"cutoff_len must be a positive integer, got {cutoff!r}", "use cutoff_len: 2048")
@@ -575,7 +647,11 @@ def model_max_length(ctx: Ctx) -> None:
 
 @rule("world.gpus_vs_num_processes")
 def gpus_vs_processes(ctx: Ctx) -> None:
-    """Cookbook §2.3(1), A.3.4: the GPUs in CUDA_VISIBLE_DEVICES must equal num_processes."""
+    """Cookbook §2.3(1), A.3.4: the GPUs in CUDA_VISIBLE_DEVICES must equal num_processes.
+
+    Cookbook: §2.3(1), A.3.4.
+    Code: accelerate-kt config_args.py num_processes/num_machines; CUDA_VISIBLE_DEVICES from deploy.gpus.
+    """
     n = ctx.a.get("num_processes", 1)
     if not _is_int(n) or n < 1:
         ctx.error("accelerate.num_processes", f"num_processes must be a positive integer, got {n!r}", "use num_processes: 2")
@@ -604,7 +680,11 @@ def gpus_vs_processes(ctx: Ctx) -> None:
 
 @rule("precision.bf16")
 def precision(ctx: Ctx) -> None:
-    """Cookbook A.1/A.2: KT trains in bf16 — mixed_precision: bf16 and bf16: true agree."""
+    """Cookbook A.1/A.2: KT trains in bf16 — mixed_precision: bf16 and bf16: true agree.
+
+    Cookbook: A.1, A.2.
+    Code: accelerate-kt mixed_precision; transformers TrainingArguments bf16/fp16.
+    """
     if not ctx.use_kt:
         return
     mp = ctx.a.get("mixed_precision")
@@ -620,7 +700,11 @@ def precision(ctx: Ctx) -> None:
 
 @rule("task.basics")
 def task_basics(ctx: Ctx) -> None:
-    """LF: an SFT run needs stage sft, do_train, a model, a dataset and a template; KT integrates with SFT."""
+    """LF: an SFT run needs stage sft, do_train, a model, a dataset and a template; KT integrates with SFT.
+
+    Cookbook: §2.3, A.1.
+    Code: LF hparams/parser.py _parse_train_args / get_train_args (stage, do_train, template names from data/template.py).
+    """
     t = ctx.t
     if "train" not in ctx.recipe.raw.doc or not isinstance(ctx.recipe.raw.doc.get("train"), dict):
         return
@@ -662,7 +746,11 @@ def task_basics(ctx: Ctx) -> None:
 
 @rule("output.safety")
 def output_safety(ctx: Ctx) -> None:
-    """Cookbook §3(6): output_dir never the model dir, overwrite_output_dir: false, resume names a checkpoint-* dir."""
+    """Cookbook §3(6): output_dir never the model dir, overwrite_output_dir: false, resume names a checkpoint-* dir.
+
+    Cookbook: §3(6).
+    Code: transformers TrainingArguments output_dir/overwrite_output_dir/resume_from_checkpoint; ktdeploy/core/checkpoints.py CHECKPOINT_RE.
+    """
     t = ctx.t
     out = t.get("output_dir")
     if _truthy(t.get("overwrite_output_dir")):
@@ -692,7 +780,11 @@ def output_safety(ctx: Ctx) -> None:
 
 @rule("deploy.paths")
 def deploy_paths(ctx: Ctx) -> None:
-    """ktdeploy: the container sees only the three volumes, at the same paths (model read-only)."""
+    """ktdeploy: the container sees only the three volumes, at the same paths (model read-only).
+
+    Cookbook: — (ktdeploy: three volumes, model read-only).
+    Code: ktdeploy/core/plan/docker_argv.py volume mounts.
+    """
     d = ctx.recipe.deploy
     if d is None:
         return
@@ -732,7 +824,11 @@ def catalog_types(ctx: Ctx) -> None:
     """Catalogue types (ktdeploy/core/recipe/types.py): each train/accelerate value against the annotation of
     its dataclass field in the locked wheels. LF hparams/parser.py uses HfArgumentParser.parse_dict, which
     checks no types, so `overwrite_output_dir: 1` or `distributed_type: [FSDP]` would pass through. Runs last
-    and skips keys another rule already reported."""
+    and skips keys another rule already reported.
+
+    Cookbook: —.
+    Code: LF hparams/parser.py parse_dict (no type conversion); annotations from the locked wheels via tools/gen_key_catalog.py -> catalog_data.KEY_TYPES; ktdeploy/core/recipe/types.py.
+    """
     from ktdeploy.core.recipe.types import type_error
 
     flagged = {f.path for f in ctx.findings if f.severity == "error"}

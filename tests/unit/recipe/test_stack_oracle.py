@@ -86,3 +86,12 @@ def test_the_oracle_can_fail():
     o = so.compare("cookbook amxint4", doc)
     assert not o.kt_ok and "kt_non_expert_weight_path" in o.kt_reason
     assert o.kd_errors
+
+
+def test_every_rule_names_cookbook_and_code_and_is_documented():
+    from ktdeploy.core.recipe.rules import RULES
+
+    doc = (ROOT / "docs" / "stack-rules.md").read_text()
+    for rid, fn in RULES:
+        assert "Cookbook:" in fn.__doc__ and "Code:" in fn.__doc__, rid
+        assert f"| `{rid}` |" in doc, rid
