@@ -179,8 +179,10 @@ def _wrapper_checks(c) -> None:
 def kt_verdict(train: dict[str, Any]) -> tuple[bool, str]:
     """(accepted, reason) of kt-kernel 0.7.2 for a train section with use_kt: true."""
     config, _ = kt_modules()
-    env_keep = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("ACCELERATE_KT_")}
-    os.environ.setdefault("ACCELERATE_KT_OMP_NUM_THREADS", "1")  # no /sys topology walk
+    saved = dict(os.environ)  # KTConfig reads ACCELERATE_KT_* and writes OMP_NUM_THREADS: leave no trace
+    for k in [k for k in os.environ if k.startswith("ACCELERATE_KT_")]:
+        del os.environ[k]
+    os.environ["ACCELERATE_KT_OMP_NUM_THREADS"] = "1"  # no /sys topology walk
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -190,7 +192,8 @@ def kt_verdict(train: dict[str, Any]) -> tuple[bool, str]:
     except (ValueError, TypeError, NotImplementedError) as err:
         return False, f"{type(err).__name__}: {err}"
     finally:
-        os.environ.update(env_keep)
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 # ---------------------------------------------------------------- ktdeploy's side
@@ -325,13 +328,17 @@ def unexplained(o: Outcome, table) -> bool:
     return any(not _explained(e, table) for e in o.kd_errors)
 
 
+_SHIPPED: list[tuple[str, dict]] | None = None
+
+
 def shipped() -> list[tuple[str, dict]]:
+    """(file name, parsed document) of every shipped recipe (read once; callers get copies)."""
+    global _SHIPPED
     from ktdeploy.core.recipe.loader import read_recipe
 
-    out = []
-    for p in sorted((ROOT / "ktdeploy" / "builtin_recipes").glob("*.yaml")):
-        out.append((p.name, read_recipe(p).doc))
-    return out
+    if _SHIPPED is None:
+        _SHIPPED = [(p.name, read_recipe(p).doc) for p in sorted((ROOT / "ktdeploy" / "builtin_recipes").glob("*.yaml"))]
+    return copy.deepcopy(_SHIPPED)
 
 
 def main(argv: list[str]) -> int:
