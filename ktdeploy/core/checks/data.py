@@ -52,6 +52,7 @@ def data_requests(train: dict) -> list[tuple[str, str]]:
     wp = train.get("kt_weight_path")
     if isinstance(wp, str) and wp.startswith("/"):
         out.append(("ls", wp))
+        out.append(("read", posixpath.join(wp, "config.json")))  # an original checkpoint has one
     return out
 
 
@@ -181,5 +182,20 @@ def _weights_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResul
     if ok:
         return [CheckResult(name="weights.converted", status="pass", detail=f"{wp} holds converted {setup.upper()} weights")]
     detail = f"{wp} does not exist" if not e.ok else f"{wp} has {what}"
+    ce = facts.get("read", posixpath.join(wp, "config.json"))
+    if ce is not None and ce.ok:
+        try:
+            q = (json.loads(ce.content).get("quantization_config") or {})
+            quant = str(q.get("quant_method") or q.get("fmt") or "").lower() if isinstance(q, dict) else ""
+        except (ValueError, AttributeError):
+            quant = ""
+        if "fp8" in quant:
+            # A native FP8 checkpoint by its config.json, whatever the directory is called (cookbook A.3.1).
+            return [CheckResult(name="weights.converted", status="fail",
+                                detail=f"{wp} is a native FP8 checkpoint (config.json quantization_config "
+                                       f"quant_method {quant}), not converted {setup.upper()} weights (cookbook A.3.1)",
+                                fix="use the native FP8 setup (kt_expert_weight_format: fp8, no kt_weight_path), "
+                                    f"or convert: {cmd} --input-type fp8")]
+        detail = f"{wp} is an original checkpoint (it has config.json), not converted {setup.upper()} weights"
     return [CheckResult(name="weights.converted", status="fail", detail=detail,
                         fix=f"convert the experts first (kt-kernel 0.7.2 CLI): {cmd}")]

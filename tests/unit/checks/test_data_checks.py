@@ -25,7 +25,8 @@ def _checks(extra=(), train=TRAIN, setup="int8"):
 
 
 def test_requests_are_bounded_reads_of_the_recipe_paths():
-    assert data_requests(TRAIN) == [("read", "/d/dataset_info.json"), ("read", "/m/M/config.json"), ("ls", "/m/W")]
+    assert data_requests(TRAIN) == [("read", "/d/dataset_info.json"), ("read", "/m/M/config.json"), ("ls", "/m/W"),
+                                    ("read", "/m/W/config.json")]
     _, facts = _checks()
     assert file_requests(TRAIN, facts) == [("read", "/d/demo.jsonl"), ("read", "/d/bad.json")]
 
@@ -61,3 +62,13 @@ def test_first_rows_of_a_truncated_json_array():
     rows, why = first_rows('{"a": 1}\n{"a": 2}\n{"a"', False, "x.jsonl")
     assert rows == [{"a": 1}, {"a": 2}]
     assert first_rows("{}", True, "x.json")[0] is None
+
+
+def test_native_fp8_checkpoint_as_kt_weight_path_is_named_whatever_its_path():
+    cfg = '{"model_type": "deepseek_v3", "quantization_config": {"quant_method": "fp8"}}'
+    text = _out(("ls", "ok", 0, "/m/DeepSeek-V3", "config.json\nmodel-00001.safetensors"),
+                ("read", "ok", len(cfg), "/m/DeepSeek-V3/config.json", cfg))
+    c = {x.name: x for x in data_checks({"kt_weight_path": "/m/DeepSeek-V3", "model_name_or_path": "/m/M"}, "int8",
+                                        parse_data_output(text))}
+    w = c["weights.converted"]
+    assert w.status == "fail" and "native FP8 checkpoint" in w.detail and "kt_expert_weight_format: fp8" in w.fix
