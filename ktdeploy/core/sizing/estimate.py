@@ -160,8 +160,8 @@ def _bool(v: Any, default: bool) -> bool:
 
 
 def expert_format(train: dict, arch: MoEArchitecture | None = None) -> str:
-    """Routed-expert format in CPU memory: kt_backend wins (AMXINT4 / INT8 / FP8 / AMXBF16), then
-    kt_expert_weight_format, then bf16 (native FP8/INT4 checkpoints are only kept native when asked)."""
+    """Routed-expert format in CPU memory, decided once for the whole package by
+    recipe/expert_format.py expert_setup (kt-kernel's own rule: the format, else the one kt_backend implies)."""
     fmt = expert_setup(train.get("kt_config"))
     return fmt if fmt in ("bf16", "fp8", "int8", "int4") else "bf16"
 
