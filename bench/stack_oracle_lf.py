@@ -34,8 +34,8 @@ PATH_ERRORS = ("does not exist", "No such file", "not found", "Can't load", "is 
 
 
 def lf_verdict(train_yaml: str) -> tuple[bool, str]:
-    from omegaconf import OmegaConf
     from llamafactory.hparams import get_train_args
+    from omegaconf import OmegaConf
 
     args = OmegaConf.to_container(OmegaConf.load(io.StringIO(train_yaml)))
     os.environ.setdefault("DISABLE_VERSION_CHECK", "1")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import math
 import re
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from ktdeploy.core.recipe.catalog_data import KEY_TYPES
@@ -20,7 +20,7 @@ from ktdeploy.core.recipe.catalog_data import KEY_TYPES
 MAX_INT = 2**63 - 1
 
 
-@lru_cache(maxsize=None)
+@cache
 def kinds(annotation: str) -> tuple[frozenset[str], tuple[Any, ...] | None]:
     """({'bool','int','float','str','dict','list','none','any'}, Literal values or None) of an annotation."""
     a = annotation.replace(" ", "")

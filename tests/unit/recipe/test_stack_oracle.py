@@ -7,8 +7,6 @@ passing a section kt-kernel rejects always fails. Needs the locked wheel (pip do
 
 from __future__ import annotations
 
-import copy
-import itertools
 import sys
 from pathlib import Path
 
