@@ -107,7 +107,7 @@ def preflight(opts: BuildOptions) -> Lock:
 
 # What the Dockerfile COPYs (keep in step with .dockerignore, which guards plain `docker build .`).
 CONTEXT_FILES = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "recipes", "ktdeploy",
-                 "docker/stack.toml", "docker/verify_stack.py", "docker/requirements")
+                 "docker/stack.toml", "docker/verify_stack.py", "docker/lockpart.py", "docker/requirements")
 
 
 def snapshot_context(src: Path, dest: Path) -> Path:
