@@ -1,4 +1,4 @@
-# ktsft images: base -> deps -> agent -> one final stage per CPU ISA (amx, avx512, avx2).
+# ktsft images: base -> deps-cuda -> deps (+ light, on base) -> one final image per CPU ISA (amx, avx512, avx2).
 #
 # Build with `ktdeploy image build [--isa amx|avx512|avx2|all] [--stack full|reduced]`: it starts a
 # loopback HTTP server over the host-side wheelhouse (docker/wheelhouse.py) and runs
@@ -9,7 +9,7 @@
 #
 # The variant stages only set ENV and LABEL: every variant shares every filesystem layer.
 
-# Any image with Python 3.11 (+ venv), gcc and tini; docker/base/build-base.sh makes the default one
+# Any image with Python 3.11 (+ venv, + headers: python3.11-dev), gcc and tini; docker/base/build-base.sh makes the default one
 # without a registry. Point it at your own CUDA base with --build-arg BASE_IMAGE=...
 ARG BASE_IMAGE=ktdeploy/base:bookworm
 
@@ -26,6 +26,7 @@ ENV LANG=C.UTF-8 \
 # (--ipc=host or --shm-size, --ulimit memlock=-1, --cap-add SYS_NICE), not from root.
 RUN python3 -c 'import sys; assert sys.version_info[:2] == (3, 11), "the base image needs Python 3.11, found " + sys.version' \
  && command -v tini >/dev/null && command -v gcc >/dev/null \
+ && { test -f /usr/include/python3.11/Python.h || { echo "the base image lacks Python.h (python3.11-dev): Triton compiles its launcher with it" >&2; exit 1; }; } \
  && python3 -m venv /opt/venv \
  && groupadd --gid 1000 kt \
  && useradd --uid 1000 --gid kt --create-home --shell /bin/bash kt \
@@ -36,50 +37,67 @@ ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.cli.i
 CMD ["doctor"]
 
 ############################################################################################
-FROM base AS deps
+# The dependency layers. No ktdeploy file and no ktdeploy version reaches them: a code change or a
+# version bump leaves both layers (and their IDs) as they were. Every .pyc is compiled with
+# unchecked-hash invalidation (content-addressed, no timestamps), so two builds of the same lock give
+# byte-identical files.
+FROM base AS deps-cuda
 # STACK: full = the KT stack (torch 2.9.1, ktransformers[sft], sglang-kt, ...); reduced = only
 # ktdeploy's own dependencies (CI). Same stages either way.
 # WHEELHOUSE_URL: set by `ktdeploy image build` (fixed per stack, so the layer cache survives
 # rebuilds); it is not part of what is installed: the lock's hashes are.
-# LOCK_SHA256, STACK_VERSIONS, KTDEPLOY_VERSION: what the labels record; the lock's sha256 is also
-# checked against the copied lock.
-ARG STACK=full WHEELHOUSE_URL=http://127.0.0.1:38711/ LOCK_SHA256= STACK_VERSIONS= KTDEPLOY_VERSION=
+# LOCK_SHA256: checked against the copied lock.
+ARG STACK=full WHEELHOUSE_URL=http://127.0.0.1:38711/ LOCK_SHA256=
 ENV KTSFT_STACK=${STACK} \
     DISABLE_VERSION_CHECK=1
-# Metadata goes before the big install on purpose: every instruction after it costs a container
-# commit, and with the fuse-overlayfs driver (this engine) a commit diffs the whole tree of the
-# multi-GB layer below (minutes each). After the install: one COPY, one RUN, USER, and the ISA stage.
-LABEL org.opencontainers.image.title="ktsft" \
-      org.opencontainers.image.description="KTransformers + LlamaFactory fine-tuning image; entrypoint: the ktdeploy agent" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.version="${KTDEPLOY_VERSION}" \
-      io.ktdeploy.stack="${STACK}" \
-      io.ktdeploy.lock.sha256="${LOCK_SHA256}" \
-      io.ktdeploy.stack.versions="${STACK_VERSIONS}"
 COPY docker/requirements/${STACK}.lock /opt/ktdeploy/requirements.lock
+COPY docker/lockpart.py /opt/ktdeploy/lockpart.py
+# CUDA + torch (+ triton, the nvidia-* libraries): the multi-GB layer a serving-stack bump keeps.
 RUN if [ -n "${LOCK_SHA256}" ]; then echo "${LOCK_SHA256}  /opt/ktdeploy/requirements.lock" | sha256sum -c --quiet; fi \
- && pip install --no-index --find-links "${WHEELHOUSE_URL}" --require-hashes --no-deps \
-        -r /opt/ktdeploy/requirements.lock
+ && python3 /opt/ktdeploy/lockpart.py /opt/ktdeploy/requirements.lock cuda >/tmp/cuda.lock \
+ && if [ -s /tmp/cuda.lock ]; then \
+        pip install --no-index --find-links "${WHEELHOUSE_URL}" --require-hashes --no-deps --no-compile -r /tmp/cuda.lock \
+     && python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/venv/lib >/dev/null; fi \
+ && rm -f /tmp/cuda.lock
+
+FROM deps-cuda AS deps
+ARG WHEELHOUSE_URL=http://127.0.0.1:38711/
+# The serving/training stack (ktransformers, LlamaFactory-KT, sglang-kt, ...): the rest of the lock.
+RUN python3 /opt/ktdeploy/lockpart.py /opt/ktdeploy/requirements.lock rest >/tmp/rest.lock \
+ && pip install --no-index --find-links "${WHEELHOUSE_URL}" --require-hashes --no-deps --no-compile -r /tmp/rest.lock \
+ && python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/venv/lib >/dev/null \
+ && rm -f /tmp/rest.lock
 
 ############################################################################################
-FROM deps AS agent
+# The light stage: ktdeploy, the compiled probes and the verifier, built on the base (not on the
+# multi-GB deps), staged under /stage exactly as they land in the image. Files get the fixed mtime
+# SOURCE_DATE_EPOCH and unchecked-hash .pycs, so the same sources give the same bytes.
+FROM base AS light
+ARG WHEELHOUSE_URL=http://127.0.0.1:38711/ STACK=full SOURCE_DATE_EPOCH=0
+COPY docker/requirements/${STACK}.lock /tmp/requirements.lock
+RUN grep -A1 '^setuptools==' /tmp/requirements.lock >/tmp/setuptools.lock \
+ && pip install --no-index --find-links "${WHEELHOUSE_URL}" --require-hashes --no-deps -r /tmp/setuptools.lock
 # The context is filtered by .dockerignore: pyproject.toml, README.md, recipes/, ktdeploy/, docker/ files.
 COPY . /opt/ktdeploy/src/
-# Install ktdeploy, compile the probes (ktdeploy/probes/*.c, e.g. the AMX tile-multiply probe) for
-# the image's libc into /opt/ktdeploy/probes (where ktdeploy.controller.facts_probes looks first), then verify
-# the whole environment: pip check, lock == installed, no upstream forks, the version table.
-# A failed verification reruns this step only, never the multi-GB install above.
-RUN pip install --no-index --no-deps --no-build-isolation /opt/ktdeploy/src \
- && rm -rf /opt/ktdeploy/src/build \
+RUN pip install --no-index --no-deps --no-build-isolation --no-compile --root /stage /opt/ktdeploy/src \
+ && mkdir -p /stage/opt/ktdeploy/probes /stage/opt/ktdeploy/verify \
  && for src in /opt/ktdeploy/src/ktdeploy/probes/*.c; do \
         [ -e "$src" ] || continue; \
-        gcc -O1 -o "/opt/ktdeploy/probes/$(basename "$src" .c)" "$src"; \
+        gcc -O1 -o "/stage/opt/ktdeploy/probes/$(basename "$src" .c)" "$src"; \
     done \
- && python /opt/ktdeploy/src/docker/verify_stack.py --stack "${KTSFT_STACK}" --stage agent \
-        --stack-file /opt/ktdeploy/src/docker/stack.toml --lock /opt/ktdeploy/requirements.lock
-USER kt
+ && cp /opt/ktdeploy/src/docker/verify_stack.py /opt/ktdeploy/src/docker/stack.toml /stage/opt/ktdeploy/verify/ \
+ && python -m compileall -q --invalidation-mode unchecked-hash -s /stage -p / /stage/opt/venv/lib >/dev/null \
+ && find /stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 ############################################################################################
+# `ktdeploy image build` does not use the stages below: it creates a container of `deps`, copies
+# /stage of `light` into it, runs the verification in it (docker/verify_stack.py, which gates the
+# tag) and commits it once per ISA with the variant's ENV/LABEL/USER: one commit of the big tree.
+# They stay for a plain `docker build --target amx .` and show what each variant is.
+FROM deps AS agent
+COPY --from=light /stage/ /
+USER kt
+
 # One final stage per CPU ISA. KTSFT_VARIANT is what the entrypoint checks against the CPU;
 # KT_KERNEL_CPU_VARIANT pins kt-kernel's kernel (it trusts the pin and would fault on a CPU
 # without the ISA, hence the entrypoint's check).

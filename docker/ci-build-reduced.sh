@@ -15,7 +15,9 @@ if ! command -v debootstrap >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 fi
 start=$(date +%s)
-bash docker/base/build-base.sh
+# KTDEPLOY_BASE_IMAGE: the base tag to build and build on (default ktdeploy/base:bookworm).
+BASE="${KTDEPLOY_BASE_IMAGE:-ktdeploy/base:bookworm}"
+bash docker/base/build-base.sh "$BASE"
 "$PY" docker/wheelhouse.py --stack reduced >/dev/null
-"$PY" -m ktdeploy image build --stack reduced --isa all --quiet
+"$PY" -m ktdeploy image build --stack reduced --isa all --quiet --base-image "$BASE" ${KTSFT_REPO:+--repo "$KTSFT_REPO"}
 echo "reduced images built in $(( $(date +%s) - start ))s"

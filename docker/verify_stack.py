@@ -116,13 +116,60 @@ def check_agent() -> list[str]:
     return errors
 
 
+# What the content manifest covers: everything pip and the build put into the image.
+MANIFEST_ROOTS = (Path("/opt/venv"), Path("/opt/ktdeploy"))
+
+
+def manifest_lines(roots=MANIFEST_ROOTS) -> list[str]:
+    """One line per file/link under roots: `sha256 mode path` (links: `link -> target`), sorted.
+    Timestamps are left out: two builds of the same inputs must give the same lines."""
+    import hashlib
+    import os
+    import stat
+
+    lines = []
+    for root in roots:
+        if not root.exists():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                p = Path(dirpath) / name
+                st = p.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    lines.append(f"link {oct(st.st_mode & 0o7777)} {p} -> {os.readlink(p)}")
+                elif stat.S_ISREG(st.st_mode):
+                    h = hashlib.sha256()
+                    with open(p, "rb") as f:
+                        for chunk in iter(lambda: f.read(1 << 20), b""):
+                            h.update(chunk)
+                    lines.append(f"{h.hexdigest()} {oct(st.st_mode & 0o7777)} {p}")
+    return sorted(lines)
+
+
+def manifest_digest(lines: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("".join(ln + "\n" for ln in lines).encode()).hexdigest()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--stack", choices=["full", "reduced"], required=True)
     parser.add_argument("--stage", choices=["deps", "agent"], required=True)
     parser.add_argument("--stack-file", type=Path, required=True)
     parser.add_argument("--lock", type=Path, required=True)
+    parser.add_argument("--manifest", action="store_true",
+                        help="first print the content manifest's digest (before anything runs)")
+    parser.add_argument("--manifest-list", action="store_true", help="print every manifest line too")
     args = parser.parse_args()
+
+    if args.manifest or args.manifest_list:
+        lines = manifest_lines()
+        if args.manifest_list:
+            for ln in lines:
+                print("manifest: " + ln)
+        print(f"verify_stack: manifest sha256={manifest_digest(lines)} files={len(lines)}", flush=True)
 
     cfg = tomllib.loads(args.stack_file.read_text())[args.stack]
     have = installed()

@@ -45,6 +45,7 @@ def _runtime_checks(facts: HostFacts, recipe=None, req=None) -> list[CheckResult
     reserve = getattr(getattr(recipe, "deploy", None), "reserve_cores", 2)
     out.append(threads.threads_check(facts, reserve, getattr(recipe, "train", None)))
     out.append(resources.gpu_present_check(facts))
+    out.append(resources.gpu_driver_check(facts))
     for r in out:
         r.layer = r.layer or facts.layer
     if recipe is not None and getattr(recipe, "deploy", None) is not None and req is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,7 +24,10 @@ from ktdeploy.core.facts.cpu import build_cpu
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[2]
-REPO = "ktsft-reduced"
+# KTSFT_REPO / KTDEPLOY_BASE_IMAGE: build under other tags (a branch's own base and images) so a run
+# never overwrites images that other checkouts' tests use.
+REPO = os.environ.get("KTSFT_REPO", "ktsft-reduced")
+BASE = os.environ.get("KTDEPLOY_BASE_IMAGE", "ktdeploy/base:bookworm")
 VARIANTS = ("amx", "avx512", "avx2")
 ORDER = {"avx2": 1, "avx512": 2, "amx": 3}
 
@@ -36,8 +40,9 @@ def docker(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 def images():
     if shutil.which("docker") is None or docker("version").returncode != 0:
         pytest.fail("the docker integration tier needs a running docker engine")
+    env = {**os.environ, "KTSFT_REPO": REPO, "KTDEPLOY_BASE_IMAGE": BASE}
     proc = subprocess.run(["bash", str(ROOT / "docker" / "ci-build-reduced.sh")], capture_output=True,
-                          text=True, timeout=1500, cwd=ROOT)
+                          text=True, timeout=1500, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {v: f"{REPO}:{v}" for v in VARIANTS}
 
@@ -76,6 +81,35 @@ def test_labels_record_isa_stack_and_the_locks_hash(images):
         assert labels["io.ktdeploy.lock.sha256"] == lock_sha
         assert re.search(r"pydantic=\d", labels["io.ktdeploy.stack.versions"])
         assert labels["org.opencontainers.image.version"]
+
+
+def test_identity_labels_and_headers(images):
+    labels = inspect(images["amx"])["Config"]["Labels"]
+    assert re.fullmatch(r"[0-9a-f]{64}", labels["io.ktdeploy.content.manifest.sha256"])
+    assert labels["org.opencontainers.image.base.digest"] == inspect(BASE)["Id"]
+    assert labels["org.opencontainers.image.revision"] and labels["org.opencontainers.image.created"]
+    # Triton compiles its launcher against Python.h at the first kernel launch.
+    proc = docker("run", "--rm", "--entrypoint", "test", images["amx"], "-f", "/usr/include/python3.11/Python.h")
+    assert proc.returncode == 0
+
+
+def test_a_version_bump_keeps_every_dependency_layer(images):
+    """The version is a label of the final commit, not a build argument: bumping it rebuilds nothing
+    below ktdeploy's own files (before, it was an ARG of the deps stage and re-ran the install)."""
+    from ktdeploy.controller.images.build import BuildOptions, build
+
+    repo = f"{REPO}-bump"
+    try:
+        report = build(BuildOptions(context=ROOT, isas=["avx2"], stack="reduced", repo=repo, base_image=BASE,
+                                    version="0.0.0+bump"))
+        bumped = inspect(f"{repo}:avx2")
+        before = inspect(images["avx2"])
+        assert bumped["Config"]["Labels"]["org.opencontainers.image.version"] == "0.0.0+bump"
+        assert bumped["RootFS"]["Layers"][:-1] == before["RootFS"]["Layers"][:-1]
+        # Same sources, same bytes: the content manifest does not move either.
+        assert report.manifest_sha256 == before["Config"]["Labels"]["io.ktdeploy.content.manifest.sha256"]
+    finally:
+        docker("rmi", f"{repo}:avx2")
 
 
 def test_runs_as_the_unprivileged_kt_user(images):
@@ -178,21 +212,21 @@ def test_a_wrong_stack_fails_the_build(images, tmp_path):
     stack.write_text(stack.read_text().replace("[reduced.expect.dist]\n", '[reduced.expect.dist]\npydantic = "0.0.1"\n'))
     proc = subprocess.run(
         [_python(), "-m", "ktdeploy", "image", "build", "--stack", "reduced", "--isa", "avx2", "--repo",
-         "ktsft-wrongstack", "--context", str(ctx), "--wheelhouse", str(ROOT / ".wheelhouse" / "reduced")],
+         f"{REPO}-wrongstack", "--base-image", BASE, "--context", str(ctx), "--wheelhouse", str(ROOT / ".wheelhouse" / "reduced")],
         capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "verify_stack: FAILED" in proc.stderr
     assert "distribution pydantic: installed" in proc.stderr and "want 0.0.1" in proc.stderr
-    assert docker("image", "inspect", "ktsft-wrongstack:avx2").returncode != 0
+    assert docker("image", "inspect", f"{REPO}-wrongstack:avx2").returncode != 0
 
 
 def test_save_and_load_round_trip(images, tmp_path):
-    tag = "ktsft-savetest:avx2"
+    tag = f"{REPO}-savetest:avx2"
     assert docker("tag", images["avx2"], tag).returncode == 0
     image_id = inspect(tag)["Id"]
     archive = tmp_path / "ktsft.tar"
     try:
-        proc = subprocess.run([_python(), "-m", "ktdeploy", "image", "save", "--repo", "ktsft-savetest",
+        proc = subprocess.run([_python(), "-m", "ktdeploy", "image", "save", "--repo", f"{REPO}-savetest",
                                "--isa", "avx2", "-o", str(archive)], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr
         assert archive.stat().st_size > 100_000_000
@@ -203,7 +237,7 @@ def test_save_and_load_round_trip(images, tmp_path):
         assert tag in proc.stdout
         assert inspect(tag)["Id"] == image_id
         # Never overwrite an existing archive.
-        again = subprocess.run([_python(), "-m", "ktdeploy", "image", "save", "--repo", "ktsft-savetest",
+        again = subprocess.run([_python(), "-m", "ktdeploy", "image", "save", "--repo", f"{REPO}-savetest",
                                 "--isa", "avx2", "-o", str(archive)], capture_output=True, text=True, cwd=ROOT)
         assert again.returncode == 2 and "already exists" in again.stderr
     finally:
@@ -219,7 +253,7 @@ def _python() -> str:
 def test_build_refuses_early_without_base_image_or_wheels(images, tmp_path):
     """No registry here: a missing base image or wheelhouse is a one-screen error, not a pull attempt."""
     base = subprocess.run([_python(), "-m", "ktdeploy", "image", "build", "--stack", "reduced", "--isa", "avx2",
-                           "--base-image", "ktdeploy/no-such-base:1"], capture_output=True, text=True, cwd=ROOT)
+                           "--repo", f"{REPO}-nobase", "--base-image", "ktdeploy/no-such-base:1"], capture_output=True, text=True, cwd=ROOT)
     assert base.returncode == 5 and "build-base.sh" in " ".join(base.stderr.split())
     empty = tmp_path / "wheels"
     empty.mkdir()

@@ -1,16 +1,25 @@
 """Build, save and load the ktsft images.
 
-build(): checks the base image and the wheelhouse, serves the wheelhouse on loopback, then runs the
-classic builder once per ISA target. The first target builds base -> deps -> agent; later targets
-reuse those layers from the cache and only add their ENV/LABEL stage, so the variants share every
-filesystem layer (build() verifies that and reports it).
+build(): checks the base image and the wheelhouse, serves the wheelhouse on loopback, then
+1. `docker build --target deps` (base -> deps-cuda -> deps: the dependency layers; no ktdeploy file
+   or version reaches them, so a code change or a version bump hits the cache);
+2. `docker build --target light` (ktdeploy + probes + verifier staged under /stage, built on the base);
+3. creates one container of deps, copies light's /stage into it, and runs the stack verification
+   and the content manifest in it (docker/verify_stack.py): a failure leaves no image and no tag;
+4. commits that container once per ISA with the variant's ENV/LABEL/USER/ENTRYPOINT changes.
+A code-only rebuild thus costs one commit of the big tree per ISA (fuse-overlayfs diffs the whole
+tree at each commit, whatever the instruction). The variants are commits of the same container, so
+their filesystem layers are identical (build() verifies that and reports it).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
-
+import re
 import shutil
+import subprocess
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,7 +29,7 @@ import ktdeploy
 from ktdeploy.core.errors import ImageError, UsageError
 from ktdeploy.controller.images import docker_cli
 from ktdeploy.controller.images.lockfile import Lock, read_lock
-from ktdeploy.controller.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag
+from ktdeploy.controller.images.variants import DEFAULT_REPO, ISA_VARIANTS, LABELLED_DISTRIBUTIONS, STACKS, image_tag
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
 
 DEFAULT_BASE_IMAGE = "ktdeploy/base:bookworm"
@@ -36,6 +45,7 @@ class BuildOptions:
     wheelhouse: Path | None = None
     port: int | None = None   # default: DEFAULT_PORTS[stack]
     no_cache: bool = False
+    version: str = ktdeploy.__version__   # recorded as a label only; never a build argument
 
     @property
     def image_repo(self) -> str:
@@ -59,6 +69,9 @@ class BuildReport:
     sizes: dict[str, int] = field(default_factory=dict)       # tag -> bytes
     shared_layers: int = 0                                    # filesystem layers common to every variant
     extra_layers: dict[str, list[str]] = field(default_factory=dict)  # tag -> layers the first tag lacks
+    stage_ids: dict[str, str] = field(default_factory=dict)   # deps/light -> image id
+    manifest_sha256: str = ""
+    labels: dict[str, str] = field(default_factory=dict)      # identity labels (without the ISA's)
 
 
 def find_context(explicit: Path | None = None) -> Path:
@@ -71,25 +84,84 @@ def find_context(explicit: Path | None = None) -> Path:
                      key="--context", fix="Run from a ktdeploy checkout or pass --context PATH.")
 
 
-def build_argv(opts: BuildOptions, isa: str, lock: Lock, wheelhouse_url: str, *, no_cache: bool | None = None) -> list[str]:
-    """The exact `docker build` arguments for one variant (pure; tests read it)."""
+def stage_argv(opts: BuildOptions, target: str, lock: Lock, wheelhouse_url: str, iidfile: Path, *,
+               no_cache: bool = False) -> list[str]:
+    """The exact `docker build` arguments for one stage (deps or light) (pure; tests read it).
+    Nothing here changes with ktdeploy's version or sources except light's COPY of the sources."""
     argv = [
-        # --force-rm: a failed step (a verification that refuses the stack) leaves no container behind.
+        # --force-rm: a failed step leaves no container behind.
         "build", "--network", "host", "--force-rm",
         "--file", str(opts.context / "Dockerfile"),
-        "--target", isa,
-        "--tag", image_tag(opts.image_repo, isa),
+        "--target", target,
+        "--iidfile", str(iidfile),
         "--build-arg", f"BASE_IMAGE={opts.base_image}",
         "--build-arg", f"STACK={opts.stack}",
         "--build-arg", f"WHEELHOUSE_URL={wheelhouse_url}",
         "--build-arg", f"LOCK_SHA256={lock.sha256}",
-        "--build-arg", f"STACK_VERSIONS={lock.versions_label(LABELLED_DISTRIBUTIONS)}",
-        "--build-arg", f"KTDEPLOY_VERSION={ktdeploy.__version__}",
     ]
-    if opts.no_cache if no_cache is None else no_cache:
+    if no_cache:
         argv.append("--no-cache")
     argv.append(str(opts.context))
     return argv
+
+
+ENTRYPOINT = '["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.cli.image_entry"]'
+
+
+def _label_value(v: str) -> str:
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def commit_changes(isa: str, labels: dict[str, str]) -> list[str]:
+    """`docker commit --change` list for one variant (pure): the same config the Dockerfile's
+    variant stage gives, plus the identity labels. One commit, whatever the number of changes."""
+    all_labels = {**labels, "io.ktdeploy.isa": isa, "io.ktdeploy.kt_kernel_variant": ISA_VARIANTS[isa]}
+    return [
+        f"ENV KTSFT_VARIANT={isa} KT_KERNEL_CPU_VARIANT={ISA_VARIANTS[isa]}",
+        "USER kt",
+        "WORKDIR /workspace",
+        f"ENTRYPOINT {ENTRYPOINT}",
+        'CMD ["doctor"]',
+        "LABEL " + " ".join(f"{k}={_label_value(v)}" for k, v in sorted(all_labels.items())),
+    ]
+
+
+def identity_labels(opts: BuildOptions, lock: Lock, base_id: str, manifest: str, *, revision: str,
+                    source: str, created: str) -> dict[str, str]:
+    """The labels a fleet rolls out by (pure)."""
+    return {
+        "org.opencontainers.image.title": "ktsft",
+        "org.opencontainers.image.description":
+            "KTransformers + LlamaFactory fine-tuning image; entrypoint: the ktdeploy agent",
+        "org.opencontainers.image.licenses": "Apache-2.0",
+        "org.opencontainers.image.version": opts.version,
+        "org.opencontainers.image.revision": revision,
+        "org.opencontainers.image.created": created,
+        "org.opencontainers.image.source": source,
+        "org.opencontainers.image.base.name": opts.base_image,
+        "org.opencontainers.image.base.digest": base_id,
+        "io.ktdeploy.stack": opts.stack,
+        "io.ktdeploy.lock.sha256": lock.sha256,
+        "io.ktdeploy.stack.versions": lock.versions_label(LABELLED_DISTRIBUTIONS),
+        "io.ktdeploy.content.manifest.sha256": manifest,
+    }
+
+
+def _git(context: Path, *args: str) -> str:
+    try:
+        proc = subprocess.run(["git", "-C", str(context), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def source_identity(context: Path) -> tuple[str, str]:
+    """(revision, source) of the checkout: the commit (+ "-dirty" when the tree has changes) and
+    the origin remote, or "unknown"/"local" outside git."""
+    rev = _git(context, "rev-parse", "HEAD")
+    if rev and _git(context, "status", "--porcelain", "--untracked-files=no"):
+        rev += "-dirty"
+    return rev or "unknown", _git(context, "remote", "get-url", "origin") or "local"
 
 
 def preflight(opts: BuildOptions) -> Lock:
@@ -109,7 +181,7 @@ def preflight(opts: BuildOptions) -> Lock:
 
 # What the Dockerfile COPYs (keep in step with .dockerignore, which guards plain `docker build .`).
 CONTEXT_FILES = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "recipes", "ktdeploy",
-                 "docker/stack.toml", "docker/verify_stack.py", "docker/requirements")
+                 "docker/stack.toml", "docker/verify_stack.py", "docker/lockpart.py", "docker/requirements")
 
 
 def snapshot_context(src: Path, dest: Path) -> Path:
@@ -126,29 +198,97 @@ def snapshot_context(src: Path, dest: Path) -> Path:
     return dest
 
 
+def _fail(what: str, proc: subprocess.CompletedProcess) -> ImageError:
+    out = "\n".join((proc.stdout + "\n" + (proc.stderr or "")).strip().splitlines()[-25:])
+    return ImageError(f"{what} failed (exit {proc.returncode}); last lines:\n{out}",
+                      fix="Read the step that failed above. `verify_stack: FAILED` lists what is "
+                          "wrong with the installed stack; fix docker/stack.toml and rerun "
+                          "`python docker/lock.py`.")
+
+
+def _copy_stage(light_id: str, container: str) -> None:
+    """Copy light's /stage/* to / of the container: one tar stream, the `stage/` prefix stripped."""
+    src_ctr = docker_cli.run(["create", light_id]).stdout.strip()
+    if not src_ctr:
+        raise ImageError(f"docker create {light_id} failed", fix="Check `docker info` and free disk space.")
+    try:
+        exe = docker_cli.docker_bin()
+        with subprocess.Popen([exe, "cp", f"{src_ctr}:/stage", "-"], stdout=subprocess.PIPE) as out, \
+                subprocess.Popen([exe, "cp", "-", f"{container}:/"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) as inp:
+            assert out.stdout is not None and inp.stdin is not None
+            with tarfile.open(fileobj=out.stdout, mode="r|") as src, \
+                    tarfile.open(fileobj=inp.stdin, mode="w|", format=tarfile.PAX_FORMAT) as dst:
+                for m in src:
+                    name = m.name.lstrip("./")
+                    if name in ("stage", ""):
+                        continue
+                    m.name = name.removeprefix("stage/")
+                    if m.islnk():
+                        m.linkname = m.linkname.lstrip("./").removeprefix("stage/")
+                    dst.addfile(m, src.extractfile(m) if m.isreg() else None)
+            inp.stdin.close()
+            err = inp.stderr.read().decode() if inp.stderr else ""
+            if out.wait() != 0 or inp.wait() != 0:
+                raise ImageError(f"copying the light stage into the image failed: {err.strip()[-400:]}",
+                                 fix="Check free disk space and `docker info`.")
+    finally:
+        docker_cli.run(["rm", "-f", src_ctr])
+
+
 def build(opts: BuildOptions, on_line=None) -> BuildReport:
     lock = preflight(opts)
     report = BuildReport(stack=opts.stack, lock_sha256=lock.sha256)
     port = opts.port or DEFAULT_PORTS[opts.stack]
+    line = on_line or (lambda _line: None)
+    revision, source = source_identity(opts.context)
+    base_id = (docker_cli.inspect_image(opts.base_image) or {}).get("Id", "")
     with tempfile.TemporaryDirectory(prefix="ktsft-context-") as tmp, serve(opts.wheelhouse_dir, port) as url:
-        snap = BuildOptions(**{**opts.__dict__, "context": snapshot_context(opts.context, Path(tmp))})
-        for i, isa in enumerate(opts.isas):
-            tag = image_tag(opts.image_repo, isa)
-            t0 = time.monotonic()
-            # --no-cache applies to the first variant only: the others must reuse its layers.
-            argv = build_argv(snap, isa, lock, url, no_cache=opts.no_cache and i == 0)
-            proc = docker_cli.run(argv, env=docker_cli.CLASSIC_BUILD_ENV,
-                                  on_line=on_line or (lambda _line: None))
-            report.seconds[tag] = round(time.monotonic() - t0, 1)
+        snap = BuildOptions(**{**opts.__dict__, "context": snapshot_context(opts.context, Path(tmp) / "ctx")})
+        t0 = time.monotonic()
+        for target in ("deps", "light"):
+            iid = Path(tmp) / f"{target}.iid"
+            proc = docker_cli.run(stage_argv(snap, target, lock, url, iid, no_cache=opts.no_cache),
+                                  env=docker_cli.CLASSIC_BUILD_ENV, on_line=line)
             if proc.returncode != 0:
-                tail = "\n".join(proc.stdout.splitlines()[-25:])
-                raise ImageError(f"docker build of {tag} failed (exit {proc.returncode}); last lines:\n{tail}",
-                                 fix="Read the step that failed above. `verify_stack: FAILED` lists what is "
-                                     "wrong with the installed stack; fix docker/stack.toml and rerun "
-                                     "`python docker/lock.py`.")
-            info = docker_cli.inspect_image(tag) or {}
-            report.images[tag] = info.get("Id", "")
-            report.sizes[tag] = int(info.get("Size", 0))
+                raise _fail(f"docker build --target {target}", proc)
+            report.stage_ids[target] = iid.read_text().strip()
+        # One container of deps + light's files; the verification runs in it before anything is
+        # tagged (python -B: it writes no .pyc into the tree it checks).
+        verify = ["-B", "/opt/ktdeploy/verify/verify_stack.py", "--stack", opts.stack, "--stage", "agent",
+                  "--stack-file", "/opt/ktdeploy/verify/stack.toml", "--lock", "/opt/ktdeploy/requirements.lock",
+                  "--manifest"]
+        created = docker_cli.run(["create", "--network", "none", "--entrypoint", "/opt/venv/bin/python",
+                                  report.stage_ids["deps"], *verify])
+        ctr = created.stdout.strip()
+        if created.returncode != 0 or not ctr:
+            raise _fail("docker create of the deps image", created)
+        try:
+            _copy_stage(report.stage_ids["light"], ctr)
+            proc = docker_cli.run(["start", "--attach", ctr])
+            line(proc.stdout.rstrip())
+            if proc.returncode != 0:
+                raise _fail("the stack verification (docker/verify_stack.py)", proc)
+            m = re.search(r"manifest sha256=([0-9a-f]{64})", proc.stdout)
+            report.manifest_sha256 = m.group(1) if m else ""
+            report.labels = identity_labels(
+                opts, lock, base_id, report.manifest_sha256, revision=revision, source=source,
+                created=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            for isa in opts.isas:
+                tag = image_tag(opts.image_repo, isa)
+                argv = ["commit", "--pause=false"]
+                for change in commit_changes(isa, report.labels):
+                    argv += ["--change", change]
+                proc = docker_cli.run([*argv, ctr, tag])
+                if proc.returncode != 0:
+                    raise _fail(f"docker commit of {tag}", proc)
+                info = docker_cli.inspect_image(tag) or {}
+                report.images[tag] = info.get("Id", "")
+                report.sizes[tag] = int(info.get("Size", 0))
+                report.seconds[tag] = round(time.monotonic() - t0, 1)
+                t0 = time.monotonic()
+        finally:
+            docker_cli.run(["rm", "-f", ctr])
     _compare_layers(report)
     return report
 

@@ -146,6 +146,50 @@ def gpu_present_check(facts: HostFacts) -> CheckResult:
                        data={"nvidia_smi": g.nvidia_smi, "device_nodes": g.device_nodes})
 
 
+# The image's torch/triton wheels are built for CUDA 12.8 (torch 2.9.1+cu128, nvidia-*-cu12 12.8.x).
+# NVIDIA's CUDA 12.8 release notes: the toolkit's own driver is >= 570.26 (Linux); CUDA 12.x minor
+# version compatibility runs 12.8 binaries on >= 525.60.13, but PTX built by 12.8 (JIT-compiled by the
+# driver) and newer driver APIs need 570.26. Below 525.60.13 CUDA does not initialise at all.
+IMAGE_CUDA = "12.8"
+DRIVER_FULL = (570, 26)
+DRIVER_MINOR_COMPAT = (525, 60, 13)
+
+
+def _version_tuple(v: str | None) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in (v or "").strip().split(".")) or None
+    except ValueError:
+        return None
+
+
+def gpu_driver_check(facts: HostFacts) -> CheckResult:
+    """The NVIDIA driver is new enough for the image's CUDA 12.8 wheels (pure: nvidia-smi's driver_version)."""
+    name = "gpu.driver"
+    versions = sorted({g.driver_version for g in facts.gpu.gpus if g.driver_version})
+    if not versions:
+        return CheckResult(name=name, status="skip", layer=facts.layer,
+                           detail="skipped: no GPU (no driver version from nvidia-smi)")
+    v = _version_tuple(versions[0])
+    data = {"driver": versions[0], "image_cuda": IMAGE_CUDA, "full": ".".join(map(str, DRIVER_FULL)),
+            "minimum": ".".join(map(str, DRIVER_MINOR_COMPAT))}
+    if v is None:
+        return CheckResult(name=name, status="warn", layer=facts.layer, data=data,
+                           detail=f"cannot read the driver version {versions[0]!r}",
+                           fix="Check `nvidia-smi --query-gpu=driver_version --format=csv`.")
+    if v < DRIVER_MINOR_COMPAT:
+        return CheckResult(name=name, status="fail", layer=facts.layer, data=data,
+                           detail=f"NVIDIA driver {versions[0]} is older than {data['minimum']}, the oldest that "
+                                  f"runs CUDA {IMAGE_CUDA} binaries: CUDA will not initialise in the image",
+                           fix=f"Install NVIDIA driver >= {data['full']} (the CUDA {IMAGE_CUDA} driver).")
+    if v < DRIVER_FULL:
+        return CheckResult(name=name, status="warn", layer=facts.layer, data=data,
+                           detail=f"NVIDIA driver {versions[0]} runs CUDA {IMAGE_CUDA} only through minor-version "
+                                  f"compatibility: PTX that CUDA {IMAGE_CUDA} generates cannot be JIT-compiled",
+                           fix=f"Upgrade the NVIDIA driver to >= {data['full']}.")
+    return CheckResult(name=name, status="pass", layer=facts.layer, data=data,
+                       detail=f"NVIDIA driver {versions[0]} >= {data['full']} (CUDA {IMAGE_CUDA})")
+
+
 def gpu_recipe_checks(facts: HostFacts, recipe, req: Requirements) -> list[CheckResult]:
     out = []
     deploy = getattr(recipe, "deploy", None)

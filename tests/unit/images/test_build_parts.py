@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.core.errors import ImageError, UsageError
-from ktdeploy.controller.images.build import BuildOptions, build_argv, find_context, snapshot_context
+from ktdeploy.controller.images.build import (
+    BuildOptions,
+    commit_changes,
+    find_context,
+    identity_labels,
+    snapshot_context,
+    stage_argv,
+)
 from ktdeploy.controller.images.lockfile import read_lock
 from ktdeploy.controller.images.variants import expand_isa
 from ktdeploy.controller.images.wheelhouse import check_wheelhouse, missing_wheels, serve
@@ -18,23 +25,37 @@ ROOT = Path(__file__).resolve().parents[3]
 REDUCED = read_lock(ROOT / "docker" / "requirements" / "reduced.lock")
 
 
-def test_build_argv_targets_the_variant_offline_with_lock_labels():
-    opts = BuildOptions(context=ROOT, isas=["avx512"], stack="reduced")
-    argv = build_argv(opts, "avx512", REDUCED, "http://127.0.0.1:38711/")
+def test_stage_argv_builds_the_stage_offline_without_the_version(tmp_path):
+    opts = BuildOptions(context=ROOT, isas=["avx512"], stack="reduced", version="9.9.9")
+    argv = stage_argv(opts, "deps", REDUCED, "http://127.0.0.1:38711/", tmp_path / "iid")
     assert argv[0] == "build" and argv[-1] == str(ROOT)
-    assert argv[argv.index("--target") + 1] == "avx512"
-    assert argv[argv.index("--tag") + 1] == "ktsft-reduced:avx512"
+    assert argv[argv.index("--target") + 1] == "deps"
+    assert argv[argv.index("--iidfile") + 1] == str(tmp_path / "iid")
     assert argv[argv.index("--network") + 1] == "host"
     args = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
     assert "STACK=reduced" in args and f"LOCK_SHA256={REDUCED.sha256}" in args
-    assert any(a.startswith("STACK_VERSIONS=") and "pydantic=" in a for a in args)
+    # The version is a label of the final commit, never a build argument (it would be a cache key).
+    assert not any("VERSION" in a or "9.9.9" in a for a in args)
+    assert "--no-cache" not in argv and "--force-rm" in argv
+    assert "--no-cache" in stage_argv(opts, "deps", REDUCED, "u", tmp_path / "i", no_cache=True)
 
 
-def test_no_cache_only_where_asked():
-    opts = BuildOptions(context=ROOT, isas=["amx", "avx2"], stack="reduced", no_cache=True)
-    assert "--no-cache" in build_argv(opts, "amx", REDUCED, "u")
-    assert "--no-cache" not in build_argv(opts, "avx2", REDUCED, "u", no_cache=False)
-    assert "--force-rm" in build_argv(opts, "avx2", REDUCED, "u")
+def test_commit_changes_give_the_variant_config_and_identity_labels():
+    opts = BuildOptions(context=ROOT, isas=["avx512"], stack="reduced", version="9.9.9")
+    labels = identity_labels(opts, REDUCED, "sha256:base", "ab" * 32, revision="deadbeef",
+                             source="local", created="2026-01-01T00:00:00Z")
+    changes = commit_changes("avx512", labels)
+    assert "ENV KTSFT_VARIANT=avx512 KT_KERNEL_CPU_VARIANT=avx512_bf16" in changes
+    assert "USER kt" in changes and 'CMD ["doctor"]' in changes
+    (label,) = [c for c in changes if c.startswith("LABEL ")]
+    for want in ('io.ktdeploy.isa="avx512"', 'org.opencontainers.image.version="9.9.9"',
+                 'org.opencontainers.image.revision="deadbeef"', f'io.ktdeploy.lock.sha256="{REDUCED.sha256}"',
+                 'org.opencontainers.image.base.digest="sha256:base"',
+                 f'io.ktdeploy.content.manifest.sha256="{"ab" * 32}"'):
+        assert want in label, want
+    # A quote in a value cannot end the label early.
+    odd = commit_changes("amx", {"x": 'a" b=c'})[-1]
+    assert 'x="a\\" b=c"' in odd
 
 
 def test_expand_isa():

@@ -99,8 +99,27 @@ def dockerfile_stages() -> dict[str, list[str]]:
 
 def test_dockerfile_has_the_stage_chain_and_one_final_stage_per_isa():
     stages = dockerfile_stages()
-    assert list(stages)[:3] == ["base", "deps", "agent"]
-    assert set(list(stages)[3:]) == set(ISA_VARIANTS)
+    assert list(stages)[:5] == ["base", "deps-cuda", "deps", "light", "agent"]
+    assert set(list(stages)[5:]) == set(ISA_VARIANTS)
+    assert stages["deps"][0].split()[1] == "deps-cuda" and stages["light"][0].split()[1] == "base"
+
+
+def test_no_version_and_no_ktdeploy_file_reach_the_dependency_layers():
+    """A version bump or a code change must leave the dependency layers' IDs unchanged."""
+    stages = dockerfile_stages()
+    for st in ("deps-cuda", "deps"):
+        text = " ".join(stages[st])
+        assert "KTDEPLOY_VERSION" not in text and "image.version" not in text, st
+        assert not any(ln.startswith("COPY") and ("ktdeploy/" in ln.split()[1] or ln.split()[1] == ".")
+                       for ln in stages[st]), st
+
+
+@pytest.mark.parametrize("isa", list(ISA_VARIANTS))
+def test_build_commits_the_same_variant_config_as_the_dockerfile(isa):
+    from ktdeploy.controller.images.build import commit_changes
+
+    env = [ln for ln in dockerfile_stages()[isa] if ln.startswith("ENV")]
+    assert env == [c for c in commit_changes(isa, {}) if c.startswith("ENV")]
 
 
 @pytest.mark.parametrize("isa", list(ISA_VARIANTS))
@@ -116,7 +135,7 @@ def test_variant_stages_only_set_env_and_labels(isa):
 def test_dockerfile_runs_as_non_root_and_enters_the_agent():
     stages = dockerfile_stages()
     assert stages["agent"][-1] == "USER kt"
-    assert not any(ln.startswith("USER") for st in ("base", "deps") for ln in stages[st])
+    assert not any(ln.startswith("USER") for st in ("base", "deps-cuda", "deps", "light") for ln in stages[st])
     assert any("ktdeploy.cli.image_entry" in ln for ln in stages["base"] if ln.startswith("ENTRYPOINT"))
 
 
