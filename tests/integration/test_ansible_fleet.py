@@ -262,7 +262,7 @@ def test_preflight_in_image_mode(first_run, fleet):
     assert rc == 0, out[-3000:]
     task = out.split("TASK [preflight : Run ktdeploy doctor]", 1)[1].split("TASK [", 1)[0]
     assert "ktsft-reduced:avx2" in task and "SYS_NICE" in task, task[:2000]
-    ship = out.split("TASK [preflight : Ship the wheelhouse]", 1)[1].split("TASK [", 1)[0]
+    ship = out.split("TASK [preflight : Read the installed wheelhouse digest and the venv state]", 1)[1].split("TASK [", 1)[0]
     assert "skipping: [fleet-ok]" in ship  # nothing installed on the host in image mode
     assert rows["fleet-ok"]["status"] == "ok" and rows["fleet-ok"]["variant"] == machine_variant, rows
     assert rows["fleet-gone"]["status"] == "not run" and rows["fleet-noavx"]["status"] == "not run"
