@@ -194,8 +194,9 @@ def test_second_run_changes_nothing_on_the_healthy_host(first_run, fleet):
     assert r["fleet-ok"]["changed"] == 0 and r["fleet-ok"]["failed"] == 0, out[-4000:]
     assert rows["fleet-ok"]["status"] == "ok"
     assert r["fleet-gone"]["unreachable"] == 1 and rows["fleet-gone"]["status"] == "UNREACHABLE during preflight"
-    # rolling batches (the default serial [1, "10%", "100%"]): the rollout play ran for its one healthy host
-    assert out.count("PLAY [Container runtime and image]") == 1, out[-3000:]
+    # rolling batches (the default serial [1, "10%", "100%"] of the 3 inventory hosts: 1, 1, 1): one play header
+    # per batch, the canary batch being the healthy host
+    assert out.count("PLAY [Container runtime and image]") == 3, out[-3000:]
 
 
 def test_amx_required_fails_every_host_with_the_amx_verdict(first_run, fleet):
