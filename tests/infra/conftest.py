@@ -101,11 +101,12 @@ def pytest_generate_tests(metafunc):
     import testinfra
 
     cfg = metafunc.config
-    specs = cfg.getoption("hosts") or []
-    hosts = testinfra.get_hosts(specs, connection=cfg.getoption("connection"), ssh_config=cfg.getoption("ssh_config"),
-                                ssh_identity_file=cfg.getoption("ssh_identity_file"), sudo=cfg.getoption("sudo"),
-                                sudo_user=cfg.getoption("sudo_user"), ansible_inventory=cfg.getoption("ansible_inventory"),
-                                force_ansible=cfg.getoption("force_ansible")) if specs else []
+    o = cfg.option
+    specs = o.hosts.split(",") if o.hosts is not None else getattr(metafunc.module, "testinfra_hosts", [None])
+    # the same hosts testinfra's own plugin parametrizes `host` with
+    hosts = testinfra.get_hosts(specs, connection=o.connection, ssh_config=o.ssh_config,
+                                ssh_identity_file=o.ssh_identity_file, sudo=o.sudo, sudo_user=o.sudo_user,
+                                ansible_inventory=o.ansible_inventory, force_ansible=o.force_ansible)
     names = sorted({c["name"] for h in hosts for c in run_doctor(h, cfg)["checks"]})
     metafunc.parametrize("check_name", names)
 

@@ -48,7 +48,7 @@ def suite(tmp: Path, name: str, *args: str):
         if not name_.startswith("test_check["):
             continue
         param = name_[len("test_check["):-1]
-        host, check = param.rsplit("-", 1)
+        check, host = param.split("-", 1)   # test_check[CHECK-HOST]: the checks are doctor's, parametrized first
         outcome, msg = "passed", ""
         for tag in ("failure", "error", "skipped"):
             el = case.find(tag)

@@ -27,13 +27,16 @@ def suite(*args: str) -> subprocess.CompletedProcess:
 
 def outcome(out: str, name: str) -> str:
     for line in out.splitlines():
-        if f"-{name}]" in line and line.split()[0] in ("PASSED", "FAILED", "SKIPPED", "XFAIL"):
+        if f"test_check[{name}-" in line and line.split()[0] in ("PASSED", "FAILED", "SKIPPED", "XFAIL"):
             return line.split()[0]
     return "?"
 
 
 def ran_checks(out: str) -> set[str]:
-    return set(re.findall(r"^(?:PASSED|FAILED|SKIPPED|XFAIL) \S*test_check\[[^\]]*?-([a-z_]+(?:\.[a-z_0-9]+)+)\]", out, re.M))
+    """Check names of the test_check tests in `pytest -rA` output (skips show as 'SKIPPED [1] FILE:LINE: NAME: why')."""
+    name = r"([a-z_]+(?:\.[a-z_0-9]+)+)"
+    return (set(re.findall(rf"^(?:PASSED|FAILED|XFAIL) \S*test_check\[{name}-", out, re.M))
+            | set(re.findall(rf"^SKIPPED \[\d+\] \S*test_readiness\.py:\d+: {name}: ", out, re.M)))
 
 
 def test_suite_over_ssh_fails_exactly_the_missing_gpu(ready_host, host_pool, tmp_path):
