@@ -73,6 +73,13 @@ def recap(out: str) -> dict[str, dict[str, int]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1,4,16")
+    ap.add_argument("--docker-socket", action="store_true",
+                    help="Mount this machine's docker socket into every host (then doctor's docker probes of all hosts "
+                         "share one engine: a shared resource besides the controller). Default: off, docker.present "
+                         "is skipped on hosts without a daemon")
+    ap.add_argument("--quota-from", choices=["cold", "warm"], default="cold",
+                    help="warm: start the hosts unlimited, install (cold run), then `docker update --cpus` every host "
+                         "before the warm run (the cold run is then not quota-measured)")
     ap.add_argument("--cpus", default="0.1", help="CPU quota of every host container (docker run --cpus); "
                                                   "'none' = unlimited (hosts share this machine's cores)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "fleet-preflight.json"))
@@ -103,14 +110,19 @@ def main() -> int:
             pool = HostPool(Path(d) / "pool")
             try:
                 t0 = time.perf_counter()
-                quota = [] if args.cpus == "none" else ["--cpus", args.cpus]
-                hosts = [pool.start(f"bench{i:02d}", extra=["--shm-size", "1g", "--cap-add", "SYS_NICE", *quota])
+                quota = [] if args.cpus == "none" or args.quota_from == "warm" else ["--cpus", args.cpus]
+                hosts = [pool.start(f"bench{i:02d}", extra=["--shm-size", "1g", "--cap-add", "SYS_NICE", *quota],
+                                    docker_socket=args.docker_socket)
                          for i in range(n)]
                 start_s = time.perf_counter() - t0
                 inv = Path(d) / "inv.json"
                 inventory(inv, pool, hosts)
                 res = {"hosts": n, "start_hosts_s": round(start_s, 1), "loadavg_1m_before": round(os.getloadavg()[0], 2)}
                 for phase in ("cold", "warm"):
+                    if phase == "warm" and args.quota_from == "warm" and args.cpus != "none":
+                        for h in hosts:
+                            subprocess.run(["docker", "update", "--cpus", args.cpus, h.container], check=True,
+                                           capture_output=True)
                     secs, out, rc, cpu = play(inv, "preflight.yml", "-e", "preflight_wheelhouse_build=false")
                     rec = recap(out)
                     bad = {h: r for h, r in rec.items() if h != "localhost" and (r["failed"] or r["unreachable"])}
@@ -120,6 +132,8 @@ def main() -> int:
                     res[f"{phase}_s"] = round(secs, 1)
                     res[f"{phase}_controller_cpu_s"] = round(cpu, 1)
                     res[f"{phase}_controller_cpu_s_per_host"] = round(cpu / n, 2)
+                    res[f"{phase}_tasks_per_host"] = rec.get(hosts[0].name, {}).get("ok", 0) + \
+                        rec.get(hosts[0].name, {}).get("skipped", 0)
                     res[f"{phase}_changed"] = sum(r["changed"] for h, r in rec.items() if h != "localhost")
                 res["loadavg_1m_after"] = round(os.getloadavg()[0], 2)  # other work on this machine shows here
                 rows.append(res)
@@ -148,8 +162,9 @@ def main() -> int:
             ratios[f"{key}_over_one_quota_cold"] = by[n]["cold_ratio_vs_1"]
     print("ratios:", ratios)
     result = {"benchmark": "fleet preflight (ansible/preflight.yml: ktdeploy doctor on every host)",
-              "command": f"python bench/fleet_preflight.py --sizes {args.sizes} --cpus {args.cpus}",
-              "host_cpu_quota": args.cpus,
+              "command": f"python bench/fleet_preflight.py --sizes {args.sizes} --cpus {args.cpus}"
+                         + (" --docker-socket" if args.docker_socket else "") + f" --quota-from {args.quota_from}",
+              "host_cpu_quota": args.cpus, "quota_from": args.quota_from,
               **ratios,
               "ratio_note": "*_over_one_quota = warm run (venv in place: the routine preflight); *_cold = first run "
                             "(wheelhouse shipped + pip install --require-hashes, then doctor)",
