@@ -32,7 +32,7 @@ RUN python3 -c 'import sys; assert sys.version_info[:2] == (3, 11), "the base im
  && mkdir -p /workspace /opt/ktdeploy/probes \
  && chown kt:kt /workspace
 WORKDIR /workspace
-ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.agent.entry"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.cli.image_entry"]
 CMD ["doctor"]
 
 ############################################################################################
@@ -66,7 +66,7 @@ FROM deps AS agent
 # The context is filtered by .dockerignore: pyproject.toml, README.md, recipes/, ktdeploy/, docker/ files.
 COPY . /opt/ktdeploy/src/
 # Install ktdeploy, compile the probes (ktdeploy/probes/*.c, e.g. the AMX tile-multiply probe) for
-# the image's libc into /opt/ktdeploy/probes (where ktdeploy.facts.probes looks first), then verify
+# the image's libc into /opt/ktdeploy/probes (where ktdeploy.controller.facts_probes looks first), then verify
 # the whole environment: pip check, lock == installed, no upstream forks, the version table.
 # A failed verification reruns this step only, never the multi-GB install above.
 RUN pip install --no-index --no-deps --no-build-isolation /opt/ktdeploy/src \

@@ -75,7 +75,7 @@ def extra_bytes(base_tag: str, tag: str) -> int:
 
 
 def code_only_rebuild(log: Path, wheelhouse: Path) -> tuple[dict, float]:
-    from ktdeploy.images.build import snapshot_context
+    from ktdeploy.controller.images.build import snapshot_context
 
     with tempfile.TemporaryDirectory(prefix="ktsft-bench-") as tmp:
         ctx = snapshot_context(ROOT, Path(tmp))

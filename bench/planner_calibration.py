@@ -2,7 +2,7 @@
 """Predicted vs measured peaks for the resource planner, and the derivation of its measured constants.
 
 Measured peaks come from two places, each cited in the table:
-  * the cookbook's Qwen3-235B-A22B-2507 row (ktdeploy.planner.anchors, kt-facts.md);
+  * the cookbook's Qwen3-235B-A22B-2507 row (ktdeploy.core.sizing.anchors, kt-facts.md);
   * bench/results/gpu_peaks.json: tiny random MoE models trained on the GPU machine by the GPU-proof tooling
     ({"runs": [{"name", "model_config", "train", "accelerate", "num_processes", "peak_host_rss_gib",
     "peak_gpu_mem_gib", "tokens_per_s"}], "how": ...}).
@@ -10,7 +10,7 @@ Measured peaks come from two places, each cited in the table:
     python bench/planner_calibration.py            # print the table, write bench/results/planner-calibration.md
     python bench/planner_calibration.py --fit      # also print the constants the measurements imply
 
-The constants in ktdeploy/planner/estimate.py (MEASURED) are fitted by --fit in this order: the per-process
+The constants in ktdeploy/core/sizing/estimate.py (MEASURED) are fitted by --fit in this order: the per-process
 host and GPU floors from the tiny runs (their weights are negligible, so what is left is the process), then the
 two slack terms from the cookbook row (one point each, said so in the table).
 """
@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ktdeploy.planner.anchors import ANCHORS, HELD_OUT  # noqa: E402
-from ktdeploy.planner.estimate import MEASURED, Measured, estimate  # noqa: E402
-from ktdeploy.planner.model_config import parse_model_config  # noqa: E402
+from ktdeploy.core.sizing.anchors import ANCHORS, HELD_OUT  # noqa: E402
+from ktdeploy.core.sizing.estimate import MEASURED, Measured, estimate  # noqa: E402
+from ktdeploy.core.sizing.model_config import parse_model_config  # noqa: E402
 
 PEAKS = ROOT / "bench/results/gpu_peaks.json"
 FLOOR = ROOT / "bench/results/process_floor.json"   # bench/gpu/process_floor.py: used while no tiny KT run exists
@@ -157,7 +157,7 @@ def main() -> int:
             "cookbook row is compared. Re-run this script once it lands.\n")
         OUT.write_text(
             "# Resource planner: predicted vs measured peaks\n\n"
-            "Written by `python bench/planner_calibration.py` (predictions from `ktdeploy/planner/estimate.py`, "
+            "Written by `python bench/planner_calibration.py` (predictions from `ktdeploy/core/sizing/estimate.py`, "
             "model dimensions from each run's config.json). GiB = 2^30 bytes. Error = (predicted - measured) / "
             "measured. The last column shows the prediction without the two one-point slack terms fitted to the "
             "cookbook row, i.e. what the explained terms alone give. The cookbook row's ~0 % error is by "
@@ -168,7 +168,7 @@ def main() -> int:
             "The KT release notes give DeepSeek-V3.1 LoRA host memory as 'about 800 GB' (native FP8) and 'about "
             "1.4 TB' (BF16). Their YAML is unknown; the cookbook's A.1/A.2 settings stand in. These rows check the "
             "order of magnitude and the FP8/BF16 ratio, not the ±10 % criterion.\n\n" + held_md + "\n\n"
-            "## Constants (ktdeploy/planner/estimate.py `MEASURED`)\n\n" + consts + "\n\n"
+            "## Constants (ktdeploy/core/sizing/estimate.py `MEASURED`)\n\n" + consts + "\n\n"
             "`python bench/planner_calibration.py --fit` re-derives them: the per-process floors are the median "
             "residual of the tiny GPU-machine runs (their weights are negligible), then the slack terms close the "
             "cookbook row. Everything else in the model is a byte count from config.json, the recipe and "

@@ -107,7 +107,7 @@ def check_agent() -> list[str]:
     errors = []
     try:
         import ktdeploy  # noqa: F401
-        import ktdeploy.agent.entry  # noqa: F401
+        import ktdeploy.cli.image_entry  # noqa: F401
     except Exception as exc:
         return [f"import ktdeploy failed: {type(exc).__name__}: {exc}"]
     proc = subprocess.run([sys.executable, "-m", "ktdeploy", "--help"], capture_output=True, text=True)

@@ -1,6 +1,6 @@
 """ktdeploy: a checked path from a recipe to a KTransformers + LlamaFactory fine-tune and its server."""
 
-from ktdeploy.errors import (
+from ktdeploy.core.errors import (
     CheckFailed,
     ConnectError,
     ImageError,

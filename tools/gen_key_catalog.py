@@ -1,9 +1,9 @@
-"""Regenerate ktdeploy/recipe/catalog_data.py: the argument names LlamaFactory-KT and Accelerate accept.
+"""Regenerate ktdeploy/core/recipe/catalog_data.py: the argument names LlamaFactory-KT and Accelerate accept.
 
 The names are read (with `ast`, nothing is imported) from the exact wheels the image locks:
 
     pip download --no-deps --pre llamafactory-kt==0.9.6.dev0 transformers-kt==5.6.0.post6 accelerate-kt==1.14.0.post4 -d /tmp/kw
-    python tools/gen_key_catalog.py /tmp/kw > ktdeploy/recipe/catalog_data.py
+    python tools/gen_key_catalog.py /tmp/kw > ktdeploy/core/recipe/catalog_data.py
 
 Unknown keys are errors because LlamaFactory's parser rejects unused keys too.
 """

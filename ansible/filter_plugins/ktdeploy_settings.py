@@ -1,4 +1,4 @@
-"""Ansible filters over ktdeploy.host_settings: one set of host settings for preflight, train, serve (and the
+"""Ansible filters over ktdeploy.core.host_settings: one set of host settings for preflight, train, serve (and the
 testinfra suite), so the doctor that checks a host and the `ktdeploy up` that launches on it get the same
 --set/--waive values. Runs on the controller, where ktdeploy is installed with ansible (pip install '.[fleet]').
 
@@ -13,7 +13,7 @@ import json
 from ansible.errors import AnsibleFilterError
 
 try:
-    from ktdeploy.host_settings import HostSettings, launch_record_name
+    from ktdeploy.core.host_settings import HostSettings, launch_record_name
 except ImportError as e:  # pragma: no cover - controller without ktdeploy
     HostSettings = None
     _IMPORT_ERROR = e

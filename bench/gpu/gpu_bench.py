@@ -117,8 +117,8 @@ def golden(dest: Path) -> None:
     p = sh([PY, "-m", "ktdeploy", "doctor", "--json"], timeout=300)
     how = "python3 -m ktdeploy doctor --json"
     if "No such command" in (p.stderr + p.stdout):  # CLI command not registered yet: same function, called directly
-        how = "python3 -c 'doctor(LocalConnector()).to_json()' (ktdeploy.checks.doctor)"
-        p = sh([PY, "-c", "import json; from ktdeploy.checks.doctor import doctor; from ktdeploy.connectors import "
+        how = "python3 -c 'doctor(LocalConnector()).to_json()' (ktdeploy.controller.doctor)"
+        p = sh([PY, "-c", "import json; from ktdeploy.controller.doctor import doctor; from ktdeploy.controller.connectors import "
                           "LocalConnector; print(json.dumps(doctor(LocalConnector()).to_json(), indent=2))"], timeout=300)
     (dest / "doctor.json").write_text(p.stdout or p.stderr)
     src.append(f"| doctor.json | `{how}` | {p.returncode} |")

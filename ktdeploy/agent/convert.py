@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktdeploy.agent import safetensors_io as st
-from ktdeploy.errors import UsageError
-from ktdeploy.hashing import sha256_file
+from ktdeploy.core.errors import UsageError
+from ktdeploy.core.hashing import sha256_file
 
 FUSED = "fused_expert_lora.safetensors"
 MANIFEST = "kt_adapter_manifest.json"

@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ktdeploy.errors import UsageError
+from ktdeploy.core.errors import UsageError
 
 # kt_config.kt_backend values that name one sglang-kt --kt-method directly.
 _BACKEND_METHOD = {"AMXBF16": "AMXBF16", "AMXINT8": "AMXINT8", "AMXINT4": "AMXINT4", "FP8": "FP8", "BF16": "BF16",

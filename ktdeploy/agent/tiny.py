@@ -12,7 +12,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ktdeploy.errors import UsageError
+from ktdeploy.core.errors import UsageError
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 CHAT_TEMPLATE = (

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ktdeploy.checkpoints import CHECKPOINT_RE
-from ktdeploy.errors import CheckFailed, RunRecordError, StepError, UsageError
+from ktdeploy.core.checkpoints import CHECKPOINT_RE
+from ktdeploy.core.errors import CheckFailed, RunRecordError, StepError, UsageError
 
 ENTRY_MODULE = "ktdeploy.agent.lf_entry"
 # Files LlamaFactory / the Trainer write when a run has finished.
@@ -56,7 +56,7 @@ def checkpoints(output_dir: Path) -> list[Path]:
 
 
 def _entries(ckpt: Path) -> list[str]:
-    """The names inside one checkpoint folder as ktdeploy.checkpoints expects them: files by name, a sub-folder as
+    """The names inside one checkpoint folder as ktdeploy.core.checkpoints expects them: files by name, a sub-folder as
     'sub/file' when it holds at least one file (an empty one does not count)."""
     entries = []
     for p in ckpt.iterdir():
@@ -78,7 +78,7 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
 
     LlamaFactory would otherwise resume silently (or refuse with a ValueError deep in its startup).
     """
-    from ktdeploy.checkpoints import inspect_checkpoint, newest_complete
+    from ktdeploy.core.checkpoints import inspect_checkpoint, newest_complete
 
     finished = [m for m in FINISHED_MARKERS if (output_dir / m).exists()]
     ckpts = checkpoints(output_dir)
@@ -137,8 +137,8 @@ def run_doctor(recipe, skip: bool) -> tuple[dict[str, Any], dict | None, list[st
     if skip:
         return {}, None, (["doctor skipped (--skip-doctor): host checks not run"] +
                           ([f"kt_config.{k} left to kt-kernel's default (doctor skipped)" for k in want] if want else []))
-    from ktdeploy.checks.doctor import doctor
-    from ktdeploy.connectors import LocalConnector
+    from ktdeploy.controller.doctor import doctor
+    from ktdeploy.controller.connectors import LocalConnector
 
     report = doctor(LocalConnector(), recipe)
     data = report.to_json()
@@ -151,7 +151,7 @@ def run_doctor(recipe, skip: bool) -> tuple[dict[str, Any], dict | None, list[st
                           fix="fix the failing checks listed below, or run `ktdeploy doctor` for the full report")
     derived: dict[str, Any] = {}
     if want and recipe.train.get("use_kt"):
-        from ktdeploy.checks.threads import derive_threads
+        from ktdeploy.core.checks.threads import derive_threads
 
         threads, pools = derive_threads(report.facts, recipe.deploy.reserve_cores if recipe.deploy else 2)
         if "kt_num_threads" in want:
@@ -177,7 +177,7 @@ def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | Non
                skip_doctor: bool = False, run_root: str | None = None,
                doctor: Callable | None = None, tuned: dict | None = None) -> TrainPlan:
     """Validate, doctor and render; raises a KtdeployError with the fix when anything is wrong."""
-    from ktdeploy.recipe import load_recipe, render, require_valid
+    from ktdeploy.core.recipe import load_recipe, render, require_valid
 
     path = Path(recipe_path)
     if not path.is_file():

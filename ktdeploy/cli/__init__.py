@@ -1,4 +1,4 @@
-"""The CLI: parse options, call ktdeploy.api (or a core module), render. Nothing else.
+"""The CLI: parse options, call ktdeploy.controller.api (or a core module), render. Nothing else.
 
 Each command group lives in its own module and registers itself on ``app``.
 """
@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from ktdeploy.errors import KtdeployError
+from ktdeploy.core.errors import KtdeployError
 
 app = typer.Typer(
     name="ktdeploy",
@@ -38,7 +38,7 @@ for _name in COMMAND_MODULES:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: every expected error becomes one screen and an exit code, never a traceback."""
-    from ktdeploy.cli.render import print_error, print_internal_error
+    from ktdeploy.cli.output import print_error, print_internal_error
 
     try:
         rc = app(args=argv, standalone_mode=False)

@@ -12,8 +12,8 @@ import typer
 
 from ktdeploy.cli import app
 from ktdeploy.cli.recipe_cmds import SET_HELP
-from ktdeploy.cli.render import console, err_console, print_json
-from ktdeploy.errors import UsageError
+from ktdeploy.cli.output import console, err_console, print_json
+from ktdeploy.core.errors import UsageError
 
 
 @app.command()
@@ -40,7 +40,7 @@ def train(
 
     choice = None
     if tuned is not None:
-        from ktdeploy.tune.api import tuned_choice, tuned_overrides
+        from ktdeploy.agent.tune.api import tuned_choice, tuned_overrides
 
         choice = tuned_choice(tuned)
         set_ = list(set_) + tuned_overrides(tuned)
@@ -108,7 +108,7 @@ def serve(
 ) -> None:
     """Serve the base model with the converted KT adapter through sglang-kt (OpenAI-compatible API)."""
     from ktdeploy.agent.serve import build_serve_command
-    from ktdeploy.recipe import load_recipe, require_valid
+    from ktdeploy.core.recipe import load_recipe, require_valid
 
     r = load_recipe(recipe, set_)
     require_valid(r)
@@ -120,7 +120,7 @@ def serve(
     threads = cpuinfer or kt.get("kt_num_threads")
     pools = threadpools or kt.get("kt_threadpool_count")
     if threads is None or pools is None:
-        from ktdeploy.agent.hostfacts import local_threads
+        from ktdeploy.controller.local_host import local_threads
 
         t, p, amx = local_threads(r)
         threads, pools = threads or t, pools or p

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.render import console, print_checks, print_json
+from ktdeploy.cli.output import console, print_checks, print_json
 
 
 def _summary_line(report) -> str:
@@ -42,16 +42,16 @@ def doctor_cmd(
 ) -> None:
     """Check that a host can run KT fine-tuning: AMX/AVX512 really usable (a tile multiply is executed),
     survived VM/container layers, GPUs, NUMA threads, memory, /dev/shm, disk. Exit 1 if any check fails."""
-    from ktdeploy.checks.doctor import doctor
-    from ktdeploy.connectors import DockerExecConnector, connect
+    from ktdeploy.controller.doctor import doctor
+    from ktdeploy.controller.connectors import DockerExecConnector, connect
 
     rec = None
     if recipe is not None:
-        from ktdeploy.recipe import load_recipe
+        from ktdeploy.core.recipe import load_recipe
 
         rec = load_recipe(recipe, set_)
     elif set_:
-        from ktdeploy.errors import UsageError
+        from ktdeploy.core.errors import UsageError
 
         raise UsageError("--set needs --recipe", fix="Pass the recipe the overrides apply to: --recipe FILE --set ...")
     opts = {}
@@ -66,7 +66,7 @@ def doctor_cmd(
             inner = DockerExecConnector(container, via=via)
         report = doctor(conn, rec, container=inner)
         if image:
-            from ktdeploy.checks.isa import variant_check
+            from ktdeploy.core.checks.isa import variant_check
 
             vc = variant_check(report.facts, image)
             vc.name, vc.layer = "image.variant", report.facts.layer

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.render import console, err_console, print_json
+from ktdeploy.cli.output import console, err_console, print_json
 
 image_app = typer.Typer(help="Build, save and load the ktsft images (one per CPU ISA), offline.",
                         no_args_is_help=True)
@@ -15,7 +15,7 @@ app.add_typer(image_app, name="image")
 
 
 def _tags(repo: str, isa: str) -> list[str]:
-    from ktdeploy.images.variants import expand_isa, image_tag
+    from ktdeploy.controller.images.variants import expand_isa, image_tag
 
     return [image_tag(repo, v) for v in expand_isa(isa)]
 
@@ -38,8 +38,8 @@ def build_cmd(
     """Build ktsft:<isa> from the Dockerfile and the hash-locked wheelhouse; fails if verification fails."""
     from dataclasses import asdict
 
-    from ktdeploy.images.build import BuildOptions, build, find_context
-    from ktdeploy.images.variants import expand_isa
+    from ktdeploy.controller.images.build import BuildOptions, build, find_context
+    from ktdeploy.controller.images.variants import expand_isa
 
     opts = BuildOptions(context=find_context(context), isas=expand_isa(isa), stack=stack, repo=repo,
                         base_image=base_image, wheelhouse=wheelhouse, port=port, no_cache=no_cache)
@@ -67,7 +67,7 @@ def save_cmd(
     repo: str = typer.Option("ktsft", "--repo"),
 ) -> None:
     """Write the images to one tarball for hosts without a registry (shared layers stored once)."""
-    from ktdeploy.images.build import save
+    from ktdeploy.controller.images.build import save
 
     tags = _tags(repo, isa)
     size = save(tags, output)
@@ -78,7 +78,7 @@ def save_cmd(
 @image_app.command("load")
 def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdeploy image save`.")) -> None:
     """Load images from a tarball (docker load)."""
-    from ktdeploy.images.build import load
+    from ktdeploy.controller.images.build import load
 
     for ref in load(archive):
         console.print(f"loaded {ref}", highlight=False)
@@ -91,7 +91,7 @@ def layers_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show which filesystem layers the variants share (they should differ in config only)."""
-    from ktdeploy.images import docker_cli
+    from ktdeploy.controller.images import docker_cli
 
     data = {t: docker_cli.layers(t) for t in _tags(repo, isa)}
     if as_json:

@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from ktdeploy.cli import app
-from ktdeploy.cli.render import console, print_json
-from ktdeploy.errors import UsageError
+from ktdeploy.cli.output import console, print_json
+from ktdeploy.core.errors import UsageError
 
 _TITLES = {"host": "host memory (peak RSS, rank 0 owns the experts)", "gpu": "GPU memory (peak, per GPU)",
            "disk": "disk (output volume)"}
@@ -27,8 +27,8 @@ def plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Predict peak host RSS, GPU memory per GPU and disk before downloading any weights."""
-    from ktdeploy.planner import plan_recipe
-    from ktdeploy.recipe import load_recipe
+    from ktdeploy.core.sizing import plan_recipe
+    from ktdeploy.core.recipe import load_recipe
 
     if not recipe.is_file():
         raise UsageError(f"recipe {recipe} not found", key="RECIPE", fix="ktdeploy plan recipes/qwen35-397b-bf16-lora.yaml")

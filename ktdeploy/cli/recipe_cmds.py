@@ -8,9 +8,9 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.render import console, print_findings, print_json
-from ktdeploy.errors import RecipeError, UsageError
-from ktdeploy.recipe import errors, load_native, load_recipe, render, require_valid, validate
+from ktdeploy.cli.output import console, print_findings, print_json
+from ktdeploy.core.errors import RecipeError, UsageError
+from ktdeploy.core.recipe import errors, load_native, load_recipe, render, require_valid, validate
 
 SET_HELP = "Override a recipe value: SECTION.KEY=VALUE (VALUE parsed as YAML), repeatable."
 

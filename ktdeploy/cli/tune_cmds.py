@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ktdeploy.cli import app
 from ktdeploy.cli.recipe_cmds import SET_HELP
-from ktdeploy.cli.render import console, err_console, print_json
+from ktdeploy.cli.output import console, err_console, print_json
 
 
 @app.command()
@@ -25,7 +25,7 @@ def tune(
 ) -> None:
     """Measure kt_num_threads / kt_threadpool_count / kt_max_cache_depth / kt_cpu_activation with short real trials;
     writes tune.json (apply it with `ktdeploy train --tuned tune.json`; the recipe file is never rewritten)."""
-    from ktdeploy.tune.api import tune as run_tune
+    from ktdeploy.agent.tune.api import tune as run_tune
 
     def event(kind, trial):
         if kind == "done" and trial is not None:

@@ -1,4 +1,4 @@
-"""`ktdeploy up`, `status`, `logs`, `down`: parse, call ktdeploy.api, render."""
+"""`ktdeploy up`, `status`, `logs`, `down`: parse, call ktdeploy.controller.api, render."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.render import console, print_json
+from ktdeploy.cli.output import console, print_json
 
 HOST_HELP = "Target host: localhost (no SSH), host, user@host, ssh://user@host:port, docker://CONTAINER."
 
@@ -50,8 +50,8 @@ def up(
 
     Each stage is skipped when already satisfied; a second `up` of a running or finished job changes nothing.
     Ctrl-C stops following, never training."""
-    from ktdeploy import api
-    from ktdeploy.follow import ProgressView
+    from ktdeploy.controller import api
+    from ktdeploy.controller.follow import ProgressView
 
     factory = None
     if not no_progress and console.is_terminal:
@@ -60,6 +60,7 @@ def up(
            tune_budget_minutes=tune_budget,
            image_tar=str(image_tar) if image_tar else None, overrides=set_,
            ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
+           say=lambda msg: console.print(msg, highlight=False),
            print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
 
 
@@ -73,9 +74,9 @@ def status(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts"),
 ) -> None:
     """The latest run's recorded state, plus the container's live state and training progress."""
-    from ktdeploy import api
-    from ktdeploy.follow import LogEntry, describe
-    from ktdeploy.runs import find_runs
+    from ktdeploy.controller import api
+    from ktdeploy.controller.follow import LogEntry, describe
+    from ktdeploy.controller.runs import find_runs
 
     if all_:
         rows = [r.status() for r in find_runs(host)]
@@ -124,7 +125,7 @@ def logs(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts"),
 ) -> None:
     """The training container's log (docker logs) of the latest run."""
-    from ktdeploy import api
+    from ktdeploy.controller import api
 
     api.logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
              write=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
@@ -138,7 +139,7 @@ def down(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts"),
 ) -> None:
     """Stop and remove the latest run's containers (training, serving). Output and checkpoints stay."""
-    from ktdeploy import api
+    from ktdeploy.controller import api
 
     done = api.down(host, run, ssh=_ssh(ssh_key, known_hosts, False))
     for name, what in done.items():

@@ -11,7 +11,7 @@ the training container's flags: the container checks), --kt-timeout S (seconds a
 The check list is doctor's own: each check `ktdeploy doctor --json` reports on a host is one test of that
 host. Through an ansible inventory, each host's vars (ktdeploy_gpus, ktdeploy_volumes, ktsft_isa,
 ktdeploy_waive_checks, ktdeploy_recipe_set) are applied exactly as the fleet's preflight applies them
-(ktdeploy.host_settings).
+(ktdeploy.core.host_settings).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _host_vars(host) -> dict:
 
 
 def settings_for(host, config):
-    from ktdeploy.host_settings import HostSettings
+    from ktdeploy.core.host_settings import HostSettings
 
     s = HostSettings.from_vars(_host_vars(host))
     extra = tuple(config.getoption("--kt-waive"))
@@ -54,7 +54,7 @@ def settings_for(host, config):
 
 def run_doctor(host, config) -> dict:
     """doctor's JSON report for this host (or for the image on it), with the host's settings applied."""
-    from ktdeploy.connectors.testinfra import TestinfraConnector
+    from ktdeploy.controller.connectors.testinfra import TestinfraConnector
 
     key = host.backend.get_pytest_id()
     if key in _REPORTS:
@@ -65,7 +65,7 @@ def run_doctor(host, config) -> dict:
     recipe = config.getoption("--kt-recipe")
     image = config.getoption("--kt-image")
     if image:
-        from ktdeploy.plan.docker_argv import gpu_flags, runtime_flags
+        from ktdeploy.core.plan.docker_argv import gpu_flags, runtime_flags
 
         argv = ["docker", "run", "--rm", "--network", "none", *runtime_flags(memlock=False),
                 *gpu_flags(list(settings.gpus))]
@@ -82,8 +82,8 @@ def run_doctor(host, config) -> dict:
                                     f"{(r.stderr or r.stdout).strip()[-800:]}")
         report = json.loads(r.stdout)
     else:
-        from ktdeploy.checks.doctor import doctor
-        from ktdeploy.recipe import load_recipe
+        from ktdeploy.controller.doctor import doctor
+        from ktdeploy.core.recipe import load_recipe
 
         rec = load_recipe(recipe, settings.overrides()) if recipe else None
         conn.default_timeout = timeout

@@ -99,7 +99,7 @@ class TestHost:
     ssh_target = target
 
     def connect(self, **opts):
-        from ktdeploy.connectors import connect
+        from ktdeploy.controller.connectors import connect
 
         return connect(self.ssh_target, key=str(self.pool.key), known_hosts=str(self.pool.known_hosts), **opts)
 

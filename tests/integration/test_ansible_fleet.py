@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.images.identity import write_sidecar
+from ktdeploy.controller.images.identity import write_sidecar
 from tests.integration.hosts import docker
 
 pytestmark = pytest.mark.docker

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.images.identity import read_sidecar, write_sidecar
+from ktdeploy.controller.images.identity import read_sidecar, write_sidecar
 from tests.integration.hosts import docker
 from tests.integration.test_ansible_fleet import AMX, HEALTHY, make_image_archive, recap, write_inventory
 from tests.integration.test_ansible_fleet import playbook as _playbook

@@ -86,7 +86,7 @@ def test_suite_over_a_hosts_list(two_hosts):
 
 
 def test_suite_honours_the_inventory_host_vars(two_hosts):
-    """Through the inventory, a host's own ktdeploy_waive_checks (ktdeploy.host_settings, as the fleet's preflight
+    """Through the inventory, a host's own ktdeploy_waive_checks (ktdeploy.core.host_settings, as the fleet's preflight
     reads it) applies to that host only: ti-smallshm accepts its small /dev/shm, ti-ok is unaffected."""
     from tests.integration.test_ansible_fleet import write_inventory
 

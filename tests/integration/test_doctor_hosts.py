@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.checks.doctor import doctor
-from ktdeploy.connectors import DockerExecConnector, connect
-from ktdeploy.errors import ConnectError
+from ktdeploy.controller.doctor import doctor
+from ktdeploy.controller.connectors import DockerExecConnector, connect
+from ktdeploy.core.errors import ConnectError
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.checks.isa import best_variant
-from ktdeploy.facts.cpu import build_cpu
+from ktdeploy.core.checks.isa import best_variant
+from ktdeploy.core.facts.cpu import build_cpu
 
 pytestmark = pytest.mark.docker
 
@@ -171,7 +171,7 @@ def test_train_dry_run_in_the_image(images):
 
 def test_a_wrong_stack_fails_the_build(images, tmp_path):
     """The build refuses to produce an image whose installed versions disagree with stack.toml."""
-    from ktdeploy.images.build import snapshot_context
+    from ktdeploy.controller.images.build import snapshot_context
 
     ctx = snapshot_context(ROOT, tmp_path / "ctx")
     stack = ctx / "docker" / "stack.toml"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.agent.serve import build_serve_command
-from ktdeploy.recipe import load_recipe
+from ktdeploy.core.recipe import load_recipe
 
 pytestmark = pytest.mark.docker
 

@@ -1,4 +1,4 @@
-"""ktdeploy.fleet_wheelhouse: the host installs only pinned, hashed wheels; the tarball is reproducible."""
+"""ktdeploy.controller.fleet_wheelhouse: the host installs only pinned, hashed wheels; the tarball is reproducible."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.errors import ImageError
-from ktdeploy.fleet_wheelhouse import pack, requirements
-from ktdeploy.images.lockfile import read_lock
+from ktdeploy.core.errors import ImageError
+from ktdeploy.controller.fleet_wheelhouse import pack, requirements
+from ktdeploy.controller.images.lockfile import read_lock
 
 LOCK = Path(__file__).resolve().parents[2] / "docker" / "requirements" / "reduced.lock"
 
@@ -45,7 +45,7 @@ def test_pack_is_byte_identical_and_records_its_digest(tmp_path):
 
 
 def test_a_lock_wheel_with_another_hash_is_refused(tmp_path):
-    from ktdeploy.fleet_wheelhouse import build
+    from ktdeploy.controller.fleet_wheelhouse import build
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()

@@ -1,12 +1,12 @@
-"""ktdeploy.host_settings: one set of host settings gives doctor's and `ktdeploy up`'s arguments."""
+"""ktdeploy.core.host_settings: one set of host settings gives doctor's and `ktdeploy up`'s arguments."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from ktdeploy.host_settings import HostSettings, launch_record_name
-from ktdeploy.recipe import load_recipe
+from ktdeploy.core.host_settings import HostSettings, launch_record_name
+from ktdeploy.core.recipe import load_recipe
 
 HOSTVARS = {"ktdeploy_gpus": [0, 1, 2, 3], "ktdeploy_volumes": {"model": "/srv/models/m", "output": "/srv/out"},
             "ktsft_isa": "avx512", "ktdeploy_waive_checks": ["gpu.present"],

@@ -6,7 +6,7 @@
 The guest is Debian's own kernel (/boot/vmlinuz-*, package linux-image-amd64) with an initramfs holding
 busybox-static, lscpu (util-linux, with its libraries), ktdeploy's fact-gathering script and the two C probes
 (built static here). /init runs them and prints everything on the serial console; this script splits that
-into a golden folder (the same layout as `python -m ktdeploy.facts.record`) and writes facts.json.
+into a golden folder (the same layout as `python -m ktdeploy.controller.facts_record`) and writes facts.json.
 Needs: apt install qemu-system-x86 busybox-static linux-image-amd64 cpio gcc. Runs under TCG (KTD_QEMU_KVM=1 for KVM).
 """
 
@@ -22,8 +22,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
-from ktdeploy.facts.gather import RawFacts, build_facts, gather_script, parse_sections, save_raw  # noqa: E402
-from ktdeploy.facts.probes import PROBES, build_probe  # noqa: E402
+from ktdeploy.controller.facts_gather import RawFacts, build_facts, gather_script, parse_sections, save_raw  # noqa: E402
+from ktdeploy.controller.facts_probes import PROBES, build_probe  # noqa: E402
 
 INIT = """#!/bin/sh
 /bin/busybox --install -s /bin

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.agent.serve import build_serve_command, kt_method
-from ktdeploy.errors import UsageError
-from ktdeploy.recipe import load_recipe
+from ktdeploy.core.errors import UsageError
+from ktdeploy.core.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.agent import train as T
-from ktdeploy.errors import RunRecordError, UsageError
+from ktdeploy.core.errors import RunRecordError, UsageError
 
 ROOT = Path(__file__).resolve().parents[3]
 RECIPE = ROOT / "recipes/tiny-moe-lora.yaml"
@@ -114,7 +114,7 @@ def test_execute_records_a_failed_run(tmp_path):
     recipe, out = _recipe_copy(tmp_path)
     plan = T.plan_train(str(recipe), doctor=fake_doctor)
     plan.argv = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
-    from ktdeploy.errors import StepError
+    from ktdeploy.core.errors import StepError
 
     with pytest.raises(StepError) as ei:
         T.execute(plan, echo=None)

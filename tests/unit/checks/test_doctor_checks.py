@@ -1,9 +1,9 @@
 """run_checks on recorded facts, and on recorded facts with one thing changed (the faults doctor must catch)."""
 
-from ktdeploy.checks.doctor import DoctorReport, run_checks
-from ktdeploy.checks.isa import best_variant, variant_check
-from ktdeploy.checks.threads import derive_threads
-from ktdeploy.facts.model import AmxProbe, Gpu
+from ktdeploy.controller.doctor import DoctorReport, run_checks
+from ktdeploy.core.checks.isa import best_variant, variant_check
+from ktdeploy.core.checks.threads import derive_threads
+from ktdeploy.core.facts.host import AmxProbe, Gpu
 from tests.unit.facts.golden import facts_of
 
 
@@ -112,7 +112,7 @@ def test_dev_vm_on_emerald_rapids_names_the_vm_layer_hiding_amx():
 def test_recipe_shortfall_fails_once_in_plan_checks_with_the_knob():
     from pathlib import Path
 
-    from ktdeploy.recipe import load_recipe
+    from ktdeploy.core.recipe import load_recipe
 
     recipe = load_recipe(Path(__file__).resolve().parents[3] / "recipes" / "qwen35-397b-bf16-lora.yaml")
     r = by_name(run_checks(dev(), recipe))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ktdeploy.facts.gather import build_facts, load_raw
-from ktdeploy.facts.model import HostFacts
+from ktdeploy.controller.facts_gather import build_facts, load_raw
+from ktdeploy.core.facts.host import HostFacts
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 

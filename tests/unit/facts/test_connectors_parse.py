@@ -4,8 +4,8 @@ import shlex
 
 import pytest
 
-from ktdeploy.connectors import LocalConnector, connect, parse_ssh_target, quote_argv
-from ktdeploy.errors import ConnectError
+from ktdeploy.controller.connectors import LocalConnector, connect, parse_ssh_target, quote_argv
+from ktdeploy.core.errors import ConnectError
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ktdeploy.checks.isa import auto_backend, best_variant, kt_kernel_variant
+from ktdeploy.core.checks.isa import auto_backend, best_variant, kt_kernel_variant
 from tests.unit.facts.golden import GOLDEN, facts_of
 
 
@@ -43,7 +43,7 @@ def test_two_socket_numa_with_smt():
     assert f.cpu.sockets == 2 and f.cpu.threads_per_core == 2 and f.cpu.logical_cpus == 8
     assert f.cpu.physical_cores == 4
     assert [(n.id, n.cpus) for n in f.cpu.numa_nodes] == [(0, [0, 1, 2, 3]), (1, [4, 5, 6, 7])]
-    from ktdeploy.checks.threads import derive_threads
+    from ktdeploy.core.checks.threads import derive_threads
     assert derive_threads(f, 0) == (4, 2)
     assert derive_threads(f, 1) == (3, 2)
 

@@ -4,7 +4,7 @@ import os
 
 import testinfra
 
-from ktdeploy.connectors.testinfra import TestinfraConnector
+from ktdeploy.controller.connectors.testinfra import TestinfraConnector
 
 
 def test_run_put_get(tmp_path):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.errors import ImageError, UsageError
-from ktdeploy.images.build import BuildOptions, build_argv, find_context, snapshot_context
-from ktdeploy.images.lockfile import read_lock
-from ktdeploy.images.variants import expand_isa
-from ktdeploy.images.wheelhouse import check_wheelhouse, missing_wheels, serve
+from ktdeploy.core.errors import ImageError, UsageError
+from ktdeploy.controller.images.build import BuildOptions, build_argv, find_context, snapshot_context
+from ktdeploy.controller.images.lockfile import read_lock
+from ktdeploy.controller.images.variants import expand_isa
+from ktdeploy.controller.images.wheelhouse import check_wheelhouse, missing_wheels, serve
 
 ROOT = Path(__file__).resolve().parents[3]
 REDUCED = read_lock(ROOT / "docker" / "requirements" / "reduced.lock")
@@ -52,7 +52,7 @@ def test_find_context_is_this_checkout():
 
 def test_snapshot_holds_what_the_dockerfile_copies(tmp_path):
     snap = snapshot_context(ROOT, tmp_path)
-    for rel in ("Dockerfile", "pyproject.toml", "ktdeploy/agent/entry.py", "docker/verify_stack.py",
+    for rel in ("Dockerfile", "pyproject.toml", "ktdeploy/cli/image_entry.py", "docker/verify_stack.py",
                 "docker/requirements/full.lock", "recipes/tiny-moe-lora.yaml"):
         assert (snap / rel).exists(), rel
     assert not list(snap.rglob("__pycache__"))

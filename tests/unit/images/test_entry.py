@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.agent import entry
-from ktdeploy.checks.isa import best_variant
-from ktdeploy.facts.cpu import build_cpu
+from ktdeploy.cli import image_entry as entry
+from ktdeploy.core.checks.isa import best_variant
+from ktdeploy.core.facts.cpu import build_cpu
 
 ORDER = {"avx2": 1, "avx512": 2, "amx": 3}
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.images.lockfile import parse_lock, read_lock
-from ktdeploy.images.variants import ISA_VARIANTS
+from ktdeploy.controller.images.lockfile import parse_lock, read_lock
+from ktdeploy.controller.images.variants import ISA_VARIANTS
 
 ROOT = Path(__file__).resolve().parents[3]
 STACK = tomllib.loads((ROOT / "docker" / "stack.toml").read_text())
@@ -117,7 +117,7 @@ def test_dockerfile_runs_as_non_root_and_enters_the_agent():
     stages = dockerfile_stages()
     assert stages["agent"][-1] == "USER kt"
     assert not any(ln.startswith("USER") for st in ("base", "deps") for ln in stages[st])
-    assert any("ktdeploy.agent.entry" in ln for ln in stages["base"] if ln.startswith("ENTRYPOINT"))
+    assert any("ktdeploy.cli.image_entry" in ln for ln in stages["base"] if ln.startswith("ENTRYPOINT"))
 
 
 def test_dockerignore_keeps_the_wheelhouse_and_venv_out():

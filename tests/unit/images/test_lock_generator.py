@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ktdeploy.images.lockfile import parse_lock
+from ktdeploy.controller.images.lockfile import parse_lock
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "docker"))

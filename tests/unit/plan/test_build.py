@@ -2,11 +2,11 @@ import shlex
 
 import pytest
 
-from ktdeploy.facts.model import CpuFacts, DockerFacts, HostFacts
-from ktdeploy.plan import UpOptions, build_plan, job_name, parse_state, plan_text, shipped_recipe
-from ktdeploy.plan import docker_argv as dk
-from ktdeploy.plan.state import STATE_SCRIPT, ContainerState, JobState
-from ktdeploy.recipe import builtin_recipe, load_recipe
+from ktdeploy.core.facts.host import CpuFacts, DockerFacts, HostFacts
+from ktdeploy.core.plan import UpOptions, build_plan, job_name, parse_state, plan_text, shipped_recipe
+from ktdeploy.core.plan import docker_argv as dk
+from ktdeploy.core.plan.state import STATE_SCRIPT, ContainerState, JobState
+from ktdeploy.core.recipe import builtin_recipe, load_recipe
 
 AVX512 = ["avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16", "avx512_vnni", "avx512vbmi"]
 FULL = ["adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"]

@@ -1,4 +1,4 @@
-from ktdeploy import checkpoints as ck
+from ktdeploy.core import checkpoints as ck
 
 FULL = ["adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt", "rng_state.pth",
         "training_args.bin", "trainer_state.json"]

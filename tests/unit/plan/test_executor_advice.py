@@ -1,7 +1,7 @@
-from ktdeploy.executor import exit_advice
-from ktdeploy.facts.model import HostFacts, MemoryFacts
-from ktdeploy.plan.state import ContainerState
-from ktdeploy.recipe import builtin_recipe, load_recipe
+from ktdeploy.controller.executor import exit_advice
+from ktdeploy.core.facts.host import HostFacts, MemoryFacts
+from ktdeploy.core.plan.state import ContainerState
+from ktdeploy.core.recipe import builtin_recipe, load_recipe
 
 
 def test_advice_by_how_the_container_stopped():

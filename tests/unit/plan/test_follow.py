@@ -1,6 +1,6 @@
 import json
 
-from ktdeploy import follow
+from ktdeploy.controller import follow
 
 # A line exactly as LlamaFactory's LogCallback writes it (keys with None values dropped).
 LINE = json.dumps({"current_steps": 40, "total_steps": 100, "loss": 1.2345, "lr": 9.5e-05, "epoch": 0.4,

@@ -1,7 +1,7 @@
 import pytest
 
-from ktdeploy import runs
-from ktdeploy.errors import RunRecordError
+from ktdeploy.controller import runs
+from ktdeploy.core.errors import RunRecordError
 
 
 def test_record_roundtrip(tmp_path, monkeypatch):

@@ -13,10 +13,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from ktdeploy.connectors import LocalConnector
-from ktdeploy.errors import StepError
-from ktdeploy.plan import UpOptions, build_plan
-from ktdeploy.plan.model import Stage, Step
+from ktdeploy.controller.connectors import LocalConnector
+from ktdeploy.core.errors import StepError
+from ktdeploy.core.plan import UpOptions, build_plan
+from ktdeploy.core.plan.steps import Stage, Step
 from tests.unit.plan.test_build import facts, recipe, state, steps
 
 SECRET = "sk-test-0123456789"
@@ -53,7 +53,7 @@ class _Exec:
     """The executor's put_secret / wait_http handlers over the real local connector."""
 
     def __init__(self):
-        from ktdeploy.executor import Executor
+        from ktdeploy.controller.executor import Executor
 
         self.ex = Executor.__new__(Executor)
         self.ex.conn = LocalConnector()
@@ -79,7 +79,7 @@ def test_put_secret_without_the_variable_fails_clearly(tmp_path, monkeypatch):
 
 
 def test_health_probe_script_answers_only_when_the_server_does():
-    from ktdeploy.plan.docker_argv import HEALTH_SCRIPT
+    from ktdeploy.core.plan.docker_argv import HEALTH_SCRIPT
 
     class H(BaseHTTPRequestHandler):
         def do_GET(self):
@@ -101,9 +101,9 @@ def test_health_probe_script_answers_only_when_the_server_does():
 
 
 def test_up_refuses_before_anything_when_the_key_variable_is_missing(monkeypatch):
-    from ktdeploy import api
-    from ktdeploy.errors import UsageError
-    from ktdeploy.recipe import builtin_recipe
+    from ktdeploy.controller import api
+    from ktdeploy.core.errors import UsageError
+    from ktdeploy.core.recipe import builtin_recipe
 
     monkeypatch.delenv("KT_API_KEY", raising=False)
     monkeypatch.setattr(api, "RunRecord", None)  # nothing may be recorded or started before the refusal

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.facts.model import Gpu, GpuFacts, HostFacts, MemoryFacts, PathFacts
-from ktdeploy.planner import plan_recipe
-from ktdeploy.planner.doctor import plan_check_results
-from ktdeploy.recipe import load_recipe
+from ktdeploy.core.facts.host import Gpu, GpuFacts, HostFacts, MemoryFacts, PathFacts
+from ktdeploy.core.sizing import plan_recipe
+from ktdeploy.core.sizing.checks import plan_check_results
+from ktdeploy.core.recipe import load_recipe
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 GiB = 2**30
@@ -88,7 +88,7 @@ def test_unknown_capacity_skips(bf16):
 
 
 def test_doctor_run_checks_gates_on_the_plan(bf16):
-    from ktdeploy.checks.doctor import run_checks
+    from ktdeploy.controller.doctor import run_checks
 
     r, plan = bf16
     facts = _facts(r, plan.host_memory_gib - 40, 80 * 1024, plan.disk_gib + 10)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.planner.anchors import COOKBOOK_QWEN3_235B
-from ktdeploy.planner.estimate import estimate
-from ktdeploy.planner.model_config import load_model_config
+from ktdeploy.core.sizing.anchors import COOKBOOK_QWEN3_235B
+from ktdeploy.core.sizing.estimate import estimate
+from ktdeploy.core.sizing.model_config import load_model_config
 
 MODELS = Path(__file__).resolve().parents[3] / "recipes" / "models"
 
@@ -125,7 +125,7 @@ def test_every_calibrated_peak_within_ten_percent_and_constants_match_the_fit():
     import importlib.util
     from pathlib import Path
 
-    from ktdeploy.planner.estimate import MEASURED
+    from ktdeploy.core.sizing.estimate import MEASURED
 
     path = Path(__file__).resolve().parents[3] / "bench" / "planner_calibration.py"
     spec = importlib.util.spec_from_file_location("planner_calibration", path)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.errors import RecipeError, UsageError
-from ktdeploy.planner.model_config import load_model_config, parse_model_config, resolve_model_config
+from ktdeploy.core.errors import RecipeError, UsageError
+from ktdeploy.core.sizing.model_config import load_model_config, parse_model_config, resolve_model_config
 
 MODELS = Path(__file__).resolve().parents[3] / "recipes" / "models"
 

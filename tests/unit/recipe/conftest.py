@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.recipe import load_recipe, validate
-from ktdeploy.recipe.render import dump_yaml
+from ktdeploy.core.recipe import load_recipe, validate
+from ktdeploy.core.recipe.render import dump_yaml
 
 REPO = Path(__file__).resolve().parents[3]
 RECIPES = REPO / "recipes"

@@ -85,7 +85,7 @@ def test_render_is_byte_identical_and_round_trips(tmp_path, capsys):
     # the rendered training YAML holds exactly the recipe's train section
     from ruamel.yaml import YAML
 
-    from ktdeploy.recipe import load_recipe
+    from ktdeploy.core.recipe import load_recipe
 
     assert YAML(typ="safe").load((a / "train.yaml").read_text()) == load_recipe(RECIPES / "qwen35-397b-bf16-lora.yaml").train
 
@@ -124,7 +124,7 @@ def test_rendered_yaml_reads_the_same_under_yaml_1_1(tmp_path, capsys):
     import yaml as pyyaml
     from ruamel.yaml import YAML
 
-    from ktdeploy.recipe.render import dump_yaml
+    from ktdeploy.core.recipe.render import dump_yaml
 
     tricky = {"a": "no", "b": "On", "c": "y", "d": "1:30", "e": "0755", "f": "1_000", "g": "~", "h": "2026-12-02",
               "i": "0x1F", "j": ".5", "k": "OFF", "l": "plain", "m": "0o17", "n": "1e3", "o": "", "p": 5, "q": True,

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ktdeploy.cli import main
-from ktdeploy.recipe.render import dump_yaml
+from ktdeploy.core.recipe.render import dump_yaml
 from tests.unit.recipe.conftest import _read
 
 BASE = _read("qwen35-397b-bf16-lora.yaml")

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from ktdeploy.recipe.rules import RULES
+from ktdeploy.core.recipe.rules import RULES
 
 
 def _set(doc, dotted, value):

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.agent.monitor import PAGE, tree_rss_bytes
-from ktdeploy.errors import RecipeError
-from ktdeploy.facts.model import CpuFacts, HostFacts, MemoryFacts, NumaNode
-from ktdeploy.tune import api
-from ktdeploy.tune.candidates import Candidate, stage_one, stage_two, thread_ladder
-from ktdeploy.tune.measure import parse_log, steady_tokens_per_s
-from ktdeploy.tune.runner import TrialSpec, run_trial, trial_argv, trial_out_dir
-from ktdeploy.tune.select import Trial, choose, should_stop_early
+from ktdeploy.core.errors import RecipeError
+from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
+from ktdeploy.agent.tune import api
+from ktdeploy.agent.tune.candidates import Candidate, stage_one, stage_two, thread_ladder
+from ktdeploy.agent.tune.measure import parse_log, steady_tokens_per_s
+from ktdeploy.agent.tune.runner import TrialSpec, run_trial, trial_argv, trial_out_dir
+from ktdeploy.agent.tune.select import Trial, choose, should_stop_early
 
 REPO = Path(__file__).resolve().parents[3]
 FAKE = (sys.executable, str(REPO / "tests" / "fakes" / "tune_trainer.py"))
@@ -158,7 +158,7 @@ def test_a_bad_recipe_starts_no_trial(tmp_path, monkeypatch):
 
 
 def test_failure_reason_finds_the_exception_behind_the_panel():
-    from ktdeploy.tune.measure import failure_reason
+    from ktdeploy.agent.tune.measure import failure_reason
 
     log = "\n".join([
         "[INFO] loading model", "Traceback (most recent call last):", '  File "x.py", line 3, in <module>',

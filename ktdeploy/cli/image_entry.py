@@ -1,0 +1,52 @@
+"""The ktsft image's entrypoint: `docker run ktsft:<isa> doctor|check|render|train|convert|serve …`.
+
+Before anything that runs kt-kernel, it checks that this CPU can run the image's ISA variant
+($KTSFT_VARIANT, set by the Dockerfile's final stage, which also pins KT_KERNEL_CPU_VARIANT).
+kt-kernel trusts that pin and would die with "Illegal instruction" deep inside training, so a
+mismatch is refused up front, naming the variant this CPU can run. Then the arguments go to the
+ktdeploy CLI unchanged: the image's agent and the controller share one code path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Pure recipe work never touches kt-kernel: it runs on any CPU, whatever the variant.
+NO_ISA_COMMANDS = {"check", "render", "--help", "-h", "help", "--version"}
+
+
+def isa_gate(variant: str | None, argv: list[str]):
+    """The CheckResult that refuses or admits this run, or None when no check applies."""
+    if not variant or (argv and argv[0] in NO_ISA_COMMANDS):
+        return None
+    from ktdeploy.core.checks.isa import variant_check
+    from ktdeploy.controller.connectors.local import LocalConnector
+    from ktdeploy.controller.facts_gather import gather_facts
+
+    # The AMX probe (a real tile multiply) only decides for the amx variant; flags decide the rest.
+    facts = gather_facts(LocalConnector("container"), probes=(variant == "amx"))
+    return variant_check(facts, variant)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv) or ["doctor"]
+    variant = os.environ.get("KTSFT_VARIANT") or None
+
+    from ktdeploy.cli import main as cli_main
+    from ktdeploy.cli.output import err_console, print_error
+    from ktdeploy.core.errors import CheckFailed
+
+    result = isa_gate(variant, argv)
+    if result is not None and result.status == "fail":
+        print_error(CheckFailed(
+            f"this CPU cannot run the ktsft:{variant} image: {result.detail}",
+            fix=result.fix, key=result.name, results=[result]))
+        sys.exit(CheckFailed.exit_code)
+    if result is not None and result.status == "warn":
+        err_console.print(f"[yellow]note:[/yellow] {result.detail}. {result.fix}", highlight=False)
+    cli_main(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The controller layer: see docs/architecture.md."""

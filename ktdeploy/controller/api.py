@@ -1,0 +1,331 @@
+"""What the CLI and the tests call: up(), status(), logs(), down() (+ thin re-exports of check/doctor/render).
+
+``up`` runs the stages in order: connect -> facts + doctor -> plan (pure) -> apply (executor). Every run keeps a
+record folder on the controller (ktdeploy.controller.runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
+from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
+from ktdeploy.core.plan.build import ADAPTER_SUBDIR, GPU_WAIVERS, shipped_recipe
+from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
+from ktdeploy.controller.runs import RunRecord, latest_run
+
+# Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
+RUNTIME_FIXABLE = ("docker.present", "docker.nvidia_runtime")
+WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
+
+
+def check(recipe_path, overrides=()):
+    from ktdeploy.core.recipe import load_recipe, validate
+
+    return validate(load_recipe(recipe_path, overrides))
+
+
+def render(recipe_path, out_dir, overrides=()):
+    from ktdeploy.core.recipe import load_recipe, render as _render, require_valid
+
+    r = load_recipe(recipe_path, overrides)
+    require_valid(r)
+    return _render(r).write(out_dir)
+
+
+def doctor(host: str = "localhost", recipe=None, **ssh):
+    from ktdeploy.controller.doctor import doctor as _doctor
+    from ktdeploy.controller.connectors import connect
+
+    conn = connect(host, **ssh)
+    try:
+        return _doctor(conn, recipe)
+    finally:
+        conn.close()
+
+
+@dataclass
+class UpResult:
+    record: RunRecord
+    plan: object | None = None
+    state: str = "planned"
+    text: str = ""
+    waived: list = field(default_factory=list)
+
+
+def _say_default(msg: str) -> None:
+    """Progress lines for a Python caller that passes no ``say`` (the CLI passes its own console's print)."""
+    from rich.console import Console
+
+    Console().print(msg, highlight=False)
+
+
+def load_up_recipe(recipe_path=None, overrides=()):
+    from ktdeploy.core.recipe import builtin_recipe, load_recipe, require_valid
+
+    path = Path(str(recipe_path)) if recipe_path else Path(str(builtin_recipe()))
+    if not path.exists():
+        raise UsageError(f"recipe {path} does not exist", key="RECIPE", fix="Give a recipe file, e.g. recipes/tiny-moe-lora.yaml.")
+    recipe = load_recipe(path, list(overrides))
+    require_valid(recipe)
+    return recipe
+
+
+def gather_job_state(conn, recipe, image: str) -> JobState:
+    name = job_name(recipe)
+    out = output_dir_of(recipe)
+    r = conn.run(["sh", "-c", STATE_SCRIPT, "ktdeploy-state", name, f"{name}-serve", image, out,
+                  f"{out}/{ADAPTER_SUBDIR}"], timeout=120)
+    if r.rc != 0 and not r.stdout:
+        raise StepError(f"could not read the job state on {conn.name}: {r.stderr.strip()[-300:]}", step="preflight.state")
+    return parse_state(r.stdout)
+
+
+def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resume: str | None = None,
+       detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
+       tune: bool = False, tune_budget_minutes: float = 20.0,
+       say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
+       ) -> UpResult:
+    from ktdeploy.controller.doctor import doctor as _doctor
+    from ktdeploy.controller.connectors import connect
+    from ktdeploy.controller.executor import Executor
+    from ktdeploy.core.recipe import render as _render
+    from ktdeploy.core.recipe.render import dump_yaml
+
+    say = say or _say_default
+    if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
+        raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
+                         key="--resume", fix="ktdeploy up --resume auto ...")
+    recipe = load_up_recipe(recipe_path, overrides)
+    serve = recipe.deploy.serve if recipe.deploy is not None else None
+    if serve is not None and serve.enabled and serve.api_key_env and not detach and not dry_run \
+            and not os.environ.get(serve.api_key_env):
+        # checked before anything starts: the serve stage comes hours later, after training
+        raise UsageError(f"deploy.serve.api_key_env names {serve.api_key_env}, which is not set in this shell",
+                         key="deploy.serve.api_key_env", fix=f"export {serve.api_key_env}=<key>, then run ktdeploy up again")
+    waive = tuple(dict.fromkeys(waive))
+    record = RunRecord.create(recipe.name)
+    record.write_text("recipe.yaml", dump_yaml(recipe.to_document()))
+    base_status = {"host": host, "recipe": recipe.name, "recipe_path": str(recipe.path), "created": time.time(),
+                   "container": job_name(recipe), "serve_container": f"{job_name(recipe)}-serve",
+                   "output_dir": output_dir_of(recipe), "waived": list(waive), "dry_run": dry_run}
+    record.set_status("planned", **base_status)
+    result = UpResult(record=record, waived=list(waive))
+    if waive:
+        say(f"[bold yellow]WARNING: waiving checks {', '.join(waive)} — recorded in {record.path}/status.json[/]")
+        record.event("waived", checks=list(waive))
+
+    def fail(state: str, err: KtdeployError):
+        record.event("failed", error=type(err).__name__, message=err.message, fix=err.fix)
+        record.set_status(state, error=err.message, error_type=type(err).__name__, exit_code=err.exit_code)
+        return err
+
+    # connect
+    record.event("stage_start", stage="PREFLIGHT", step="connect", host=host)
+    try:
+        conn = connect(host, **(ssh or {}))
+    except ConnectError as e:
+        raise fail("failed", e) from None
+    say(f"[green]✓[/green] PREFLIGHT: connected to {conn.name}")
+    record.event("connected", connector=conn.name)
+    try:
+        # facts + doctor
+        report = _doctor(conn, recipe)
+        record.write_json("facts.json", report.facts.model_dump(mode="json"))
+        record.write_json("doctor.json", report.to_json())
+        failed = report.failed
+        waived = [c for c in failed if c.name in waive]
+        deferred = [c for c in failed if c.name in RUNTIME_FIXABLE and c.name not in waive]
+        blocking = [c for c in failed if c.name not in waive and c.name not in RUNTIME_FIXABLE]
+        summary = report.summary()
+        doc_line = (f"{summary['pass']} pass, {summary['warn']} warn, {summary['fail']} fail"
+                    + (f" ({len(waived)} waived)" if waived else "")
+                    + (f", {len(deferred)} left to the RUNTIME stage" if deferred else ""))
+        record.event("doctor", summary=summary, failed=[c.name for c in failed], waived=[c.name for c in waived])
+        say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {conn.name}: {doc_line}")
+        for c in waived:
+            say(f"  [yellow]waived[/yellow] {c.name}: {c.detail}")
+        for c in deferred:
+            say(f"  [yellow]to repair[/yellow] {c.name}: {c.detail} -> the RUNTIME stage installs what is missing")
+
+        image, _variant, _how = resolve_image(recipe.deploy, report.facts)
+        state = gather_job_state(conn, recipe, image)
+        record.write_json("job_state.json", state.to_json())
+        opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive, tune=tune,
+                         tune_budget_minutes=tune_budget_minutes,
+                         image_tar=str(Path(image_tar).resolve()) if image_tar else None,
+                         local=type(conn).__name__ == "LocalConnector",
+                         preflight={"connect": f"connected ({conn.name})", "doctor": doc_line})
+        plan = build_plan(recipe, report.facts, state, opts)
+        # rendered files: for reading (the container renders its own from the shipped recipe)
+        derived = {}
+        try:
+            from ktdeploy.core.checks.threads import derive_threads
+
+            threads, pools = derive_threads(report.facts, recipe.deploy.reserve_cores)
+            derived = {"kt_config.kt_num_threads": threads, "kt_config.kt_threadpool_count": pools}
+        except Exception:
+            derived = {}
+        rendered = _render(recipe, derived).write(record.path / "rendered")
+        ship = record.write_text("rendered/ship/recipe.yaml", dump_yaml(shipped_recipe(recipe, plan.resume_from)))
+        files = {k: str(v) for k, v in rendered.items()}
+        files["ship/recipe.yaml"] = str(ship)
+        plan = dataclasses.replace(plan, rendered=files)
+        record.write_json("plan.json", plan.to_json())
+        result.plan = plan
+        result.text = plan_text(plan, run_dir=str(record.path))
+        record.set_status("planned", job_dir=plan.job_dir, image=plan.image, adapter_dir=plan.adapter_dir,
+                          resume_from=plan.resume_from)
+
+        if blocking:
+            if dry_run and print_plan:
+                print_plan(result.text)
+            raise fail("failed", CheckFailed(
+                f"doctor found {len(blocking)} failing check(s) on {conn.name}; nothing was started",
+                results=blocking, key="doctor",
+                fix="Fix the checks listed below and re-run. On a CPU-only test host the GPU checks can be waived "
+                    f"explicitly: --waive NAME ({WAIVABLE_HINT})."))
+        if dry_run:
+            record.set_status("dry-run")
+            record.event("dry_run")
+            if print_plan:
+                print_plan(result.text)
+            result.state = "dry-run"
+            return result
+
+        executor = Executor(conn, record, plan, say=say, progress_factory=progress_factory, recipe=recipe,
+                            facts=report.facts)
+        try:
+            executor.apply()
+        except KeyboardInterrupt:
+            record.event("detached", reason="interrupted (Ctrl-C)")
+            record.set_status("detached", note="controller interrupted; training keeps running on the host")
+            say(f"[yellow]Stopped following; the training container {plan.job} keeps running on {host}.[/]\n"
+                f"  ktdeploy status --host {host}   |   ktdeploy logs -f --host {host}   |   ktdeploy up (same args) to go on")
+            result.state = "detached"
+            return result
+        except ConnectError as e:
+            e.fix = (e.fix or "") + f" Training (if started) keeps running on the host: `ktdeploy status --host {host}`."
+            raise fail("detached", e) from None
+        except StepError as e:
+            cur = record.status().get("state")
+            raise fail("crashed" if cur == "crashed" else "failed", e) from None
+        if detach:
+            record.set_status("detached", note="--detach: training runs on the host")
+            result.state = "detached"
+            say(f"[green]Training started in {plan.job} on {host}.[/] Follow it: ktdeploy status --host {host}; "
+                f"ktdeploy logs -f --host {host}")
+        else:
+            record.set_status("finished")
+            result.state = "finished"
+            say(f"[green bold]done:[/] adapter {plan.adapter_dir}; run record {record.path}")
+        return result
+    finally:
+        conn.close()
+
+
+# -- status / logs / down ------------------------------------------------------------------------
+def _connect_for(rec: RunRecord, ssh: dict | None):
+    from ktdeploy.controller.connectors import connect
+
+    return connect(rec.status()["host"], **(ssh or {}))
+
+
+def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None, live: bool = True) -> dict:
+    from ktdeploy.controller.executor import snapshot
+    from ktdeploy.controller.follow import TRAINER_LOG
+
+    rec = latest_run(host, run_id=run_id)
+    st = dict(rec.status())
+    st["record"] = str(rec.path)
+    if live:
+        try:
+            conn = _connect_for(rec, ssh)
+        except ConnectError as e:
+            st["live"] = {"error": e.message}
+            return st
+        try:
+            snap = snapshot(conn, st["container"], f"{st['output_dir']}/{TRAINER_LOG}")
+            serve = snapshot(conn, st["serve_container"], "/dev/null").state
+        finally:
+            conn.close()
+        st["live"] = {"container": snap.state.__dict__ if snap.state else None,
+                      "progress": snap.entry.to_json() if snap.entry else None,
+                      "serve": serve.__dict__ if serve else None}
+    return st
+
+
+def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = False, tail: int = 100,
+         ssh: dict | None = None, write: Callable[[str], None] = print, poll_s: float = 2.0) -> None:
+    from ktdeploy.controller.executor import snapshot
+
+    rec = latest_run(host, run_id=run_id)
+    name = rec.status()["container"]
+    conn = _connect_for(rec, ssh)
+    try:
+        r = conn.run(["docker", "logs", "--timestamps", "--tail", str(tail), "--", name], timeout=120)
+        if r.rc != 0:
+            raise StepError(f"no logs for {name} on {conn.name}: {r.stderr.strip()[-300:]}",
+                            fix="The container was removed (ktdeploy down?) — its log is in the run record's artifacts/.")
+        last = _emit(r.stdout + r.stderr, None, write)
+        while follow:
+            snap = snapshot(conn, name, "/dev/null")
+            r = conn.run(["docker", "logs", "--timestamps", *(["--since", last] if last else []), "--", name],
+                         timeout=120)
+            last = _emit(r.stdout + r.stderr, last, write) or last
+            if snap.state is None or not snap.state.running:
+                break
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        conn.close()
+
+
+def _emit(text: str, after: str | None, write) -> str | None:
+    """Write docker log lines (RFC3339Nano timestamp first) newer than ``after``; return the newest timestamp."""
+    newest = after
+    for line in sorted(text.splitlines()):
+        ts, _, msg = line.partition(" ")
+        if after and ts <= after:
+            continue
+        write(msg)
+        newest = ts
+    return newest
+
+
+def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None) -> dict:
+    """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
+    from ktdeploy.controller.executor import container_logs
+
+    rec = latest_run(host, run_id=run_id)
+    st = rec.status()
+    conn = _connect_for(rec, ssh)
+    done = {}
+    try:
+        for key in ("serve_container", "container"):
+            name = st.get(key)
+            if not name:
+                continue
+            if conn.run(["docker", "inspect", "--type", "container", "--", name], timeout=60).rc != 0:
+                done[name] = "absent"
+                continue
+            (rec.path / "artifacts").mkdir(exist_ok=True)
+            (rec.path / "artifacts" / f"{name}.log").write_text(container_logs(conn, name, tail=None), encoding="utf-8")
+            conn.run(["docker", "stop", "--time", "30", "--", name], timeout=120)
+            r = conn.run(["docker", "rm", "--force", "--", name], timeout=120)
+            if r.rc != 0:
+                raise StepError(f"could not remove {name}: {r.stderr.strip()[-300:]}")
+            done[name] = "removed"
+            rec.event("down", container=name)
+    finally:
+        conn.close()
+    rec.set_status("stopped", down=done)
+    return done
+
+
+__all__ = ["RunRecordError", "UpResult", "check", "doctor", "down", "logs", "render", "status", "up"]

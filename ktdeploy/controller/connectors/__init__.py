@@ -1,0 +1,56 @@
+"""Connectors: local, SSH (pyinfra) and docker exec, behind one small protocol.
+
+``connect(host)`` maps a host string to a connector:
+  'localhost' / 'local'            -> LocalConnector
+  'docker://NAME'                  -> DockerExecConnector(NAME)
+  'ssh://user@host:port', 'user@host', 'host', 'user@host:port' -> SSHConnector
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from ktdeploy.controller.connectors.base import Connector, Result, quote_argv
+from ktdeploy.controller.connectors.docker import DockerExecConnector
+from ktdeploy.controller.connectors.local import LocalConnector
+from ktdeploy.core.errors import ConnectError
+
+__all__ = ["Connector", "DockerExecConnector", "LocalConnector", "Result", "SSHConnector", "connect",
+           "parse_ssh_target", "quote_argv"]
+
+
+def parse_ssh_target(host: str) -> tuple[str | None, str, int]:
+    """'ssh://u@h:2222' / 'u@h:2222' / 'u@h' / 'h' -> (user, hostname, port)."""
+    text = host if host.startswith("ssh://") else f"ssh://{host}"
+    try:
+        parts = urlsplit(text)
+        port = parts.port or 22
+    except ValueError as e:
+        raise ConnectError(f"invalid host {host!r}: {e}", fix="Use host, user@host or ssh://user@host:port.",
+                           key="host") from None
+    if not parts.hostname or parts.path not in ("", "/"):
+        raise ConnectError(f"invalid host {host!r}", fix="Use host, user@host or ssh://user@host:port.", key="host")
+    return parts.username, parts.hostname, port
+
+
+def connect(host: str, **ssh_options) -> Connector:
+    """A connector for ``host``. SSH options: key, known_hosts, accept_new_host_key, connect_timeout."""
+    host = (host or "").strip()
+    if host in ("localhost", "local", ""):
+        return LocalConnector()
+    if host.startswith("docker://"):
+        return DockerExecConnector(host[len("docker://"):])
+    if host.startswith("-") or any(c.isspace() for c in host):
+        raise ConnectError(f"invalid host {host!r}", fix="Use host, user@host or ssh://user@host:port.", key="host")
+    from ktdeploy.controller.connectors.ssh import SSHConnector
+
+    user, hostname, port = parse_ssh_target(host)
+    return SSHConnector(hostname, user=user, port=port, **ssh_options)
+
+
+def __getattr__(name):  # lazy: pyinfra/paramiko load only when SSH is used
+    if name == "SSHConnector":
+        from ktdeploy.controller.connectors.ssh import SSHConnector
+
+        return SSHConnector
+    raise AttributeError(name)

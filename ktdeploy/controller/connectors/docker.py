@@ -1,0 +1,105 @@
+"""DockerExecConnector: run inside a running container with `docker exec` (argv, no shell)."""
+
+from __future__ import annotations
+
+import subprocess
+
+from ktdeploy.controller.connectors.base import Result, checked, to_text
+from ktdeploy.core.errors import ConnectError
+
+
+class DockerExecConnector:
+    def __init__(self, container: str, *, docker: str = "docker", user: str | None = None, via=None):
+        """``via``: another connector (e.g. SSH) on whose host the container runs; default: this machine."""
+        if not container or container.startswith("-"):
+            raise ConnectError(f"invalid container name {container!r}", fix="Use docker://NAME with a container name or id.")
+        self.container = container
+        self.docker = docker
+        self.user = user
+        self.via = via
+        self.name = f"docker://{container}" + (f"@{via.name}" if via is not None else "")
+        self._verify()
+
+    def _verify(self) -> None:
+        p = self._docker([self.docker, "inspect", "--format", "{{.State.Running}}", "--", self.container], timeout=30)
+        if p.returncode == 127:
+            raise ConnectError("the docker CLI is not installed", fix="Install docker (docker.io / docker-ce-cli).")
+        if p.returncode == 124:
+            raise ConnectError("docker did not answer within 30s", fix="Check the docker daemon: `docker info`.")
+        if p.returncode != 0:
+            reason = (p.stderr.strip().splitlines() or ["unknown error"])[-1]
+            raise ConnectError(f"container {self.container!r} not found: {reason}",
+                               fix="Start it, or list running containers with `docker ps`.")
+        if p.stdout.strip() != "true":
+            raise ConnectError(f"container {self.container!r} is not running",
+                               fix=f"Start it: docker start {self.container}")
+
+    def _docker(self, argv, *, input=None, timeout=None, text=True):
+        """Run a docker CLI command here or through ``via``; returns a CompletedProcess-like object."""
+        if self.via is not None:
+            r = self.via.run(argv, input=input, timeout=timeout)
+            return subprocess.CompletedProcess(argv, r.rc, r.stdout, r.stderr)
+        try:
+            p = subprocess.run(argv, input=input, capture_output=True, timeout=timeout, text=text)
+        except FileNotFoundError:
+            return subprocess.CompletedProcess(argv, 127, "" if text else b"", "docker: command not found")
+        except subprocess.TimeoutExpired as e:
+            return subprocess.CompletedProcess(argv, 124, e.stdout or ("" if text else b""),
+                                               (e.stderr or ("" if text else b"")))
+        return p
+
+    def _exec(self, argv, *, interactive: bool, env=None) -> list[str]:
+        cmd = [self.docker, "exec"]
+        if interactive:
+            cmd.append("-i")
+        if self.user:
+            cmd += ["-u", self.user]
+        for k, v in (env or {}).items():
+            cmd += ["-e", f"{k}={v}"]
+        return [*cmd, self.container, *[str(a) for a in argv]]
+
+    def run(self, argv, *, timeout=None, check=False, env=None, input=None) -> Result:
+        data = input.encode() if isinstance(input, str) and self.via is None else input
+        p = self._docker(self._exec(argv, interactive=data is not None, env=env), input=data, timeout=timeout,
+                         text=False)
+        res = Result(p.returncode, to_text(p.stdout), to_text(p.stderr))
+        if p.returncode == 124:
+            res = Result(124, res.stdout, res.stderr + f"\ntimed out after {timeout}s")
+        # docker exec itself reports 126/127 for a missing executable, as a shell would.
+        return checked(res, argv, self.name, check)
+
+    def run_shell(self, script, *, timeout=None, check=False) -> Result:
+        return self.run(["sh", "-c", script], timeout=timeout, check=check)
+
+    def put_file(self, local, remote, mode=None) -> None:
+        parent = remote.rsplit("/", 1)[0] or "/"
+        self.run(["mkdir", "-p", "--", parent], check=True)
+        src = local
+        if self.via is not None:  # stage on the remote host first, then docker cp there
+            src = f"/tmp/ktdeploy-cp-{abs(hash((local, remote)))}"
+            self.via.put_file(local, src)
+        p = self._docker([self.docker, "cp", "--", src, f"{self.container}:{remote}"])
+        if self.via is not None:
+            self.via.run(["rm", "-f", "--", src])
+        if p.returncode != 0:
+            raise ConnectError(f"docker cp to {self.container}:{remote} failed: {p.stderr.strip()}")
+        if mode is not None:
+            self.run(["chmod", format(mode, "o"), "--", remote], check=True)
+
+    def get_file(self, remote, local) -> None:
+        if self.via is not None:
+            tmp = f"/tmp/ktdeploy-cp-{abs(hash((remote, local)))}"
+            p = self._docker([self.docker, "cp", "--", f"{self.container}:{remote}", tmp])
+            if p.returncode == 0:
+                self.via.get_file(tmp, local)
+                self.via.run(["rm", "-f", "--", tmp])
+        else:
+            p = self._docker([self.docker, "cp", "--", f"{self.container}:{remote}", local])
+        if p.returncode != 0:
+            raise ConnectError(f"docker cp from {self.container}:{remote} failed: {p.stderr.strip()}")
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"DockerExecConnector({self.container!r})"

@@ -1,0 +1,45 @@
+"""LocalConnector: run on this machine with subprocess (no shell unless run_shell)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from ktdeploy.controller.connectors.base import Result, checked, to_text
+
+
+class LocalConnector:
+    def __init__(self, name: str = "localhost"):
+        self.name = name
+
+    def run(self, argv, *, timeout=None, check=False, env=None, input=None) -> Result:
+        full_env = {**os.environ, **env} if env else None
+        data = input.encode() if isinstance(input, str) else input
+        try:
+            p = subprocess.run([str(a) for a in argv], input=data, capture_output=True, timeout=timeout,
+                               env=full_env)
+            res = Result(p.returncode, to_text(p.stdout), to_text(p.stderr))
+        except FileNotFoundError as e:
+            res = Result(127, "", f"{argv[0]}: command not found ({e.strerror})")
+        except subprocess.TimeoutExpired as e:
+            res = Result(124, to_text(e.stdout), to_text(e.stderr) + f"\ntimed out after {timeout}s")
+        return checked(res, argv, self.name, check)
+
+    def run_shell(self, script, *, timeout=None, check=False) -> Result:
+        return self.run(["sh", "-c", script], timeout=timeout, check=check)
+
+    def put_file(self, local, remote, mode=None) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(remote)), exist_ok=True)
+        shutil.copyfile(local, remote)
+        if mode is not None:
+            os.chmod(remote, mode)
+
+    def get_file(self, remote, local) -> None:
+        shutil.copyfile(remote, local)
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"LocalConnector({self.name!r})"

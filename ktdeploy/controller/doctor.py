@@ -1,0 +1,124 @@
+"""doctor: every check, in one place, for every front door (CLI, image agent, up, ansible, testinfra).
+
+``run_checks(facts, recipe=None, container_facts=None)`` is pure. ``doctor(connector, recipe=None,
+container=None)`` gathers the facts through connectors and runs it.
+
+JSON (``DoctorReport.to_json()``, schema_version 1; fields are only added within a version)::
+
+    {"schema_version": 1, "host": str, "ok": bool,
+     "summary": {"pass": n, "warn": n, "fail": n, "skip": n},
+     "facts": HostFacts, "container_facts": HostFacts | null,
+     "checks": [{"name", "status": "pass|warn|fail|skip", "detail", "fix", "layer", "data"}]}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dataclasses import dataclass
+
+from ktdeploy.core.checks import amx, isa, layers, resources, threads
+from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
+from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
+
+
+def _runtime_checks(facts: HostFacts, recipe=None, req=None) -> list[CheckResult]:
+    """Checks about where training runs (the host itself, or the training container)."""
+    out: list[CheckResult] = [amx.kernel_check(facts)]
+    out += isa.isa_checks(facts)
+    out += amx.amx_checks(facts)
+    if recipe is not None:
+        fmt, backend = resources.recipe_weight_format(recipe)
+        if fmt in isa.WEIGHT_FORMATS:
+            out.append(isa.weight_format_check(facts, fmt, backend))
+        deploy = getattr(recipe, "deploy", None)
+        variant = deploy.variant() if deploy is not None and hasattr(deploy, "variant") else None
+        if variant:
+            vc = isa.variant_check(facts, variant)
+            vc.name = "recipe.image_variant"
+            out.append(vc)
+    out.append(threads.mempolicy_check(facts))
+    reserve = getattr(getattr(recipe, "deploy", None), "reserve_cores", 2)
+    out.append(threads.threads_check(facts, reserve, getattr(recipe, "train", None)))
+    out.append(resources.gpu_present_check(facts))
+    for r in out:
+        r.layer = r.layer or facts.layer
+    if recipe is not None and getattr(recipe, "deploy", None) is not None and req is not None:
+        out += resources.gpu_recipe_checks(facts, recipe, req)
+    out += resources.memory_checks(facts, req)
+    return out
+
+
+def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None = None) -> list[CheckResult]:
+    """Pure: every check on the host facts (+ the container's and the layer comparison when given)."""
+    req = resources.recipe_requirements(recipe, facts) if recipe is not None else None
+    if req is not None and str(req.basis.get("host_memory", "")).startswith("planner"):
+        # plan.host_memory / plan.gpu_memory / plan.disk gate on the planner's figures (with the knob that brings a
+        # shortfall under); the capacity checks then only report capacity, so one shortfall fails once.
+        req = dataclasses.replace(req, host_memory_bytes=None, gpu_memory_mib=None, output_disk_bytes=None)
+    out = _runtime_checks(facts, recipe, req)
+    out += resources.docker_checks(facts)
+    if recipe is not None and req is not None:
+        out += resources.path_checks(facts, recipe, req)
+    if recipe is not None:
+        out += plan_check_results(recipe, facts)
+    if container_facts is not None:
+        inner = _runtime_checks(container_facts, recipe, req)
+        for r in inner:
+            r.layer = "container"
+        out += inner
+        out += layers.layer_checks(facts, container_facts)
+    return out
+
+
+@dataclass
+class DoctorReport:
+    facts: HostFacts
+    checks: list[CheckResult]
+    container_facts: HostFacts | None = None
+    waived: tuple[str, ...] = ()   # failing checks the user explicitly accepted (e.g. gpu.present on a CPU-only box)
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == "fail" and c.name not in self.waived]
+
+    @property
+    def waived_failures(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == "fail" and c.name in self.waived]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def summary(self) -> dict[str, int]:
+        s = {"pass": 0, "warn": 0, "fail": 0, "skip": 0}
+        for c in self.checks:
+            s[c.status] += 1
+        return s
+
+    def check(self, name: str, layer: str | None = None) -> CheckResult | None:
+        return next((c for c in self.checks if c.name == name and (layer is None or c.layer == layer)), None)
+
+    def to_json(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "host": self.facts.host,
+            "ok": self.ok,
+            "summary": self.summary(),
+            "waived": list(self.waived),
+            # failing checks that count (waived ones left out): what a caller (ansible, testinfra) fails on
+            "failed": [c.name for c in self.failed],
+            "facts": self.facts.model_dump(mode="json"),
+            "container_facts": self.container_facts.model_dump(mode="json") if self.container_facts else None,
+            "checks": [c.model_dump(mode="json") for c in self.checks],
+        }
+
+
+def doctor(connector, recipe=None, container=None) -> DoctorReport:
+    """Gather facts through ``connector`` (and ``container``, a connector into the training container) and check."""
+    paths = list(resources.recipe_paths(recipe).values()) if recipe is not None else []
+    facts = gather_facts(connector, paths=list(dict.fromkeys(paths)))
+    cfacts = gather_facts(container) if container is not None else None
+    return DoctorReport(facts, run_checks(facts, recipe, cfacts), cfacts)

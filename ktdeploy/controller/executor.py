@@ -1,0 +1,268 @@
+"""Apply a Plan through a connector: each step is skipped when satisfied (known at plan time, or its probe exits
+0), else run; every outcome is an event in the run record. The only module of ``up`` that changes a host."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ktdeploy.core.errors import ConnectError, StepError
+from ktdeploy.controller.follow import LogEntry, describe, latest
+from ktdeploy.core.plan.steps import Plan, Stage, Step
+from ktdeploy.core.plan.state import ContainerState, parse_container_state
+from ktdeploy.controller.runs import RunRecord
+
+FOLLOW_SCRIPT = r"""
+docker inspect --type container --format '{{json .State}}' -- "$1" 2>/dev/null || echo
+echo '@@log'
+tail -n 5 -- "$2" 2>/dev/null
+"""
+
+
+@dataclass
+class Snapshot:
+    state: ContainerState | None
+    entry: LogEntry | None
+
+
+def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Snapshot:
+    """Container state + last trainer_log entry in one round trip; a host silent for ``timeout`` seconds
+    (KTDEPLOY_FOLLOW_TIMEOUT_S, default 60) is a lost connection."""
+    timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
+    r = conn.run(["sh", "-c", FOLLOW_SCRIPT, "ktdeploy-follow", container, log], timeout=timeout)
+    if r.rc == 124 and not r.stdout:
+        raise ConnectError(f"{conn.name} did not answer within {timeout:.0f}s (connection lost?)",
+                           fix="Check the host and the network.")
+    head, _, tail = r.stdout.partition("@@log")
+    return Snapshot(parse_container_state(head.strip().splitlines()[0] if head.strip() else ""), latest(tail))
+
+
+def container_logs(conn, name: str, tail: int | None = 200) -> str:
+    argv = ["docker", "logs"] + (["--tail", str(tail)] if tail else []) + ["--", name]
+    r = conn.run(argv, timeout=120)
+    return (r.stdout + r.stderr) if r.rc == 0 else ""
+
+
+def exit_advice(state: ContainerState, recipe=None, facts=None) -> str:
+    """What to do about a stopped training container, by how it stopped (planner advice for OOM)."""
+    code = state.exit_code
+    if state.oom_killed:
+        tip = "the container ran out of memory (OOM-killed)."
+        try:
+            from ktdeploy.core.sizing import plan_recipe
+            from ktdeploy.core.sizing.advice import advise
+
+            _plan, arch, _where = plan_recipe(recipe)
+            avail = (facts.memory.total_bytes or 0) / 2**30 if facts is not None else 0
+            adv = [a for a in advise((recipe.train, recipe.accelerate), arch, "host", avail) if a.fits] if avail else []
+            if adv:
+                tip += " The planner says these fit this host: " + "; or ".join(a.text() for a in adv[:3]) + "."
+            else:
+                tip += " Lower cutoff_len / per_device_train_batch_size or use a smaller expert weight format."
+        except Exception:  # the planner needs the model's config.json; advice stays generic without it
+            tip += " Lower cutoff_len / per_device_train_batch_size or use a smaller expert weight format."
+        return tip + " Then: ktdeploy up --resume auto."
+    if code == 137:
+        return ("the container was killed (SIGKILL: docker kill, or the host's OOM killer outside the container's "
+                "cgroup). Check `dmesg` on the host, then: ktdeploy up --resume auto.")
+    if code == 132:
+        return ("Illegal instruction: the image's kt-kernel variant is above this CPU's ISA (AMX listed but unusable?). "
+                "Run `ktdeploy doctor`, set deploy.image: auto (or avx512), then ktdeploy up --resume auto.")
+    if code == 139:
+        return "segmentation fault in the training process: see the log lines; then ktdeploy up --resume auto."
+    return "see the last log lines above; fix the cause, then ktdeploy up --resume auto."
+
+
+class Executor:
+    def __init__(self, conn, record: RunRecord, plan: Plan, *, say: Callable[[str], None] = print,
+                 progress_factory=None, recipe=None, facts=None, poll_s: float = 2.0):
+        self.conn, self.record, self.plan, self.say = conn, record, plan, say
+        self.progress_factory = progress_factory
+        self.recipe, self.facts = recipe, facts
+        self.poll_s = float(os.environ.get("KTDEPLOY_POLL_S", poll_s))
+
+    # -- the loop -------------------------------------------------------------------------------
+    def apply(self) -> None:
+        for stage in self.plan.stages:
+            if stage.skipped:
+                self.record.event("stage_skipped", stage=stage.name, reason=stage.skipped)
+                self.say(f"[dim]- {stage.name}: skipped ({stage.skipped})[/dim]")
+                continue
+            self.record.event("stage_start", stage=stage.name)
+            self.record.set_status("running", stage=stage.name)
+            for step in stage.steps:
+                self.step(stage, step)
+            self.record.event("stage_done", stage=stage.name)
+
+    def step(self, stage: Stage, s: Step) -> None:
+        if s.satisfied:
+            self.record.event("step_satisfied", stage=stage.name, step=s.id, why=s.why)
+            self.say(f"[green]✓[/green] {stage.name}: {s.title} [dim](already satisfied: {s.why})[/dim]")
+            return
+        if s.probe:
+            r = self.conn.run(list(s.probe), timeout=120)
+            if r.rc == 0:
+                self.record.event("step_satisfied", stage=stage.name, step=s.id, why="probe", probe=list(s.probe))
+                self.say(f"[green]✓[/green] {stage.name}: {s.title} [dim](already satisfied)[/dim]")
+                return
+        self.record.event("step_start", stage=stage.name, step=s.id, command=s.command())
+        t0 = time.monotonic()
+        handler = getattr(self, f"_do_{s.action}")
+        try:
+            handler(stage, s)
+        except StepError as e:
+            e.step = e.step or s.id
+            self.record.event("step_failed", stage=stage.name, step=s.id, message=e.message, rc=e.rc,
+                              output=e.output[-2000:] if e.output else "")
+            raise
+        self.record.event("step_done", stage=stage.name, step=s.id, seconds=round(time.monotonic() - t0, 3))
+
+    # -- actions --------------------------------------------------------------------------------
+    def _do_run(self, stage: Stage, s: Step) -> None:
+        self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
+        r = self.conn.run(list(s.argv), timeout=s.timeout or 600)
+        if r.rc != 0:
+            tail = "\n".join((r.stderr.strip() or r.stdout.strip()).splitlines()[-15:])
+            raise StepError(f"{stage.name} step '{s.title}' failed on {self.plan.host} (exit {r.rc}):\n{tail}",
+                            step=s.id, rc=r.rc, output=tail,
+                            fix=s.fix or f"Run it by hand on the host to see why: {s.command()}")
+
+    def _do_fail(self, stage: Stage, s: Step) -> None:
+        msg = s.why
+        if s.params.get("crash"):
+            st = self._crash_details(self.plan.job)
+            msg = st
+        raise StepError(f"{stage.name}: {msg}", step=s.id, fix=s.fix)
+
+    def _local(self, rel: str) -> Path:
+        p = Path(rel)
+        return p if p.is_absolute() else self.record.path / p
+
+    def _do_put(self, stage: Stage, s: Step) -> None:
+        src = self._local(s.local)
+        if not src.exists():
+            raise StepError(f"{stage.name}: {src} does not exist on this machine", step=s.id,
+                            fix="Pass an existing file (e.g. the tarball `ktdeploy image save` wrote).")
+        self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
+        self.conn.put_file(str(src), s.remote)
+
+    def _do_put_secret(self, stage: Stage, s: Step) -> None:
+        name = s.params["env"]
+        value = os.environ.get(name)
+        if not value:
+            raise StepError(f"{stage.name}: deploy.serve.api_key_env names {name}, which is not set here", step=s.id,
+                            fix=f"export {name}=<key> in the shell that runs ktdeploy up")
+        self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
+        fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{name}={value}\n")
+            os.chmod(tmp, 0o600)
+            # create the target 0600 first, so the key is never readable by others on the host, even briefly
+            self.conn.run(["sh", "-c", 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && : > "$1"', "ktdeploy-key",
+                           s.remote], check=True)
+            self.conn.put_file(tmp, s.remote, mode=0o600)
+        finally:
+            os.unlink(tmp)
+
+    def _do_wait_http(self, stage: Stage, s: Step) -> None:
+        """Poll the readiness probe until it answers, the container dies, or the timeout passes."""
+        name = s.params["container"]
+        self.say(f"[cyan]→[/cyan] {stage.name}: waiting for {s.title}")
+        deadline = time.monotonic() + (s.timeout or 1800)
+        while True:
+            if self.conn.run(list(s.argv), timeout=60).rc == 0:
+                self.say(f"[green]✓[/green] {stage.name}: {s.title}")
+                return
+            snap = snapshot(self.conn, name, "/dev/null")
+            if snap.state is None or not snap.state.running:
+                raise StepError(f"{stage.name}: {self._crash_details(name)}", step=s.id, fix=s.fix)
+            if time.monotonic() > deadline:
+                raise StepError(f"{stage.name}: {name} did not answer /health within {s.timeout:.0f} s", step=s.id,
+                                fix=s.fix)
+            time.sleep(2)
+
+    def _do_fetch(self, stage: Stage, s: Step) -> None:
+        dst = self._local(s.local)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if s.params.get("docker_logs"):
+            dst.write_text(container_logs(self.conn, s.remote, tail=None), encoding="utf-8")
+            return
+        if self.conn.run(["test", "-f", s.remote], timeout=60).rc != 0:
+            if s.optional:
+                self.record.event("fetch_missing", step=s.id, remote=s.remote)
+                return
+            raise StepError(f"{stage.name}: {s.remote} does not exist on the host", step=s.id)
+        self.conn.get_file(s.remote, str(dst))
+        self.say(f"[green]✓[/green] {stage.name}: fetched {os.path.basename(s.remote)} -> {dst}")
+
+    def _do_wait_running(self, stage: Stage, s: Step) -> None:
+        name = s.params["container"]
+        time.sleep(float(s.params.get("seconds", 5)))
+        snap = snapshot(self.conn, name, "/dev/null")
+        if snap.state is None or not snap.state.running:
+            raise StepError(f"{stage.name}: {self._crash_details(name)}", step=s.id,
+                            fix=f"See the log lines above (ktdeploy logs); fix and re-run ktdeploy up.")
+        self.say(f"[green]✓[/green] {stage.name}: {name} is running")
+
+    def _do_follow(self, stage: Stage, s: Step) -> None:
+        name, log = s.params["container"], s.params["log"]
+        self.record.set_status("training", stage=stage.name)
+        view = self.progress_factory(name) if self.progress_factory else None
+        last_step = None
+        try:
+            if view is not None:
+                view.__enter__()
+            while True:
+                snap = snapshot(self.conn, name, log)
+                st = snap.state
+                if snap.entry is not None and snap.entry.current_steps != last_step:
+                    last_step = snap.entry.current_steps
+                    self.record.event("progress", **snap.entry.to_json())
+                    self.record.set_status("training", progress=snap.entry.to_json())
+                    if view is None:
+                        self.say(f"  {describe(snap.entry)}")
+                if view is not None:
+                    view.update(snap.entry, st.status if st else "missing")
+                if st is None or not st.running:
+                    break
+                time.sleep(self.poll_s)
+        finally:
+            if view is not None:
+                view.__exit__(None, None, None)
+        if st is None:
+            raise StepError(f"FOLLOW: the training container {name} disappeared", step=s.id,
+                            fix="Someone removed it (docker rm); re-run ktdeploy up --resume auto.")
+        self.record.event("train_exited", exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status)
+        (self.record.path / "artifacts").mkdir(exist_ok=True)
+        (self.record.path / "artifacts" / "container.log").write_text(container_logs(self.conn, name, tail=None),
+                                                                       encoding="utf-8")
+        if not st.succeeded:
+            raise StepError(f"FOLLOW: {self._crash_details(name, st)}", step=s.id, rc=st.exit_code,
+                            fix=exit_advice(st, self.recipe, self.facts))
+        self.say(f"[green]✓[/green] training finished: {describe(snap.entry)}")
+
+    def _crash_details(self, name: str, st: ContainerState | None = None) -> str:
+        if st is None:
+            st = snapshot(self.conn, name, "/dev/null").state
+        lines = container_logs(self.conn, name, tail=15).rstrip().splitlines()
+        self.record.event("crash", container=name, state=st.__dict__ if st else None, last_lines=lines)
+        self.record.set_status("crashed", exit_code=st.exit_code if st else None,
+                               oom_killed=st.oom_killed if st else None)
+        what = f"container {name} " + (st.describe() if st else "is missing")
+        if st is not None and not st.running and st.status in ("exited", "dead"):
+            what += f"\n  exit code: {st.exit_code}   OOM-killed: {'yes' if st.oom_killed else 'no'}"
+        if lines:
+            what += "\n  last log lines:\n    " + "\n    ".join(lines[-15:])
+        if st is not None and not st.running:
+            what += "\n  advice: " + exit_advice(st, self.recipe, self.facts)
+        return what
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan.to_json(), indent=2)

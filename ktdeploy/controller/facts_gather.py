@@ -1,0 +1,209 @@
+"""Gather HostFacts through a connector: one fixed script for every source, the probes, the paths.
+
+``gather_raw`` returns the raw outputs (what golden files record), ``build_facts`` turns raw outputs
+into HostFacts (pure), ``gather_facts`` does both. ``save_raw``/``load_raw`` read and write a golden
+folder: ``<section>.txt`` per source (raw stdout), ``meta.json`` (exit codes, stderr),
+``amx_probe.json``/``numa_probe.json`` (probe lines) and ``paths.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+
+from ktdeploy.core.facts import container, cpu, disk, docker, gpu, kernel, limits, memory, virt
+from ktdeploy.core.facts.host import HostFacts, Probes
+from ktdeploy.controller.facts_probes import PROBES, gather_probes
+
+SECTION_MODULES = (kernel, cpu, memory, gpu, docker, virt, container, limits)
+
+
+def all_sections() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for mod in SECTION_MODULES:
+        out.update(mod.SECTIONS)
+    return out
+
+
+def gather_script(sections: dict[str, str] | None = None) -> str:
+    """One POSIX sh script printing every section between markers with its exit code and stderr."""
+    sections = sections or all_sections()
+    lines = [
+        't=$(mktemp 2>/dev/null || echo "/tmp/ktd-gather-$$")',
+        'sec() { printf \'@@KTD-BEGIN %s\\n\' "$1"; sh -c "$2" 2>"$t" </dev/null; rc=$?; '
+        'printf \'\\n@@KTD-RC %s %s\\n\' "$1" "$rc"; head -c 2000 "$t"; printf \'\\n@@KTD-END %s\\n\' "$1"; }',
+    ]
+    for name, cmd in sections.items():
+        lines.append(f"sec {name} {shlex.quote(cmd)}")
+    lines.append('rm -f "$t"')
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Section:
+    stdout: str | None
+    rc: int | None
+    stderr: str = ""
+
+
+@dataclass
+class RawFacts:
+    host: str = "localhost"
+    sections: dict[str, Section] = field(default_factory=dict)
+    probes: dict[str, str] = field(default_factory=dict)
+    probe_skips: dict[str, str] = field(default_factory=dict)
+    paths: str = ""
+
+
+def parse_sections(text: str) -> dict[str, Section]:
+    out: dict[str, Section] = {}
+    name, buf, mode, rc, err = None, [], None, None, []
+    for line in text.split("\n"):
+        if line.startswith("@@KTD-BEGIN "):
+            name, buf, err, mode, rc = line[12:].strip(), [], [], "out", None
+        elif line.startswith("@@KTD-RC ") and name:
+            parts = line.split()
+            rc = int(parts[2]) if len(parts) > 2 and parts[2].lstrip("-").isdigit() else None
+            mode = "err"
+        elif line.startswith("@@KTD-END ") and name:
+            stdout = "\n".join(buf)
+            if stdout.endswith("\n"):
+                stdout = stdout[:-1]
+            out[name] = Section(stdout=stdout, rc=rc, stderr="\n".join(err).strip())
+            name, mode = None, None
+        elif mode == "out":
+            buf.append(line)
+        elif mode == "err":
+            err.append(line)
+    return out
+
+
+def gather_raw(connector, paths=(), *, probes: bool = True) -> RawFacts:
+    res = connector.run_shell(gather_script(), timeout=120)
+    raw = RawFacts(host=connector.name, sections=parse_sections(res.stdout))
+    if paths:
+        p = connector.run(["sh", "-c", disk.PATHS_SCRIPT, "ktdeploy-paths", *paths], env={"KTD_DU": "1"},
+                          timeout=120)
+        raw.paths = p.stdout
+    if probes:
+        machine = (raw.sections.get("uname") and kernel.build_kernel(raw.sections["uname"].stdout).machine) or None
+        parsed, outputs = gather_probes(connector, machine)
+        raw.probes = outputs
+        if parsed.amx.skipped:
+            raw.probe_skips["amx_probe"] = parsed.amx.skipped
+        if parsed.mempolicy.skipped:
+            raw.probe_skips["numa_probe"] = parsed.mempolicy.skipped
+    return raw
+
+
+def build_facts(raw: RawFacts) -> HostFacts:
+    """Pure: raw outputs -> HostFacts."""
+    s = raw.sections
+
+    def out(name):
+        sec = s.get(name)
+        return sec.stdout if sec and sec.rc == 0 else None
+
+    def sec(name) -> Section:
+        return s.get(name) or Section(None, None)
+
+    errors: dict[str, str] = {}
+    for name, section in s.items():
+        if section.rc not in (0, None) and name not in ("detect_virt_vm", "detect_virt_container", "nvidia_smi",
+                                                          "docker_info", "container_markers"):
+            errors[name] = (section.stderr or f"exit {section.rc}").splitlines()[0][:200] if (
+                section.stderr or section.rc) else ""
+
+    cg = limits.parse_cgroup(out("cgroup") or "")
+    cpu_facts = cpu.build_cpu(out("cpuinfo"), out("lscpu_json"), out("lscpu_parse"), out("cpus_allowed"),
+                              out("numa_sysfs"), cpu_quota=cg["cpu_quota"])
+    lscpu_hv = None
+    if out("lscpu_json"):
+        try:
+            lscpu_hv = cpu.parse_lscpu_json(out("lscpu_json")).get("hypervisor_vendor")
+        except ValueError:
+            pass
+    v = sec("detect_virt_vm")
+    c = sec("detect_virt_container")
+    n = sec("nvidia_smi")
+    d = sec("docker_info")
+    facts = HostFacts(
+        host=raw.host,
+        kernel=kernel.build_kernel(out("uname")),
+        os=kernel.parse_os_release(out("os_release")),
+        cpu=cpu_facts,
+        memory=memory.build_memory(out("meminfo")),
+        gpu=gpu.build_gpu(n.stdout, n.rc, n.stderr, out("nvidia_devices")),
+        docker=docker.build_docker(d.stdout, d.rc, d.stderr),
+        virt=virt.build_virt(cpu_facts.hypervisor, v.stdout, v.rc, out("dmi"), lscpu_hv),
+        container=container.build_container(c.stdout, c.rc, out("container_markers"), out("proc1_cgroup"),
+                                            out("root_mount")),
+        limits=limits.build_limits(out("proc_limits"), out("cgroup"), out("shm")),
+        paths=disk.parse_paths(raw.paths) if raw.paths else [],
+        errors=errors,
+    )
+    facts.layer = "container" if facts.container.in_container else ("vm" if facts.virt.is_vm else "host")
+    probes = Probes()
+    for name, field_, parse, _model in PROBES:
+        if name in raw.probes:
+            setattr(probes, field_, parse(raw.probes[name]))
+        else:
+            getattr(probes, field_).skipped = raw.probe_skips.get(name, "probe not run")
+    facts.probes = probes
+    return facts
+
+
+def gather_facts(connector, paths=(), *, probes: bool = True) -> HostFacts:
+    """Run every fact command (and the probes) through ``connector`` and build HostFacts."""
+    paths = [p.rstrip("/") or "/" for p in paths]
+    return build_facts(gather_raw(connector, paths, probes=probes))
+
+
+# -- golden folders ----------------------------------------------------------------------------
+def save_raw(raw: RawFacts, folder: str) -> None:
+    os.makedirs(folder, exist_ok=True)
+    meta: dict = {"host": raw.host, "sections": {}, "probe_skips": raw.probe_skips}
+    for name, sec in raw.sections.items():
+        if sec.stdout is not None:
+            with open(os.path.join(folder, f"{name}.txt"), "w") as f:
+                f.write(sec.stdout)
+        meta["sections"][name] = {"rc": sec.rc, "stderr": sec.stderr}
+    for name, out in raw.probes.items():
+        with open(os.path.join(folder, f"{name}.json"), "w") as f:
+            f.write(out)
+    if raw.paths:
+        with open(os.path.join(folder, "paths.txt"), "w") as f:
+            f.write(raw.paths)
+    with open(os.path.join(folder, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def load_raw(folder: str) -> RawFacts:
+    """Read a golden folder. Without meta.json (outputs captured by hand), a present file means exit 0
+    and an absent one means the source was not captured."""
+    meta: dict = {}
+    mp = os.path.join(folder, "meta.json")
+    if os.path.exists(mp):
+        with open(mp) as f:
+            meta = json.load(f)
+    raw = RawFacts(host=meta.get("host", os.path.basename(folder.rstrip("/"))),
+                   probe_skips=meta.get("probe_skips", {}))
+    names = set(all_sections()) | set(meta.get("sections", {}))
+    for name in names:
+        path = os.path.join(folder, f"{name}.txt")
+        m = meta.get("sections", {}).get(name)
+        stdout = open(path).read() if os.path.exists(path) else None
+        if m is None and stdout is None:
+            continue
+        raw.sections[name] = Section(stdout=stdout if stdout is not None else "",
+                                     rc=m["rc"] if m else 0, stderr=(m or {}).get("stderr", ""))
+    for probe in ("amx_probe", "numa_probe"):
+        path = os.path.join(folder, f"{probe}.json")
+        if os.path.exists(path):
+            raw.probes[probe] = open(path).read()
+    if os.path.exists(os.path.join(folder, "paths.txt")):
+        raw.paths = open(os.path.join(folder, "paths.txt")).read()
+    return raw

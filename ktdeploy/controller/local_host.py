@@ -1,0 +1,16 @@
+"""This host's CPU facts for the agent commands, through the doctor's own fact gathering (one source of truth)."""
+
+from __future__ import annotations
+
+
+def local_threads(recipe) -> tuple[int, int, bool]:
+    """(kt threads, threadpools, AMX proven usable) for ``recipe`` on this host."""
+    from ktdeploy.core.checks.threads import derive_threads
+    from ktdeploy.controller.connectors import LocalConnector
+    from ktdeploy.controller.facts_gather import gather_facts
+
+    facts = gather_facts(LocalConnector())
+    reserve = recipe.deploy.reserve_cores if recipe.deploy is not None else 2
+    threads, pools = derive_threads(facts, reserve)
+    amx = bool(facts.probes.amx.tile_exec and facts.probes.amx.correct)
+    return threads, pools, amx

@@ -1,0 +1,1 @@
+"""The core layer: see docs/architecture.md."""

@@ -1,0 +1,71 @@
+"""kt_num_threads / kt_threadpool_count from the topology (cookbook §3(5); ktransformers #685, #1073).
+
+Threads = physical cores this process may use (SMT siblings never count) minus a reserve for the
+DataLoader and the training process's own threads; threadpools = NUMA nodes holding those cores.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.facts.host import HostFacts
+
+
+def derive_threads(facts: HostFacts, reserve_cores: int = 2) -> tuple[int, int]:
+    cpu = facts.cpu
+    physical = cpu.physical_cores or cpu.logical_cpus or 1
+    if cpu.cpu_quota:  # docker --cpus: never plan more threads than the quota
+        physical = min(physical, max(1, math.floor(cpu.cpu_quota)))
+    threads = max(1, physical - max(0, reserve_cores))
+    allowed = set(cpu.allowed_cpus)
+    nodes = [n for n in cpu.numa_nodes if not allowed or allowed.intersection(n.cpus)]
+    pools = max(1, len(nodes))
+    pools = min(pools, threads)
+    return threads, pools
+
+
+def threads_check(facts: HostFacts, reserve_cores: int = 2, train: dict | None = None) -> CheckResult:
+    threads, pools = derive_threads(facts, reserve_cores)
+    cpu = facts.cpu
+    data = {"kt_num_threads": threads, "kt_threadpool_count": pools, "physical_cores": cpu.physical_cores,
+            "logical_cpus": cpu.logical_cpus, "reserve_cores": reserve_cores,
+            "numa_nodes": len(cpu.numa_nodes)}
+    base = (f"kt_num_threads={threads}, kt_threadpool_count={pools} ({cpu.physical_cores} physical cores of "
+            f"{len(cpu.allowed_cpus) or cpu.logical_cpus} CPUs, {len(cpu.numa_nodes) or 1} NUMA node(s), "
+            f"{reserve_cores} reserved)")
+    kt = (train or {}).get("kt_config") or {}
+    set_threads, set_pools = kt.get("kt_num_threads"), kt.get("kt_threadpool_count")
+    phys = cpu.physical_cores or cpu.logical_cpus
+    if isinstance(set_threads, int) and phys and set_threads > phys:
+        return CheckResult(name="numa.threads", status="fail", layer=facts.layer, data=data,
+                           detail=f"recipe sets kt_num_threads={set_threads} > {phys} physical cores: "
+                                  "SMT/oversubscription collapses throughput",
+                           fix=f"Set kt_config.kt_num_threads: {threads} (or leave it unset: ktdeploy derives it).")
+    if isinstance(set_pools, int) and set_pools != pools:
+        return CheckResult(name="numa.threads", status="warn", layer=facts.layer, data=data,
+                           detail=f"recipe sets kt_threadpool_count={set_pools}, this host has {pools} NUMA node(s)",
+                           fix=f"Set kt_config.kt_threadpool_count: {pools}.")
+    if cpu.physical_cores is not None and cpu.physical_cores <= reserve_cores:
+        return CheckResult(name="numa.threads", status="warn", layer=facts.layer, data=data,
+                           detail=base + ": no core left after the reserve",
+                           fix="Use a host with more cores or lower deploy.reserve_cores.")
+    return CheckResult(name="numa.threads", status="pass", layer=facts.layer, detail=base, data=data)
+
+
+def mempolicy_check(facts: HostFacts) -> CheckResult:
+    p = facts.probes.mempolicy
+    nodes = len(facts.cpu.numa_nodes) or 1
+    if not p.ran:
+        return CheckResult(name="numa.mempolicy", status="skip", layer=facts.layer,
+                           detail=f"set_mempolicy not probed: {p.skipped or 'probe not run'}",
+                           fix="Install a C compiler on the host (apt install gcc) or run doctor inside the image.")
+    if p.ok:
+        return CheckResult(name="numa.mempolicy", status="pass", layer=facts.layer,
+                           detail=f"set_mempolicy(MPOL_BIND) works ({nodes} NUMA node(s))")
+    status = "fail" if nodes > 1 else "warn"
+    return CheckResult(name="numa.mempolicy", status=status, layer=facts.layer,
+                       detail=f"{p.error or 'set_mempolicy failed'}: kt-kernel cannot bind expert memory to NUMA "
+                              f"nodes and runs slower ({nodes} node(s); ktransformers #350)",
+                       fix="Start the container with --cap-add SYS_NICE (docker's seccomp profile blocks "
+                           "set_mempolicy/mbind without it).", data={"errno": p.errno})

@@ -1,0 +1,52 @@
+"""Path facts: existence, writability and free space for the recipe's model / data / output paths.
+
+The paths are user input: they travel as argv items to a fixed script (never spliced into shell text).
+"""
+
+from __future__ import annotations
+
+from ktdeploy.core.facts.limits import parse_df_line
+from ktdeploy.core.facts.host import PathFacts
+
+# Run as: sh -c PATHS_SCRIPT ktdeploy PATH...  For each path: a tab-separated header line, then df -Pk
+# of the path (or its nearest existing parent) and du -sk when it is a directory (bounded by timeout).
+PATHS_SCRIPT = r"""
+for p in "$@"; do
+  q=$p
+  while [ ! -e "$q" ] && [ "$q" != / ]; do q=$(dirname -- "$q"); done
+  e=no; [ -e "$p" ] && e=yes
+  d=no; [ -d "$p" ] && d=yes
+  w=no; [ -w "$q" ] && w=yes
+  printf '@@KTD-PATH\t%s\t%s\t%s\t%s\t%s\n' "$p" "$e" "$d" "$w" "$q"
+  df -Pk -- "$q" 2>/dev/null | tail -n 1
+  if [ "$d" = yes ] && [ -n "$KTD_DU" ]; then printf '@@KTD-DU\t'; timeout 20 du -sk -- "$p" 2>/dev/null | cut -f1; fi
+done
+"""
+
+
+def parse_paths(text: str) -> list[PathFacts]:
+    out: list[PathFacts] = []
+    cur: dict | None = None
+    df_lines: list[str] = []
+
+    def flush():
+        if cur is None:
+            return
+        df = parse_df_line("\n".join(df_lines))
+        out.append(PathFacts(**cur, mount=df["mount"] if df else None,
+                             total_bytes=df["total_bytes"] if df else None,
+                             free_bytes=df["free_bytes"] if df else None))
+
+    for line in text.splitlines():
+        if line.startswith("@@KTD-PATH\t"):
+            flush()
+            _, path, e, d, w, q = line.split("\t", 5)
+            cur = {"path": path, "exists": e == "yes", "is_dir": d == "yes", "writable": w == "yes", "checked": q}
+            df_lines = []
+        elif line.startswith("@@KTD-DU\t") and cur is not None:
+            v = line.split("\t", 1)[1].strip()
+            cur["used_bytes"] = int(v) * 1024 if v.isdigit() else None
+        elif cur is not None:
+            df_lines.append(line)
+    flush()
+    return out

@@ -1,0 +1,438 @@
+"""build_plan(recipe, facts, state, options) -> Plan: pure. Each stage's steps, with what is already satisfied
+on the host marked, so a second ``up`` of a running or finished job changes nothing."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core.checkpoints import TRAINER_LOG
+from ktdeploy.core.checks.isa import best_variant
+from ktdeploy.core.errors import RecipeError, UsageError
+from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.plan import docker_argv as dk
+from ktdeploy.core.plan.steps import Plan, Stage, Step
+from ktdeploy.core.plan.state import JobState
+
+VARIANTS = ("amx", "avx512", "avx2")
+MEMLOCK_WAIVER = "docker.memlock"
+START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
+             "docker without CAP_SYS_RESOURCE): run it with that capability, or --waive docker.memlock (test hosts). "
+             "Otherwise see `docker logs` of the container.")
+GPU_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime")
+ADAPTER_SUBDIR = "sglang_adapter"
+ARTIFACTS = ("training_loss.png", "train_results.json", "all_results.json", "trainer_state.json", TRAINER_LOG)
+
+INSTALL_DOCKER = r"""set -e
+S=; [ "$(id -u)" -eq 0 ] || S="sudo -n"
+command -v apt-get >/dev/null 2>&1 || { echo "no apt-get on this host: install docker by hand" >&2; exit 3; }
+$S apt-get update -qq
+$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io
+$S systemctl enable --now docker 2>/dev/null || $S service docker start
+"""
+
+INSTALL_NVIDIA_TOOLKIT = r"""set -e
+S=; [ "$(id -u)" -eq 0 ] || S="sudo -n"
+command -v apt-cache >/dev/null 2>&1 || { echo "no apt on this host: install nvidia-container-toolkit by hand" >&2; exit 3; }
+cand=$(apt-cache policy nvidia-container-toolkit 2>/dev/null | awk '/Candidate:/ {print $2}')
+if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
+  echo "no apt source on this host provides nvidia-container-toolkit" >&2; exit 3
+fi
+$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nvidia-container-toolkit
+$S nvidia-ctk runtime configure --runtime=docker
+$S systemctl restart docker 2>/dev/null || $S service docker restart
+"""
+
+NVIDIA_RUNTIME_PROBE = ["sh", "-c", "docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '\"nvidia\"'"]
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    host: str = "localhost"
+    run_id: str = "dry-run"
+    resume: str | None = None            # None | "auto" | a checkpoint path
+    detach: bool = False
+    waive: tuple[str, ...] = ()
+    image_tar: str | None = None          # a `ktdeploy image save` tarball on the controller
+    tune: bool = False                    # run `ktdeploy tune` before training and train with its choice
+    tune_budget_minutes: float = 20.0
+    local: bool = False                   # the host is this machine (no upload needed)
+    preflight: dict = field(default_factory=dict)   # summary of connect/facts/doctor for the plan text
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:40] or "job"
+
+
+def output_dir_of(recipe) -> str:
+    out = recipe.train.get("output_dir")
+    if not isinstance(out, str) or not out.startswith("/"):
+        raise RecipeError("train.output_dir must be an absolute host path for `ktdeploy up`", key="train.output_dir",
+                          fix="Set train.output_dir under deploy.volumes.output, e.g. /srv/ktdeploy/output/my-run.")
+    return posixpath.normpath(out)
+
+
+def job_name(recipe) -> str:
+    """Deterministic container name: recipe name + a hash of the output dir (one job per output dir)."""
+    out = output_dir_of(recipe)
+    return f"ktd-{_slug(recipe.name)}-{hashlib.sha256(out.encode()).hexdigest()[:8]}"
+
+
+def resolve_image(deploy, facts: HostFacts | None) -> tuple[str, str | None, str]:
+    """(image reference, variant or None, how it was chosen)."""
+    img = deploy.image
+    if img == "auto":
+        variant = best_variant(facts) if facts is not None else None
+        if variant is None:
+            raise UsageError("deploy.image is auto but no image variant fits this CPU (no AVX2/AVX512 found)",
+                             key="deploy.image", fix="Name an image explicitly: deploy.image: avx2 | avx512 | amx | REF.")
+        how = f"auto: best variant for this CPU is {variant}"
+    elif img in VARIANTS:
+        variant, how = img, "named in the recipe"
+    else:
+        return img, None, "full image reference from the recipe"
+    ref = f"{deploy.image_repo}:{variant}"
+    if deploy.registry:
+        ref = f"{deploy.registry.rstrip('/')}/{ref}"
+    return ref, variant, how
+
+
+def shipped_recipe(recipe, resume_from: str | None) -> dict:
+    """The recipe the container runs: GPUs renumbered as the container sees them (--gpus device=... makes the
+    chosen GPUs 0..n-1 inside) and the checkpoint to resume from."""
+    doc = copy.deepcopy(recipe.to_document())
+    d = doc.setdefault("deploy", {})
+    d["gpus"] = list(range(len(recipe.deploy.gpus)))
+    if resume_from:
+        doc.setdefault("train", {})["resume_from_checkpoint"] = resume_from
+    return doc
+
+
+def _world_size(recipe) -> int:
+    try:
+        return int(recipe.accelerate.get("num_processes") or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tuple[str | None, list[Step], list[str]]:
+    """(checkpoint to resume from, steps (moving partial checkpoints aside / failing), notes)."""
+    notes: list[str] = []
+    steps: list[Step] = []
+    cps = state.checkpoints
+    partial = [c for c in cps if not c.complete]
+    if resume is None:
+        return None, steps, notes
+    if resume == "auto":
+        chosen = ckpt.newest_complete(state.listing)
+    else:
+        name = posixpath.basename(posixpath.normpath(resume))
+        if posixpath.isabs(resume) and posixpath.dirname(posixpath.normpath(resume)) != out:
+            steps.append(Step("train.resume", f"resume from {resume}", action="fail",
+                              why=f"{resume} is not a checkpoint of {out}",
+                              fix=f"Name a checkpoint-N folder inside {out}, or use --resume auto."))
+            return None, steps, notes
+        chosen = next((c for c in cps if c.name == name), None)
+        if chosen is None or not chosen.complete:
+            steps.append(Step("train.resume", f"resume from {resume}", action="fail",
+                              why=(f"{name} is incomplete (missing {', '.join(chosen.missing)})" if chosen
+                                   else f"{name} does not exist in {out}"),
+                              fix="Use --resume auto to take the newest complete checkpoint."))
+            return None, steps, notes
+    for c in partial:
+        if chosen is None or c.step > chosen.step:
+            notes.append(f"{c.name} is incomplete (missing {', '.join(c.missing)}); never resumed from")
+    if chosen is None:
+        notes.append("no complete checkpoint: training starts from step 0")
+    else:
+        ws = _world_size(recipe)
+        if chosen.world_size is not None and chosen.world_size != ws:
+            steps.append(Step("train.resume", f"resume from {chosen.name}", action="fail",
+                              why=f"{chosen.name} was saved by {chosen.world_size} processes; the recipe runs {ws} "
+                                  "(resume needs the same world size, cookbook §2.6)",
+                              fix=f"Set accelerate.num_processes: {chosen.world_size} and {chosen.world_size} GPUs in "
+                                  "deploy.gpus, or start a new output_dir."))
+            return None, steps, notes
+    # LlamaFactory (and HF's get_last_checkpoint) would pick a newer, incomplete checkpoint folder by name;
+    # move those aside (renamed, never deleted) so only the chosen one can be loaded.
+    for c in partial:
+        if chosen is None or c.step > chosen.step:
+            src, dst = f"{out}/{c.name}", f"{out}/incomplete-{c.name}"
+            steps.append(Step(f"train.set_aside.{c.name}", f"rename the incomplete {c.name} to incomplete-{c.name}",
+                              argv=("mv", "-n", "--", src, dst), probe=("sh", "-c", '[ ! -e "$1" ]', "ktdeploy-probe", src),
+                              why="an incomplete checkpoint must not be resumed from"))
+    return (f"{out}/{chosen.name}" if chosen else None), steps, notes
+
+
+def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
+    deploy = recipe.deploy
+    if deploy is None:
+        raise RecipeError("the recipe has no valid deploy: section", key="deploy",
+                          fix="Add deploy.volumes.model/data/output (see recipes/tiny-moe-lora.yaml).")
+    vol = deploy.volumes
+    out = output_dir_of(recipe)
+    name = job_name(recipe)
+    serve_name = f"{name}-serve"
+    adapter = f"{out}/{ADAPTER_SUBDIR}"
+    home = state.home.rstrip("/") or "/tmp"
+    job_dir = f"{home}/.cache/ktdeploy/jobs/{name}"
+    image, variant, image_how = resolve_image(deploy, facts)
+    nvidia_waived = "docker.nvidia_runtime" in opts.waive
+    gpu_waived = nvidia_waived or "gpu.present" in opts.waive
+    gpus = None if gpu_waived else list(deploy.gpus)
+    memlock = MEMLOCK_WAIVER not in opts.waive
+    notes: list[str] = []
+    if not memlock:
+        notes.append("docker.memlock waived: containers start without --ulimit memlock=-1 (pinned memory limited).")
+    if gpu_waived:
+        notes.append("GPU checks waived (--waive): the containers start WITHOUT --gpus. Test hosts only.")
+    stages: list[Stage] = []
+
+    # PREFLIGHT: done by the executor before planning (connect, facts, doctor); recorded here.
+    pf = opts.preflight or {}
+    stages.append(Stage("PREFLIGHT", "connect, gather facts, doctor", (
+        Step("preflight.connect", f"connect to {opts.host}", action="run", satisfied=True,
+             why=pf.get("connect", "done before planning")),
+        Step("preflight.doctor", "gather host facts and run doctor", action="run", satisfied=True,
+             why=pf.get("doctor", "done before planning")),
+    )))
+
+    # RUNTIME
+    rt: list[Step] = []
+    d = facts.docker
+    if not d.present:
+        rt.append(Step("runtime.docker", "install docker (docker.io from the host's apt sources)",
+                       argv=("sh", "-c", INSTALL_DOCKER), probe=("docker", "info"), timeout=900,
+                       why="docker is not installed",
+                       fix="Install docker by hand (https://docs.docker.com/engine/install/) and re-run."))
+    elif not d.reachable:
+        rt.append(Step("runtime.docker", "reach the docker daemon", action="fail", probe=("docker", "info"),
+                       why=f"the docker daemon does not answer: {d.error}",
+                       fix="Start docker (sudo systemctl start docker) and add the SSH user to the docker group."))
+    else:
+        rt.append(Step("runtime.docker", "docker engine", satisfied=True, probe=("docker", "info"),
+                       why=f"docker {d.server_version} present"))
+    if nvidia_waived:
+        rt.append(Step("runtime.nvidia", "nvidia container runtime", satisfied=True, why="waived (--waive)"))
+    elif d.present and d.nvidia_runtime:
+        rt.append(Step("runtime.nvidia", "nvidia container runtime", satisfied=True, probe=tuple(NVIDIA_RUNTIME_PROBE),
+                       why=f"runtimes: {', '.join(d.runtimes)}"))
+    else:
+        rt.append(Step("runtime.nvidia", "install nvidia-container-toolkit and register the nvidia runtime "
+                                         "(restarts the docker daemon)",
+                       argv=("sh", "-c", INSTALL_NVIDIA_TOOLKIT), probe=tuple(NVIDIA_RUNTIME_PROBE), timeout=900,
+                       why="docker has no nvidia runtime: containers would start with no GPU",
+                       fix="Add NVIDIA's apt repository to the host (https://docs.nvidia.com/datacenter/cloud-native/"
+                           "container-toolkit/latest/install-guide.html), or install nvidia-container-toolkit and run "
+                           "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`; "
+                           "then re-run ktdeploy up."))
+    stages.append(Stage("RUNTIME", "container runtime", tuple(rt)))
+
+    # IMAGE
+    im: list[Step] = []
+    probe = tuple(dk.image_probe(image))
+    if state.image_id:
+        im.append(Step("image.present", f"image {image}", probe=probe, satisfied=True,
+                       why=f"present on the host ({state.image_id[:19]}); {image_how}"))
+    elif deploy.registry and variant is not None:
+        im.append(Step("image.pull", f"pull {image}", argv=("docker", "pull", "--", image), probe=probe, timeout=3600,
+                       why=image_how, fix=f"Check that {deploy.registry} is reachable from the host and holds {image}."))
+    elif opts.image_tar:
+        tar = opts.image_tar
+        if opts.local:
+            im.append(Step("image.load", f"docker load {tar}", argv=("docker", "load", "--input", tar), probe=probe,
+                           timeout=3600, why=image_how))
+        else:
+            remote_tar = f"{job_dir}/image.tar"
+            im.append(Step("image.ship", f"upload {tar} to the host", action="put", local=tar, remote=remote_tar,
+                           probe=probe, timeout=3600, why=image_how))
+            im.append(Step("image.load", f"docker load {remote_tar}", argv=("docker", "load", "--input", remote_tar),
+                           probe=probe, timeout=3600))
+            im.append(Step("image.cleanup", "remove the uploaded tarball", argv=("rm", "-f", "--", remote_tar)))
+        im.append(Step("image.verify", f"{image} is present after loading", action="fail", probe=probe,
+                       why=f"the tarball did not hold {image}",
+                       fix=f"Make the tarball with `ktdeploy image save` including {image}."))
+    else:
+        im.append(Step("image.present", f"image {image}", action="fail",
+                       why=f"{image} is not on the host and there is no way to get it there ({image_how})",
+                       fix="Set deploy.registry to a registry the host can pull from, or pass --image-tar FILE made "
+                           "by `ktdeploy image save`."))
+    stages.append(Stage("IMAGE", f"image {image}", tuple(im)))
+
+    # VOLUMES
+    vs: list[Step] = [
+        Step("volumes.model", f"model dir {vol.model} exists (mounted read-only)", action="fail",
+             probe=("test", "-d", vol.model), why=f"deploy.volumes.model {vol.model} does not exist on the host",
+             fix=f"Copy the model to {vol.model} on the host, or fix deploy.volumes.model."),
+        Step("volumes.data", f"data dir {vol.data} exists", action="fail", probe=("test", "-d", vol.data),
+             why=f"deploy.volumes.data {vol.data} does not exist on the host",
+             fix=f"Copy the dataset to {vol.data} on the host, or fix deploy.volumes.data."),
+        Step("volumes.output", f"output volume {vol.output}", argv=("mkdir", "-p", "--", vol.output),
+             probe=("test", "-d", vol.output)),
+    ]
+    c = state.container
+    ours = c is not None
+    resume_from, resume_steps, resume_notes = None, [], []
+    if not ours and state.output_exists and state.top_level and not opts.resume:
+        if state.finished:
+            why = f"{out} already holds a finished training run"
+            fix = f"Choose a new train.output_dir, or pass --resume auto to go on from it (convert, serve)."
+        elif state.checkpoints:
+            why = f"{out} holds checkpoints of an earlier run ({', '.join(c2.name for c2 in state.checkpoints[-3:])})"
+            fix = "Pass --resume auto to continue it, or choose a new train.output_dir."
+        else:
+            why = f"{out} exists and is not empty ({', '.join(state.top_level[:5])})"
+            fix = "Choose a new train.output_dir (ktdeploy never overwrites an output dir)."
+        vs.append(Step("volumes.output_dir", f"output dir {out} is free", action="fail", why=why, fix=fix))
+    stages.append(Stage("VOLUMES", "model (read-only), data, output", tuple(vs)))
+
+    # TRAIN
+    tr: list[Step] = []
+    launch = [Step("train.stage", f"stage the job folder {job_dir}", argv=("mkdir", "-p", "--", job_dir))]
+    launch.append(Step("train.ship", "upload the recipe the container runs", action="put",
+                       local="rendered/ship/recipe.yaml", remote=f"{job_dir}/recipe.yaml"))
+    skip_training = False
+    if c is not None and c.running:
+        tr.append(Step("train.start", f"training container {name}", satisfied=True, probe=tuple(dk.exists_probe(name)),
+                       why=f"already {c.describe()}"))
+    elif c is not None and c.succeeded:
+        tr.append(Step("train.start", f"training container {name}", satisfied=True, why="finished (exit code 0)"))
+    elif c is not None and c.status != "created" and not opts.resume:
+        tr.append(Step("train.crashed", f"training container {name}", action="fail", params={"crash": True},
+                       why=f"the training container {name} stopped: {c.describe()}",
+                       fix="Resume from the newest complete checkpoint: ktdeploy up --resume auto (same host and "
+                           "recipe), after fixing the cause shown above."))
+    elif not ours and state.finished and opts.resume:
+        skip_training = True
+        tr.append(Step("train.start", "training", satisfied=True, why=f"{out} holds a finished run; nothing to resume"))
+    else:
+        resume_from, resume_steps, resume_notes = _resume_target(recipe, state, opts.resume, out)
+        if c is not None:
+            tr.append(Step("train.save_logs", f"keep the old container's log", action="fetch", remote=name,
+                           local="artifacts/previous-container.log", params={"docker_logs": True}, optional=True))
+            tr.append(Step("train.remove_old", f"remove the stopped container {name} ({c.describe()})",
+                           argv=tuple(dk.remove(name))))
+        tr.extend(resume_steps)
+        tr.extend(launch)
+        tuned = None
+        if opts.tune:
+            # Trials write beside the output dir on the output volume; a tune.json already there (a second up)
+            # is reused, so the probe skips the trials.
+            workdir = posixpath.join(vol.output, ".ktdeploy-tune", name)
+            tuned = posixpath.join(workdir, "tune.json")
+            tn = f"{name}-tune"
+            probe = ("test", "-s", tuned)
+            # nothing to remove when the record exists (the trials are skipped) or no such container is left
+            tr.append(Step("tune.remove_old", f"remove a leftover {tn}", argv=tuple(dk.remove(tn)),
+                           probe=("sh", "-c", 'test -s "$1" || ! docker inspect --type container -- "$2" >/dev/null 2>&1',
+                                  "ktdeploy-probe", tuned, tn)))
+            tr.append(Step("tune.create", f"create the tuning container {tn}",
+                           argv=tuple(dk.create_tune(name=tn, image=image, run_id=opts.run_id, volumes=vol,
+                                                     output_dir=out, gpus=gpus, workdir=workdir,
+                                                     budget_minutes=opts.tune_budget_minutes, memlock=memlock,
+                                                     user=state.user or None)), probe=probe))
+            tr.append(Step("tune.copy", "copy the job folder into the tuning container",
+                           argv=tuple(dk.copy_job(job_dir, tn)), probe=probe))
+            tr.append(Step("tune.run", f"measure CPU-expert settings (budget {opts.tune_budget_minutes:g} min)",
+                           argv=tuple(dk.start_attached(tn)), probe=probe,
+                           timeout=opts.tune_budget_minutes * 60 + 900,
+                           fix=f"See the trial logs in {workdir} on the host; run without --tune to train with the "
+                               "recipe's (or derived) settings."))
+            tr.append(Step("tune.cleanup", f"remove {tn}", argv=tuple(dk.remove(tn)), probe=tuple(dk.absent_probe(tn))))
+            tr.append(Step("tune.fetch", "fetch the tune record", action="fetch", remote=tuned,
+                           local="artifacts/tune.json"))
+        tr.append(Step("train.create", f"create the training container {name}",
+                       argv=tuple(dk.create_train(name=name, image=image, run_id=opts.run_id, volumes=vol,
+                                                  output_dir=out, gpus=gpus, memlock=memlock,
+                                                  user=state.user or None, tuned=tuned)),
+                       probe=tuple(dk.exists_probe(name)),
+                       why=(f"resume from {resume_from}" if resume_from else "fresh start")))
+        tr.append(Step("train.copy", "copy the job folder into the container", argv=tuple(dk.copy_job(job_dir, name)),
+                       probe=tuple(dk.started_probe(name))))
+        tr.append(Step("train.start", f"start {name} (detached)", argv=tuple(dk.start(name)),
+                       probe=tuple(dk.started_probe(name)), fix=START_FIX))
+    notes.extend(resume_notes)
+    stages.append(Stage("TRAIN", "training container", tuple(tr)))
+
+    # FOLLOW
+    if opts.detach:
+        stages.append(Stage("FOLLOW", "follow training", skipped="--detach: training runs on; follow later with "
+                                                                   "`ktdeploy status`, `ktdeploy logs -f` or `ktdeploy up`"))
+    else:
+        fs = [Step("follow.train", f"follow {out}/{TRAINER_LOG} until {name} exits", action="follow",
+                   params={"container": name, "log": f"{out}/{TRAINER_LOG}"}, satisfied=skip_training)]
+        for a in ARTIFACTS:
+            fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action="fetch", remote=f"{out}/{a}",
+                           local=f"artifacts/{a}", optional=True))
+        stages.append(Stage("FOLLOW", "follow training, fetch the loss plot and summary", tuple(fs)))
+
+    # CONVERT
+    if opts.detach:
+        stages.append(Stage("CONVERT", "convert the adapter", skipped="--detach"))
+    else:
+        stages.append(Stage("CONVERT", "convert the adapter for sglang-kt", (
+            Step("convert.adapter", f"convert {out} -> {adapter}",
+                 argv=tuple(dk.run_convert(name=f"{name}-convert", image=image, run_id=opts.run_id, volumes=vol,
+                                           output_dir=out, adapter_dir=adapter, user=state.user or None)),
+                 probe=("test", "-f", f"{adapter}/adapter_config.json"), satisfied=state.adapter_present,
+                 timeout=3600, why="already converted" if state.adapter_present else ""),
+        )))
+
+    # SERVE
+    if opts.detach:
+        stages.append(Stage("SERVE", "serve", skipped="--detach"))
+    elif not deploy.serve.enabled:
+        stages.append(Stage("SERVE", "serve", skipped="deploy.serve.enabled is false"))
+    else:
+        s = state.serve
+        sv: list[Step] = []
+        if s is not None and s.running:
+            sv.append(Step("serve.start", f"serving container {serve_name}", satisfied=True,
+                           probe=tuple(dk.running_probe(serve_name)), why=f"already {s.describe()}"))
+        else:
+            if s is not None:
+                sv.append(Step("serve.remove_old", f"remove the stopped {serve_name} ({s.describe()})",
+                               argv=tuple(dk.remove(serve_name))))
+            sv.append(Step("serve.stage", f"stage the job folder {job_dir}", argv=("mkdir", "-p", "--", job_dir)))
+            sv.append(Step("serve.ship", "upload the recipe", action="put", local="rendered/ship/recipe.yaml",
+                           remote=f"{job_dir}/recipe.yaml"))
+            env_file = None
+            if deploy.serve.api_key_env:
+                # The key goes from the controller's environment into a 0600 file on the host, is read once by
+                # `docker create --env-file`, then removed; it never enters an argv, the plan or the run record.
+                env_file = f"{job_dir}/serve.env"
+                sv.append(Step("serve.key", f"upload the API key from ${deploy.serve.api_key_env} (mode 0600)",
+                               action="put_secret", remote=env_file, params={"env": deploy.serve.api_key_env}))
+            sv.append(Step("serve.create", f"create the serving container {serve_name}",
+                           argv=tuple(dk.create_serve(name=serve_name, image=image, run_id=opts.run_id, volumes=vol,
+                                                      output_dir=out, adapter_dir=adapter, gpus=gpus, memlock=memlock,
+                                                      user=state.user or None, env_file=env_file)),
+                           probe=tuple(dk.exists_probe(serve_name))))
+            if env_file:
+                sv.append(Step("serve.unstage_key", "remove the uploaded API key file",
+                               argv=("rm", "-f", "--", env_file)))
+            sv.append(Step("serve.copy", "copy the job folder into the container",
+                           argv=tuple(dk.copy_job(job_dir, serve_name)), probe=tuple(dk.started_probe(serve_name))))
+            sv.append(Step("serve.start", f"start {serve_name}", argv=tuple(dk.start(serve_name)),
+                           probe=tuple(dk.running_probe(serve_name)), fix=START_FIX))
+            sv.append(Step("serve.running", f"{serve_name} keeps running", action="wait_running",
+                           params={"container": serve_name, "seconds": 5}))
+            sv.append(Step("serve.ready", f"{serve_name} answers /health on port {deploy.serve.port}",
+                           action="wait_http", argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
+                           timeout=float(deploy.serve.ready_timeout_s), params={"container": serve_name},
+                           fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
+                               "deploy.serve.ready_timeout_s."))
+        url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
+        mp = recipe.train.get("model_name_or_path")
+        served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")
+        notes.append(f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
+        stages.append(Stage("SERVE", f"serve the adapter with sglang-kt on {deploy.serve.host}:{deploy.serve.port}",
+                            tuple(sv)))
+
+    return Plan(host=opts.host, recipe=recipe.name, job=name, image=image, variant=variant, output_dir=out,
+                adapter_dir=adapter, job_dir=job_dir, stages=tuple(stages), resume_from=resume_from,
+                waived=tuple(opts.waive), notes=tuple(notes))

@@ -1,0 +1,74 @@
+"""Which keys live where: the facts the placement and did-you-mean rules use."""
+
+from __future__ import annotations
+
+import difflib
+
+from ktdeploy.core.recipe.catalog_data import ACCELERATE_KEYS, TEMPLATES, TRAIN_KEYS
+
+# Keys of the flat `kt_config` mapping inside the training YAML (kt-facts.md, "Inside kt_config").
+KT_CONFIG_KEYS = (
+    "kt_backend", "kt_expert_weight_format", "kt_weight_lifecycle", "kt_num_threads", "kt_tp_enabled",
+    "kt_threadpool_count", "kt_max_cache_depth", "kt_model_max_length", "kt_share_backward_bb",
+    "kt_num_gpu_experts", "kt_force_fused_expert_lora",
+)
+
+# kt_config keys LlamaFactory derives itself and rejects when written (KTransformersArguments._KT_DERIVED_KEYS),
+# each mapped to the top-level training key that owns it.
+KT_DERIVED = {
+    "kt_lora_rank": "train.lora_rank",
+    "kt_lora_alpha": "train.lora_alpha",
+    "kt_lora_dropout": "train.lora_dropout",
+    "kt_weight_path": "train.kt_weight_path",
+    "kt_non_expert_weight_path": "train.kt_non_expert_weight_path",
+    "kt_expert_checkpoint_path": "train.kt_expert_checkpoint_path",
+    "kt_use_lora_experts": "train.kt_use_lora_experts",
+    "kt_lora_expert_num": "train.kt_lora_expert_num",
+    "kt_lora_expert_intermediate_size": "train.kt_lora_expert_intermediate_size",
+    "kt_train_mode": "train.finetuning_type",
+    "kt_full_weight_grad": "train.finetuning_type",
+    "kt_activation_policy": "train.kt_cpu_activation and train.disable_gradient_checkpointing",
+    "kt_skip_expert_loading": "(set by LlamaFactory)",
+    "enabled": "train.use_kt",
+}
+
+KT_BACKENDS = ("auto", "AMXBF16", "AMXINT8", "AMXINT4", "INT8", "FP8", "BF16")
+WEIGHT_FORMATS = ("bf16", "int8", "fp8")
+LIFECYCLES = ("persistent", "ephemeral")
+
+LORA_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target",
+               "loraplus_lr_ratio", "loraplus_lr_embedding", "use_rslora", "use_dora", "pissa_init",
+               "pissa_iter", "pissa_convert", "create_new_adapter")
+
+# Accelerate's fsdp_config keys (accelerate config file format).
+FSDP_CONFIG_KEYS = (
+    "fsdp_activation_checkpointing", "fsdp_auto_wrap_policy", "fsdp_backward_prefetch", "fsdp_cpu_ram_efficient_loading",
+    "fsdp_forward_prefetch", "fsdp_ignored_modules", "fsdp_min_num_params", "fsdp_offload_params",
+    "fsdp_reshard_after_forward", "fsdp_state_dict_type", "fsdp_sync_module_states",
+    "fsdp_transformer_layer_cls_to_wrap", "fsdp_use_orig_params", "fsdp_version", "fsdp_sharding_strategy",
+)
+
+DEPLOY_KEYS = ("image", "image_repo", "registry", "gpus", "volumes", "reserve_cores", "serve")
+
+TRAIN_KEY_SET = frozenset(TRAIN_KEYS)
+ACCELERATE_KEY_SET = frozenset(ACCELERATE_KEYS)
+
+
+def did_you_mean(key: str, candidates) -> str | None:
+    match = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.75)
+    return match[0] if match else None
+
+
+def home_of(key: str) -> str | None:
+    """Where a key belongs when it is written in the wrong place (None when it is unknown everywhere)."""
+    if key in KT_CONFIG_KEYS:
+        return "train.kt_config"
+    if key in TRAIN_KEY_SET:
+        return "train"
+    if key in ACCELERATE_KEY_SET:
+        return "accelerate"
+    if key in FSDP_CONFIG_KEYS:
+        return "accelerate.fsdp_config"
+    if key in DEPLOY_KEYS:
+        return "deploy"
+    return None

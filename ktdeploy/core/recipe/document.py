@@ -1,0 +1,70 @@
+"""Recipe: the parsed document plus the typed deploy section; load_recipe() builds it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ktdeploy.core.recipe.loader import RawRecipe, apply_overrides, read_native, read_recipe
+from ktdeploy.core.recipe.schema import Deploy
+
+
+@dataclass
+class Recipe:
+    raw: RawRecipe
+    deploy: Deploy | None                      # None when the section is absent or invalid
+    deploy_errors: list[dict] = field(default_factory=list)  # pydantic errors, turned into findings by validate()
+
+    @property
+    def train(self) -> dict[str, Any]:
+        t = self.raw.doc.get("train")
+        return t if isinstance(t, dict) else {}
+
+    @property
+    def accelerate(self) -> dict[str, Any]:
+        a = self.raw.doc.get("accelerate")
+        return a if isinstance(a, dict) else {}
+
+    @property
+    def kt_config(self) -> dict[str, Any]:
+        k = self.train.get("kt_config")
+        return k if isinstance(k, dict) else {}
+
+    @property
+    def path(self) -> Path | None:
+        return self.raw.path
+
+    @property
+    def name(self) -> str:
+        return self.raw.path.stem if self.raw.path else "recipe"
+
+    def weight_setup(self) -> str:
+        """The expert-weight setup of the cookbook: bf16, fp8, int8 or int4 (AMXINT4)."""
+        if str(self.kt_config.get("kt_backend", "")).upper() == "AMXINT4":
+            return "int4"
+        return str(self.kt_config.get("kt_expert_weight_format", "bf16")).lower()
+
+    def to_document(self) -> dict[str, Any]:
+        return {k: v for k, v in self.raw.doc.items()}
+
+
+def build(raw: RawRecipe) -> Recipe:
+    d = raw.doc.get("deploy")
+    if not isinstance(d, dict):
+        return Recipe(raw=raw, deploy=None)
+    try:
+        return Recipe(raw=raw, deploy=Deploy.model_validate(d))
+    except ValidationError as err:
+        return Recipe(raw=raw, deploy=None, deploy_errors=err.errors(include_url=False))
+
+
+def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    return build(apply_overrides(read_recipe(path), overrides))
+
+
+def load_native(train: str | Path, accelerate: str | Path, deploy: str | Path | None = None,
+                overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    return build(apply_overrides(read_native(train, accelerate, deploy), overrides))

@@ -1,0 +1,683 @@
+"""Validation rules: one small function each, its docstring naming where the rule comes from.
+
+Sources: cookbook = ../shared/cookbook.md (section numbers); LF = llamafactory-kt 0.9.6.dev0
+(hparams/model_args.py KTransformersArguments, hparams/parser.py); kt-kernel = kt_kernel.sft checks
+as listed in kt-facts.md. Every rule sees the whole recipe and reports through ``ctx``; all rules
+run, so one `ktdeploy check` reports every violation at once.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ktdeploy.core.checkpoints import CHECKPOINT_RE
+from ktdeploy.core.recipe import catalog as cat
+from ktdeploy.core.recipe.finding import Finding
+from ktdeploy.core.recipe.loader import SECTIONS
+from ktdeploy.core.recipe.document import Recipe
+
+RuleFn = Callable[["Ctx"], None]
+RULES: list[tuple[str, RuleFn]] = []
+
+RUNTIME_TOKEN_MARGIN = 128  # cookbook A.1 pairs cutoff_len 2048 with kt_model_max_length 2176 (Qwen3.5 template)
+
+
+def rule(rule_id: str):
+    def deco(fn: RuleFn) -> RuleFn:
+        RULES.append((rule_id, fn))
+        return fn
+    return deco
+
+
+@dataclass
+class Ctx:
+    recipe: Recipe
+    findings: list[Finding] = field(default_factory=list)
+    current: str = ""
+
+    @property
+    def t(self) -> dict[str, Any]:
+        return self.recipe.train
+
+    @property
+    def a(self) -> dict[str, Any]:
+        return self.recipe.accelerate
+
+    @property
+    def k(self) -> dict[str, Any]:
+        return self.recipe.kt_config
+
+    @property
+    def use_kt(self) -> bool:
+        return self.t.get("use_kt") is True
+
+    def _add(self, sev, path, message, fix):
+        file, line = self.recipe.raw.source.where(path)
+        self.findings.append(Finding(sev, path, message, fix, self.current, file, line))
+
+    def error(self, path: str, message: str, fix: str = "") -> None:
+        self._add("error", path, message, fix)
+
+    def warn(self, path: str, message: str, fix: str = "") -> None:
+        self._add("warning", path, message, fix)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def _norm(p: Any) -> str | None:
+    if not isinstance(p, str) or not p.startswith("/"):
+        return None
+    return posixpath.normpath(p)
+
+
+def inside(path: str, root: str) -> bool:
+    path, root = posixpath.normpath(path), posixpath.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _truthy(v: Any) -> bool:
+    return v is True or (isinstance(v, str) and v.lower() in ("true", "1", "yes"))
+
+
+# ---------------------------------------------------------------- structure and placement
+
+@rule("structure.sections")
+def sections(ctx: Ctx) -> None:
+    """ktdeploy recipe format: exactly the sections train, accelerate, deploy (issue #2)."""
+    doc = ctx.recipe.raw.doc
+    for key in doc:
+        if key in SECTIONS:
+            continue
+        home = cat.home_of(key)
+        guess = cat.did_you_mean(key, SECTIONS)
+        if guess:
+            ctx.error(key, f"unknown section '{key}'", f"did you mean '{guess}'?")
+        elif home:
+            ctx.error(key, f"'{key}' is not a section; it belongs in {home}", f"move it under {home}:")
+        else:
+            ctx.error(key, f"unknown section '{key}'", "a recipe has exactly the sections train, accelerate and deploy")
+    required = ("train", "accelerate") if ctx.recipe.raw.native else SECTIONS
+    for sec in required:
+        if sec not in doc:
+            ctx.error(sec, f"the '{sec}' section is missing",
+                      {"train": "add the LlamaFactory training YAML under `train:`",
+                       "accelerate": "add the Accelerate (FSDP2) YAML under `accelerate:`",
+                       "deploy": "add `deploy:` with at least volumes.model, volumes.data and volumes.output"}[sec])
+        elif not isinstance(doc[sec], dict):
+            ctx.error(sec, f"'{sec}' must be a mapping of keys, found {type(doc[sec]).__name__}",
+                      f"write `{sec}:` followed by indented `key: value` lines")
+
+
+@rule("train.unknown_key")
+def train_keys(ctx: Ctx) -> None:
+    """LF: HfArgumentParser rejects keys no argument class owns; misplaced KT/Accelerate keys are common."""
+    for key in ctx.t:
+        if key in cat.TRAIN_KEY_SET:
+            continue
+        path = f"train.{key}"
+        home = cat.home_of(key)
+        if home and home != "train":
+            ctx.error(path, f"'{key}' does not belong in the training YAML; it belongs in {home}",
+                      f"move it to {home}.{key}")
+            continue
+        guess = cat.did_you_mean(key, cat.TRAIN_KEY_SET)
+        ctx.error(path, f"unknown training key '{key}' (LlamaFactory rejects unused keys)",
+                  f"did you mean '{guess}'?" if guess else "remove it, or check the spelling against LlamaFactory's arguments")
+
+
+@rule("train.kt_config.placement")
+def kt_config_keys(ctx: Ctx) -> None:
+    """LF KTransformersArguments: kt_config is a flat mapping; derived keys inside it are rejected."""
+    raw = ctx.t.get("kt_config")
+    if raw is None:
+        return
+    if not isinstance(raw, dict):
+        ctx.error("train.kt_config", "kt_config must be a flat mapping", "write kt_config: followed by indented kt_* keys")
+        return
+    for key, value in raw.items():
+        path = f"train.kt_config.{key}"
+        if key in cat.KT_DERIVED:
+            owner = cat.KT_DERIVED[key]
+            ctx.error(path, f"'{key}' is derived by LlamaFactory and rejected inside kt_config",
+                      f"remove it; set {owner} instead" if owner.startswith("train") else "remove it")
+        elif key not in cat.KT_CONFIG_KEYS:
+            home = cat.home_of(key)
+            if home and home != "train.kt_config":
+                ctx.error(path, f"'{key}' does not belong in kt_config; it belongs in {home}", f"move it to {home}.{key}")
+            else:
+                guess = cat.did_you_mean(key, cat.KT_CONFIG_KEYS)
+                ctx.error(path, f"unknown kt_config key '{key}'",
+                          f"did you mean '{guess}'?" if guess else f"known keys: {', '.join(cat.KT_CONFIG_KEYS)}")
+        elif isinstance(value, (dict, list)):
+            ctx.error(path, f"'{key}' must be a scalar (kt_config is flat)", "give a single value")
+
+
+@rule("accelerate.unknown_key")
+def accelerate_keys(ctx: Ctx) -> None:
+    """Accelerate ClusterConfig fields; cookbook §2.3: kt_config never goes in the Accelerate YAML."""
+    for key, value in ctx.a.items():
+        path = f"accelerate.{key}"
+        if key == "kt_config":
+            ctx.error(path, "kt_config in the Accelerate YAML is rejected by LlamaFactory (cookbook §2.3)",
+                      "move it to train.kt_config")
+            continue
+        if key in cat.ACCELERATE_KEY_SET:
+            continue
+        home = cat.home_of(key)
+        if home and home != "accelerate":
+            ctx.error(path, f"'{key}' does not belong in the Accelerate YAML; it belongs in {home}",
+                      f"move it to {home}.{key}")
+        else:
+            guess = cat.did_you_mean(key, cat.ACCELERATE_KEY_SET)
+            ctx.error(path, f"unknown Accelerate key '{key}'",
+                      f"did you mean '{guess}'?" if guess else "remove it")
+    fsdp = ctx.a.get("fsdp_config")
+    if fsdp is not None and not isinstance(fsdp, dict):
+        ctx.error("accelerate.fsdp_config", "fsdp_config must be a mapping", "indent the fsdp_* keys under fsdp_config:")
+    elif isinstance(fsdp, dict):
+        for key in fsdp:
+            if key not in cat.FSDP_CONFIG_KEYS:
+                guess = cat.did_you_mean(key, cat.FSDP_CONFIG_KEYS)
+                ctx.error(f"accelerate.fsdp_config.{key}", f"unknown fsdp_config key '{key}'",
+                          f"did you mean '{guess}'?" if guess else "remove it")
+
+
+_DEPLOY_FIX = {
+    "missing": "add it",
+    "extra_forbidden": "remove it",
+}
+
+
+@rule("deploy.schema")
+def deploy_schema(ctx: Ctx) -> None:
+    """ktdeploy's deploy section (ktdeploy/core/recipe/schema.py)."""
+    from ktdeploy.core.recipe.schema import Deploy, Serve, Volumes
+
+    fields_by_prefix = {(): Deploy.model_fields, ("volumes",): Volumes.model_fields, ("serve",): Serve.model_fields}
+    for e in ctx.recipe.deploy_errors:
+        loc = tuple(str(x) for x in e.get("loc", ()))
+        path = ".".join(("deploy",) + loc)
+        kind = e.get("type", "")
+        msg = e.get("msg", "invalid value")
+        fix = _DEPLOY_FIX.get(kind, "")
+        if kind == "extra_forbidden":
+            known = fields_by_prefix.get(loc[:-1])
+            guess = cat.did_you_mean(loc[-1], known) if known else None
+            home = cat.home_of(loc[-1])
+            if guess:
+                fix = f"did you mean '{guess}'?"
+            elif home and home != "deploy":
+                msg, fix = f"'{loc[-1]}' does not belong in deploy; it belongs in {home}", f"move it to {home}.{loc[-1]}"
+            if not (home and home != "deploy" and not guess):
+                msg = f"unknown key '{loc[-1]}' in {'.'.join(('deploy',) + loc[:-1])}"
+        elif kind == "missing":
+            desc = None
+            model = fields_by_prefix.get(loc[:-1])
+            if model and loc[-1] in model:
+                desc = model[loc[-1]].description
+            fix = f"add {path}" + (f": {desc}" if desc else "")
+        else:
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            model = fields_by_prefix.get(loc[:-1]) if loc else None
+            if model and loc[-1] in model and model[loc[-1]].description:
+                fix = f"{path}: {model[loc[-1]].description}"
+            msg = f"{msg} (got {e.get('input')!r})" if "got" not in msg and not isinstance(e.get("input"), dict) else msg
+        ctx.error(path, msg, fix or "see `ktdeploy check --help` for the deploy keys")
+
+
+# ---------------------------------------------------------------- KT switches (LF KTransformersArguments)
+
+@rule("kt.requires_use_kt")
+def requires_use_kt(ctx: Ctx) -> None:
+    """LF: `kt_config` requires `use_kt: true`; `kt_cpu_activation` is only valid when `use_kt: true`."""
+    use_kt = ctx.t.get("use_kt")
+    if use_kt is not None and not isinstance(use_kt, bool):
+        ctx.error("train.use_kt", f"use_kt must be true or false, got {use_kt!r}", "write use_kt: true")
+    if ctx.use_kt:
+        return
+    for key in ("kt_config", "kt_cpu_activation", "kt_weight_path", "kt_non_expert_weight_path"):
+        if key in ctx.t:
+            ctx.error(f"train.{key}", f"{key} is only valid with use_kt: true", "add use_kt: true (or remove the KT keys)")
+    if "train" in ctx.recipe.raw.doc and isinstance(ctx.recipe.raw.doc["train"], dict) and "kt_config" not in ctx.t:
+        ctx.warn("train.use_kt", "use_kt is not true: routed experts stay on the GPU and nothing runs on the CPU",
+                 "set use_kt: true and add kt_config for a KTransformers run")
+
+
+@rule("kt.cpu_activation")
+def cpu_activation(ctx: Ctx) -> None:
+    """LF: kt_cpu_activation is retain|recompute; recompute requires GPU gradient checkpointing (cookbook §3(4))."""
+    v = ctx.t.get("kt_cpu_activation")
+    if v is None:
+        return
+    if v not in ("retain", "recompute"):
+        ctx.error("train.kt_cpu_activation", f"kt_cpu_activation must be retain or recompute, got {v!r}",
+                  "write kt_cpu_activation: retain (or remove it)")
+    elif v == "recompute" and ctx.t.get("disable_gradient_checkpointing") is True:
+        ctx.error("train.kt_cpu_activation", "kt_cpu_activation: recompute requires GPU gradient checkpointing",
+                  "set disable_gradient_checkpointing: false or use kt_cpu_activation: retain")
+
+
+@rule("kt.gradient_checkpointing")
+def gradient_checkpointing(ctx: Ctx) -> None:
+    """LF configure_kt_checkpointing: with KT, LlamaFactory's disable_gradient_checkpointing is the only switch."""
+    if not ctx.use_kt:
+        return
+    if _truthy(ctx.t.get("gradient_checkpointing")):
+        ctx.error("train.gradient_checkpointing", "KTransformers uses disable_gradient_checkpointing; "
+                  "gradient_checkpointing: true is rejected", "remove gradient_checkpointing (use disable_gradient_checkpointing: false)")
+    if ctx.t.get("gradient_checkpointing_kwargs") is not None:
+        ctx.error("train.gradient_checkpointing_kwargs", "KTransformers supplies its own checkpoint context",
+                  "remove gradient_checkpointing_kwargs")
+    fsdp = ctx.a.get("fsdp_config")
+    if isinstance(fsdp, dict) and _truthy(fsdp.get("fsdp_activation_checkpointing")):
+        ctx.error("accelerate.fsdp_config.fsdp_activation_checkpointing",
+                  "FSDP activation checkpointing must be off with KTransformers",
+                  "set fsdp_activation_checkpointing: false (checkpointing is disable_gradient_checkpointing's job)")
+    tfsdp = ctx.t.get("fsdp_config")
+    if isinstance(tfsdp, dict) and _truthy(tfsdp.get("activation_checkpointing")):
+        ctx.error("train.fsdp_config.activation_checkpointing", "FSDP activation checkpointing must be off with KTransformers",
+                  "remove activation_checkpointing")
+
+
+@rule("kt.incompatible_features")
+def incompatible(ctx: Ctx) -> None:
+    """LF + kt-facts: with KT, no Unsloth, ZeRO-3, predict_with_generate, compute_accuracy or more than one adapter."""
+    if not ctx.use_kt:
+        return
+    for key, why in (("use_unsloth", "Unsloth"), ("use_unsloth_gc", "Unsloth checkpointing"),
+                     ("predict_with_generate", "predict_with_generate"), ("compute_accuracy", "compute_accuracy")):
+        if _truthy(ctx.t.get(key)):
+            ctx.error(f"train.{key}", f"{why} cannot be combined with KTransformers", f"remove {key}")
+    ds = ctx.t.get("deepspeed")
+    if ds:
+        ctx.error("train.deepspeed", "DeepSpeed (ZeRO-3) cannot be combined with KTransformers",
+                  "remove deepspeed and use the FSDP2 Accelerate YAML")
+    if ctx.a.get("distributed_type") == "DEEPSPEED" or ctx.a.get("deepspeed_config"):
+        ctx.error("accelerate.distributed_type", "DeepSpeed (ZeRO-3) cannot be combined with KTransformers",
+                  "use distributed_type: FSDP with fsdp_version: 2 (cookbook A.2)")
+    adapters = ctx.t.get("adapter_name_or_path")
+    if isinstance(adapters, list) and len(adapters) > 1 or isinstance(adapters, str) and "," in adapters:
+        ctx.error("train.adapter_name_or_path", "KTransformers accepts a single adapter", "name exactly one adapter directory")
+
+
+@rule("kt.values")
+def kt_values(ctx: Ctx) -> None:
+    """kt-facts: allowed kt_backend / kt_expert_weight_format / kt_weight_lifecycle values and integer ranges."""
+    k = ctx.k
+    b = k.get("kt_backend")
+    if b is not None and b not in cat.KT_BACKENDS:
+        guess = cat.did_you_mean(str(b), cat.KT_BACKENDS) or next(
+            (x for x in cat.KT_BACKENDS if x.lower() == str(b).lower()), None)
+        ctx.error("train.kt_config.kt_backend", f"unknown kt_backend {b!r}",
+                  f"did you mean {guess}?" if guess else f"use one of {', '.join(cat.KT_BACKENDS)}")
+    f = k.get("kt_expert_weight_format")
+    if f is not None and f not in cat.WEIGHT_FORMATS:
+        ctx.error("train.kt_config.kt_expert_weight_format", f"unknown kt_expert_weight_format {f!r}",
+                  f"use one of {', '.join(cat.WEIGHT_FORMATS)} (AMXINT4 is chosen with kt_backend: AMXINT4)")
+    lc = k.get("kt_weight_lifecycle")
+    if lc is not None and lc not in cat.LIFECYCLES:
+        ctx.error("train.kt_config.kt_weight_lifecycle", f"unknown kt_weight_lifecycle {lc!r}", "use persistent or ephemeral")
+    for key, lo in (("kt_num_threads", 1), ("kt_threadpool_count", 1), ("kt_max_cache_depth", 1),
+                    ("kt_model_max_length", 1), ("kt_num_gpu_experts", 0)):
+        v = k.get(key)
+        if v is None:
+            continue
+        if not _is_int(v) or v < lo:
+            ctx.error(f"train.kt_config.{key}", f"{key} must be an integer >= {lo}, got {v!r}",
+                      f"write a whole number >= {lo}")
+        elif v > 1_000_000:
+            ctx.error(f"train.kt_config.{key}", f"{key} = {v} is not a plausible value", "check the number")
+    for key in ("kt_tp_enabled", "kt_share_backward_bb", "kt_force_fused_expert_lora"):
+        v = k.get(key)
+        if v is not None and not isinstance(v, bool):
+            ctx.error(f"train.kt_config.{key}", f"{key} must be true or false, got {v!r}", f"write {key}: true or false")
+    nt, tp = k.get("kt_num_threads"), k.get("kt_threadpool_count")
+    if _is_int(nt) and _is_int(tp) and tp > 0 and nt > 0 and nt < tp:
+        ctx.error("train.kt_config.kt_num_threads", f"kt_num_threads ({nt}) is smaller than kt_threadpool_count ({tp})",
+                  "give each thread pool (one per NUMA node) at least one thread")
+
+
+# ---------------------------------------------------------------- formats and fine-tuning types (cookbook §2)
+
+@rule("format.finetuning_type")
+def finetuning_type(ctx: Ctx) -> None:
+    """Cookbook §2.2 + LF get_kt_config_dict: KT supports lora and full; FP8/INT8/AMXINT4 are LoRA-only; full is BF16."""
+    ft = ctx.t.get("finetuning_type", "lora")
+    if not ctx.use_kt:
+        return
+    if ft not in ("lora", "full"):
+        ctx.error("train.finetuning_type", f"KTransformers supports lora and full fine-tuning, not {ft!r}",
+                  "use finetuning_type: lora (or full with BF16 experts)")
+        return
+    setup = ctx.recipe.weight_setup()
+    if ft == "full":
+        if setup != "bf16":
+            path = "train.kt_config.kt_backend" if setup == "int4" else "train.kt_config.kt_expert_weight_format"
+            ctx.error(path, f"full fine-tuning uses BF16 experts; {setup.upper()} is LoRA-only (cookbook §2.2)",
+                      "use finetuning_type: lora, or kt_expert_weight_format: bf16 for full fine-tuning")
+        for key in cat.LORA_FIELDS:
+            if key in ctx.t:
+                ctx.error(f"train.{key}", f"{key} is a LoRA field; full fine-tuning has no LoRA fields (cookbook §2.4.4)",
+                          f"remove {key}")
+
+
+@rule("format.weight_paths")
+def weight_paths(ctx: Ctx) -> None:
+    """Cookbook §2.4 + A.3.1: native BF16/FP8 never set kt_weight_path; INT8/AMXINT4 need the matching pair."""
+    if not ctx.use_kt:
+        return
+    setup = ctx.recipe.weight_setup()
+    wp, nwp = ctx.t.get("kt_weight_path"), ctx.t.get("kt_non_expert_weight_path")
+    if setup in ("bf16", "fp8"):
+        if wp is not None:
+            ctx.error("train.kt_weight_path", f"native {setup.upper()} never sets kt_weight_path (cookbook §2.4, A.3.1)",
+                      "remove kt_weight_path; the experts load from model_name_or_path")
+        if nwp is not None:
+            ctx.error("train.kt_non_expert_weight_path", "kt_non_expert_weight_path is only for converted INT8/AMXINT4 weights",
+                      "remove kt_non_expert_weight_path")
+    elif setup in ("int8", "int4"):
+        name = "INT8" if setup == "int8" else "AMXINT4"
+        if not wp:
+            ctx.error("train.kt_weight_path", f"{name} needs kt_weight_path: the converted routed-expert weights",
+                      "set train.kt_weight_path to the converted expert directory (top level, not inside kt_config)")
+        if not nwp:
+            ctx.error("train.kt_non_expert_weight_path", f"{name} needs kt_non_expert_weight_path matching kt_weight_path",
+                      "set train.kt_non_expert_weight_path to the BF16 non-expert cache made with the same conversion")
+        if wp and nwp and _norm(wp) and _norm(wp) == _norm(nwp):
+            ctx.error("train.kt_non_expert_weight_path", "kt_non_expert_weight_path is the same directory as kt_weight_path",
+                      "point it at the separate BF16 non-expert cache")
+        if setup == "int8" and str(ctx.t.get("model_name_or_path", "")).lower().find("fp8") >= 0 and wp and _norm(wp) == _norm(ctx.t.get("model_name_or_path")):
+            ctx.error("train.kt_weight_path", "a native FP8 checkpoint cannot be passed through kt_weight_path (A.3.1)",
+                      "use the FP8 setup (kt_expert_weight_format: fp8) or convert the experts to INT8")
+
+
+@rule("format.int8")
+def int8_rules(ctx: Ctx) -> None:
+    """kt-kernel: INT8 needs kt_backend auto/INT8, LoRA, kt_num_gpu_experts 0, kt_share_backward_bb true."""
+    if not ctx.use_kt or ctx.recipe.weight_setup() != "int8":
+        return
+    k = ctx.k
+    if k.get("kt_backend", "auto") not in ("auto", "INT8", "AMXINT8"):
+        ctx.error("train.kt_config.kt_backend", f"INT8 weights need kt_backend auto or INT8, not {k.get('kt_backend')!r}",
+                  "set kt_backend: auto (cookbook A.3.2: do not force a backend)")
+    if k.get("kt_num_gpu_experts", 0) != 0:
+        ctx.error("train.kt_config.kt_num_gpu_experts", "INT8 training needs kt_num_gpu_experts: 0", "set it to 0 or remove it")
+    if k.get("kt_share_backward_bb", True) is not True:
+        ctx.error("train.kt_config.kt_share_backward_bb", "INT8 training needs kt_share_backward_bb: true",
+                  "set kt_share_backward_bb: true")
+
+
+@rule("format.backend_matches")
+def backend_matches(ctx: Ctx) -> None:
+    """Cookbook A.3.2: do not force a backend that the weight format does not support."""
+    if not ctx.use_kt:
+        return
+    b = ctx.k.get("kt_backend")
+    fmt = ctx.k.get("kt_expert_weight_format")
+    if not isinstance(b, str) or not (fmt is None or isinstance(fmt, str)):
+        return  # kt.values reports wrong types
+    compatible = {"AMXBF16": {"bf16"}, "BF16": {"bf16"}, "FP8": {"fp8"}, "AMXINT8": {"int8"}, "INT8": {"int8"},
+                  "AMXINT4": {None}}
+    if b in compatible and fmt is not None and fmt not in compatible[b]:
+        ctx.error("train.kt_config.kt_backend", f"kt_backend {b} cannot run {fmt} expert weights",
+                  "use kt_backend: auto, which picks the backend for the weight format and CPU")
+
+
+@rule("format.fp8_and_lifecycle")
+def fp8_lifecycle(ctx: Ctx) -> None:
+    """kt-kernel: FP8 needs persistent lifecycle and lora_rank > 0; ephemeral only with INT8 (stages weights in /dev/shm)."""
+    if not ctx.use_kt:
+        return
+    setup, lc = ctx.recipe.weight_setup(), ctx.k.get("kt_weight_lifecycle")
+    if setup == "fp8":
+        if lc == "ephemeral":
+            ctx.error("train.kt_config.kt_weight_lifecycle", "FP8 experts need kt_weight_lifecycle: persistent",
+                      "set kt_weight_lifecycle: persistent (or remove it)")
+        r = ctx.t.get("lora_rank", 8)
+        if not _is_int(r) or r <= 0:
+            ctx.error("train.lora_rank", "FP8 experts need LoRA with lora_rank > 0", "set lora_rank: 8")
+    if lc == "ephemeral" and setup != "int8":
+        ctx.error("train.kt_config.kt_weight_lifecycle", "ephemeral lifecycle is only supported with INT8 weights",
+                  "use kt_weight_lifecycle: persistent")
+    elif lc == "ephemeral":
+        ctx.warn("train.kt_config.kt_weight_lifecycle", "ephemeral stages the INT8 expert weights in /dev/shm",
+                 "make sure /dev/shm can hold them (`ktdeploy doctor --recipe` checks it)")
+
+
+@rule("lora.values")
+def lora_values(ctx: Ctx) -> None:
+    """Cookbook §3(1): LoRA fields only at the top level; start at rank 8, alpha ≈ 2×rank, dropout 0–0.05."""
+    if ctx.t.get("finetuning_type", "lora") != "lora":
+        return
+    r, alpha, drop = ctx.t.get("lora_rank"), ctx.t.get("lora_alpha"), ctx.t.get("lora_dropout")
+    if r is not None and (not _is_int(r) or r <= 0):
+        ctx.error("train.lora_rank", f"lora_rank must be a positive integer, got {r!r}", "use lora_rank: 8")
+        r = None
+    if alpha is not None and _num(alpha) is None:
+        ctx.error("train.lora_alpha", f"lora_alpha must be a number, got {alpha!r}", "use lora_alpha: 16")
+        alpha = None
+    if drop is not None and (_num(drop) is None or not 0 <= drop < 1):
+        ctx.error("train.lora_dropout", f"lora_dropout must be in [0, 1), got {drop!r}", "use lora_dropout: 0.0")
+    elif _num(drop) is not None and drop > 0.1:
+        ctx.warn("train.lora_dropout", f"lora_dropout {drop} is high", "the cookbook uses 0.0, and 0.05 against overfitting")
+    if r and alpha is not None and _num(alpha):
+        ratio = alpha / r
+        if not 1.0 <= ratio <= 4.0:
+            ctx.warn("train.lora_alpha", f"lora_alpha/lora_rank = {ratio:g}; the cookbook keeps alpha at about twice the rank",
+                     f"try lora_alpha: {2 * r}")
+    if r and r > 64:
+        ctx.warn("train.lora_rank", f"lora_rank {r} is far above the cookbook's 8 → 16 → 32 ladder",
+                 "raise the rank step by step (8, 16, 32) while task adaptation improves")
+
+
+@rule("length.kt_model_max_length")
+def model_max_length(ctx: Ctx) -> None:
+    """Cookbook §2.3(2), §3(2), A.3.5 + LF: kt_model_max_length must cover cutoff_len plus the runtime token margin."""
+    cutoff = ctx.t.get("cutoff_len", 2048)
+    if not _is_int(cutoff) or cutoff <= 0:
+        ctx.error("train.cutoff_len", f"cutoff_len must be a positive integer, got {cutoff!r}", "use cutoff_len: 2048")
+        return
+    if cutoff > 1_048_576:
+        ctx.error("train.cutoff_len", f"cutoff_len {cutoff} is not plausible", "set the effective token length of most samples")
+        return
+    mml = ctx.k.get("kt_model_max_length")
+    if mml is None or not _is_int(mml) or mml <= 0:
+        return
+    if mml <= cutoff:
+        ctx.error("train.kt_config.kt_model_max_length",
+                  f"kt_model_max_length ({mml}) must be greater than cutoff_len ({cutoff})",
+                  f"set it to at least {cutoff + RUNTIME_TOKEN_MARGIN} (cutoff_len + runtime margin), or remove it to let LlamaFactory derive it")
+    elif mml < cutoff + RUNTIME_TOKEN_MARGIN:
+        ctx.warn("train.kt_config.kt_model_max_length",
+                 f"kt_model_max_length ({mml}) leaves only {mml - cutoff} tokens above cutoff_len for template tokens",
+                 f"use {cutoff + RUNTIME_TOKEN_MARGIN} (the cookbook pairs 2048 with 2176)")
+    elif mml > 4 * (cutoff + RUNTIME_TOKEN_MARGIN):
+        ctx.warn("train.kt_config.kt_model_max_length",
+                 f"kt_model_max_length ({mml}) is far above cutoff_len ({cutoff}); it only costs host memory",
+                 f"use {cutoff + RUNTIME_TOKEN_MARGIN}")
+
+
+# ---------------------------------------------------------------- world size (cookbook §2.3(1))
+
+@rule("world.gpus_vs_num_processes")
+def gpus_vs_processes(ctx: Ctx) -> None:
+    """Cookbook §2.3(1), A.3.4: the GPUs in CUDA_VISIBLE_DEVICES must equal num_processes."""
+    n = ctx.a.get("num_processes", 1)
+    if not _is_int(n) or n < 1:
+        ctx.error("accelerate.num_processes", f"num_processes must be a positive integer, got {n!r}", "use num_processes: 2")
+        return
+    if n > 64:
+        ctx.error("accelerate.num_processes", f"num_processes {n} is not plausible for one host", "use the number of GPUs")
+        return
+    raw_deploy = ctx.recipe.raw.doc.get("deploy")
+    gpus = raw_deploy.get("gpus", [0]) if isinstance(raw_deploy, dict) else None
+    if isinstance(gpus, list) and len(gpus) != n:
+        shown = ",".join(str(g) for g in gpus)
+        ctx.error("deploy.gpus", f"deploy.gpus lists {len(gpus)} GPU(s) ({shown}) but accelerate.num_processes is {n}",
+                  f"list {n} GPU(s) in deploy.gpus, or set accelerate.num_processes: {len(gpus)}")
+    nm = ctx.a.get("num_machines", 1)
+    if nm != 1:
+        ctx.error("accelerate.num_machines", f"num_machines {nm!r}: KT fine-tuning runs on one host", "set num_machines: 1")
+    if _truthy(ctx.a.get("use_cpu")):
+        ctx.error("accelerate.use_cpu", "use_cpu: true would train without GPUs", "set use_cpu: false")
+    if n > 1 and ctx.a.get("distributed_type") not in (None, "FSDP"):
+        ctx.warn("accelerate.distributed_type", f"distributed_type {ctx.a.get('distributed_type')!r} with {n} processes",
+                 "the cookbook uses distributed_type: FSDP with fsdp_version: 2 (A.2)")
+    fsdp = ctx.a.get("fsdp_config")
+    if ctx.a.get("distributed_type") == "FSDP" and isinstance(fsdp, dict) and fsdp.get("fsdp_version", 2) != 2:
+        ctx.warn("accelerate.fsdp_config.fsdp_version", "the cookbook's KT recipes use FSDP2", "set fsdp_version: 2")
+
+
+@rule("precision.bf16")
+def precision(ctx: Ctx) -> None:
+    """Cookbook A.1/A.2: KT trains in bf16 — mixed_precision: bf16 and bf16: true agree."""
+    if not ctx.use_kt:
+        return
+    mp = ctx.a.get("mixed_precision")
+    if mp is not None and mp != "bf16":
+        ctx.error("accelerate.mixed_precision", f"mixed_precision {mp!r}; KT recipes train in bf16", "set mixed_precision: bf16")
+    if _truthy(ctx.t.get("fp16")):
+        ctx.error("train.fp16", "fp16 conflicts with the bf16 KT path", "remove fp16 and set bf16: true")
+    if ctx.t.get("bf16") is not True:
+        ctx.warn("train.bf16", "bf16 is not true in the training YAML", "set bf16: true (cookbook A.1)")
+
+
+# ---------------------------------------------------------------- task basics
+
+@rule("task.basics")
+def task_basics(ctx: Ctx) -> None:
+    """LF: an SFT run needs stage sft, do_train, a model, a dataset and a template; KT integrates with SFT."""
+    t = ctx.t
+    if "train" not in ctx.recipe.raw.doc or not isinstance(ctx.recipe.raw.doc.get("train"), dict):
+        return
+    stage = t.get("stage", "sft")
+    if ctx.use_kt and stage != "sft":
+        ctx.error("train.stage", f"KTransformers fine-tuning runs stage: sft, not {stage!r}", "set stage: sft")
+    if t.get("do_train") is not True:
+        ctx.error("train.do_train", "do_train must be true for a training recipe", "set do_train: true")
+    for key, fix in (("model_name_or_path", "set it to the base model directory (inside deploy.volumes.model)"),
+                     ("dataset", "name the dataset(s) from dataset_info.json"),
+                     ("template", "set the chat template of the model family (e.g. qwen3_5)"),
+                     ("output_dir", "set it to a new directory inside deploy.volumes.output")):
+        v = t.get(key)
+        if v is None or (isinstance(v, str) and not v.strip()):
+            ctx.error(f"train.{key}", f"{key} is required", fix)
+        elif not isinstance(v, str):
+            ctx.error(f"train.{key}", f"{key} must be a string, got {type(v).__name__}", fix)
+    tpl = t.get("template")
+    if isinstance(tpl, str) and tpl and tpl not in cat.TEMPLATES:
+        guess = cat.did_you_mean(tpl, cat.TEMPLATES)
+        ctx.error("train.template", f"LlamaFactory has no template {tpl!r}",
+                  f"did you mean '{guess}'?" if guess else "use the template of the model family (see LlamaFactory's template list)")
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "save_steps", "logging_steps"):
+        v = t.get(key)
+        if v is not None and (not _is_int(v) or v < 1 or v > 1_000_000):
+            ctx.error(f"train.{key}", f"{key} must be a positive integer, got {v!r}", "write a whole number >= 1")
+    lr = t.get("learning_rate")
+    if lr is not None and (_num(lr) is None or not 0 < lr < 1):
+        ctx.error("train.learning_rate", f"learning_rate must be a number in (0, 1), got {lr!r}",
+                  "e.g. 1.0e-4 for LoRA, 1.0e-5 for full fine-tuning (write the dot: 1.0e-4)")
+    ep = t.get("num_train_epochs")
+    if ep is not None and (_num(ep) is None or ep <= 0):
+        ctx.error("train.num_train_epochs", f"num_train_epochs must be a positive number, got {ep!r}", "e.g. 3")
+
+
+# ---------------------------------------------------------------- output safety (cookbook §3(6))
+
+
+
+@rule("output.safety")
+def output_safety(ctx: Ctx) -> None:
+    """Cookbook §3(6): output_dir never the model dir, overwrite_output_dir: false, resume names a checkpoint-* dir."""
+    t = ctx.t
+    out = t.get("output_dir")
+    if _truthy(t.get("overwrite_output_dir")):
+        ctx.error("train.overwrite_output_dir", "overwrite_output_dir: true can destroy previous results",
+                  "set overwrite_output_dir: false (resume with resume_from_checkpoint instead)")
+    if isinstance(out, str) and out:
+        if not out.startswith("/"):
+            ctx.error("train.output_dir", f"output_dir must be an absolute path, got {out!r}",
+                      "use a directory inside deploy.volumes.output")
+        for key in ("model_name_or_path", "kt_weight_path", "kt_non_expert_weight_path"):
+            src = _norm(t.get(key))
+            if src and _norm(out) and (inside(_norm(out), src) or inside(src, _norm(out))):
+                ctx.error("train.output_dir", f"output_dir {out} overlaps {key} ({src})",
+                          "write the output to its own directory, never into or above the model")
+    resume = t.get("resume_from_checkpoint")
+    if resume is not None:
+        if not isinstance(resume, str) or not CHECKPOINT_RE.match(posixpath.basename(resume.rstrip("/"))):
+            ctx.error("train.resume_from_checkpoint", f"resume_from_checkpoint must name a checkpoint-* directory, got {resume!r}",
+                      "e.g. /data/output/run/checkpoint-500, or omit it for a new run (ktdeploy up --resume auto finds the newest)")
+        elif isinstance(out, str) and _norm(resume) and _norm(out) and not inside(_norm(resume), _norm(out)):
+            ctx.warn("train.resume_from_checkpoint", "the checkpoint is outside output_dir",
+                     "resume into the output_dir of the run that wrote the checkpoint")
+    if _truthy(t.get("save_only_model")):
+        ctx.warn("train.save_only_model", "save_only_model: true writes checkpoints without optimizer state: they cannot be resumed",
+                 "set save_only_model: false to keep checkpoints resumable")
+
+
+@rule("deploy.paths")
+def deploy_paths(ctx: Ctx) -> None:
+    """ktdeploy: the container sees only the three volumes, at the same paths (model read-only)."""
+    d = ctx.recipe.deploy
+    if d is None:
+        return
+    v = d.volumes
+    t = ctx.t
+    for key in ("model_name_or_path", "kt_weight_path", "kt_non_expert_weight_path"):
+        p = t.get(key)
+        if not isinstance(p, str) or not p:
+            continue
+        if not p.startswith("/"):
+            ctx.error(f"train.{key}", f"{key} must be an absolute path inside deploy.volumes.model ({v.model}); "
+                      "hub ids are not downloaded by ktdeploy", "download the model first and give its directory")
+        elif not inside(p, v.model):
+            ctx.error(f"train.{key}", f"{key} ({p}) is outside deploy.volumes.model ({v.model}), so the container cannot see it",
+                      "put it under the model volume, or widen deploy.volumes.model to a common parent")
+    out = t.get("output_dir")
+    if isinstance(out, str) and out.startswith("/"):
+        if not inside(out, v.output) or _norm(out) == _norm(v.output):
+            ctx.error("train.output_dir", f"output_dir ({out}) must be a subdirectory of deploy.volumes.output ({v.output})",
+                      f"e.g. {v.output.rstrip('/')}/{ctx.recipe.name}")
+        if inside(out, v.model) or inside(v.model, out):
+            ctx.error("deploy.volumes.output", "the output volume overlaps the read-only model volume",
+                      "use separate directories for models and outputs")
+    ddir = t.get("dataset_dir")
+    if ddir is None:
+        ctx.error("train.dataset_dir", "dataset_dir is required with ktdeploy (LlamaFactory's default 'data' is relative)",
+                  f"set dataset_dir: {v.data}")
+    elif not isinstance(ddir, str) or not ddir.startswith("/") or not inside(ddir, v.data):
+        ctx.error("train.dataset_dir", f"dataset_dir ({ddir}) must be inside deploy.volumes.data ({v.data})",
+                  f"set dataset_dir: {v.data}")
+    if inside(v.data, v.model) and _norm(v.data) != _norm(v.model):
+        ctx.warn("deploy.volumes.data", "the data volume is inside the read-only model volume", "keep datasets apart from models")
+
+
+def run_rules(recipe: Recipe) -> list[Finding]:
+    ctx = Ctx(recipe)
+    for rule_id, fn in RULES:
+        ctx.current = rule_id
+        try:
+            fn(ctx)
+        except (TypeError, AttributeError, ValueError) as err:
+            # A value of an unexpected type deep in a rule: report it against the rule, never crash.
+            ctx.error("(recipe)", f"rule {rule_id} could not evaluate the recipe: {type(err).__name__}: {err}",
+                      "fix the value types reported above")
+    return ctx.findings

@@ -1,0 +1,100 @@
+"""ktdeploy's own recipe section (``deploy:``), as pydantic models.
+
+The ``train:`` and ``accelerate:`` sections are LlamaFactory's and Accelerate's own YAML and are
+validated key by key by ``ktdeploy.core.recipe.rules`` (they stay plain dicts so rendering is lossless).
+Every field carries a description: the docs and error messages come from here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ISA_VARIANTS = ("amx", "avx512", "avx2")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _absolute(value: str, what: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{what} must be an absolute path on the training host, got {value!r}")
+    if "\x00" in value or "\n" in value:
+        raise ValueError(f"{what} must not contain NUL or newline characters")
+    return value.rstrip("/") or "/"
+
+
+class Volumes(_Strict):
+    """Host paths mounted into the training container at the same path, so the training YAML's paths
+    are valid on the host and in the container alike."""
+
+    model: str = Field(description="Host directory holding the base model (and any converted KT weights). "
+                                   "Mounted read-only; ktdeploy never writes into it.")
+    data: str = Field(description="Host directory holding the dataset and its dataset_info.json.")
+    output: str = Field(description="Host directory receiving the training output (checkpoints, adapter, logs).")
+
+    @field_validator("model", "data", "output")
+    @classmethod
+    def _abs(cls, v: str, info) -> str:
+        return _absolute(v, f"deploy.volumes.{info.field_name}")
+
+
+class Serve(_Strict):
+    """How ``ktdeploy serve`` starts sglang-kt on the converted adapter."""
+
+    enabled: bool = Field(True, description="Start sglang-kt after training and conversion.")
+    host: str = Field("127.0.0.1", description="Address the OpenAI-compatible server listens on. "
+                                               "Loopback by default; expose it deliberately.")
+    port: int = Field(30000, ge=1, le=65535, description="Server port.")
+    served_model_name: str | None = Field(None, description="Model name clients use (default: the model dir's name).")
+    lora_name: str = Field("adapter", pattern=r"^[A-Za-z0-9._-]+$",
+                           description="Name of the LoRA adapter; requests use model=<served>:<lora_name>.")
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                    description="Name of an environment variable holding the API key "
+                                                "(the key itself never goes into a recipe).")
+    max_running_requests: int = Field(4, ge=2, description="sglang-kt --max-running-requests (KT LoRA serving needs >= 2).")
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="sglang --mem-fraction-static.")
+    ready_timeout_s: int = Field(1800, ge=10, le=86400, description="How long `ktdeploy up` waits for the server's "
+                                                                     "/health to answer (loading a large model takes "
+                                                                     "minutes).")
+    extra_args: list[str] = Field(default_factory=list, description="Extra sglang.launch_server arguments, passed as-is "
+                                                                      "(as separate argv items, never through a shell).")
+
+
+class Deploy(_Strict):
+    """ktdeploy's own settings: which image, which GPUs, which host paths."""
+
+    image: str = Field("auto", description="Image variant: 'auto' (chosen from the host's CPU facts), one of "
+                                           "amx / avx512 / avx2, or a full image reference.")
+    image_repo: str = Field("ktsft", description="Repository name of the ktdeploy images (ktsft:<variant>).")
+    registry: str | None = Field(None, description="Registry to pull the image from; when unset the image tarball made "
+                                                   "by `ktdeploy image save` is shipped to the host and loaded.")
+    gpus: list[int] = Field(default_factory=lambda: [0], min_length=1,
+                            description="GPU indices for CUDA_VISIBLE_DEVICES; their count must equal "
+                                        "accelerate.num_processes.")
+    volumes: Volumes
+    reserve_cores: int = Field(2, ge=0, description="Physical cores kept free for the DataLoader and the system when "
+                                                    "ktdeploy derives kt_num_threads.")
+    serve: Serve = Field(default_factory=Serve)
+
+    @field_validator("gpus")
+    @classmethod
+    def _unique(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError("GPU indices must be unique")
+        if any(i < 0 for i in v):
+            raise ValueError("GPU indices must be >= 0")
+        return v
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        return ",".join(str(i) for i in self.gpus)
+
+    def variant(self) -> str | None:
+        """The ISA variant named by ``image`` (None for auto or a full reference)."""
+        return self.image if self.image in ISA_VARIANTS else None
+
+
+Severity = Literal["error", "warning"]

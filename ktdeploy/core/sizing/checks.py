@@ -1,0 +1,57 @@
+"""The planner's plug into doctor (pure): recipe x HostFacts -> checks plan.host_memory, plan.gpu_memory, plan.disk.
+
+Capacity is what is free now: MemAvailable (capped by a cgroup limit), the free memory of the recipe's GPUs,
+free space under the output volume. A failing check says by how much and which single knob (cutoff_len,
+kt_max_cache_depth, INT8/AMXINT4 weights, more GPUs, save_total_limit, ...) brings the plan under.
+(``checks.resources.recipe_requirements`` sizes the other resource checks from ``plan_recipe`` directly.)
+"""
+
+from __future__ import annotations
+
+from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.errors import KtdeployError
+from ktdeploy.core.sizing.advice import plan_checks
+from ktdeploy.core.sizing.model_config import MoEArchitecture, resolve_model_config
+
+
+def _dicts(recipe) -> tuple[dict, dict]:
+    return dict(getattr(recipe, "train", None) or {}), dict(getattr(recipe, "accelerate", None) or {})
+
+
+def _arch(recipe, model_config=None) -> tuple[MoEArchitecture, str]:
+    return resolve_model_config(_dicts(recipe)[0], model_config)
+
+
+def _host_available(facts) -> int | None:
+    m = facts.memory
+    cg = facts.limits.cgroup_memory_limit if isinstance(facts.limits.cgroup_memory_limit, int) else None
+    avail = [x for x in (m.available_bytes, cg) if x]
+    return min(avail) if avail else None
+
+
+def _gpu_free_mib(facts, recipe) -> list[int] | None:
+    wanted = list(getattr(getattr(recipe, "deploy", None), "gpus", None) or [])
+    gpus = [g for g in facts.gpu.gpus if not wanted or g.index in wanted]
+    free = [g.memory_total_mib - (g.memory_used_mib or 0) for g in gpus if g.memory_total_mib]
+    return free or None
+
+
+def _disk_free(facts, recipe) -> int | None:
+    vol = getattr(getattr(recipe, "deploy", None), "volumes", None)
+    out = getattr(vol, "output", None) or (_dicts(recipe)[0].get("output_dir") or None)
+    pf = facts.path(out) if out else None
+    return pf.free_bytes if pf else None
+
+
+def plan_check_results(recipe, facts, model_config=None) -> list[CheckResult]:
+    """plan.host_memory / plan.gpu_memory / plan.disk against the host's free memory, GPU memory and disk."""
+    try:
+        arch, where = _arch(recipe, model_config)
+    except KtdeployError as err:
+        return [CheckResult(name=f"plan.{r}", status="skip", layer=facts.layer,
+                            detail=f"no resource plan: {err.message}", fix=err.fix or "")
+                for r in ("host_memory", "gpu_memory", "disk")]
+    results = plan_checks(_dicts(recipe), arch, host_available_bytes=_host_available(facts),
+                          gpu_free_mib=_gpu_free_mib(facts, recipe), disk_free_bytes=_disk_free(facts, recipe),
+                          where=where)
+    return [r.model_copy(update={"layer": facts.layer}) for r in results]

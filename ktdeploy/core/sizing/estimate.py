@@ -1,0 +1,416 @@
+"""The resource model: peak host RSS, peak GPU memory per GPU and disk, from a recipe and a config.json.
+
+Pure: ``estimate(recipe_or_dicts, arch, gpus=None) -> ResourcePlan``. Every term is one line below with its
+explanation. Buffer shapes follow kt-kernel's SFT MoE operator (kt-kernel/operators/amx/sft_moe.hpp,
+``init_all_buffers`` / ``alloc_forward_buffers`` / ``alloc_backward_buffers``; kt-kernel/python/sft/wrapper.py and
+config.py for defaults): rank 0 owns every KT layer; its token capacity ``max_len`` is
+``kt_model_max_length x num_processes`` rounded up to the AMX M step; pools are per NUMA part
+(``kt_threadpool_count`` when ``kt_tp_enabled``), not per thread.
+
+Constants that are not a byte width come from measurements and say which (MEASURED below); the comparison
+with every measured peak is ``bench/results/planner-calibration.md`` (``bench/planner_calibration.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ktdeploy.core.sizing.model_config import MoEArchitecture
+
+GIB = 2**30
+AMX_M_STEP = 32      # kt-kernel _AMX_M_STEP: max_len is rounded up to it
+AMX_K_STEP = 32      # LoRA rank is padded to it in the AMX BufferB copies (padded_lora_rank_)
+
+
+@dataclass(frozen=True)
+class Measured:
+    value: float
+    source: str
+
+
+# ---- constants from measurements ---------------------------------------------------------------------
+MEASURED = {
+    # Host RSS of one training process whose weights are negligible: Python, torch + CUDA host side, LlamaFactory,
+    # kt_kernel and their imports. Median residual of the three tiny KT runs measured on the GPU machine
+    # (bench/results/gpu_peaks.json; `bench/planner_calibration.py --fit`). bench/gpu/process_floor.py's bare
+    # torch+transformers floor was 1.21 GiB: LlamaFactory and kt_kernel add the rest.
+    "process_host_gib": Measured(2.270, "median residual of the tiny KT runs whose training phase dominates "
+                                        "(bench/results/gpu_peaks.json medium+large, GPU machine, process-tree RSS)"),
+    # RSS of one datasets.map worker process while the dataset is tokenized (preprocessing_num_workers), before any
+    # weight is loaded. From the smallest tiny run, whose peak falls in that phase: (peak - floor) / workers.
+    "preprocessing_worker_gib": Measured(0.578, "smallest tiny KT run in bench/results/gpu_peaks.json: "
+                                                "(3.425 - 2.270) GiB / 2 workers"),
+    # GPU memory of one process whose model is negligible: CUDA context, cuBLAS workspaces, allocator reserve.
+    # Median residual of the same three runs against nvidia-smi's memory.used above idle.
+    "process_gpu_gib": Measured(1.247, "median residual of the tiny KT runs in bench/results/gpu_peaks.json "
+                                       "(nvidia-smi memory.used above idle, H200)"),
+    # Host RSS not explained by the terms above, per GiB of routed-expert weights: loader staging, glibc arena
+    # fragmentation after per-layer packing. One-point fit: the cookbook's Qwen3-235B-A22B-2507 BF16 LoRA row
+    # (2 GPUs, cutoff 2048: 545.36 GiB host RSS) minus the modelled terms, over its routed-expert GiB.
+    "host_slack_per_expert_gib": Measured(0.0868, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
+                                                  "(545.36 GiB host RSS)"),
+    # GPU memory not explained by the terms above, as a fraction of the modelled per-GPU allocations: caching-
+    # allocator fragmentation, reserved-but-free blocks, loss temporaries. One-point fit: the same row's
+    # 27.14 GiB per GPU against the modelled allocations (context excluded).
+    "gpu_slack_fraction": Measured(0.1966, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
+                                           "(27.14 GiB per GPU)"),
+}
+
+
+@dataclass(frozen=True)
+class Term:
+    resource: str          # host | gpu | disk
+    name: str
+    gib: float
+    explanation: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"resource": self.resource, "name": self.name, "gib": round(self.gib, 3),
+                "explanation": self.explanation}
+
+
+@dataclass
+class ResourcePlan:
+    host_memory_gib: float
+    gpu_memory_gib_per_gpu: float
+    disk_gib: float
+    breakdown: list[Term]
+    setup: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def terms(self, resource: str) -> list[Term]:
+        return [t for t in self.breakdown if t.resource == resource]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host_memory_gib": round(self.host_memory_gib, 2),
+                "gpu_memory_gib_per_gpu": round(self.gpu_memory_gib_per_gpu, 2),
+                "disk_gib": round(self.disk_gib, 2),
+                "breakdown": [t.to_json() for t in self.breakdown],
+                "setup": self.setup, "notes": self.notes}
+
+
+# ---- the recipe's knobs, with LlamaFactory / HF Trainer / kt-kernel defaults -----------------------------
+
+@dataclass(frozen=True)
+class Setup:
+    finetuning: str            # lora | full
+    lora_rank: int
+    expert_format: str         # bf16 | fp8 | int8 | int4
+    cutoff_len: int
+    batch: int
+    packing: bool
+    gradient_checkpointing: bool
+    cpu_activation: str        # retain | recompute
+    cache_depth: int
+    share_backward_bb: bool
+    tp_parts: int
+    num_threads: int
+    model_max_length: int
+    num_processes: int
+    fsdp: bool
+    mixed_precision: str
+    cpu_ram_efficient_loading: bool
+    dataloader_workers: int
+    preprocessing_workers: int
+    save_total_limit: int | None
+    save_steps: int | None
+    max_steps: int | None
+    save_only_model: bool
+    save_strategy: str
+    num_train_epochs: float
+    num_gpu_experts: int
+    weight_lifecycle: str
+
+    @property
+    def tokens_per_gpu(self) -> int:
+        return self.cutoff_len * self.batch
+
+    @property
+    def kt_max_len(self) -> int:
+        """Rows of every KT buffer: rank 0 receives all ranks' tokens (wrapper.py: x world size)."""
+        return _ceil_to(self.model_max_length * self.num_processes, AMX_M_STEP)
+
+    @property
+    def padded_rank(self) -> int:
+        return _ceil_to(self.lora_rank, AMX_K_STEP) if self.lora_rank else 0
+
+
+def _ceil_to(x: float, m: int) -> int:
+    return int(math.ceil(x / m) * m)
+
+
+def _int(v: Any, default: int | None) -> int | None:
+    try:
+        return int(v) if v is not None and v != "" else default
+    except (TypeError, ValueError):
+        return default
+
+
+def _bool(v: Any, default: bool) -> bool:
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v.strip().lower() in ("1", "true", "yes", "on")
+    return bool(v)
+
+
+def expert_format(train: dict, arch: MoEArchitecture | None = None) -> str:
+    """Routed-expert format in CPU memory: kt_backend wins (AMXINT4 / INT8 / FP8 / AMXBF16), then
+    kt_expert_weight_format, then bf16 (native FP8/INT4 checkpoints are only kept native when asked)."""
+    kt = train.get("kt_config") if isinstance(train.get("kt_config"), dict) else {}
+    backend = str(kt.get("kt_backend") or "auto").upper()
+    if "INT4" in backend:
+        return "int4"
+    if "INT8" in backend:
+        return "int8"
+    if "FP8" in backend:
+        return "fp8"
+    if backend == "AMXBF16":
+        return "bf16"
+    fmt = str(kt.get("kt_expert_weight_format") or "bf16").lower()
+    return fmt if fmt in ("bf16", "fp8", "int8", "int4") else "bf16"
+
+
+def setup_from(train: dict, accelerate: dict, gpus: int | None = None) -> Setup:
+    kt = train.get("kt_config") if isinstance(train.get("kt_config"), dict) else {}
+    cutoff = _int(train.get("cutoff_len"), 2048)                       # LlamaFactory DataArguments default
+    batch = _int(train.get("per_device_train_batch_size"), 8)          # HF TrainingArguments default
+    packing = _bool(train.get("packing"), False)
+    derived = _ceil_to(cutoff + (1 if packing else 0), 8) * batch      # LlamaFactory raises kt_model_max_length to this
+    mml = max(_int(kt.get("kt_model_max_length"), 0) or 0, derived)
+    nproc = gpus or _int(accelerate.get("num_processes"), 1) or 1
+    fsdp = str(accelerate.get("distributed_type", "")).upper() == "FSDP" or bool(accelerate.get("fsdp_config"))
+    fcfg = accelerate.get("fsdp_config") if isinstance(accelerate.get("fsdp_config"), dict) else {}
+    full = str(train.get("finetuning_type", "lora")).lower() == "full"
+    tp_enabled = _bool(kt.get("kt_tp_enabled"), False)
+    return Setup(
+        finetuning="full" if full else "lora",
+        lora_rank=0 if full else (_int(train.get("lora_rank"), 8) or 0),
+        expert_format=expert_format(train),
+        cutoff_len=cutoff, batch=batch, packing=packing,
+        gradient_checkpointing=not _bool(train.get("disable_gradient_checkpointing"), False),
+        cpu_activation=str(train.get("kt_cpu_activation") or "recompute").lower(),
+        cache_depth=_int(kt.get("kt_max_cache_depth"), 2) or 2,
+        share_backward_bb=_bool(kt.get("kt_share_backward_bb"), True),
+        tp_parts=(_int(kt.get("kt_threadpool_count"), 1) or 1) if tp_enabled else 1,
+        num_threads=_int(kt.get("kt_num_threads"), 1) or 1,
+        model_max_length=mml, num_processes=nproc, fsdp=fsdp,
+        mixed_precision=str(accelerate.get("mixed_precision") or "no").lower(),
+        cpu_ram_efficient_loading=_bool(fcfg.get("fsdp_cpu_ram_efficient_loading"), True),
+        dataloader_workers=_int(train.get("dataloader_num_workers"), 0) or 0,
+        preprocessing_workers=_int(train.get("preprocessing_num_workers"), 0) or 0,
+        save_total_limit=_int(train.get("save_total_limit"), None),
+        save_steps=_int(train.get("save_steps"), None),
+        max_steps=_int(train.get("max_steps"), None) if (_int(train.get("max_steps"), -1) or -1) > 0 else None,
+        save_only_model=_bool(train.get("save_only_model"), False),
+        save_strategy=str(train.get("save_strategy") or "steps").lower(),
+        num_train_epochs=float(train.get("num_train_epochs") or 3.0),
+        num_gpu_experts=_int(kt.get("kt_num_gpu_experts"), 0) or 0,
+        weight_lifecycle=str(kt.get("kt_weight_lifecycle") or "persistent").lower(),
+    )
+
+
+def expert_bytes_per_param(fmt: str, arch: MoEArchitecture) -> float:
+    """Bytes per routed-expert weight including its scales (averaged over gate/up [I x H] and down [H x I])."""
+    h, i = arch.hidden_size, arch.moe_intermediate_size
+    if fmt == "fp8":     # E4M3 + one fp32 scale per 128x128 block (the FP8 SFT backend requires 128x128)
+        return 1.0 + 4.0 / (128 * 128)
+    if fmt == "int8":    # int8 + one fp32 scale per output channel: gate/up rows have H inputs, down rows I
+        return 1.0 + 4.0 * (2.0 / h + 1.0 / i) / 3.0
+    if fmt == "int4":    # two weights per byte + one fp32 scale per output channel (kt-kernel BufferBInt4)
+        return 0.5 + 4.0 * (2.0 / h + 1.0 / i) / 3.0
+    return 2.0           # bf16
+
+
+def _inputs(recipe_or_dicts: Any) -> tuple[dict, dict]:
+    if hasattr(recipe_or_dicts, "train") and hasattr(recipe_or_dicts, "accelerate"):
+        return dict(recipe_or_dicts.train or {}), dict(recipe_or_dicts.accelerate or {})
+    if isinstance(recipe_or_dicts, dict):
+        return dict(recipe_or_dicts.get("train") or {}), dict(recipe_or_dicts.get("accelerate") or {})
+    train, accelerate = recipe_or_dicts
+    return dict(train or {}), dict(accelerate or {})
+
+
+# ---- the model -----------------------------------------------------------------------------------------
+
+def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = None,
+             constants: dict[str, Measured] | None = None) -> ResourcePlan:
+    """Peak host RSS, peak GPU memory per GPU and disk for one training run (GiB, 2^30 bytes)."""
+    train, accelerate = _inputs(recipe_or_dicts)
+    s = setup_from(train, accelerate, gpus)
+    c = {**MEASURED, **(constants or {})}
+    terms: list[Term] = []
+    notes: list[str] = []
+
+    def add(resource: str, name: str, nbytes: float, why: str) -> None:
+        terms.append(Term(resource, name, nbytes / GIB, why))
+
+    H, I, E, k = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, arch.experts_per_tok
+    L = arch.moe_layers
+    P = s.tp_parts
+    Ip = I / P                                 # intermediate slice of one NUMA part
+    r, rp = s.lora_rank, s.padded_rank
+    ml = s.kt_max_len
+    safe = ml * k + E * AMX_M_STEP             # kt-kernel safe_alloc_tokens: routed rows + per-expert padding
+    lora = s.finetuning == "lora" and r > 0
+    bpp = expert_bytes_per_param(s.expert_format, arch)
+    layer_expert_bytes = E * 3 * H * I * bpp
+    cpu_layers = L
+
+    # ---------------------------------------------------------------- host (rank 0 owns every KT layer)
+    add("host", f"routed experts ({s.expert_format})", cpu_layers * layer_expert_bytes,
+        f"{L} MoE layers x {E} experts x 3 x {H}x{I} weights at {bpp:.4g} B each (format {s.expert_format})")
+    if s.num_gpu_experts:
+        notes.append("kt_num_gpu_experts > 0: the SFT path still routes every expert through KT (wrapper.py)")
+    add("host", "backward weight copies",
+        (1 if s.share_backward_bb else L) * layer_expert_bytes,
+        "transposed expert weights for the backward GEMM: one layer's worth shared by all layers"
+        if s.share_backward_bb else
+        f"kt_share_backward_bb: false keeps a transposed copy per layer (x{L}): doubles expert memory")
+    if s.weight_lifecycle == "ephemeral":
+        add("host", "ephemeral INT8 staging (/dev/shm)", cpu_layers * layer_expert_bytes,
+            "kt_weight_lifecycle: ephemeral stages the INT8 experts in /dev/shm (tmpfs: counts against RAM)")
+    if lora:
+        lora_params = L * E * r * 3 * (H + I)
+        add("host", "expert LoRA params, grads, AdamW", lora_params * 8,
+            f"rank {r} A/B on gate/up/down of every expert ({lora_params/1e9:.3f} B params): bf16 param + bf16 grad "
+            "+ bf16 exp_avg/exp_avg_sq (lora.py creates them bf16; AdamW states follow the param dtype)")
+        add("host", "expert LoRA AMX copies",
+            L * E * rp * 6 * (H * P + I) * 2,
+            f"12 BufferB copies per expert (A, B and their transposes; rank padded to {rp}) in bf16, per NUMA part")
+    if s.finetuning == "full":
+        add("host", "expert master weights, grads, AdamW (full FT)", arch.routed_expert_params * 16,
+            "full fine-tuning: fp32 master weights + fp32 gradients + fp32 exp_avg/exp_avg_sq for every expert "
+            "(16 B/param; not calibrated: no measured full-FT run)")
+    cache_slot = (ml * H * 2 * P + 3 * ml * k * I * 2 + ml * k * r * 4 * P + ml * k * H * 2 * P)
+    retain = s.cpu_activation == "retain"
+    add("host", "KT forward cache",
+        cache_slot * s.cache_depth * (L if retain else 1),
+        f"kt_max_cache_depth {s.cache_depth} slots x {ml} rows (kt_model_max_length {s.model_max_length} x "
+        f"{s.num_processes} ranks) of input, gate/up/act outputs (x top-{k}) and down output"
+        + (f"; kt_cpu_activation: retain keeps one pool per layer (x{L})" if retain else
+           "; one pool shared by all layers (recompute)"))
+    fwd_work = P * (2 * safe * rp * 2 + 2 * safe * rp * 4 + safe * (2 * Ip + H) * 4 + 2 * safe * rp * 2) if lora else 0
+    if s.finetuning == "full":
+        fwd_work = max(fwd_work, P * 3 * Ip * H * 4)
+    bwd_work = P * (3 * ml * k * Ip * 2 + safe * H * 2 + safe * (Ip + H) * 4 + 2 * safe * H * 2
+                    + safe * H * 4 + 2 * safe * r * 4 + E * (H + Ip) * r * 4)
+    add("host", "KT work pools", fwd_work + bwd_work,
+        f"forward/backward scratch shared by all layers, per NUMA part ({P}): {safe} routed rows "
+        "(max_len x top-k + per-expert padding) of fp32 GEMM outputs and bf16 gradients")
+    staged = arch.non_expert_params * 2 * (1 if (s.cpu_ram_efficient_loading or not s.fsdp) else s.num_processes)
+    add("host", "non-expert weights staged for FSDP", staged,
+        f"{arch.non_expert_params/1e9:.2f} B non-expert params in bf16 held on CPU while the experts load, "
+        + ("by rank 0 only (fsdp_cpu_ram_efficient_loading)" if s.cpu_ram_efficient_loading or not s.fsdp
+           else f"by every rank (x{s.num_processes})"))
+    pg = c["process_host_gib"]
+    add("host", "per-process runtime", pg.value * GIB * s.num_processes,
+        f"{pg.value:g} GiB x {s.num_processes} processes: Python, torch/CUDA host side, imports ({pg.source})")
+    if s.dataloader_workers:
+        add("host", "dataloader workers", s.dataloader_workers * s.num_processes * 2 * s.tokens_per_gpu * 8 * 3,
+            f"{s.dataloader_workers} workers x {s.num_processes} ranks, 2 prefetched batches of int64 ids/labels/mask "
+            "(their other pages are shared copy-on-write with the parent)")
+    slack = c["host_slack_per_expert_gib"]
+    expert_gib = cpu_layers * layer_expert_bytes / GIB
+    if slack.value:
+        add("host", "unattributed runtime slack", slack.value * expert_gib * GIB,
+            f"{slack.value:.4f} x routed-expert GiB: allocator fragmentation and loader staging ({slack.source})")
+    # The peak is the larger of two phases: tokenization (preprocessing workers alive, no weights loaded yet) and
+    # training (everything above). Only the excess of the first over the second adds to the peak.
+    pw = c["preprocessing_worker_gib"]
+    if s.preprocessing_workers and pw.value:
+        training_phase = sum(t.gib for t in terms if t.resource == "host") * GIB - pg.value * GIB * s.num_processes
+        excess = s.preprocessing_workers * pw.value * GIB - training_phase
+        if excess > 0:
+            add("host", "tokenization workers (before training)", excess,
+                f"{s.preprocessing_workers} preprocessing workers x {pw.value:g} GiB each while the dataset is "
+                f"tokenized, above the training phase's model memory ({pw.source})")
+
+    # ---------------------------------------------------------------- GPU (per process)
+    n = s.num_processes
+    upcast = s.fsdp and s.mixed_precision != "no"
+    ne_bytes = arch.non_expert_params * (4 if upcast else 2)
+    add("gpu", f"non-expert weights ({'fp32' if upcast else 'bf16'})", ne_bytes / n if s.fsdp else ne_bytes,
+        f"{arch.non_expert_params/1e9:.2f} B params: attention, embeddings, routers, shared/dense MLPs"
+        + (" (accelerate's FSDP upcasts them to fp32 when mixed_precision is set)" if upcast else "")
+        + (f", FSDP-sharded over {n} GPUs" if s.fsdp and n > 1 else ", replicated on every GPU" if n > 1 else ""))
+    if s.fsdp and n > 1:
+        gathered = (arch.embedding_params + 2 * arch.largest_layer_params) * 2 * (n - 1) / n
+        add("gpu", "FSDP all-gathered params", gathered,
+            "bf16 compute copies: the root module (embeddings, lm_head) stays gathered through forward/backward, "
+            "plus the current and prefetched decoder layer")
+    if s.finetuning == "full":
+        add("gpu", "non-expert grads + AdamW (full FT)", arch.non_expert_params * 12 / (n if s.fsdp else 1),
+            "fp32 gradients + fp32 exp_avg/exp_avg_sq for the non-expert params (12 B/param), sharded by FSDP")
+    else:
+        shared_io = 3 * (H + arch.shared_expert_intermediate_size) if arch.shared_expert_intermediate_size else 0
+        dense_io = 3 * (H + arch.dense_intermediate_size) if arch.dense_intermediate_size else 0
+        mlp_io = shared_io * arch.moe_layers + dense_io * (arch.num_layers - arch.moe_layers)
+        gpu_lora = r * (arch.attention_linear_io * arch.num_layers + mlp_io)
+        add("gpu", "non-expert LoRA + AdamW", gpu_lora * 16 / (n if s.fsdp else 1),
+            f"rank {r} on attention and shared/dense MLP linears ({gpu_lora/1e6:.1f} M params): fp32 param, grad, "
+            "exp_avg, exp_avg_sq (16 B/param)")
+    tok = s.tokens_per_gpu
+    per_tok_layer = 2 * (6 * H + arch.attention_linear_io + 3 * max(arch.shared_expert_intermediate_size,
+                                                                   arch.dense_intermediate_size) + 2 * k * H)
+    if s.gradient_checkpointing:
+        add("gpu", "activations (gradient checkpointing)", tok * H * 2 * arch.num_layers + tok * per_tok_layer,
+            f"{tok} tokens ({s.cutoff_len} x batch {s.batch}): one bf16 hidden state saved per layer "
+            f"({arch.num_layers}) + one layer's recompute working set")
+    else:
+        add("gpu", "activations (no checkpointing)", tok * per_tok_layer * arch.num_layers,
+            f"{tok} tokens x {arch.num_layers} layers of attention/MLP intermediates kept for backward "
+            "(disable_gradient_checkpointing: true)")
+    add("gpu", "logits and loss", tok * arch.vocab_size * 10,
+        f"{tok} tokens x vocab {arch.vocab_size}: bf16 logits + fp32 upcast + fp32 gradient (10 B each)")
+    gpu_model = sum(t.gib for t in terms if t.resource == "gpu") * GIB
+    gs = c["gpu_slack_fraction"]
+    if gs.value:
+        add("gpu", "allocator slack", gs.value * gpu_model,
+            f"{gs.value:.3f} x the modelled GPU total: caching-allocator fragmentation ({gs.source})")
+    pgg = c["process_gpu_gib"]
+    add("gpu", "CUDA context and workspaces", pgg.value * GIB,
+        f"{pgg.value:g} GiB: CUDA context, cuBLAS/NCCL workspaces ({pgg.source})")
+
+    # ---------------------------------------------------------------- disk (output_dir)
+    if s.finetuning == "full":
+        ckpt = arch.total_params * 2 + (0 if s.save_only_model else arch.total_params * 12)
+        what = ("full bf16 weights" + ("" if s.save_only_model else " + fp32 AdamW states and master copy (12 B/param)"))
+        final = arch.total_params * 2
+    else:
+        expert_lora = L * E * r * 3 * (H + I)
+        adapter = expert_lora * 2 + gpu_lora * 4
+        ckpt = adapter + (0 if s.save_only_model else expert_lora * 4 + gpu_lora * 8)
+        what = "adapter (fused_expert_lora bf16 + PEFT fp32)" + ("" if s.save_only_model else " + AdamW states")
+        final = adapter * 2     # the final adapter in output_dir and its sglang-converted copy
+    kept, kept_note = _kept_checkpoints(s)
+    if kept_note:
+        notes.append(kept_note)
+    add("disk", "checkpoints", ckpt * kept, f"{kept} kept x {ckpt/GIB:.2f} GiB per checkpoint-*: {what}")
+    add("disk", "final output", final,
+        "final adapter in output_dir + its sglang-converted copy" if s.finetuning == "lora"
+        else "final full model in output_dir")
+
+    host = sum(t.gib for t in terms if t.resource == "host")
+    gpu = sum(t.gib for t in terms if t.resource == "gpu")
+    disk = sum(t.gib for t in terms if t.resource == "disk")
+    setup = {k2: getattr(s, k2) for k2 in s.__dataclass_fields__}
+    setup.update(kt_max_len=ml, tokens_per_gpu=tok)
+    return ResourcePlan(host, gpu, disk, terms, setup=setup, notes=notes)
+
+
+def _kept_checkpoints(s: Setup) -> tuple[int, str]:
+    """checkpoint-* dirs on disk at the end: save_total_limit, else the count save_steps implies."""
+    if s.save_strategy == "no":
+        return 0, ""
+    if s.save_strategy == "epoch":
+        n = max(1, math.ceil(s.num_train_epochs))
+        return (min(n, s.save_total_limit) if s.save_total_limit else n), ""
+    if s.save_total_limit:
+        return s.save_total_limit, ""
+    if s.save_steps and s.max_steps:
+        return max(1, s.max_steps // s.save_steps), ""
+    return 3, ("save_total_limit is unset and the step count is unknown: disk assumes 3 checkpoints; "
+               "set save_total_limit to bound it")
