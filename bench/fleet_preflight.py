@@ -77,6 +77,9 @@ def main() -> int:
                     help="Mount this machine's docker socket into every host (then doctor's docker probes of all hosts "
                          "share one engine: a shared resource besides the controller). Default: off, docker.present "
                          "is skipped on hosts without a daemon")
+    ap.add_argument("--seed", action="store_true",
+                    help="Install once (cold run on one unlimited host), docker commit it, and start every fleet from "
+                         "that image: each size is then timed warm only (the routine preflight), all hosts under quota")
     ap.add_argument("--quota-from", choices=["cold", "warm"], default="cold",
                     help="warm: start the hosts unlimited, install (cold run), then `docker update --cpus` every host "
                          "before the warm run (the cold run is then not quota-measured)")
@@ -105,21 +108,41 @@ def main() -> int:
             print(wh.stdout[-3000:], wh.stderr[-2000:], file=sys.stderr)
             return 1
     rows = []
+    seed_image = None
+    if args.seed:
+        with tempfile.TemporaryDirectory() as d:
+            pool = HostPool(Path(d) / "pool")
+            try:
+                h = pool.start("seed", extra=["--shm-size", "1g", "--cap-add", "SYS_NICE"],
+                               docker_socket=args.docker_socket)
+                inv = Path(d) / "inv.json"
+                inventory(inv, pool, [h])
+                secs, out, rc, cpu = play(inv, "preflight.yml", "-e", "preflight_wheelhouse_build=false")
+                if rc != 0:
+                    print(out[-4000:], file=sys.stderr)
+                    raise SystemExit("seed install failed")
+                seed_image = f"ktd-bench-seed:{pool.tag}"
+                subprocess.run(["docker", "commit", h.container, seed_image], check=True, capture_output=True)
+                print(f"seed host installed in {secs:.1f} s, committed as {seed_image}", flush=True)
+            finally:
+                pool.close()
     for n in sizes:
         with tempfile.TemporaryDirectory() as d:
             pool = HostPool(Path(d) / "pool")
             try:
                 t0 = time.perf_counter()
                 quota = [] if args.cpus == "none" or args.quota_from == "warm" else ["--cpus", args.cpus]
+                if seed_image:
+                    quota = [] if args.cpus == "none" else ["--cpus", args.cpus]
                 hosts = [pool.start(f"bench{i:02d}", extra=["--shm-size", "1g", "--cap-add", "SYS_NICE", *quota],
-                                    docker_socket=args.docker_socket)
+                                    docker_socket=args.docker_socket, image=seed_image)
                          for i in range(n)]
                 start_s = time.perf_counter() - t0
                 inv = Path(d) / "inv.json"
                 inventory(inv, pool, hosts)
                 res = {"hosts": n, "start_hosts_s": round(start_s, 1), "loadavg_1m_before": round(os.getloadavg()[0], 2)}
-                for phase in ("cold", "warm"):
-                    if phase == "warm" and args.quota_from == "warm" and args.cpus != "none":
+                for phase in (("warm",) if seed_image else ("cold", "warm")):
+                    if phase == "warm" and args.quota_from == "warm" and args.cpus != "none" and not seed_image:
                         for h in hosts:
                             subprocess.run(["docker", "update", "--cpus", args.cpus, h.container], check=True,
                                            capture_output=True)
@@ -137,33 +160,40 @@ def main() -> int:
                     res[f"{phase}_changed"] = sum(r["changed"] for h, r in rec.items() if h != "localhost")
                 res["loadavg_1m_after"] = round(os.getloadavg()[0], 2)  # other work on this machine shows here
                 rows.append(res)
-                print(f"{n:>3} hosts: cold {res['cold_s']:7.1f} s   warm {res['warm_s']:7.1f} s   "
+                print(f"{n:>3} hosts: cold {res.get('cold_s', 0):7.1f} s   warm {res['warm_s']:7.1f} s   ctl cpu/host {res['warm_controller_cpu_s_per_host']:.2f} "
                       f"(changed on warm run: {res['warm_changed']})", flush=True)
             finally:
                 pool.close()
+    if seed_image:
+        subprocess.run(["docker", "rmi", seed_image], capture_output=True)
+        for r in rows:
+            for k in ("s", "changed", "controller_cpu_s", "controller_cpu_s_per_host", "tasks_per_host"):
+                r[f"cold_{k}"] = r.get(f"cold_{k}", 0) or 0
     base = rows[0]
     for r in rows:
-        r["cold_ratio_vs_1"] = round(r["cold_s"] / base["cold_s"], 2)
+        r["cold_ratio_vs_1"] = round(r["cold_s"] / base["cold_s"], 2) if base["cold_s"] else None
         r["warm_ratio_vs_1"] = round(r["warm_s"] / base["warm_s"], 2)
     print()
     print(f"{'hosts':>5}  {'cold s':>7}  {'warm s':>7}  {'cold/1':>6}  {'warm/1':>6}  {'ctl cpu/host cold':>17}  {'warm':>5}")
     for r in rows:
-        print(f"{r['hosts']:>5}  {r['cold_s']:>7.1f}  {r['warm_s']:>7.1f}  {r['cold_ratio_vs_1']:>6.2f}  "
+        print(f"{r['hosts']:>5}  {r['cold_s']:>7.1f}  {r['warm_s']:>7.1f}  {r['cold_ratio_vs_1'] or 0:>6.2f}  "
               f"{r['warm_ratio_vs_1']:>6.2f}  {r['cold_controller_cpu_s_per_host']:>17.2f}  "
               f"{r['warm_controller_cpu_s_per_host']:>5.2f}")
     last = rows[-1]
-    print(f"\n{last['hosts']}-host time / {base['hosts']}-host time: cold {last['cold_ratio_vs_1']:.2f}, "
+    print(f"\n{last['hosts']}-host time / {base['hosts']}-host time: cold {last['cold_ratio_vs_1'] or 0:.2f}, "
           f"warm {last['warm_ratio_vs_1']:.2f}")
     by = {r["hosts"]: r for r in rows}
     ratios = {}
     for n, key in ((16, "sixteen"), (4, "four")):
         if n in by and 1 in by:
             ratios[f"{key}_over_one_quota"] = by[n]["warm_ratio_vs_1"]
-            ratios[f"{key}_over_one_quota_cold"] = by[n]["cold_ratio_vs_1"]
+            if by[n]["cold_ratio_vs_1"] is not None:
+                ratios[f"{key}_over_one_quota_cold"] = by[n]["cold_ratio_vs_1"]
     print("ratios:", ratios)
     result = {"benchmark": "fleet preflight (ansible/preflight.yml: ktdeploy doctor on every host)",
               "command": f"python bench/fleet_preflight.py --sizes {args.sizes} --cpus {args.cpus}"
-                         + (" --docker-socket" if args.docker_socket else "") + f" --quota-from {args.quota_from}",
+                         + (" --docker-socket" if args.docker_socket else "") + f" --quota-from {args.quota_from}"
+                         + (" --seed" if args.seed else ""),
               "host_cpu_quota": args.cpus, "quota_from": args.quota_from,
               **ratios,
               "ratio_note": "*_over_one_quota = warm run (venv in place: the routine preflight); *_cold = first run "
