@@ -145,6 +145,8 @@ class DoctorReport:
             "ok": self.ok,
             "summary": self.summary(),
             "waived": list(self.waived),
+            # failing checks that count (waived ones left out): what a caller (ansible, testinfra) fails on
+            "failed": [c.name for c in self.failed],
             "facts": self.facts.model_dump(mode="json"),
             "container_facts": self.container_facts.model_dump(mode="json") if self.container_facts else None,
             "checks": [c.model_dump(mode="json") for c in self.checks],

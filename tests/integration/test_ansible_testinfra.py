@@ -48,7 +48,7 @@ def suite(tmp: Path, name: str, *args: str):
         if not name_.startswith("test_check["):
             continue
         param = name_[len("test_check["):-1]
-        host, check = param.rsplit("-", 1)
+        check, host = param.split("-", 1)   # test_check[CHECK-HOST]: the checks are doctor's, parametrized first
         outcome, msg = "passed", ""
         for tag in ("failure", "error", "skipped"):
             el = case.find(tag)
@@ -83,3 +83,20 @@ def test_suite_over_a_hosts_list(two_hosts):
     small = by_host(res, f"{small_addr.address}:{small_addr.port}" if small_addr.port != 22 else small_addr.address)
     assert len({h for h, _ in res}) == 2, sorted(res)[:5]
     assert small["memory.shm"][0] == "failure" and "--shm-size" in small["memory.shm"][1]
+
+
+def test_suite_honours_the_inventory_host_vars(two_hosts):
+    """Through the inventory, a host's own ktdeploy_waive_checks (ktdeploy.core.host_settings, as the fleet's preflight
+    reads it) applies to that host only: ti-smallshm accepts its small /dev/shm, ti-ok is unaffected."""
+    from tests.integration.test_ansible_fleet import write_inventory
+
+    pool = two_hosts["hosts"]["ti-ok"].pool
+    inv = write_inventory(two_hosts["tmp"] / "inventory-vars.yml", pool, {
+        "ti-ok": (two_hosts["hosts"]["ti-ok"], {}),
+        "ti-smallshm": (two_hosts["hosts"]["ti-smallshm"],
+                        {"ktdeploy_waive_checks": ["gpu.present", "docker.nvidia_runtime", "memory.shm"]})})
+    res, p = suite(two_hosts["tmp"], "hostvars", f"--ansible-inventory={inv}", "--hosts=ansible://ktdeploy_fleet")
+    ok, small = by_host(res, "ti-ok"), by_host(res, "ti-smallshm")
+    assert small["memory.shm"][0] == "skipped" and "waived" in small["memory.shm"][1], small["memory.shm"]
+    assert ok["memory.shm"][0] == "passed"
+    assert p.returncode == 0, p.stdout[-3000:]

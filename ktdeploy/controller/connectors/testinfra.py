@@ -14,17 +14,25 @@ _CHUNK = 48 * 1024  # bytes per upload command (well under the kernel's 128 KiB 
 class TestinfraConnector:
     __test__ = False  # not a pytest test class
 
-    def __init__(self, host, name: str | None = None):
+    def __init__(self, host, name: str | None = None, default_timeout: float | None = None):
         self.host = host
         self.name = name or getattr(host.backend, "hostname", None) or str(host.backend.get_pytest_id())
+        self.default_timeout = default_timeout
 
     def run(self, argv, *, timeout=None, check=False, env=None, input=None) -> Result:
         argv = [*env_prefix(env), *[str(a) for a in argv]]
         if input is not None:  # testinfra has no stdin: feed it from an argument
             data = input.decode() if isinstance(input, bytes) else input
             argv = ["sh", "-c", 'printf %s "$0" | "$@"', data, *argv]
+        limit = timeout if timeout is not None else self.default_timeout
+        shown = argv
+        if limit is not None:  # testinfra's backends have no timeout: the host's coreutils enforce it (rc 124)
+            argv = ["timeout", "-k", "5", f"{max(float(limit), 1.0):g}", *argv]
         r = self.host.run(quote_argv(argv))
-        return checked(Result(r.rc, r.stdout, r.stderr), argv, self.name, check)
+        if limit is not None and r.rc in (124, 137):
+            return checked(Result(124, r.stdout, (r.stderr or "") + f"\ntimed out after {limit:g} s"), shown,
+                           self.name, check)
+        return checked(Result(r.rc, r.stdout, r.stderr), shown, self.name, check)
 
     def run_shell(self, script, *, timeout=None, check=False) -> Result:
         return self.run(["sh", "-c", script], timeout=timeout, check=check)

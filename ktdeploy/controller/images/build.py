@@ -316,6 +316,9 @@ def save(tags: list[str], output: Path) -> int:
     if proc.returncode != 0:
         output.unlink(missing_ok=True)
         raise ImageError(f"docker save failed: {proc.stderr.strip()[-400:]}", fix="Check free disk space.")
+    from ktdeploy.controller.images.identity import write_sidecar
+
+    write_sidecar(output, {t: docker_cli.inspect_image(t)["Id"] for t in tags})  # the fleet rolls out by these IDs
     return output.stat().st_size
 
 

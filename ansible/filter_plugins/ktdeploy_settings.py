@@ -1,0 +1,73 @@
+"""Ansible filters over ktdeploy.core.host_settings: one set of host settings for preflight, train, serve (and the
+testinfra suite), so the doctor that checks a host and the `ktdeploy up` that launches on it get the same
+--set/--waive values. Runs on the controller, where ktdeploy is installed with ansible (pip install '.[fleet]').
+
+    preflight_settings: "{{ hostvars[inventory_hostname] | ktdeploy_settings }}"
+    argv: "{{ [venv ~ '/bin/ktdeploy'] + (preflight_settings | ktdeploy_doctor_argv(recipe_dest)) }}"
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from ktdeploy.core.host_settings import HostSettings, launch_record_name
+except ImportError as e:  # pragma: no cover - controller without ktdeploy
+    HostSettings = None
+    _IMPORT_ERROR = e
+
+KEYS = ("ktdeploy_gpus", "ktdeploy_volumes", "ktsft_isa", "ktdeploy_waive_checks", "ktdeploy_recipe_set")
+
+
+def _plain(value):
+    """Ansible's tagged/lazy containers -> plain JSON types."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _settings(value) -> "HostSettings":
+    if HostSettings is None:
+        raise AnsibleFilterError(f"ktdeploy is not importable on the controller ({_IMPORT_ERROR}): "
+                                 "run ansible from the venv where ktdeploy is installed (pip install '.[fleet]')")
+    try:
+        if isinstance(value, HostSettings):
+            return value
+        data = _plain(dict(value))
+        if any(k in data for k in ("gpus", "volumes", "isa", "waive", "recipe_set")):
+            return HostSettings(**data)
+        return HostSettings.from_vars(data)
+    except Exception as e:  # pydantic ValidationError: name the variable and the reason
+        raise AnsibleFilterError(f"ktdeploy host settings: {e}") from None
+
+
+def ktdeploy_settings(hostvars) -> dict:
+    """Host vars (ktdeploy_gpus, ktdeploy_volumes, ktsft_isa, ktdeploy_waive_checks, ktdeploy_recipe_set) ->
+    the validated settings {gpus, volumes, isa, waive, recipe_set}."""
+    picked = {}
+    for k in KEYS:
+        try:
+            if k in hostvars:
+                picked[k] = hostvars[k]
+        except Exception as e:
+            raise AnsibleFilterError(f"ktdeploy host settings: {k}: {e}") from None
+    return _settings(picked).model_dump(mode="json")
+
+
+def ktdeploy_doctor_argv(settings, recipe=None) -> list[str]:
+    return _settings(settings).doctor_argv(recipe or None)
+
+
+def ktdeploy_up_argv(settings, recipe, detach=False, extra=()) -> list[str]:
+    return _settings(settings).up_argv(recipe, detach=bool(detach), extra=list(extra or ()))
+
+
+def ktdeploy_launch_record(settings, recipe) -> str:
+    """train-<stem>-<key>.json for the controller's recipe file and these settings."""
+    return launch_record_name(recipe, _settings(settings))
+
+
+class FilterModule:
+    def filters(self):
+        return {"ktdeploy_settings": ktdeploy_settings, "ktdeploy_doctor_argv": ktdeploy_doctor_argv,
+                "ktdeploy_up_argv": ktdeploy_up_argv, "ktdeploy_launch_record": ktdeploy_launch_record}

@@ -1,0 +1,110 @@
+"""One set of per-host settings (GPUs, volumes, ISA, waivers, recipe overrides) and the argv built from it.
+
+The fleet's preflight (`ktdeploy doctor`), train and serve (`ktdeploy up`) and the testinfra suite all take a
+host's settings from here, so the host is checked with exactly the values it is launched with: the ansible
+roles call these functions through ansible/filter_plugins/ktdeploy_settings.py, tests/infra through
+``HostSettings.from_vars`` on the inventory's host vars.
+
+Inventory variables (ansible names):
+  ktdeploy_gpus          CUDA devices of the recipe on this host      -> --set deploy.gpus=[...]
+  ktdeploy_volumes       {model|data|output: host path}               -> --set deploy.volumes.NAME=PATH
+  ktsft_isa              image variant (auto = doctor's verdict)      -> --set deploy.image=VARIANT
+  ktdeploy_waive_checks  failing checks this host accepts             -> --waive NAME
+  ktdeploy_recipe_set    any other SECTION.KEY=VALUE override         -> --set (first, so the above win)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ISA = Literal["auto", "amx", "avx512", "avx2"]
+VOLUMES = ("model", "data", "output")
+
+
+class HostSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpus: tuple[int, ...] = ()
+    volumes: dict[str, str] = Field(default_factory=dict)
+    isa: ISA = "auto"
+    waive: tuple[str, ...] = ()
+    recipe_set: tuple[str, ...] = ()
+
+    @field_validator("volumes")
+    @classmethod
+    def _known_volumes(cls, v: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(v) - set(VOLUMES))
+        if unknown:
+            raise ValueError(f"unknown volume(s) {unknown}: ktdeploy_volumes takes {', '.join(VOLUMES)}")
+        for name, path in v.items():
+            if not str(path).startswith("/"):
+                raise ValueError(f"volume {name}: {path!r} is not an absolute host path")
+        return v
+
+    @field_validator("recipe_set")
+    @classmethod
+    def _overrides(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for s in v:
+            if "=" not in s or "." not in s.split("=", 1)[0]:
+                raise ValueError(f"recipe override {s!r} is not SECTION.KEY=VALUE")
+        return v
+
+    @classmethod
+    def from_vars(cls, hostvars: dict[str, Any]) -> "HostSettings":
+        """From ansible host vars (the names in the module docstring); absent ones take their defaults."""
+        return cls(gpus=tuple(hostvars.get("ktdeploy_gpus") or ()),
+                   volumes=dict(hostvars.get("ktdeploy_volumes") or {}),
+                   isa=hostvars.get("ktsft_isa") or "auto",
+                   waive=tuple(hostvars.get("ktdeploy_waive_checks") or ()),
+                   recipe_set=tuple(hostvars.get("ktdeploy_recipe_set") or ()))
+
+    # ---- what doctor and up receive -------------------------------------------------------------------
+    def overrides(self) -> list[str]:
+        """SECTION.KEY=VALUE overrides: explicit ones, then GPUs, volumes (sorted) and the ISA override."""
+        out = list(self.recipe_set)
+        if self.gpus:
+            out.append("deploy.gpus=" + json.dumps(list(self.gpus)))
+        out += [f"deploy.volumes.{k}={self.volumes[k]}" for k in sorted(self.volumes)]
+        if self.isa != "auto":
+            out.append(f"deploy.image={self.isa}")
+        return out
+
+    def set_args(self) -> list[str]:
+        return [f"--set={s}" for s in self.overrides()]
+
+    def waive_args(self) -> list[str]:
+        return [f"--waive={w}" for w in dict.fromkeys(self.waive)]
+
+    def doctor_argv(self, recipe: str | None) -> list[str]:
+        """`ktdeploy doctor` arguments (after the program): JSON report, the recipe with this host's overrides
+        (or, without a recipe, the ISA override as --image) and this host's waivers."""
+        argv = ["doctor", "--json"]
+        if recipe:
+            argv += ["--recipe", str(recipe), *self.set_args()]
+        elif self.isa != "auto":
+            argv += ["--image", self.isa]
+        return argv + self.waive_args()
+
+    def up_argv(self, recipe: str, *, detach: bool = False, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+        """`ktdeploy up` arguments on the host itself: the same overrides and waivers doctor was given."""
+        return ["up", "--host", "localhost", "--no-progress", *(["--detach"] if detach else []), str(recipe),
+                *self.set_args(), *self.waive_args(), *[str(a) for a in extra]]
+
+    def launch_key(self, recipe_text: str | bytes) -> str:
+        """Identity of a launch: the recipe's content and every setting that changes what runs (12 hex)."""
+        data = recipe_text.encode() if isinstance(recipe_text, str) else recipe_text
+        h = hashlib.sha256(data)
+        h.update(json.dumps(self.overrides()).encode())
+        return h.hexdigest()[:12]
+
+
+def launch_record_name(recipe: str | Path, settings: HostSettings, recipe_text: str | bytes | None = None) -> str:
+    """train-<recipe stem>-<launch key>.json: a changed recipe or setting is a new launch, not 'already launched'."""
+    p = Path(recipe)
+    text = recipe_text if recipe_text is not None else p.read_bytes()
+    return f"train-{p.stem}-{settings.launch_key(text)}.json"
