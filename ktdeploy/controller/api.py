@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Callable
 
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
+from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
+from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan.build import ADAPTER_SUBDIR, GPU_WAIVERS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.controller.runs import RunRecord, latest_run
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
-RUNTIME_FIXABLE = ("docker.present", "docker.nvidia_runtime")
 WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
 
 
@@ -138,9 +139,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
         record.write_json("facts.json", report.facts.model_dump(mode="json"))
         record.write_json("doctor.json", report.to_json())
         failed = report.failed
-        waived = [c for c in failed if c.name in waive]
-        deferred = [c for c in failed if c.name in RUNTIME_FIXABLE and c.name not in waive]
-        blocking = [c for c in failed if c.name not in waive and c.name not in RUNTIME_FIXABLE]
+        g = gate(report.checks, waive, defer=RUNTIME_FIXABLE)
+        waived, deferred, blocking = g.waived, g.deferred, g.blocking
         summary = report.summary()
         doc_line = (f"{summary['pass']} pass, {summary['warn']} warn, {summary['fail']} fail"
                     + (f" ({len(waived)} waived)" if waived else "")
@@ -162,14 +162,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
                          preflight={"connect": f"connected ({conn.name})", "doctor": doc_line})
         plan = build_plan(recipe, report.facts, state, opts)
         # rendered files: for reading (the container renders its own from the shipped recipe)
-        derived = {}
-        try:
-            from ktdeploy.core.checks.threads import derive_threads
-
-            threads, pools = derive_threads(report.facts, recipe.deploy.reserve_cores)
-            derived = {"kt_config.kt_num_threads": threads, "kt_config.kt_threadpool_count": pools}
-        except Exception:
-            derived = {}
+        derived = derived_kt_threads(recipe.train, report.facts, recipe.deploy.reserve_cores)
         rendered = _render(recipe, derived).write(record.path / "rendered")
         ship = record.write_text("rendered/ship/recipe.yaml", dump_yaml(shipped_recipe(recipe, plan.resume_from)))
         files = {k: str(v) for k, v in rendered.items()}

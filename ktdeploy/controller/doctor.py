@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ktdeploy.core.checks import amx, isa, layers, resources, threads
+from ktdeploy.core.checks.gate import gate
 from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
@@ -82,11 +83,11 @@ class DoctorReport:
 
     @property
     def failed(self) -> list[CheckResult]:
-        return [c for c in self.checks if c.status == "fail" and c.name not in self.waived]
+        return gate(self.checks, self.waived).blocking
 
     @property
     def waived_failures(self) -> list[CheckResult]:
-        return [c for c in self.checks if c.status == "fail" and c.name in self.waived]
+        return gate(self.checks, self.waived).waived
 
     @property
     def ok(self) -> bool:

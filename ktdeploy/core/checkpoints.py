@@ -18,6 +18,8 @@ CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 RNG_RE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
 
 TRAINER_STATE = "trainer_state.json"
+# Files LlamaFactory / the Trainer write into the output dir when a run has finished (after the last step).
+FINISHED_MARKERS = ("train_results.json", "all_results.json")
 # LlamaFactory's LogCallback appends one JSON line per logging step here (<output_dir>/trainer_log.jsonl);
 # the controller follows it (controller/follow.py) and the plan lists it among the artifacts.
 TRAINER_LOG = "trainer_log.jsonl"
@@ -119,3 +121,10 @@ def newest_complete(listing: dict[str, list[str]], world_size: int | None = None
         if c.complete and (world_size is None or c.world_size == world_size):
             return c
     return None
+
+
+def finished_markers(names) -> list[str]:
+    """The finished-run markers among ``names`` (the names directly inside an output dir): non-empty means the
+    output dir holds a completed training run, which ktdeploy never overwrites."""
+    present = set(names)
+    return [m for m in FINISHED_MARKERS if m in present]

@@ -26,7 +26,7 @@ echo '@@listing'
 echo '@@end'
 """
 
-FINISHED_MARKERS = ("train_results.json", "all_results.json")
+FINISHED_MARKERS = ckpt.FINISHED_MARKERS   # re-exported; defined once in core/checkpoints
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class JobState:
     @property
     def finished(self) -> bool:
         """The output dir holds a completed training run (LlamaFactory writes these after the last step)."""
-        return any(m in self.top_level for m in FINISHED_MARKERS)
+        return bool(ckpt.finished_markers(self.top_level))
 
     @property
     def checkpoints(self) -> list[ckpt.Checkpoint]:
