@@ -1,0 +1,106 @@
+"""One policy, one place: the former copies' callers now give the same answer (issue 17)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ktdeploy.agent import train as T
+from ktdeploy.controller.doctor import DoctorReport
+from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core.checks.gate import AGENT_DEFERRED, RUNTIME_FIXABLE, gate
+from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.checks.threads import derive_threads, derived_kt_threads, kt_threads
+from ktdeploy.core.errors import CheckFailed, RunRecordError
+from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
+from ktdeploy.core.plan.state import JobState
+from ktdeploy.core.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[3]
+RECIPE = ROOT / "recipes/tiny-moe-lora.yaml"
+
+
+def _facts(cores=24, nodes=2) -> HostFacts:
+    return HostFacts(cpu=CpuFacts(logical_cpus=cores, physical_cores=cores,
+                                  numa_nodes=[NumaNode(id=i, cpus=list(range(i * cores // nodes, (i + 1) * cores // nodes)))
+                                              for i in range(nodes)]),
+                     memory=MemoryFacts(total_bytes=64 << 30, available_bytes=60 << 30))
+
+
+def _checks(*failing: str) -> list[CheckResult]:
+    return [CheckResult(name="cpu.isa", status="pass", detail="ok")] + [
+        CheckResult(name=n, status="fail", detail=f"{n} failed", fix="fix it") for n in failing]
+
+
+# -- which failed checks block a run ------------------------------------------------------------------
+@pytest.mark.parametrize("failing,waive", [
+    ((), ()), (("gpu.present",), ()), (("gpu.present",), ("gpu.present",)),
+    (("docker.present", "docker.nvidia_runtime"), ()), (("docker.memlock", "gpu.count"), ("gpu.count",)),
+])
+def test_doctor_report_and_gate_agree(failing, waive):
+    report = DoctorReport(facts=_facts(), checks=_checks(*failing), waived=tuple(waive))
+    g = gate(report.checks, waive)
+    assert report.failed == g.blocking
+    assert report.waived_failures == g.waived
+    assert {c.name for c in g.blocking} == set(failing) - set(waive)
+
+
+def test_up_defers_runtime_fixable_and_agent_ignores_docker_checks(tmp_path):
+    checks = _checks("docker.present", "docker.memlock", "gpu.present")
+    up = gate(checks, ("gpu.present",), defer=RUNTIME_FIXABLE)
+    assert [c.name for c in up.deferred] == ["docker.present"]
+    assert [c.name for c in up.blocking] == ["docker.memlock"]     # up needs memlock for its container
+    agent = gate(checks, (), defer=AGENT_DEFERRED)
+    assert [c.name for c in agent.blocking] == ["gpu.present"]     # docker.* never concern `ktdeploy train`
+    # ... and the agent's run_doctor uses exactly that gate
+    recipe = load_recipe(RECIPE)
+    with pytest.raises(CheckFailed) as e:
+        T.run_doctor(recipe, False, diagnose=lambda r: DoctorReport(facts=_facts(), checks=checks))
+    assert [c.name for c in e.value.results] == ["gpu.present"]
+    T.run_doctor(recipe, False, diagnose=lambda r: DoctorReport(facts=_facts(), checks=_checks("docker.present")))
+
+
+def test_agent_needs_the_doctor_handed_in():
+    with pytest.raises(ValueError, match="diagnose"):
+        T.run_doctor(load_recipe(RECIPE), False)
+    assert T.run_doctor(load_recipe(RECIPE), True)[1] is None   # --skip-doctor needs none
+
+
+# -- kt_num_threads / kt_threadpool_count ---------------------------------------------------------------
+@pytest.mark.parametrize("sets", [[], ["train.kt_config.kt_num_threads=6"],
+                                  ["train.kt_config.kt_num_threads=6", "train.kt_config.kt_threadpool_count=1"]])
+def test_train_preview_and_serve_derive_the_same_threads(sets):
+    recipe = load_recipe(RECIPE, sets)
+    facts = _facts(24, 2)
+    reserve = recipe.deploy.reserve_cores
+    # the agent (what `ktdeploy train` renders)
+    derived, _, _ = T.run_doctor(recipe, False, diagnose=lambda r: DoctorReport(facts=facts, checks=_checks()))
+    # up's preview of the rendered files
+    assert derived_kt_threads(recipe.train, facts, reserve) == derived
+    # serve: --kt-cpuinfer / --kt-threadpool-count default to what training used
+    effective = {**{k.split(".", 1)[1]: v for k, v in derived.items()},
+                 **{k: v for k, v in recipe.kt_config.items() if k in ("kt_num_threads", "kt_threadpool_count")}}
+    assert kt_threads(recipe.train, facts, reserve) == (effective["kt_num_threads"], effective["kt_threadpool_count"])
+    assert derive_threads(facts, reserve) == (24 - reserve, 2)
+
+
+def test_no_threads_derived_without_kt():
+    assert derived_kt_threads({"use_kt": False, "kt_config": {}}, _facts()) == {}
+    assert derived_kt_threads({"use_kt": True, "kt_config": {}}, _facts()) == {
+        "kt_config.kt_num_threads": 22, "kt_config.kt_threadpool_count": 2}
+
+
+# -- a finished run ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("marker", ckpt.FINISHED_MARKERS)
+def test_plan_state_and_agent_agree_on_a_finished_run(tmp_path, marker):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / marker).write_text("{}")
+    assert JobState(top_level=[marker]).finished
+    with pytest.raises(RunRecordError, match="finished run"):
+        T.resolve_resume(out, None)
+    (out / marker).unlink()
+    (out / "trainer_log.jsonl").write_text("")
+    assert not JobState(top_level=["trainer_log.jsonl"]).finished
+    assert ckpt.finished_markers(["trainer_log.jsonl"]) == []
