@@ -5,9 +5,9 @@ from __future__ import annotations
 
 def local_threads(recipe) -> tuple[int, int, bool]:
     """(kt threads, threadpools, AMX proven usable) for ``recipe`` on this host."""
-    from ktdeploy.core.checks.threads import kt_threads
     from ktdeploy.controller.connectors import LocalConnector
     from ktdeploy.controller.facts_gather import gather_facts
+    from ktdeploy.core.checks.threads import kt_threads
 
     facts = gather_facts(LocalConnector())
     reserve = recipe.deploy.reserve_cores if recipe.deploy is not None else 2

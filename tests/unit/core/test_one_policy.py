@@ -23,7 +23,8 @@ RECIPE = ROOT / "recipes/tiny-moe-lora.yaml"
 
 def _facts(cores=24, nodes=2) -> HostFacts:
     return HostFacts(cpu=CpuFacts(logical_cpus=cores, physical_cores=cores,
-                                  numa_nodes=[NumaNode(id=i, cpus=list(range(i * cores // nodes, (i + 1) * cores // nodes)))
+                                  numa_nodes=[NumaNode(id=i, cpus=list(range(i * cores // nodes,
+                                                                             (i + 1) * cores // nodes)))
                                               for i in range(nodes)]),
                      memory=MemoryFacts(total_bytes=64 << 30, available_bytes=60 << 30))
 
