@@ -7,15 +7,15 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from ktdeploy.controller.follow import LogEntry, describe, latest
-from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.errors import ConnectError, StepError
-from ktdeploy.core.plan.state import ContainerState, parse_container_state
+from ktdeploy.controller.follow import LogEntry, describe, latest
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
+from ktdeploy.core.plan.state import ContainerState, parse_container_state
+from ktdeploy.controller.runs import RunRecord
 
 FOLLOW_SCRIPT = r"""
 docker inspect --type container --format '{{json .State}}' -- "$1" 2>/dev/null || echo
