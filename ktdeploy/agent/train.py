@@ -21,6 +21,7 @@ from typing import Any, Callable
 from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, finished_markers
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
+from ktdeploy.core.trainer_log import steady_rate
 from ktdeploy.core.errors import CheckFailed, RunRecordError, StepError, UsageError
 
 ENTRY_MODULE = "ktdeploy.agent.lf_entry"
@@ -238,10 +239,8 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
                 peak_gpu = max(peak_gpu, row.get("peak_gpu_mem_bytes", 0))
     tokens_per_s = None
     if len(steps) > 2:  # steady state: leave out the first step (compilation, KT buffer setup)
-        steady = steps[1:]
-        dt = sum(r["step_s"] for r in steady)
-        dtok = steady[-1]["tokens_seen"] - steps[0]["tokens_seen"]
-        tokens_per_s = dtok / dt if dt > 0 and dtok > 0 else None
+        tokens_per_s = steady_rate((steps[0]["tokens_seen"], 0.0),
+                                   (steps[-1]["tokens_seen"], sum(r["step_s"] for r in steps[1:])))
     results = {}
     for name in FINISHED_MARKERS:
         p = output_dir / name

@@ -105,3 +105,41 @@ def test_plan_state_and_agent_agree_on_a_finished_run(tmp_path, marker):
     (out / "trainer_log.jsonl").write_text("")
     assert not JobState(top_level=["trainer_log.jsonl"]).finished
     assert ckpt.finished_markers(["trainer_log.jsonl"]) == []
+
+
+# -- trainer_log.jsonl and steady tokens/s ----------------------------------------------------------------
+def _lf_log() -> str:
+    import json
+
+    rows = [{"current_steps": s, "total_steps": 5, "loss": 2.0 - s / 10, "total_tokens": s * 1000,
+             "throughput": s * 1000 / t, "vram_reserved": 1.0 + s / 10}
+            for s, t in [(1, 5.0), (2, 6.0), (3, 7.0), (4, 8.0), (5, 9.0)]]
+    return "\n".join(json.dumps(r) for r in rows) + "\n{torn"
+
+
+def test_follow_and_tune_read_trainer_log_with_one_parser():
+    from ktdeploy.agent.tune import measure
+    from ktdeploy.controller import follow
+    from ktdeploy.core import trainer_log
+
+    text = _lf_log()
+    assert follow.parse_log(text) == measure.parse_log(text) == trainer_log.parse_log(text)
+    assert follow.latest(text).current_steps == 5
+    assert measure.steady_tokens_per_s(measure.parse_log(text), 1) == pytest.approx(1000.0)
+    assert measure.peak_vram_gib(measure.parse_log(text)) == pytest.approx(1.5)
+
+
+def test_train_summary_uses_the_same_steady_rate(tmp_path):
+    import json
+
+    from ktdeploy.agent.monitor import RunOutcome
+    from ktdeploy.core.trainer_log import steady_rate
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": i, "step_s": s, "tokens_seen": 1000 * i} for i, s in [(1, 9.0), (2, 1.0), (3, 1.0), (4, 2.0)]]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    summary = T._summarise(run, RunOutcome(rc=0, wall_s=1.0, peak_rss_bytes=0, hwm_rss_bytes=0), tmp_path / "out")
+    # the first step (compilation) is left out: 3000 tokens in 4 s
+    assert summary["steady_tokens_per_s"] == pytest.approx(750.0)
+    assert steady_rate((1000, 0.0), (4000, 4.0)) == 750.0
