@@ -16,6 +16,7 @@ from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRe
 from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
+from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import ADAPTER_SUBDIR, GPU_WAIVERS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.controller.runs import RunRecord, latest_run
@@ -260,15 +261,14 @@ def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = F
     name = rec.status()["container"]
     conn = _connect_for(rec, ssh)
     try:
-        r = conn.run(["docker", "logs", "--timestamps", "--tail", str(tail), "--", name], timeout=120)
+        r = conn.run(dk.logs(name, tail=tail, timestamps=True), timeout=120)
         if r.rc != 0:
             raise StepError(f"no logs for {name} on {conn.name}: {r.stderr.strip()[-300:]}",
                             fix="The container was removed (ktdeploy down?) — its log is in the run record's artifacts/.")
         last = _emit(r.stdout + r.stderr, None, write)
         while follow:
             snap = snapshot(conn, name, "/dev/null")
-            r = conn.run(["docker", "logs", "--timestamps", *(["--since", last] if last else []), "--", name],
-                         timeout=120)
+            r = conn.run(dk.logs(name, timestamps=True, since=last), timeout=120)
             last = _emit(r.stdout + r.stderr, last, write) or last
             if snap.state is None or not snap.state.running:
                 break
@@ -304,13 +304,13 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None
             name = st.get(key)
             if not name:
                 continue
-            if conn.run(["docker", "inspect", "--type", "container", "--", name], timeout=60).rc != 0:
+            if conn.run(dk.exists_probe(name), timeout=60).rc != 0:
                 done[name] = "absent"
                 continue
             (rec.path / "artifacts").mkdir(exist_ok=True)
             (rec.path / "artifacts" / f"{name}.log").write_text(container_logs(conn, name, tail=None), encoding="utf-8")
-            conn.run(["docker", "stop", "--time", "30", "--", name], timeout=120)
-            r = conn.run(["docker", "rm", "--force", "--", name], timeout=120)
+            conn.run(dk.stop(name), timeout=120)
+            r = conn.run(dk.remove(name), timeout=120)
             if r.rc != 0:
                 raise StepError(f"could not remove {name}: {r.stderr.strip()[-300:]}")
             done[name] = "removed"

@@ -13,6 +13,7 @@ from typing import Callable
 
 from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.controller.follow import LogEntry, describe, latest
+from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.controller.runs import RunRecord
@@ -43,8 +44,7 @@ def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Sn
 
 
 def container_logs(conn, name: str, tail: int | None = 200) -> str:
-    argv = ["docker", "logs"] + (["--tail", str(tail)] if tail else []) + ["--", name]
-    r = conn.run(argv, timeout=120)
+    r = conn.run(dk.logs(name, tail=tail), timeout=120)
     return (r.stdout + r.stderr) if r.rc == 0 else ""
 
 

@@ -143,3 +143,16 @@ def test_train_summary_uses_the_same_steady_rate(tmp_path):
     # the first step (compilation) is left out: 3000 tokens in 4 s
     assert summary["steady_tokens_per_s"] == pytest.approx(750.0)
     assert steady_rate((1000, 0.0), (4000, 4.0)) == 750.0
+
+
+# -- docker argv ------------------------------------------------------------------------------------------
+def test_controller_builds_no_docker_argv_by_hand():
+    from ktdeploy.core.plan import docker_argv as dk
+
+    for mod in ("api.py", "executor.py"):
+        text = (ROOT / "ktdeploy" / "controller" / mod).read_text()
+        assert '["docker"' not in text, f"controller/{mod} builds a docker argv by hand: use core/plan/docker_argv"
+    assert dk.logs("c", tail=15) == ["docker", "logs", "--tail", "15", "--", "c"]
+    assert dk.logs("c", timestamps=True, since="2026-12-03T07:00:00Z") == [
+        "docker", "logs", "--timestamps", "--since", "2026-12-03T07:00:00Z", "--", "c"]
+    assert dk.stop("c") == ["docker", "stop", "--time", "30", "--", "c"]
