@@ -13,6 +13,7 @@ from typing import Callable
 
 from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.controller.follow import LogEntry, describe, latest
+from ktdeploy.core.markers import split_at
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
@@ -39,7 +40,7 @@ def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Sn
     if r.rc == 124 and not r.stdout:
         raise ConnectError(f"{conn.name} did not answer within {timeout:.0f}s (connection lost?)",
                            fix="Check the host and the network.")
-    head, _, tail = r.stdout.partition("@@log")
+    head, tail = split_at(r.stdout, "log")
     return Snapshot(parse_container_state(head.strip().splitlines()[0] if head.strip() else ""), latest(tail))
 
 

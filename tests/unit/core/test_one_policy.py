@@ -156,3 +156,22 @@ def test_controller_builds_no_docker_argv_by_hand():
     assert dk.logs("c", timestamps=True, since="2026-12-03T07:00:00Z") == [
         "docker", "logs", "--timestamps", "--since", "2026-12-03T07:00:00Z", "--", "c"]
     assert dk.stop("c") == ["docker", "stop", "--time", "30", "--", "c"]
+
+
+# -- the output-marker format -------------------------------------------------------------------------------
+def test_one_marker_format_for_gather_state_and_follow():
+    from ktdeploy.controller import facts_gather
+    from ktdeploy.core import markers
+    from ktdeploy.core.plan.state import parse_state
+
+    assert facts_gather.parse_sections is markers.parse_sections and markers.SECTION_SH in facts_gather.gather_script()
+    secs = markers.parse_sections("@@KTD-BEGIN cpu\nflags a b\n\n@@KTD-RC cpu 0\n\n@@KTD-END cpu\n")
+    assert secs["cpu"].stdout == "flags a b" and secs["cpu"].rc == 0
+    text = "@@home\t/home/u\n@@output_exists\tyes\n@@listing\ncheckpoint-1/trainer_state.json\n@@end\n"
+    fields, blocks = markers.parse_fields(text, blocks=("listing",))
+    assert fields == {"home": "/home/u", "output_exists": "yes"}
+    assert blocks == {"listing": ["checkpoint-1/trainer_state.json"]}
+    st = parse_state(text)
+    assert st.home == "/home/u" and st.output_exists and st.top_level == ["checkpoint-1"]
+    assert markers.split_at('{"Status":"running"}\n@@log\n{"current_steps": 1}', "log")[1].strip() == \
+        '{"current_steps": 1}'
