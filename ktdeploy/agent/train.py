@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, finished_markers
+from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_resume, finished_markers
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.trainer_log import steady_rate
@@ -79,8 +79,6 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
 
     LlamaFactory would otherwise resume silently (or refuse with a ValueError deep in its startup).
     """
-    from ktdeploy.core.checkpoints import inspect_checkpoint, newest_complete
-
     finished = finished_markers(p.name for p in output_dir.iterdir()) if output_dir.is_dir() else []
     ckpts = checkpoints(output_dir)
     if finished:
@@ -98,26 +96,27 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
             raise RunRecordError(f"{output_dir} exists and is not empty, and holds no checkpoint to resume",
                                  key="train.output_dir", fix="choose a new, empty train.output_dir")
         return None
-    listing = _listing(output_dir)
     if resume == "auto":
         if not ckpts:
             raise RunRecordError(f"--resume auto: no checkpoint-* in {output_dir}",
                                  fix="start a fresh run without --resume")
-        best = newest_complete(listing)
-        if best is None:
+        choice = choose_resume(_listing(output_dir), "auto", world_size)
+        if choice.checkpoint is None:
             raise RunRecordError(f"--resume auto: no complete checkpoint in {output_dir} (each was cut off mid-save)",
                                  fix="start a fresh run in a new train.output_dir")
+        best = choice.checkpoint
         path = output_dir / best.name
     else:
         path = Path(resume)
         if not CHECKPOINT_RE.match(path.name) or not path.is_dir():
             raise UsageError(f"--resume {resume}: not an existing checkpoint-* directory",
                              fix="pass --resume auto or the path of a checkpoint-N directory")
-        best = inspect_checkpoint(path.name, _entries(path))
-        if not best.complete:
+        choice = choose_resume({path.name: _entries(path)}, path.name, world_size)
+        best = choice.checkpoint
+        if choice.problem == "incomplete":
             raise RunRecordError(f"{path} is an incomplete checkpoint (missing {', '.join(best.missing)})",
                                  fix="resume from an earlier checkpoint-* (or --resume auto, which skips cut-off ones)")
-    if best.world_size is not None and best.world_size != world_size:
+    if choice.problem == "world_size":
         raise RunRecordError(
             f"{path.name} was saved by {best.world_size} process(es) but this run has {world_size} "
             f"(accelerate.num_processes); resuming needs the same world size",

@@ -127,8 +127,9 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
     partial = [c for c in cps if not c.complete]
     if resume is None:
         return None, steps, notes
+    ws = _world_size(recipe)
     if resume == "auto":
-        chosen = ckpt.newest_complete(state.listing)
+        choice = ckpt.choose_resume(state.listing, "auto", ws)
     else:
         name = posixpath.basename(posixpath.normpath(resume))
         if posixpath.isabs(resume) and posixpath.dirname(posixpath.normpath(resume)) != out:
@@ -136,21 +137,22 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
                               why=f"{resume} is not a checkpoint of {out}",
                               fix=f"Name a checkpoint-N folder inside {out}, or use --resume auto."))
             return None, steps, notes
-        chosen = next((c for c in cps if c.name == name), None)
-        if chosen is None or not chosen.complete:
+        choice = ckpt.choose_resume(state.listing, name, ws)
+        chosen = choice.checkpoint
+        if choice.problem in ("missing", "incomplete"):
             steps.append(Step("train.resume", f"resume from {resume}", action="fail",
                               why=(f"{name} is incomplete (missing {', '.join(chosen.missing)})" if chosen
                                    else f"{name} does not exist in {out}"),
                               fix="Use --resume auto to take the newest complete checkpoint."))
             return None, steps, notes
+    chosen = choice.checkpoint
     for c in partial:
         if chosen is None or c.step > chosen.step:
             notes.append(f"{c.name} is incomplete (missing {', '.join(c.missing)}); never resumed from")
     if chosen is None:
         notes.append("no complete checkpoint: training starts from step 0")
     else:
-        ws = _world_size(recipe)
-        if chosen.world_size is not None and chosen.world_size != ws:
+        if choice.problem == "world_size":
             steps.append(Step("train.resume", f"resume from {chosen.name}", action="fail",
                               why=f"{chosen.name} was saved by {chosen.world_size} processes; the recipe runs {ws} "
                                   "(resume needs the same world size, cookbook §2.6)",

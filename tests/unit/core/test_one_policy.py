@@ -175,3 +175,48 @@ def test_one_marker_format_for_gather_state_and_follow():
     assert st.home == "/home/u" and st.output_exists and st.top_level == ["checkpoint-1"]
     assert markers.split_at('{"Status":"running"}\n@@log\n{"current_steps": 1}', "log")[1].strip() == \
         '{"current_steps": 1}'
+
+
+# -- the resume policy ----------------------------------------------------------------------------------------
+_FULL = ["adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"]
+_FULL2 = [f for f in _FULL if f != "rng_state.pth"] + ["rng_state_0.pth", "rng_state_1.pth"]
+
+
+@pytest.mark.parametrize("listing,resume", [
+    ({"checkpoint-10": _FULL, "checkpoint-20": ["trainer_state.json"]}, "auto"),
+    ({"checkpoint-10": _FULL, "checkpoint-20": _FULL}, "auto"),
+    ({"checkpoint-10": _FULL, "checkpoint-20": ["trainer_state.json"]}, "checkpoint-20"),
+    ({"checkpoint-10": _FULL}, "checkpoint-10"),
+    ({"checkpoint-10": _FULL2}, "auto"),
+    ({"checkpoint-10": _FULL2}, "checkpoint-10"),
+])
+def test_up_and_train_choose_the_same_checkpoint(tmp_path, listing, resume):
+    from ktdeploy.core.facts.host import DockerFacts
+    from ktdeploy.core.plan import UpOptions, build_plan
+    from ktdeploy.core.recipe import builtin_recipe
+
+    recipe = load_recipe(builtin_recipe(), [])
+    out = recipe.train["output_dir"]
+    # up: the plan from the gathered listing
+    st = JobState(home="/home/u", image_id="sha256:abc", output_exists=True, top_level=sorted(listing), listing=listing)
+    facts = HostFacts(cpu=CpuFacts(flags=sorted(["avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                                                 "avx512_bf16", "avx512_vnni", "avx512vbmi"])),
+                      docker=DockerFacts(present=True, reachable=True, server_version="24", runtimes=["nvidia"]))
+    plan = build_plan(recipe, facts, st, UpOptions(host="h", run_id="r", resume=resume if resume == "auto"
+                                                   else f"{out}/{resume}"))
+    refused = [s for _, s in plan.steps() if s.id == "train.resume" and s.action == "fail"]
+    up_choice = None if refused else plan.resume_from.rsplit("/", 1)[1]
+    # train: the same folders on disk
+    d = tmp_path / "out"
+    for name, entries in listing.items():
+        for e in entries:
+            (d / name).mkdir(parents=True, exist_ok=True)
+            (d / name / e).write_text("x")
+    try:
+        got = T.resolve_resume(d, resume if resume == "auto" else str(d / resume), 1)
+        train_choice = Path(got).name
+    except RunRecordError:
+        train_choice = None
+    assert up_choice == train_choice
+    assert ckpt.choose_resume(listing, resume, 1).checkpoint is None or up_choice in (
+        None, ckpt.choose_resume(listing, resume, 1).checkpoint.name)
