@@ -170,40 +170,19 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
     return (f"{out}/{chosen.name}" if chosen else None), steps, notes
 
 
-def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
-    deploy = recipe.deploy
-    if deploy is None:
-        raise RecipeError("the recipe has no valid deploy: section", key="deploy",
-                          fix="Add deploy.volumes.model/data/output (see recipes/tiny-moe-lora.yaml).")
-    vol = deploy.volumes
-    out = output_dir_of(recipe)
-    name = job_name(recipe)
-    serve_name = f"{name}-serve"
-    adapter = f"{out}/{ADAPTER_SUBDIR}"
-    home = state.home.rstrip("/") or "/tmp"
-    job_dir = f"{home}/.cache/ktdeploy/jobs/{name}"
-    image, variant, image_how = resolve_image(deploy, facts)
-    nvidia_waived = "docker.nvidia_runtime" in opts.waive
-    gpu_waived = nvidia_waived or "gpu.present" in opts.waive
-    gpus = None if gpu_waived else list(deploy.gpus)
-    memlock = MEMLOCK_WAIVER not in opts.waive
-    notes: list[str] = []
-    if not memlock:
-        notes.append("docker.memlock waived: containers start without --ulimit memlock=-1 (pinned memory limited).")
-    if gpu_waived:
-        notes.append("GPU checks waived (--waive): the containers start WITHOUT --gpus. Test hosts only.")
-    stages: list[Stage] = []
-
-    # PREFLIGHT: done by the executor before planning (connect, facts, doctor); recorded here.
+def _preflight_stage(opts: UpOptions) -> Stage:
+    """PREFLIGHT: done by the executor before planning (connect, facts, doctor); recorded here."""
     pf = opts.preflight or {}
-    stages.append(Stage("PREFLIGHT", "connect, gather facts, doctor", (
+    return Stage("PREFLIGHT", "connect, gather facts, doctor", (
         Step("preflight.connect", f"connect to {opts.host}", action="run", satisfied=True,
              why=pf.get("connect", "done before planning")),
         Step("preflight.doctor", "gather host facts and run doctor", action="run", satisfied=True,
              why=pf.get("doctor", "done before planning")),
-    )))
+    ))
 
-    # RUNTIME
+
+def _runtime_stage(facts: HostFacts, nvidia_waived: bool) -> Stage:
+    """RUNTIME: docker and the NVIDIA container runtime (installed when missing)."""
     rt: list[Step] = []
     d = facts.docker
     if not d.present:
@@ -232,7 +211,66 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                            "container-toolkit/latest/install-guide.html), or install nvidia-container-toolkit and run "
                            "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`; "
                            "then re-run ktdeploy up."))
-    stages.append(Stage("RUNTIME", "container runtime", tuple(rt)))
+    return Stage("RUNTIME", "container runtime", tuple(rt))
+
+
+def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
+    """VOLUMES: model (read-only) and data exist, the output volume is made; an output dir that is not ours and
+    not empty stops `up` unless --resume."""
+    vol = recipe.deploy.volumes
+    out = output_dir_of(recipe)
+    vs: list[Step] = [
+        Step("volumes.model", f"model dir {vol.model} exists (mounted read-only)", action="fail",
+             probe=("test", "-d", vol.model), why=f"deploy.volumes.model {vol.model} does not exist on the host",
+             fix=f"Copy the model to {vol.model} on the host, or fix deploy.volumes.model."),
+        Step("volumes.data", f"data dir {vol.data} exists", action="fail", probe=("test", "-d", vol.data),
+             why=f"deploy.volumes.data {vol.data} does not exist on the host",
+             fix=f"Copy the dataset to {vol.data} on the host, or fix deploy.volumes.data."),
+        Step("volumes.output", f"output volume {vol.output}", argv=("mkdir", "-p", "--", vol.output),
+             probe=("test", "-d", vol.output)),
+    ]
+    ours = state.container is not None
+    if not ours and state.output_exists and state.top_level and not opts.resume:
+        if state.finished:
+            why = f"{out} already holds a finished training run"
+            fix = f"Choose a new train.output_dir, or pass --resume auto to go on from it (convert, serve)."
+        elif state.checkpoints:
+            why = f"{out} holds checkpoints of an earlier run ({', '.join(c2.name for c2 in state.checkpoints[-3:])})"
+            fix = "Pass --resume auto to continue it, or choose a new train.output_dir."
+        else:
+            why = f"{out} exists and is not empty ({', '.join(state.top_level[:5])})"
+            fix = "Choose a new train.output_dir (ktdeploy never overwrites an output dir)."
+        vs.append(Step("volumes.output_dir", f"output dir {out} is free", action="fail", why=why, fix=fix))
+    return Stage("VOLUMES", "model (read-only), data, output", tuple(vs))
+
+
+def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
+    deploy = recipe.deploy
+    if deploy is None:
+        raise RecipeError("the recipe has no valid deploy: section", key="deploy",
+                          fix="Add deploy.volumes.model/data/output (see recipes/tiny-moe-lora.yaml).")
+    vol = deploy.volumes
+    out = output_dir_of(recipe)
+    name = job_name(recipe)
+    serve_name = f"{name}-serve"
+    adapter = f"{out}/{ADAPTER_SUBDIR}"
+    home = state.home.rstrip("/") or "/tmp"
+    job_dir = f"{home}/.cache/ktdeploy/jobs/{name}"
+    image, variant, image_how = resolve_image(deploy, facts)
+    nvidia_waived = "docker.nvidia_runtime" in opts.waive
+    gpu_waived = nvidia_waived or "gpu.present" in opts.waive
+    gpus = None if gpu_waived else list(deploy.gpus)
+    memlock = MEMLOCK_WAIVER not in opts.waive
+    notes: list[str] = []
+    if not memlock:
+        notes.append("docker.memlock waived: containers start without --ulimit memlock=-1 (pinned memory limited).")
+    if gpu_waived:
+        notes.append("GPU checks waived (--waive): the containers start WITHOUT --gpus. Test hosts only.")
+    stages: list[Stage] = []
+
+    stages.append(_preflight_stage(opts))
+
+    stages.append(_runtime_stage(facts, nvidia_waived))
 
     # IMAGE
     im: list[Step] = []
@@ -265,32 +303,11 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                            "by `ktdeploy image save`."))
     stages.append(Stage("IMAGE", f"image {image}", tuple(im)))
 
-    # VOLUMES
-    vs: list[Step] = [
-        Step("volumes.model", f"model dir {vol.model} exists (mounted read-only)", action="fail",
-             probe=("test", "-d", vol.model), why=f"deploy.volumes.model {vol.model} does not exist on the host",
-             fix=f"Copy the model to {vol.model} on the host, or fix deploy.volumes.model."),
-        Step("volumes.data", f"data dir {vol.data} exists", action="fail", probe=("test", "-d", vol.data),
-             why=f"deploy.volumes.data {vol.data} does not exist on the host",
-             fix=f"Copy the dataset to {vol.data} on the host, or fix deploy.volumes.data."),
-        Step("volumes.output", f"output volume {vol.output}", argv=("mkdir", "-p", "--", vol.output),
-             probe=("test", "-d", vol.output)),
-    ]
+    stages.append(_volumes_stage(recipe, state, opts))
+
     c = state.container
     ours = c is not None
     resume_from, resume_steps, resume_notes = None, [], []
-    if not ours and state.output_exists and state.top_level and not opts.resume:
-        if state.finished:
-            why = f"{out} already holds a finished training run"
-            fix = f"Choose a new train.output_dir, or pass --resume auto to go on from it (convert, serve)."
-        elif state.checkpoints:
-            why = f"{out} holds checkpoints of an earlier run ({', '.join(c2.name for c2 in state.checkpoints[-3:])})"
-            fix = "Pass --resume auto to continue it, or choose a new train.output_dir."
-        else:
-            why = f"{out} exists and is not empty ({', '.join(state.top_level[:5])})"
-            fix = "Choose a new train.output_dir (ktdeploy never overwrites an output dir)."
-        vs.append(Step("volumes.output_dir", f"output dir {out} is free", action="fail", why=why, fix=fix))
-    stages.append(Stage("VOLUMES", "model (read-only), data, output", tuple(vs)))
 
     # TRAIN
     tr: list[Step] = []

@@ -161,3 +161,16 @@ def test_world_size_mismatch_stops_before_anything_changes(tmp_path):
     with pytest.raises(StepError, match="same world size"):
         ex.apply()
     assert conn.ran("docker", "create") == [] and conn.ran("docker", "start") == []
+
+
+def test_runtime_stage_installs_docker_only_when_its_probe_fails(tmp_path):
+    from ktdeploy.core.plan.build import _runtime_stage
+
+    stage = _runtime_stage(HostFacts(docker=DockerFacts(present=False)), nvidia_waived=True)
+    assert [s.id for s in stage.steps] == ["runtime.docker", "runtime.nvidia"]
+    plan = Plan(**{**_plan().__dict__, "stages": (stage,)})
+    conn = FakeConnector().on(("docker", "info"), [fail(127, "docker: not found"), ok()]).on(("sh", "-c"), ok())
+    _executor(conn, plan, tmp_path).apply()
+    assert len(conn.ran("sh", "-c")) == 1            # installed once
+    _executor(conn, plan, tmp_path).apply()          # a second run: the probe now passes, nothing is installed
+    assert len(conn.ran("sh", "-c")) == 1
