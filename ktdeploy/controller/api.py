@@ -87,6 +87,25 @@ def gather_job_state(conn, recipe, image: str) -> JobState:
     return parse_state(r.stdout)
 
 
+def doctor_phase(report, host_name: str, waive, record: RunRecord, say: Callable[[str], None]) -> tuple[list, str]:
+    """up's PREFLIGHT verdict on a doctor report: (blocking failed checks, the one-line summary); records and
+    says the waived and deferred ones (core/checks/gate.py decides which is which)."""
+    failed = report.failed
+    g = gate(report.checks, waive, defer=RUNTIME_FIXABLE)
+    waived, deferred, blocking = g.waived, g.deferred, g.blocking
+    summary = report.summary()
+    doc_line = (f"{summary['pass']} pass, {summary['warn']} warn, {summary['fail']} fail"
+                + (f" ({len(waived)} waived)" if waived else "")
+                + (f", {len(deferred)} left to the RUNTIME stage" if deferred else ""))
+    record.event("doctor", summary=summary, failed=[c.name for c in failed], waived=[c.name for c in waived])
+    say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {host_name}: {doc_line}")
+    for c in waived:
+        say(f"  [yellow]waived[/yellow] {c.name}: {c.detail}")
+    for c in deferred:
+        say(f"  [yellow]to repair[/yellow] {c.name}: {c.detail} -> the RUNTIME stage installs what is missing")
+    return blocking, doc_line
+
+
 def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resume: str | None = None,
        detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
        tune: bool = False, tune_budget_minutes: float = 20.0,
@@ -139,19 +158,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
         report = _doctor(conn, recipe)
         record.write_json("facts.json", report.facts.model_dump(mode="json"))
         record.write_json("doctor.json", report.to_json())
-        failed = report.failed
-        g = gate(report.checks, waive, defer=RUNTIME_FIXABLE)
-        waived, deferred, blocking = g.waived, g.deferred, g.blocking
-        summary = report.summary()
-        doc_line = (f"{summary['pass']} pass, {summary['warn']} warn, {summary['fail']} fail"
-                    + (f" ({len(waived)} waived)" if waived else "")
-                    + (f", {len(deferred)} left to the RUNTIME stage" if deferred else ""))
-        record.event("doctor", summary=summary, failed=[c.name for c in failed], waived=[c.name for c in waived])
-        say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {conn.name}: {doc_line}")
-        for c in waived:
-            say(f"  [yellow]waived[/yellow] {c.name}: {c.detail}")
-        for c in deferred:
-            say(f"  [yellow]to repair[/yellow] {c.name}: {c.detail} -> the RUNTIME stage installs what is missing")
+        blocking, doc_line = doctor_phase(report, conn.name, waive, record, say)
 
         image, _variant, _how = resolve_image(recipe.deploy, report.facts)
         state = gather_job_state(conn, recipe, image)

@@ -174,3 +174,19 @@ def test_runtime_stage_installs_docker_only_when_its_probe_fails(tmp_path):
     assert len(conn.ran("sh", "-c")) == 1            # installed once
     _executor(conn, plan, tmp_path).apply()          # a second run: the probe now passes, nothing is installed
     assert len(conn.ran("sh", "-c")) == 1
+
+
+def test_up_doctor_phase_blocks_waives_and_defers(tmp_path):
+    from ktdeploy.controller.api import doctor_phase
+    from ktdeploy.controller.doctor import DoctorReport
+    from ktdeploy.core.checks.result import CheckResult
+
+    checks = [CheckResult(name=n, status="fail", detail=n) for n in ("gpu.present", "docker.present", "disk.output")]
+    record = RunRecord.create("r", root=tmp_path / "runs")
+    said: list[str] = []
+    blocking, line = doctor_phase(DoctorReport(facts=HostFacts(), checks=checks), "h", ("gpu.present",), record,
+                                  said.append)
+    assert [c.name for c in blocking] == ["disk.output"]
+    assert line == "0 pass, 0 warn, 3 fail (1 waived), 1 left to the RUNTIME stage"
+    assert any("waived" in m and "gpu.present" in m for m in said)
+    assert any("to repair" in m and "docker.present" in m for m in said)
