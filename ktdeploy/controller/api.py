@@ -110,7 +110,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
        detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
        tune: bool = False, tune_budget_minutes: float = 20.0,
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
-       ) -> UpResult:
+       connector=None) -> UpResult:
+    """``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
     from ktdeploy.controller.doctor import doctor as _doctor
     from ktdeploy.controller.connectors import connect
     from ktdeploy.controller.executor import Executor
@@ -148,7 +149,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     # connect
     record.event("stage_start", stage="PREFLIGHT", step="connect", host=host)
     try:
-        conn = connect(host, **(ssh or {}))
+        conn = connector if connector is not None else connect(host, **(ssh or {}))
     except ConnectError as e:
         raise fail("failed", e) from None
     say(f"[green]✓[/green] PREFLIGHT: connected to {conn.name}")

@@ -11,7 +11,7 @@ from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.errors import StepError
 from ktdeploy.core.facts.host import CpuFacts, DockerFacts, HostFacts
 from ktdeploy.core.plan import UpOptions, build_plan
-from ktdeploy.core.plan.state import ContainerState, JobState
+from ktdeploy.core.plan.state import STATE_SCRIPT, ContainerState, JobState
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.recipe import builtin_recipe, load_recipe
 from tests.fakes.connector import FakeConnector, UnscriptedCommand, container_state, fail, ok
@@ -190,3 +190,50 @@ def test_up_doctor_phase_blocks_waives_and_defers(tmp_path):
     assert line == "0 pass, 0 warn, 3 fail (1 waived), 1 left to the RUNTIME stage"
     assert any("waived" in m and "gpu.present" in m for m in said)
     assert any("to repair" in m and "docker.present" in m for m in said)
+
+
+def _golden_host(folder: str) -> FakeConnector:
+    """A FakeConnector answering fact gathering from a golden folder (real command output of a real machine);
+    the C probes are unavailable (no cache dir), disk paths unknown."""
+    from pathlib import Path
+
+    from ktdeploy.controller import facts_probes
+    from ktdeploy.controller.facts_gather import gather_script, load_raw
+    from ktdeploy.core.facts import disk
+
+    raw = load_raw(str(Path(__file__).resolve().parents[2] / "golden" / folder))
+    text = "".join(f"@@KTD-BEGIN {n}\n{sec.stdout or ''}\n@@KTD-RC {n} {sec.rc if sec.rc is not None else 1}\n"
+                   f"{sec.stderr}\n@@KTD-END {n}\n" for n, sec in raw.sections.items())
+    return (FakeConnector(name=folder)
+            .on(("sh", "-c", gather_script()), ok(text))
+            .on(("sh", "-c", facts_probes._RUN_SCRIPT), fail())
+            .on(("sh", "-c", facts_probes._PREPARE_SCRIPT), fail())
+            .on(("sh", "-c", disk.PATHS_SCRIPT), ok(""))
+            .on(("sh", "-c", STATE_SCRIPT), ok("@@home\t/home/u\n@@user\t1000:1000\n@@container\t\n@@image\t\n"
+                                               "@@output_exists\tno\n@@adapter\tno\n@@listing\n@@end\n")))
+
+
+def test_up_on_a_host_that_fails_the_doctor_starts_nothing(tmp_path, monkeypatch):
+    from ktdeploy.controller import api
+    from ktdeploy.core.errors import CheckFailed
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
+    conn = _golden_host("haswell-avx2-qemu")
+    with pytest.raises(CheckFailed) as e:
+        api.up("gpu01", connector=conn, say=lambda _m: None)
+    assert e.value.results                                          # the blocking checks are named
+    assert not any(c.argv[:2] in (["docker", "create"], ["docker", "start"]) for c in conn.calls)
+
+
+def test_up_dry_run_on_the_gpu_golden_host_plans_and_changes_nothing(tmp_path, monkeypatch):
+    """`up --dry-run` end to end on the H200 machine's recorded facts (no docker there: RUNTIME installs it)."""
+    from ktdeploy.controller import api
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
+    conn = _golden_host("gpu-h200-vm")
+    res = api.up("gpu01", connector=conn, dry_run=True, say=lambda _m: None)
+    assert res.state == "dry-run" and res.plan is not None
+    assert [s.id for s in res.plan.stage("RUNTIME").steps][0] == "runtime.docker"
+    assert (res.record.path / "plan.json").exists() and (res.record.path / "facts.json").exists()
+    mutating = [c.argv for c in conn.calls if c.argv[:2] in (["docker", "create"], ["docker", "start"], ["mkdir", "-p"])]
+    assert mutating == []
