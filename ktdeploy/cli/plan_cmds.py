@@ -28,6 +28,7 @@ def plan_cmd(
 ) -> None:
     """Predict peak host RSS, GPU memory per GPU and disk before downloading any weights."""
     from ktdeploy.core.sizing import plan_recipe
+    from ktdeploy.core.sizing.calibration import band, setting, upper_edge
     from ktdeploy.core.recipe import load_recipe
 
     if not recipe.is_file():
@@ -36,6 +37,10 @@ def plan_cmd(
     plan, arch, where = plan_recipe(r, model_config, gpus)
     if as_json:
         out = plan.to_json()
+        n = plan.setup["num_processes"]
+        out["error_band"] = {res: {"setting": setting(n), "band": None if band(res, n) is None else round(band(res, n), 4),
+                                   "upper_edge_gib": round(upper_edge(v, res, n), 2)}
+                             for res, v in (("host", plan.host_memory_gib), ("gpu", plan.gpu_memory_gib_per_gpu))}
         out["model"] = {"config": where, "family": arch.family,
                         "routed_expert_params": arch.routed_expert_params,
                         "non_expert_params": arch.non_expert_params, "total_params": arch.total_params}
@@ -49,7 +54,12 @@ def plan_cmd(
                   f"KT rows {s['kt_max_len']}")
     for resource, total in (("host", plan.host_memory_gib), ("gpu", plan.gpu_memory_gib_per_gpu),
                             ("disk", plan.disk_gib)):
-        t = Table(title=f"{_TITLES[resource]}: {total:.1f} GiB", title_justify="left", expand=False)
+        title = f"{_TITLES[resource]}: {total:.1f} GiB"
+        b = band(resource, s["num_processes"])
+        if b is not None:
+            title += (f" ± {b * 100:.1f} % ({setting(s['num_processes'])} calibration band; "
+                      f"upper edge {upper_edge(total, resource, s['num_processes']):.1f} GiB is what doctor gates on)")
+        t = Table(title=title, title_justify="left", expand=False)
         t.add_column("term", style="bold", no_wrap=True)
         t.add_column("GiB", justify="right", no_wrap=True)
         t.add_column("why", overflow="fold")

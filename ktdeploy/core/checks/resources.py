@@ -13,6 +13,7 @@ from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.sizing import plan_recipe
+from ktdeploy.core.sizing.calibration import upper_edges
 
 GiB = 1024**3
 MIN_SHM = 1 * GiB           # DataLoader workers + NCCL; docker's default is 64 MiB
@@ -68,10 +69,11 @@ def recipe_requirements(recipe, facts: HostFacts) -> Requirements:
     except (KtdeployError, ValueError, KeyError, TypeError):
         plan = None
     if plan is not None:
-        src = f"planner ({where})"
-        req = Requirements(host_memory_bytes=int(plan.host_memory_gib * GiB),
-                           gpu_memory_mib=int(plan.gpu_memory_gib_per_gpu * 1024),
-                           output_disk_bytes=int(plan.disk_gib * GiB),
+        edges = upper_edges(plan)   # the same upper edge doctor's plan.* gate uses: one policy
+        src = f"planner ({where}), upper edge of its calibration band"
+        req = Requirements(host_memory_bytes=int(edges["host"] * GiB),
+                           gpu_memory_mib=int(edges["gpu"] * 1024),
+                           output_disk_bytes=int(edges["disk"] * GiB),
                            basis={"host_memory": src, "gpu_memory": src, "output_disk": src})
         kt = _train(recipe).get("kt_config") or {}
         if kt.get("kt_weight_lifecycle") == "ephemeral":

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.sizing.calibration import upper_edges
 from ktdeploy.core.sizing.estimate import GIB, ResourcePlan, estimate, setup_from
 from ktdeploy.core.sizing.model_config import MoEArchitecture
 
@@ -119,13 +120,18 @@ def _value(plan: ResourcePlan, resource: str) -> float:
     return {"host": plan.host_memory_gib, "gpu": plan.gpu_memory_gib_per_gpu, "disk": plan.disk_gib}[resource]
 
 
+def _edge(plan: ResourcePlan, resource: str) -> float:
+    """The figure gates compare with: the upper edge of the calibration band (calibration.upper_edges)."""
+    return upper_edges(plan)[resource]
+
+
 def advise(recipe_dicts: Dicts, arch: MoEArchitecture, resource: str, available_gib: float,
            gpus: int | None = None) -> list[Advice]:
     """Every single-knob change that lowers the resource, with its new figure and whether it fits."""
-    base = _value(estimate(recipe_dicts, arch, gpus), resource)
+    base = _edge(estimate(recipe_dicts, arch, gpus), resource)
     advice = []
     for knob, change, dicts, g in _candidates(recipe_dicts, arch, resource):
-        new = _value(estimate(dicts, arch, g or gpus), resource)
+        new = _edge(estimate(dicts, arch, g or gpus), resource)
         if new < base - 1e-6:
             advice.append(Advice(resource, knob, change, base - new, new, new <= available_gib))
     return advice
@@ -148,30 +154,34 @@ def plan_checks(recipe_dicts: Dicts, arch: MoEArchitecture, *, host_available_by
     """plan.host_memory, plan.gpu_memory, plan.disk: fail when the host has less than the plan needs,
     naming the shortfall and the knob that brings the plan under. ``None`` capacity -> skip."""
     plan = estimate(recipe_dicts, arch, gpus)
+    edges = upper_edges(plan)
     results = []
     gpu_cap = min(gpu_free_mib) / 1024 if gpu_free_mib else None
     for name, resource, cap_bytes, label in (
             ("plan.host_memory", "host", host_available_bytes, "available host memory (MemAvailable)"),
             ("plan.gpu_memory", "gpu", None if gpu_cap is None else gpu_cap * GIB, "free memory of the smallest recipe GPU"),
             ("plan.disk", "disk", disk_free_bytes, "free disk under the output volume")):
-        need = _value(plan, resource)
-        data: dict[str, Any] = {"predicted_gib": round(need, 2), "model_config": where,
+        predicted = _value(plan, resource)
+        need = edges[resource]          # the top of the calibration band: one policy with checks.resources
+        data: dict[str, Any] = {"predicted_gib": round(predicted, 2), "upper_edge_gib": round(need, 2),
+                                "model_config": where,
                                 "breakdown": [t.to_json() for t in plan.terms(resource)]}
         if cap_bytes is None:
-            results.append(CheckResult(name=name, status="skip", detail=f"predicted {need:.1f} GiB; {label} unknown",
+            results.append(CheckResult(name=name, status="skip", detail=f"predicted {predicted:.1f} GiB (upper edge {need:.1f}); {label} unknown",
                                        data=data))
             continue
         cap = cap_bytes / GIB
         data["available_gib"] = round(cap, 2)
         if need <= cap:
             results.append(CheckResult(name=name, status="pass",
-                                       detail=f"predicted {need:.1f} GiB <= {label} {cap:.1f} GiB "
+                                       detail=f"predicted {predicted:.1f} GiB, upper edge {need:.1f} GiB <= {label} {cap:.1f} GiB "
                                               f"(headroom {cap - need:.1f} GiB)", data=data))
             continue
         short = need - cap
         adv = advise(recipe_dicts, arch, resource, cap, gpus)
         data["advice"] = [a.__dict__ for a in adv]
         results.append(CheckResult(name=name, status="fail",
-                                   detail=f"predicted {need:.1f} GiB > {label} {cap:.1f} GiB: short by {short:.1f} GiB",
+                                   detail=f"predicted {predicted:.1f} GiB, upper edge of its calibration band {need:.1f} GiB > "
+                                          f"{label} {cap:.1f} GiB: short by {short:.1f} GiB",
                                    fix=fix_text(adv, short, resource), data=data))
     return results

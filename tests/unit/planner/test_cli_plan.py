@@ -66,3 +66,20 @@ def test_missing_model_config_is_a_one_screen_error(tmp_path, capsys):
     p.write_text(text)
     code, _, err = run_cli(["plan", str(p)], capsys)
     assert code == 2 and "--model-config" in err and "Traceback" not in err
+
+
+def test_each_figure_carries_its_calibration_band(capsys):
+    from ktdeploy.core.sizing.calibration import band
+    recipe = str(RECIPES / "qwen35-397b-bf16-lora.yaml")
+    _, out, _ = run_cli(["plan", recipe, "--json"], capsys)
+    d = json.loads(out)
+    n = d["setup"]["num_processes"]
+    for res, key in (("host", "host_memory_gib"), ("gpu", "gpu_memory_gib_per_gpu")):
+        eb = d["error_band"][res]
+        assert eb["setting"] == ("multi-GPU" if n > 1 else "single-GPU")
+        assert eb["band"] == pytest.approx(band(res, n), abs=1e-4)
+        assert eb["upper_edge_gib"] == pytest.approx(d[key] * (1 + eb["band"]), abs=0.02)
+    _, human, _ = run_cli(["plan", recipe], capsys)
+    assert f"± {band('host', n) * 100:.1f} %" in human and "upper edge" in human
+    _, one, _ = run_cli(["plan", str(RECIPES / "tiny-moe-lora.yaml"), "--json", "--gpus", "1"], capsys)
+    assert json.loads(one)["error_band"]["gpu"]["setting"] == "single-GPU"

@@ -8,6 +8,7 @@ import pytest
 
 from ktdeploy.core.facts.host import Gpu, GpuFacts, HostFacts, MemoryFacts, PathFacts
 from ktdeploy.core.sizing import plan_recipe
+from ktdeploy.core.sizing.calibration import band, upper_edges
 from ktdeploy.core.sizing.checks import plan_check_results
 from ktdeploy.core.recipe import load_recipe
 
@@ -36,14 +37,15 @@ def bf16():
 
 def test_passes_with_headroom(bf16):
     r, plan = bf16
-    res = _by_name(plan_check_results(r, _facts(r, plan.host_memory_gib + 50, 80 * 1024, plan.disk_gib + 100)))
+    edge = upper_edges(plan)
+    res = _by_name(plan_check_results(r, _facts(r, edge["host"] + 50, 80 * 1024, plan.disk_gib + 100)))
     assert {n: x.status for n, x in res.items()} == {"plan.host_memory": "pass", "plan.gpu_memory": "pass",
                                                       "plan.disk": "pass"}
 
 
 def test_host_short_names_amount_and_converted_weights(bf16):
     r, plan = bf16
-    host = plan.host_memory_gib - 150
+    host = upper_edges(plan)["host"] - 150
     res = _by_name(plan_check_results(r, _facts(r, host, 80 * 1024, 1000)))["plan.host_memory"]
     assert res.status == "fail"
     assert "short by 150.0 GiB" in res.detail
@@ -54,14 +56,14 @@ def test_host_short_names_amount_and_converted_weights(bf16):
 def test_host_slightly_short_suggests_cache_depth_or_cutoff():
     r = load_recipe(RECIPES / "qwen35-397b-bf16-lora.yaml", ["train.cutoff_len=8192"])
     plan = plan_recipe(r)[0]
-    res = _by_name(plan_check_results(r, _facts(r, plan.host_memory_gib - 1.0, 80 * 1024, 1000)))["plan.host_memory"]
+    res = _by_name(plan_check_results(r, _facts(r, upper_edges(plan)["host"] - 1.0, 80 * 1024, 1000)))["plan.host_memory"]
     assert res.status == "fail"
     assert "kt_max_cache_depth 2 -> 1" in res.fix or "cutoff_len 8192 -> 4096" in res.fix
 
 
 def test_gpu_short_suggests_more_gpus_or_cutoff(bf16):
     r, plan = bf16
-    mib = int((plan.gpu_memory_gib_per_gpu - 2) * 1024)
+    mib = int((upper_edges(plan)["gpu"] - 2) * 1024)
     res = _by_name(plan_check_results(r, _facts(r, 2000, mib, 1000)))["plan.gpu_memory"]
     assert res.status == "fail" and "short by" in res.detail
     assert "num_processes 2 -> 4" in res.fix or "cutoff_len" in res.fix
@@ -69,7 +71,7 @@ def test_gpu_short_suggests_more_gpus_or_cutoff(bf16):
 
 def test_busy_gpu_counts_against_capacity(bf16):
     r, plan = bf16
-    mib = int((plan.gpu_memory_gib_per_gpu + 1) * 1024)
+    mib = int((upper_edges(plan)["gpu"] + 1) * 1024)
     ok = _by_name(plan_check_results(r, _facts(r, 2000, mib, 1000)))["plan.gpu_memory"]
     busy = _by_name(plan_check_results(r, _facts(r, 2000, mib, 1000, used_mib=4096)))["plan.gpu_memory"]
     assert ok.status == "pass" and busy.status == "fail"
@@ -91,9 +93,25 @@ def test_doctor_run_checks_gates_on_the_plan(bf16):
     from ktdeploy.controller.doctor import run_checks
 
     r, plan = bf16
-    facts = _facts(r, plan.host_memory_gib - 40, 80 * 1024, plan.disk_gib + 10)
+    facts = _facts(r, upper_edges(plan)["host"] - 40, 80 * 1024, plan.disk_gib + 10)
     checks = {c.name: c for c in run_checks(facts, r)}
     assert checks["plan.host_memory"].status == "fail"
     assert "short by 40.0 GiB" in checks["plan.host_memory"].detail
     assert checks["plan.host_memory"].fix          # names the knob and the new figure
     assert checks["plan.gpu_memory"].status == "pass" and checks["plan.disk"].status == "pass"
+
+
+def test_gate_is_the_upper_edge_of_the_band(bf16):
+    """Capacity above the central prediction but below the band's upper edge fails: an under-prediction within
+    the calibration error must not let a run start that OOMs later. The fix names a knob."""
+    r, plan = bf16
+    n = plan.setup["num_processes"]
+    assert band("host", n) and band("host", n) > 0.01
+    edge = upper_edges(plan)["host"]
+    assert edge > plan.host_memory_gib
+    cap = (plan.host_memory_gib + edge) / 2
+    res = _by_name(plan_check_results(r, _facts(r, cap, 80 * 1024, 1000)))["plan.host_memory"]
+    assert res.status == "fail"
+    assert res.data["upper_edge_gib"] == round(edge, 2) and res.data["predicted_gib"] == round(plan.host_memory_gib, 2)
+    assert "upper edge" in res.detail
+    assert any(k in res.fix for k in ("kt_max_cache_depth", "cutoff_len", "INT8", "AMXINT4", "num_processes"))
