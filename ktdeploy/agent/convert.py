@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.agent import safetensors_io as st
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.hashing import sha256_file
@@ -169,12 +170,17 @@ def _ordered(modules: set[str]) -> list[str]:
 
 def convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
             base_model: str | None = None, verify_manifest: bool = True) -> ConvertSummary:
-    """Convert ``input_dir`` (KT LoRA output) into a new sglang-kt adapter directory ``output_dir``."""
-    src = find_adapter_dir(Path(input_dir).resolve())
+    """Convert ``input_dir`` (KT LoRA output) into a new sglang-kt adapter directory ``output_dir``.
+
+    A KT full fine-tune's output (``kt_full_experts.index.json``) goes to :func:`convert_full` instead."""
+    top = Path(input_dir).resolve()
+    if top.is_dir() and not (top / FUSED).exists() and not (top / MANIFEST).exists() and find_full_dir(top):
+        return convert_full(top, output_dir)
+    src = find_adapter_dir(top)
     dst = Path(output_dir).resolve()
-    if dst == src or src in dst.parents or dst in src.parents:
-        raise ConvertError(f"output {dst} must lie outside the training output {src}",
-                           fix="choose a sibling directory, e.g. <output_dir>-sglang")
+    problem = destination_problem(str(src), str(dst)) or destination_problem(str(Path(input_dir).resolve()), str(dst))
+    if problem:
+        raise ConvertError(problem, fix=f"choose a sibling directory, e.g. {adapter_dir_for(str(Path(input_dir).resolve()))}")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConvertError(f"{dst} already exists and is not empty; ktdeploy never overwrites an adapter",
                            fix="remove it yourself or choose another -o directory")
@@ -256,6 +262,138 @@ def convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
         (stage / PROVENANCE).write_text(json.dumps(prov, indent=2) + "\n")
         if dst.exists():
             dst.rmdir()  # empty (checked above)
+        os.replace(stage, dst)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return summary
+
+
+# --- full fine-tunes -------------------------------------------------------------------------------------------
+# A KT full fine-tune (finetuning_type: full) trains the routed experts inside kt-kernel on the CPU. HF's
+# save_pretrained writes the model WITHOUT them (kt-kernel's state_dict hook drops the expert placeholders);
+# kt-kernel publishes them next to it as a "KT Full" checkpoint: ``kt_full_experts.index.json`` (format
+# ``kt_full_experts``, version 1, dtype BF16, a generation id, per layer the shard file, its size and the shapes)
+# and one ``kt_full_experts-<generation>-layer-<L:05d>.safetensors`` per MoE layer holding ``gate_proj``/``up_proj``
+# ``[E, moe_inter, hidden]`` and ``down_proj`` ``[E, hidden, moe_inter]``. sglang-kt (like any HF loader) needs
+# the experts as ``model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight``: this regroups them by byte ranges.
+
+FULL_INDEX = "kt_full_experts.index.json"
+FULL_EXPERTS_OUT = "model-kt-experts.safetensors"
+_FULL_PROJ = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class FullConvertSummary:
+    input_dir: str
+    output_dir: str
+    num_layers: int
+    num_experts: int
+    expert_tensors: int
+    linked_files: list[str]
+    bytes_written: int
+    kind: str = "full"
+
+
+def find_full_dir(path: Path) -> Path | None:
+    """``path`` or its newest ``checkpoint-*`` holding a KT Full checkpoint index, else None."""
+    if (path / FULL_INDEX).is_file():
+        return path
+    ckpts = sorted((p for p in path.glob("checkpoint-*") if (p / FULL_INDEX).is_file()),
+                   key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
+    return ckpts[-1] if ckpts else None
+
+
+def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) -> FullConvertSummary:
+    """A servable model directory from a KT full fine-tune: the HF files (hard-linked, else copied) plus the
+    experts regrouped per expert, with one ``model.safetensors.index.json`` over both."""
+    top = Path(input_dir).resolve()
+    src = find_full_dir(top)
+    if src is None:
+        raise ConvertError(f"{top} holds no KT full fine-tune output ({FULL_INDEX} not found here or in checkpoint-*)",
+                           fix="point at the output_dir of a finished KT run with finetuning_type: full")
+    dst = Path(output_dir).resolve()
+    problem = destination_problem(str(src), str(dst)) or destination_problem(str(top), str(dst))
+    if problem:
+        raise ConvertError(problem, fix=f"choose a sibling directory, e.g. {adapter_dir_for(str(top))}")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise ConvertError(f"{dst} already exists and is not empty; ktdeploy never overwrites a converted model",
+                           fix="remove it yourself or choose another -o directory")
+    index = _load_json(src / FULL_INDEX, "KT Full checkpoint index")
+    if index.get("format") != "kt_full_experts" or index.get("version") != 1 or index.get("dtype") != "BF16":
+        raise ConvertError(f"{src / FULL_INDEX}: format {index.get('format')!r} v{index.get('version')!r} "
+                           f"{index.get('dtype')!r} is not kt_full_experts v1 BF16",
+                           fix="this kt-kernel version writes a layout ktdeploy does not know; report it")
+    layers = index.get("layers")
+    if not isinstance(layers, dict) or not layers:
+        raise ConvertError(f"{src / FULL_INDEX} lists no layers", fix="the save was interrupted; use an earlier checkpoint")
+    if not (src / "config.json").is_file():
+        raise ConvertError(f"{src} has no config.json next to {FULL_INDEX}", fix="copy the whole output directory")
+    items: list[tuple[str, st.Slice]] = []
+    experts: set[int] = set()
+    for key in sorted(layers, key=lambda k: int(k) if str(k).isdigit() else -1):
+        ent = layers[key]
+        if not str(key).isdigit() or not isinstance(ent, dict):
+            raise ConvertError(f"{src / FULL_INDEX}: bad layer entry {key!r}", fix="the index is damaged")
+        fname = ent.get("file")
+        if not isinstance(fname, str) or os.path.basename(fname) != fname or not (src / fname).is_file():
+            raise ConvertError(f"layer {key}: shard {fname!r} is missing from {src}",
+                               fix="copy the whole output directory, not single files")
+        shard = src / fname
+        if ent.get("size_bytes") != shard.stat().st_size:
+            raise ConvertError(f"{shard}: size {shard.stat().st_size} differs from the index's {ent.get('size_bytes')}",
+                               fix="the file changed after training (partial copy?); copy it again")
+        tensors, meta = st.read_header(shard)
+        if set(tensors) != set(_FULL_PROJ) or meta.get("generation") != index.get("generation"):
+            raise ConvertError(f"{shard}: tensors {sorted(tensors)} / generation {meta.get('generation')!r} do not "
+                               "match the index", fix="the output mixes saves; convert one checkpoint")
+        for proj in _FULL_PROJ:
+            info = tensors[proj]
+            if info.dtype != "BF16" or len(info.shape) != 3 or list(info.shape) != (ent.get("shapes") or {}).get(proj):
+                raise ConvertError(f"{shard}: {proj} is {info.dtype} {list(info.shape)}, the index says "
+                                   f"{(ent.get('shapes') or {}).get(proj)}", fix="the file is damaged")
+            experts.add(info.shape[0])
+            for e, s in enumerate(st.split_first_axis(shard, info)):
+                items.append((f"model.layers.{int(key)}.mlp.experts.{e}.{proj}.weight", s))
+    if len(experts) != 1:
+        raise ConvertError(f"{src}: layers disagree on the expert count {sorted(experts)}", fix="the output is damaged")
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        linked: list[str] = []
+        weight_map: dict[str, str] = {}
+        hf_index = src / "model.safetensors.index.json"
+        if hf_index.is_file():
+            weight_map.update(_load_json(hf_index, "HF weight index").get("weight_map") or {})
+        for p in sorted(src.iterdir()):
+            if not p.is_file() or p.name.startswith("kt_full_experts") or p.name == "model.safetensors.index.json":
+                continue
+            if p.name.startswith(("optimizer", "scheduler", "rng_state", "training_args", "trainer_state")):
+                continue
+            try:
+                os.link(p, stage / p.name)
+            except OSError:
+                shutil.copy2(p, stage / p.name)
+            linked.append(p.name)
+            if p.suffix == ".safetensors" and not hf_index.is_file():
+                for name in st.read_header(p)[0]:
+                    weight_map[name] = p.name
+        clash = [k for k, _ in items if k in weight_map]
+        if clash:
+            raise ConvertError(f"the HF weights already hold expert tensors (e.g. {clash[0]})",
+                               fix="this output was converted before or is not a KT full fine-tune")
+        written = st.write(stage / FULL_EXPERTS_OUT, items, metadata={"format": "pt", "converted_by": "ktdeploy"})
+        weight_map.update({k: FULL_EXPERTS_OUT for k, _ in items})
+        (stage / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"converted_by": "ktdeploy"}, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n")
+        summary = FullConvertSummary(input_dir=str(src), output_dir=str(dst), num_layers=len(layers),
+                                     num_experts=experts.pop(), expert_tensors=len(items), linked_files=linked,
+                                     bytes_written=written)
+        (stage / PROVENANCE).write_text(json.dumps({"summary": summary.__dict__,
+                                                    "inputs": {FULL_INDEX: sha256_file(src / FULL_INDEX)}}, indent=2) + "\n")
+        if dst.exists():
+            dst.rmdir()
         os.replace(stage, dst)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)

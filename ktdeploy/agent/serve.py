@@ -17,7 +17,10 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ktdeploy.agent.sglang_launch import KEY_ENV_VAR
 from ktdeploy.core.errors import UsageError
+
+LAUNCHER = "ktdeploy.agent.sglang_launch"
 
 # kt_config.kt_backend values that name one sglang-kt --kt-method directly.
 _BACKEND_METHOD = {"AMXBF16": "AMXBF16", "AMXINT8": "AMXINT8", "AMXINT4": "AMXINT4", "FP8": "FP8", "BF16": "BF16",
@@ -55,10 +58,15 @@ def kt_method(weight_format: str, backend: str | None, amx: bool) -> str:
                      fix="use bf16, fp8 or int8 (or kt_backend: AMXINT4)")
 
 
-def build_serve_command(recipe, adapter_dir: str | os.PathLike, *, cpuinfer: int, threadpools: int,
+def build_serve_command(recipe, adapter_dir: str | os.PathLike | None, *, cpuinfer: int, threadpools: int,
                         amx: bool = True, python: str = "python3", host: str | None = None,
-                        port: int | None = None) -> ServeCommand:
-    """argv of ``python -m sglang.launch_server`` for ``recipe`` serving ``adapter_dir``."""
+                        port: int | None = None, weights_dir: str | os.PathLike | None = None) -> ServeCommand:
+    """argv of sglang-kt's server for ``recipe`` serving ``adapter_dir`` (LoRA) or ``weights_dir`` (full fine-tune).
+
+    The server starts through ``ktdeploy.agent.sglang_launch`` (sglang's own launch, in-process) so that the
+    API key is read from the environment and never appears in an argv.
+    A full fine-tune's output is a whole model (config, tokenizer, BF16 safetensors incl. the experts): it is
+    both ``--model-path`` and ``--kt-weight-path`` (native BF16 experts are read from the model itself), no LoRA."""
     if recipe.deploy is None:
         raise UsageError("the recipe has no valid deploy: section", key="deploy", fix="run `ktdeploy check RECIPE`")
     s = recipe.deploy.serve
@@ -67,16 +75,20 @@ def build_serve_command(recipe, adapter_dir: str | os.PathLike, *, cpuinfer: int
     if not model:
         raise UsageError("train.model_name_or_path is not set", key="train.model_name_or_path",
                          fix="set it to the base model directory")
-    adapter = Path(adapter_dir)
+    if (adapter_dir is None) == (weights_dir is None):
+        raise UsageError("give exactly one of --adapter (LoRA run) and --weights (full fine-tune)",
+                         fix="--adapter <output_dir>-sglang for a LoRA run, --weights <output_dir> for a full fine-tune")
+    if weights_dir is not None:
+        model = str(weights_dir)
     if cpuinfer < 1 or threadpools < 1:
         raise UsageError(f"--kt-cpuinfer {cpuinfer} / --kt-threadpool-count {threadpools} must be >= 1",
                          fix="run on a host with CPU facts (ktdeploy doctor) or set kt_num_threads in the recipe")
     kt = recipe.kt_config
     fmt = recipe.weight_setup()
     method = kt_method(fmt, kt.get("kt_backend"), amx)
-    weights = train.get("kt_weight_path") or model  # native BF16/FP8 experts are read from the model itself
-    served = s.served_model_name or Path(str(model)).name
-    argv = [python, "-m", "sglang.launch_server",
+    weights = model if weights_dir is not None else (train.get("kt_weight_path") or model)
+    served = s.served_model_name or Path(str(train.get("model_name_or_path"))).name
+    argv = [python, "-m", LAUNCHER,
             "--model-path", str(model),
             "--served-model-name", served,
             "--host", host or s.host,
@@ -86,12 +98,13 @@ def build_serve_command(recipe, adapter_dir: str | os.PathLike, *, cpuinfer: int
             "--kt-method", method,
             "--kt-cpuinfer", str(cpuinfer),
             "--kt-threadpool-count", str(threadpools),
-            "--kt-num-gpu-experts", "0",
-            "--enable-lora",
-            "--lora-backend", "triton",
-            "--lora-paths", f"{s.lora_name}={adapter}",
-            "--max-loras-per-batch", "1",
-            "--max-running-requests", str(s.max_running_requests)]
+            "--kt-num-gpu-experts", "0"]
+    if adapter_dir is not None:
+        argv += ["--enable-lora",
+                 "--lora-backend", "triton",
+                 "--lora-paths", f"{s.lora_name}={Path(adapter_dir)}",
+                 "--max-loras-per-batch", "1"]
+    argv += ["--max-running-requests", str(s.max_running_requests)]
     if train.get("trust_remote_code"):
         argv.append("--trust-remote-code")
     if s.mem_fraction_static is not None:
@@ -103,8 +116,8 @@ def build_serve_command(recipe, adapter_dir: str | os.PathLike, *, cpuinfer: int
         if not key:
             raise UsageError(f"deploy.serve.api_key_env names {s.api_key_env}, which is not set",
                              key="deploy.serve.api_key_env", fix=f"export {s.api_key_env}=<key> before serving")
-        argv += ["--api-key", key]
-        redacted += ["--api-key", f"${s.api_key_env}"]
+        # Not in argv: the launcher reads it from the variable this names (inherited from the container's env).
+        env[KEY_ENV_VAR] = s.api_key_env
     argv += list(s.extra_args)
     redacted += list(s.extra_args)
     return ServeCommand(argv=argv, env=env, redacted=redacted)

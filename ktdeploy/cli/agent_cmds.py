@@ -85,12 +85,18 @@ def convert(
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the manifest's size/SHA-256 check."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Convert a raw KT LoRA output (PEFT part + fused expert LoRA) into one sglang-kt adapter."""
+    """Convert a raw KT output into what sglang-kt serves: a LoRA run's one adapter (PEFT part + fused expert
+    LoRA), or a full fine-tune's model directory (HF weights + the KT Full experts regrouped per expert)."""
     from ktdeploy.agent.convert import convert as do_convert
 
     s = do_convert(output_dir, out, base_model=base_model, verify_manifest=not no_verify)
     if as_json:
         print_json(asdict(s))
+        return
+    if getattr(s, "kind", "lora") == "full":
+        console.print(f"[green]model written[/]: {s.output_dir}")
+        console.print(f"{s.expert_tensors} expert tensors ({s.num_layers} layers x {s.num_experts} experts) regrouped; "
+                      f"{len(s.linked_files)} HF files linked", highlight=False)
         return
     console.print(f"[green]adapter written[/]: {s.output_dir}")
     console.print(f"rank {s.rank}, alpha {s.lora_alpha:g}; {s.nonexpert_tensors} non-expert + {s.expert_tensors} "
@@ -101,7 +107,10 @@ def convert(
 @app.command()
 def serve(
     recipe: Path = typer.Argument(..., help="Recipe YAML (model, KT settings, deploy.serve)."),
-    adapter: Path = typer.Option(..., "--adapter", help="Adapter directory written by `ktdeploy convert`."),
+    adapter: Optional[Path] = typer.Option(None, "--adapter", help="Adapter directory written by `ktdeploy convert` "
+                                                                   "(LoRA run)."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="A full fine-tune's output_dir: serve the trained "
+                                                                   "weights themselves (no adapter, no LoRA)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     cpuinfer: Optional[int] = typer.Option(None, "--kt-cpuinfer", help="CPU expert threads (default: derived "
                                                                          "from this host's physical cores)."),
@@ -109,13 +118,19 @@ def serve(
     print_only: bool = typer.Option(False, "--print", help="Print the command instead of starting the server."),
     as_json: bool = typer.Option(False, "--json", help="With --print: the argv as JSON."),
 ) -> None:
-    """Serve the base model with the converted KT adapter through sglang-kt (OpenAI-compatible API)."""
+    """Serve the base model with the converted KT adapter (or a full fine-tune's weights) through sglang-kt."""
     from ktdeploy.agent.serve import build_serve_command
     from ktdeploy.core.recipe import load_recipe, require_valid
 
     r = load_recipe(recipe, set_)
     require_valid(r)
-    if not (adapter / "adapter_config.json").is_file():
+    if (adapter is None) == (weights is None):
+        raise UsageError("give exactly one of --adapter ADAPTER_DIR (LoRA run) and --weights OUTPUT_DIR (full fine-tune)",
+                         fix="`ktdeploy up` passes the right one; by hand: --adapter <output_dir>-sglang")
+    if weights is not None and not (weights / "config.json").is_file():
+        raise UsageError(f"{weights} holds no trained model (no config.json)", key="--weights",
+                         fix="point at the output_dir of a finished full fine-tune (finetuning_type: full)")
+    if adapter is not None and not (adapter / "adapter_config.json").is_file():
         raise UsageError(f"{adapter} is not a converted adapter (no adapter_config.json)",
                          fix="run `ktdeploy convert OUTPUT_DIR -o ADAPTER_DIR` first")
     amx = True
@@ -127,7 +142,7 @@ def serve(
 
         t, p, amx = local_threads(r)
         threads, pools = threads or t, pools or p
-    cmd = build_serve_command(r, adapter, cpuinfer=int(threads), threadpools=int(pools), amx=amx)
+    cmd = build_serve_command(r, adapter, cpuinfer=int(threads), threadpools=int(pools), amx=amx, weights_dir=weights)
     if print_only:
         if as_json:
             print_json({"argv": cmd.redacted, "env": cmd.env})

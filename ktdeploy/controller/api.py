@@ -17,7 +17,8 @@ from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import ADAPTER_SUBDIR, GPU_WAIVERS, shipped_recipe
+from ktdeploy.core.adapter_layout import adapter_dir_for
+from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.controller.runs import RunRecord, latest_run
 
@@ -81,7 +82,7 @@ def gather_job_state(conn, recipe, image: str) -> JobState:
     name = job_name(recipe)
     out = output_dir_of(recipe)
     r = conn.run(["sh", "-c", STATE_SCRIPT, "ktdeploy-state", name, f"{name}-serve", image, out,
-                  f"{out}/{ADAPTER_SUBDIR}"], timeout=120)
+                  adapter_dir_for(out)], timeout=120)
     if r.rc != 0 and not r.stdout:
         raise StepError(f"could not read the job state on {conn.name}: {r.stderr.strip()[-300:]}", step="preflight.state")
     return parse_state(r.stdout)

@@ -2,8 +2,13 @@
 """TEST DOUBLE of the training image's agent, for CPU-only test hosts. NOT the trainer.
 
     fake_llamafactory.py train RECIPE.yaml       # writes what LlamaFactory + HF Trainer write, on a timer
-    fake_llamafactory.py convert OUT -o ADAPTER  # writes a placeholder adapter (marked as fake)
-    fake_llamafactory.py serve RECIPE --adapter DIR   # an HTTP server answering /health and /v1/models
+    fake_llamafactory.py convert OUT -o ADAPTER  # the REAL converter (ktdeploy.agent.convert, copied in the image)
+    fake_llamafactory.py serve RECIPE --adapter DIR | --weights DIR  # an HTTP server answering /health
+
+What ``train`` saves (output_dir and every checkpoint-N) is what kt-kernel 0.7.2 + LlamaFactory-KT save
+(tests/fakes/kt_layout.py, checked byte-size for byte-size against the GPU machine's recorded output): for
+``finetuning_type: lora`` the PEFT adapter, ``fused_expert_lora.safetensors`` and ``kt_adapter_manifest.json``;
+for ``finetuning_type: full`` the whole model (config.json, model.safetensors, tokenizer files).
 
 ``train`` writes ``trainer_log.jsonl`` lines with LlamaFactory's LogCallback keys (current_steps, total_steps,
 loss, lr, epoch, percentage, elapsed_time, remaining_time, throughput, total_tokens) every ``logging_steps``,
@@ -53,11 +58,20 @@ def write(path, data, mode="w"):
         f.write(data)
 
 
-def save_checkpoint(out, step, state, world_size, pause):
+def save_weights(d, t):
+    import kt_layout
+
+    if str(t.get("finetuning_type", "lora")).lower() == "full":
+        kt_layout.write_full_model(d)
+    else:
+        kt_layout.write_lora_adapter(d, base=str(t.get("model_name_or_path")), rank=int(t.get("lora_rank") or 8),
+                                     alpha=t.get("lora_alpha") or 16)
+
+
+def save_checkpoint(out, step, state, world_size, pause, t=None):
     d = os.path.join(out, f"checkpoint-{step}")
     os.makedirs(d, exist_ok=True)
-    write(os.path.join(d, "adapter_model.safetensors"), b"\0" * 64, "wb")
-    write(os.path.join(d, "adapter_config.json"), json.dumps({"r": 8, "peft_type": "LORA"}))
+    save_weights(d, t or {})
     time.sleep(pause)
     write(os.path.join(d, "optimizer.pt"), b"\0" * 128, "wb")
     time.sleep(pause)
@@ -126,11 +140,10 @@ def train(recipe_path):
             print(f"{{'loss': {loss}, 'learning_rate': {lr:.4e}, 'epoch': {epoch}}}", flush=True)
         if step % save_every == 0:
             state = {"global_step": step, "max_steps": total, "log_history": history, "epoch": epoch}
-            save_checkpoint(out, step, state, world, pause=step_s / 2)
+            save_checkpoint(out, step, state, world, pause=step_s / 2, t=t)
     metrics = {"epoch": 1.0, "train_loss": history[-1]["loss"] if history else None,
                "train_runtime": round(time.time() - t0, 3), "total_flos": 0}
-    write(os.path.join(out, "adapter_model.safetensors"), b"\0" * 64, "wb")
-    write(os.path.join(out, "adapter_config.json"), json.dumps({"r": 8, "peft_type": "LORA"}))
+    save_weights(out, t)
     write(os.path.join(out, "trainer_state.json"), json.dumps({"global_step": total, "log_history": history}))
     write(os.path.join(out, "train_results.json"), json.dumps(metrics))
     write(os.path.join(out, "all_results.json"), json.dumps(metrics))
@@ -140,14 +153,19 @@ def train(recipe_path):
 
 
 def convert(args):
+    """Not a double: the real ktdeploy converter (the package is copied into this image)."""
+    sys.path.insert(0, "/opt/ktdeploy-src")
+    from ktdeploy.agent.convert import convert as real_convert
+    from ktdeploy.core.errors import KtdeployError
+
     out, adapter = args[0], args[args.index("-o") + 1]
-    if not os.path.exists(os.path.join(out, "adapter_model.safetensors")):
-        print(f"no adapter in {out}", file=sys.stderr)
+    try:
+        s = real_convert(out, adapter)
+    except KtdeployError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    os.makedirs(adapter, exist_ok=True)
-    write(os.path.join(adapter, "adapter_model.safetensors"), b"\0" * 64, "wb")
-    write(os.path.join(adapter, "adapter_config.json"), json.dumps({"r": 8, "converted_by": "TEST DOUBLE"}))
-    print(f"[fake-llamafactory] converted {out} -> {adapter}", flush=True)
+    print(f"[ktdeploy convert] {getattr(s, 'kind', 'lora')} output written: {s.output_dir} "
+          f"({s.expert_tensors} expert tensors)", flush=True)
     return 0
 
 
@@ -157,10 +175,18 @@ def serve(args):
     doc = load_yaml(args[0])
     s = (doc.get("deploy") or {}).get("serve") or {}
     port = int(s.get("port", 30000))
+    what = {}
+    for flag, must in (("--adapter", "adapter_config.json"), ("--weights", "config.json")):
+        if flag in args:
+            d = args[args.index(flag) + 1]
+            if not os.path.isfile(os.path.join(d, must)):
+                print(f"[fake-llamafactory] {flag} {d}: no {must}", file=sys.stderr, flush=True)
+                return 2
+            what[flag.lstrip("-")] = d
 
     class H(BaseHTTPRequestHandler):
         def do_GET(self):
-            body = json.dumps({"ok": True, "fake": True, "lora": s.get("lora_name")}).encode()
+            body = json.dumps({"ok": True, "fake": True, "lora": s.get("lora_name"), **what}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()

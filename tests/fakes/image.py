@@ -10,6 +10,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 REPO = "ktdeploy/fake-trainer"
+PKG = HERE.parent.parent / "ktdeploy"  # the real package: its converter runs in the image
 
 
 def _ruamel_dir() -> Path:
@@ -21,13 +22,17 @@ def _ruamel_dir() -> Path:
 def build_fake_image() -> str:
     """Build (or reuse) the image; returns its reference 'ktdeploy/fake-trainer:<hash>'."""
     h = hashlib.sha256()
-    for f in ("fake_llamafactory.py", "Dockerfile.fake-trainer"):
+    for f in ("fake_llamafactory.py", "Dockerfile.fake-trainer", "kt_layout.py"):
         h.update((HERE / f).read_bytes())
+    for f in sorted(PKG.rglob("*.py")):
+        h.update(str(f.relative_to(PKG)).encode() + b"\0" + f.read_bytes())
     ref = f"{REPO}:{h.hexdigest()[:12]}"
     if subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0:
         return ref
     with tempfile.TemporaryDirectory() as ctx:
         shutil.copy(HERE / "fake_llamafactory.py", ctx)
+        shutil.copy(HERE / "kt_layout.py", ctx)
+        shutil.copytree(PKG, Path(ctx) / "ktdeploy", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         shutil.copy(HERE / "Dockerfile.fake-trainer", Path(ctx) / "Dockerfile")
         shutil.copytree(_ruamel_dir(), Path(ctx) / "ruamel", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
         p = subprocess.run(["docker", "build", "-q", "-t", ref, ctx], capture_output=True, text=True)

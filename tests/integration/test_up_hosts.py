@@ -113,7 +113,14 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     # loss plot + summary fetched to the controller; adapter converted; server up
     for a in ("training_loss.png", "train_results.json", "trainer_log.jsonl"):
         assert (rec.path / "artifacts" / a).stat().st_size > 0
-    assert json.loads(Path(out, "sglang_adapter", "adapter_config.json").read_text())["converted_by"] == "TEST DOUBLE"
+    # KT's real layout was written (test double for the training loop only) and the REAL converter made the
+    # adapter in the sibling <output_dir>-sglang, from the newest files, with the manifest's SHA-256s checked
+    manifest = json.loads(Path(out, "kt_adapter_manifest.json").read_text())
+    assert manifest["status"] == "ready" and set(manifest["artifacts"]) == {
+        "adapter_config.json", "adapter_model.safetensors", "fused_expert_lora.safetensors"}
+    prov = json.loads(Path(f"{out}-sglang", "ktdeploy_convert.json").read_text())["summary"]
+    assert prov["expert_tensors"] == 384 and prov["nonexpert_tensors"] == 40 and len(prov["checks"]) == 3
+    assert not Path(out, "sglang_adapter").exists()
     plan = rec.read_json("plan.json")
     job = plan["job"]
     inspect = json.loads(docker("inspect", job).stdout)[0]
@@ -126,6 +133,7 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     assert serve["State"]["Running"]
     assert f"KTD_TEST_API_KEY={secret}" in serve["Config"]["Env"]               # the server got the key ...
     assert not any(secret in a for a in serve["Config"]["Cmd"] + serve["Args"])  # ... not through argv
+    assert serve["Args"][-3:] == ["/ktdeploy-job/recipe.yaml", "--adapter", f"{out}-sglang"]
     assert not any(secret in p.read_text(errors="replace") for p in rec.path.rglob("*") if p.is_file())
     assert "serve.ready" in {e["step"] for e in events(rec, "step_done")}       # /health answered
     started = inspect["State"]["StartedAt"]
@@ -311,7 +319,34 @@ def test_ctrl_c_leaves_training_running_then_logs_and_up_finish_it(env):
     assert r.returncode == 0, r.stderr
     steps = [json.loads(x)["current_steps"] for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 40  # one uninterrupted run
-    assert Path(out, "sglang_adapter", "adapter_config.json").exists()
+    assert Path(f"{out}-sglang", "adapter_config.json").exists()
+
+
+def test_full_finetune_is_regrouped_and_served_as_weights(env):
+    """finetuning_type: full: the real converter regroups kt-kernel's KT Full experts next to the HF weights in
+    <output_dir>-sglang; the serving container gets --weights <output_dir>-sglang (no adapter, no LoRA)."""
+    root, host = env["root"], env["hosts"]["second"]
+    out = f"{root}/out/full"
+    recipe_file = root / "tiny-full.yaml"
+    text = (REPO / "recipes" / "tiny-moe-lora.yaml").read_text().replace("finetuning_type: lora", "finetuning_type: full")
+    recipe_file.write_text("\n".join(x for x in text.splitlines() if not x.startswith("  lora_")) + "\n")
+    said: list[str] = []
+    res = api.up(host.target, recipe_file, waive=WAIVE, overrides=[*sets(env, out, port=31002), "train.save_steps=10"],
+                 ssh=env["pool"].ssh_options(), say=said.append)
+    assert res.state == "finished", said
+    rec = res.record
+    plan = rec.read_json("plan.json")
+    assert Path(out, "kt_full_experts.index.json").is_file() and not Path(out, "kt_adapter_manifest.json").exists()
+    prov = json.loads(Path(f"{out}-sglang", "ktdeploy_convert.json").read_text())["summary"]
+    assert prov["kind"] == "full" and prov["expert_tensors"] == 4 * 16 * 3
+    wm = json.loads(Path(f"{out}-sglang", "model.safetensors.index.json").read_text())["weight_map"]
+    assert wm["model.layers.3.mlp.experts.15.down_proj.weight"] == "model-kt-experts.safetensors"
+    done = {e["step"] for e in events(rec, "step_done")}
+    assert {"convert.adapter", "serve.ready"} <= done
+    serve = json.loads(docker("inspect", f"{plan['job']}-serve").stdout)[0]
+    assert serve["State"]["Running"]
+    assert serve["Args"][-3:] == ["/ktdeploy-job/recipe.yaml", "--weights", f"{out}-sglang"]
+    docker("rm", "-f", f"{plan['job']}-serve", check=False)  # free the port; the fixture removes the rest
 
 
 def test_dropped_connection_leaves_training_running(env):

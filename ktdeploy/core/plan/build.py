@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.errors import RecipeError, UsageError
@@ -24,7 +25,6 @@ START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not r
              "docker without CAP_SYS_RESOURCE): run it with that capability, or --waive docker.memlock (test hosts). "
              "Otherwise see `docker logs` of the container.")
 GPU_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime")
-ADAPTER_SUBDIR = "sglang_adapter"
 ARTIFACTS = ("training_loss.png", "train_results.json", "all_results.json", "trainer_state.json", TRAINER_LOG)
 
 INSTALL_DOCKER = r"""set -e
@@ -253,7 +253,16 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     out = output_dir_of(recipe)
     name = job_name(recipe)
     serve_name = f"{name}-serve"
-    adapter = f"{out}/{ADAPTER_SUBDIR}"
+    full = is_full_finetune(recipe.train)
+    # What sglang-kt serves goes to the sibling <output_dir>-sglang (the rule `ktdeploy convert` enforces, one
+    # function): a LoRA run's adapter, or a full fine-tune's model (HF weights + kt-kernel's KT Full experts
+    # regrouped per expert), served with --weights.
+    adapter = adapter_dir_for(out)
+    vol_out = posixpath.normpath(vol.output)
+    if not adapter.startswith(vol_out.rstrip("/") + "/"):
+        raise RecipeError(f"the adapter directory {adapter} (sibling of train.output_dir) lies outside "
+                          f"deploy.volumes.output {vol_out}", key="train.output_dir",
+                          fix=f"Put train.output_dir in a folder below {vol_out}, e.g. {vol_out}/my-run.")
     home = state.home.rstrip("/") or "/tmp"
     job_dir = f"{home}/.cache/ktdeploy/jobs/{name}"
     image, variant, image_how = resolve_image(deploy, facts)
@@ -299,8 +308,9 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     else:
         im.append(Step("image.present", f"image {image}", action="fail",
                        why=f"{image} is not on the host and there is no way to get it there ({image_how})",
-                       fix="Set deploy.registry to a registry the host can pull from, or pass --image-tar FILE made "
-                           "by `ktdeploy image save`."))
+                       fix=f"Build it on the host (`ktdeploy image build` there, or here and `ktdeploy image save` "
+                           f"it), pass --image-tar FILE made by `ktdeploy image save`, or set deploy.registry to a "
+                           f"registry the host can pull {image} from."))
     stages.append(Stage("IMAGE", f"image {image}", tuple(im)))
 
     stages.append(_volumes_stage(recipe, state, opts))
@@ -393,11 +403,12 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     if opts.detach:
         stages.append(Stage("CONVERT", "convert the adapter", skipped="--detach"))
     else:
-        stages.append(Stage("CONVERT", "convert the adapter for sglang-kt", (
+        stages.append(Stage("CONVERT", ("regroup the full fine-tune's KT experts into a servable model" if full
+                                         else "convert the adapter for sglang-kt"), (
             Step("convert.adapter", f"convert {out} -> {adapter}",
                  argv=tuple(dk.run_convert(name=f"{name}-convert", image=image, run_id=opts.run_id, volumes=vol,
                                            output_dir=out, adapter_dir=adapter, user=state.user or None)),
-                 probe=("test", "-f", f"{adapter}/adapter_config.json"), satisfied=state.adapter_present,
+                 probe=("test", "-f", f"{adapter}/ktdeploy_convert.json"), satisfied=state.adapter_present,
                  timeout=3600, why="already converted" if state.adapter_present else ""),
         )))
 
@@ -428,7 +439,8 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                                action="put_secret", remote=env_file, params={"env": deploy.serve.api_key_env}))
             sv.append(Step("serve.create", f"create the serving container {serve_name}",
                            argv=tuple(dk.create_serve(name=serve_name, image=image, run_id=opts.run_id, volumes=vol,
-                                                      output_dir=out, adapter_dir=adapter, gpus=gpus, memlock=memlock,
+                                                      output_dir=out, adapter_dir=None if full else adapter,
+                                                      weights_dir=adapter if full else None, gpus=gpus, memlock=memlock,
                                                       user=state.user or None, env_file=env_file)),
                            probe=tuple(dk.exists_probe(serve_name))))
             if env_file:
@@ -448,8 +460,9 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
         url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
         mp = recipe.train.get("model_name_or_path")
         served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")
-        notes.append(f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
-        stages.append(Stage("SERVE", f"serve the adapter with sglang-kt on {deploy.serve.host}:{deploy.serve.port}",
+        notes.append(f"serving endpoint: {url} (model={served})" if full else
+                     f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
+        stages.append(Stage("SERVE", f"serve the {'trained weights' if full else 'adapter'} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}",
                             tuple(sv)))
 
     return Plan(host=opts.host, recipe=recipe.name, job=name, image=image, variant=variant, output_dir=out,

@@ -87,14 +87,15 @@ def run_convert(*, name: str, image: str, run_id: str, volumes, output_dir: str,
             "--", image, "convert", output_dir, "-o", adapter_dir]
 
 
-def create_serve(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str,
-                 gpus: list[int] | None, memlock: bool = True, user: str | None = None,
+def create_serve(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str | None,
+                 weights_dir: str | None = None, gpus: list[int] | None, memlock: bool = True, user: str | None = None,
                  env_file: str | None = None) -> list[str]:
     secret = ["--env-file", env_file] if env_file else []
     return ["docker", "create", "--name", name, *labels(name, run_id, "serve", output_dir), *user_flags(user), *secret,
             "--network", "host", "--restart", "unless-stopped", *gpu_flags(gpus), *runtime_flags(memlock),
             *mount(volumes.model, readonly=True), *mount(volumes.output, readonly=True),
-            "--", image, "serve", CONTAINER_RECIPE, "--adapter", adapter_dir]
+            "--", image, "serve", CONTAINER_RECIPE,
+            *(["--weights", weights_dir] if weights_dir else ["--adapter", adapter_dir])]
 
 
 def copy_job(job_dir: str, name: str) -> list[str]:

@@ -21,7 +21,7 @@ printf '@@container_image\t'; docker inspect --type container --format '{{.Confi
 printf '@@serve\t'; docker inspect --type container --format '{{json .State}}' -- "$s" 2>/dev/null || echo
 printf '@@image\t'; docker image inspect --format '{{.Id}}' -- "$img" 2>/dev/null || echo
 e=no; [ -e "$out" ] && e=yes; printf '@@output_exists\t%s\n' "$e"
-a=no; [ -f "$ad/adapter_config.json" ] && a=yes; printf '@@adapter\t%s\n' "$a"
+a=no; { [ -f "$ad/adapter_config.json" ] || [ -f "$ad/ktdeploy_convert.json" ]; } && a=yes; printf '@@adapter\t%s\n' "$a"
 echo '@@listing'
 [ -d "$out" ] && find "$out" -mindepth 1 -maxdepth 3 -printf '%P\n' 2>/dev/null | head -n 20000
 echo '@@end'

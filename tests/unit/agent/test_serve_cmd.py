@@ -23,7 +23,7 @@ def test_tiny_recipe_command():
     r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml")
     c = build_serve_command(r, "/out/tiny-sglang", cpuinfer=14, threadpools=1, amx=True)
     a = c.argv
-    assert a[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert a[:3] == ["python3", "-m", "ktdeploy.agent.sglang_launch"]
     assert flag(a, "--model-path") == r.train["model_name_or_path"] == flag(a, "--kt-weight-path")
     assert flag(a, "--host") == "127.0.0.1" and flag(a, "--kt-method") == "AMXBF16"
     assert flag(a, "--kt-num-gpu-experts") == "0" and flag(a, "--kt-cpuinfer") == "14"
@@ -58,8 +58,63 @@ def test_api_key_from_env_is_redacted(monkeypatch):
         build_serve_command(r, "/a", cpuinfer=4, threadpools=1)
     monkeypatch.setenv("MY_KEY", "top secret; rm -rf /")
     c = build_serve_command(r, "/a", cpuinfer=4, threadpools=1)
-    assert flag(c.argv, "--api-key") == "top secret; rm -rf /"  # one argv item, never a shell
-    assert "top secret" not in c.shell() and "$MY_KEY" in c.shell()
+    assert "--api-key" not in c.argv and not any("top secret" in a for a in c.argv)  # never in an argv
+    assert c.env["KTDEPLOY_API_KEY_ENV"] == "MY_KEY" and "top secret" not in repr(c.env)
+    assert "top secret" not in c.shell()
+
+
+def _run_launcher(tmp_path, monkeypatch, argv_env_key=True):
+    """Run the serve argv as a real subprocess against the sglang TEST DOUBLE; returns its report."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    secret = "sk-ktd-" + os.urandom(8).hex()
+    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=KTD_TEST_KEY"])
+    monkeypatch.setenv("KTD_TEST_KEY", secret)
+    c = build_serve_command(r, "/out/tiny-sglang", cpuinfer=2, threadpools=1, python=sys.executable)
+    report = tmp_path / "report.json"
+    env = {**os.environ, **c.env, "FAKE_SGLANG_SECRET": secret, "FAKE_SGLANG_REPORT": str(report),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fakes/sglang_pkg"), str(ROOT)])}
+    p = subprocess.run(c.argv, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(report.read_text()), secret
+
+
+def test_no_process_cmdline_holds_the_api_key(tmp_path, monkeypatch):
+    got, secret = _run_launcher(tmp_path, monkeypatch)
+    assert got["child_alive"] and got["child_pid"] != got["self_pid"]   # the scan ran with a spawned child up
+    assert got["argv_holders"] == []                                    # no /proc/*/cmdline holds the key
+    assert got["api_key_set"]                                           # ... and the server still has it
+    assert got["enable_lora"] and got["lora_paths"] == ["tiny-lora=/out/tiny-sglang"]
+
+
+def test_launcher_refuses_a_key_on_the_command_line(monkeypatch):
+    from ktdeploy.agent.sglang_launch import main
+
+    assert main(["--model-path", "/m", "--api-key", "k"]) == 2
+    assert main(["--model-path", "/m", "--api-key=k"]) == 2
+
+
+def test_launcher_refuses_a_named_but_unset_key(monkeypatch):
+    from ktdeploy.agent.sglang_launch import main
+
+    monkeypatch.setenv("KTDEPLOY_API_KEY_ENV", "KTD_UNSET_KEY")
+    monkeypatch.delenv("KTD_UNSET_KEY", raising=False)
+    with pytest.raises(SystemExit) as ei:
+        main(["--model-path", "/m"])
+    assert ei.value.code == 2
+
+
+def test_full_finetune_serves_the_weights_without_lora():
+    r = load_recipe(ROOT / "recipes/glm-4.5-air-bf16-full.yaml")
+    c = build_serve_command(r, None, weights_dir="/data/output/glm-full", cpuinfer=60, threadpools=2, amx=True)
+    assert flag(c.argv, "--model-path") == "/data/output/glm-full" == flag(c.argv, "--kt-weight-path")
+    assert flag(c.argv, "--kt-method") == "AMXBF16"
+    assert not {"--enable-lora", "--lora-paths", "--lora-backend", "--max-loras-per-batch"} & set(c.argv)
+    with pytest.raises(UsageError):
+        build_serve_command(r, "/a", weights_dir="/w", cpuinfer=4, threadpools=1)
 
 
 def test_extra_args_and_paths_stay_single_items():

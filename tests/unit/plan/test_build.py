@@ -129,6 +129,7 @@ def test_image_sources():
     assert s["image.ship"].action == "put" and s["image.load"].argv[-1].endswith("/image.tar")
     p = build_plan(recipe(), facts(), state(image_id=None), UpOptions())
     assert steps(p)["image.present"].action == "fail" and "--image-tar" in steps(p)["image.present"].fix
+    assert "`ktdeploy image build`" in steps(p)["image.present"].fix
     p = build_plan(recipe("deploy.image=reg/x:1"), facts(), state(), UpOptions())
     assert p.image == "reg/x:1" and p.variant is None
 
@@ -146,7 +147,7 @@ def test_hostile_values_stay_single_argv_items():
     s = steps(p)
     assert f"ktdeploy.output={bad}" in s["train.create"].argv
     assert shlex.split(s["train.create"].command()) == list(s["train.create"].argv)
-    assert shlex.split(s["convert.adapter"].command())[-3:] == [bad, "-o", f"{bad}/sglang_adapter"]
+    assert shlex.split(s["convert.adapter"].command())[-3:] == [bad, "-o", f"{bad}-sglang"]
     assert dk.mount("/a,b:c", readonly=True) == ["--mount", 'type=bind,"source=/a,b:c","target=/a,b:c",readonly']
 
 

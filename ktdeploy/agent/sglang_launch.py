@@ -1,0 +1,61 @@
+"""Start sglang-kt's HTTP server in-process, with the API key taken from the environment, never from argv.
+
+``python -m sglang.launch_server … --api-key KEY`` puts the key in the server's command line, which every
+user of the host reads in ``ps`` / ``/proc/*/cmdline``. This module does what sglang's own ``launch_server``
+module does - ``prepare_server_args(argv)`` then ``launch_server(server_args)`` (both are sglang-kt's public
+entry points: ``sglang.srt.server_args`` and ``sglang.srt.entrypoints.http_server``) - but sets
+``server_args.api_key`` in Python from the environment variable named by ``KTDEPLOY_API_KEY_ENV``. The
+variable comes from the 0600 ``--env-file`` `ktdeploy up` hands to ``docker create``; it is removed from this
+process's environment before sglang starts its scheduler/detokenizer processes, which receive the
+``ServerArgs`` object (pickled), not a command line.
+
+    python -m ktdeploy.agent.sglang_launch --model-path … [every other sglang-kt flag]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+KEY_ENV_VAR = "KTDEPLOY_API_KEY_ENV"
+
+
+def _take_key(environ) -> str | None:
+    name = environ.pop(KEY_ENV_VAR, None)
+    if not name:
+        return None
+    key = environ.pop(name, None)
+    if not key:
+        print(f"ktdeploy: {KEY_ENV_VAR} names {name}, which is not set; refusing to serve without the API key",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return key
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--api-key" or a.startswith("--api-key=") for a in argv):
+        print("ktdeploy: --api-key on the command line is refused (visible in ps); "
+              "set deploy.serve.api_key_env instead", file=sys.stderr)
+        return 2
+    key = _take_key(os.environ)
+    from sglang.srt.entrypoints.http_server import launch_server
+    from sglang.srt.server_args import prepare_server_args
+
+    server_args = prepare_server_args(argv)
+    if key is not None:
+        server_args.api_key = key
+    try:
+        launch_server(server_args)
+    finally:
+        try:
+            from sglang.srt.utils import kill_process_tree
+        except ImportError:  # pragma: no cover - older/newer layouts
+            pass
+        else:
+            kill_process_tree(os.getpid(), include_parent=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Where the served artefact of a training run lives: one rule shared by `ktdeploy up`'s plan and `ktdeploy convert`.
+
+* A LoRA run (``finetuning_type: lora``) is converted into a *sibling* of the training output,
+  ``<output_dir>-sglang``: never inside the training output (KT's output is the record of a multi-hour run and
+  `convert` refuses to write into it), never over an existing adapter.
+* A full fine-tune (``finetuning_type: full``) has no adapter: sglang-kt serves the trained weights in
+  ``output_dir`` themselves, so there is nothing to convert.
+
+Pure functions of paths and the recipe; no I/O.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+ADAPTER_SUFFIX = "-sglang"
+
+
+def adapter_dir_for(output_dir: str) -> str:
+    """The adapter directory `up` plans for ``output_dir``: the sibling ``<output_dir>-sglang``."""
+    out = posixpath.normpath(str(output_dir))
+    if out in ("/", "."):
+        raise ValueError(f"output_dir {output_dir!r} has no sibling directory")
+    return out + ADAPTER_SUFFIX
+
+
+def destination_problem(src: str, dst: str) -> str | None:
+    """Why ``dst`` may not receive the adapter converted from training output ``src`` (None when it may).
+
+    Both are absolute, normalised paths. ``dst`` must lie outside ``src`` and must not contain it."""
+    s, d = posixpath.normpath(str(src)), posixpath.normpath(str(dst))
+    if d == s or d.startswith(s.rstrip("/") + "/") or s.startswith(d.rstrip("/") + "/"):
+        return f"output {d} must lie outside the training output {s}"
+    return None
+
+
+def is_full_finetune(train: dict) -> bool:
+    """A full fine-tune writes the whole model (no adapter): served as weights, not converted."""
+    return str(train.get("finetuning_type", "lora")).lower() == "full"
