@@ -84,11 +84,15 @@ def find_adapter_dir(path: Path) -> Path:
 
 
 def _load_json(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    from ktdeploy.core.safeio import read_bytes
+
+    if not path.exists():
         raise ConvertError(f"{path} is missing ({what})",
-                           fix="the training run did not finish writing its adapter; resume it or pick another checkpoint") from None
+                           fix="the training run did not finish writing its adapter; resume it or pick another checkpoint")
+    try:
+        data = json.loads(read_bytes(path, 16 << 20, what))  # bounded, regular files only
+    except (UnicodeDecodeError, RecursionError) as err:
+        raise ConvertError(f"{path} is not valid JSON: {type(err).__name__}", fix="the file is damaged; re-save the checkpoint") from None
     except json.JSONDecodeError as err:
         raise ConvertError(f"{path} is not valid JSON: {err}", fix="the file is damaged; re-save the checkpoint") from None
     if not isinstance(data, dict):
@@ -170,9 +174,27 @@ def _ordered(modules: set[str]) -> list[str]:
 
 def convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
             base_model: str | None = None, verify_manifest: bool = True) -> ConvertSummary:
+    """Convert ``input_dir`` (KT LoRA output) into a new sglang-kt adapter directory ``output_dir``. Any value of
+    the wrong type in the input (manifest, adapter_config.json, headers) is a ConvertError, never a crash."""
+    try:
+        return _convert(input_dir, output_dir, base_model=base_model, verify_manifest=verify_manifest)
+    except st.SafetensorsFormatError as err:
+        raise ConvertError(str(err), fix="the file is damaged or not a safetensors file; re-save the checkpoint") from None
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as err:
+        raise ConvertError(f"the adapter's files hold a value of the wrong type ({type(err).__name__}: {str(err)[:160]})",
+                           fix="the files are damaged or not a KT LoRA output; re-save the checkpoint") from None
+
+
+def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
+             base_model: str | None = None, verify_manifest: bool = True) -> ConvertSummary:
     """Convert ``input_dir`` (KT LoRA output) into a new sglang-kt adapter directory ``output_dir``.
 
     A KT full fine-tune's output (``kt_full_experts.index.json``) goes to :func:`convert_full` instead."""
+    if not str(output_dir).strip():
+        raise ConvertError("the output folder is empty", fix="give -o DIR, e.g. <output_dir>-sglang")
+    if Path(output_dir).is_symlink():
+        raise ConvertError(f"{output_dir} is a symbolic link; ktdeploy never writes through a link",
+                           fix="give the real folder")
     top = Path(input_dir).resolve()
     if top.is_dir() and not (top / FUSED).exists() and not (top / MANIFEST).exists() and find_full_dir(top):
         return convert_full(top, output_dir)

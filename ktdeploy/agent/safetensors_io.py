@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "
             "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 _CHUNK = 16 << 20
 _MAX_HEADER = 100 << 20
+MAX_SPLIT = 1 << 16   # experts per layer; no MoE has more. A zero-size tensor [2e6, 0, 64] must not explode.
+MAX_DIM = 1 << 40
 
 
 class SafetensorsFormatError(ValueError):
@@ -55,8 +58,13 @@ class Slice:
 def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Tensor index and ``__metadata__`` of a safetensors file; validates offsets against the file size."""
     path = Path(path)
-    size = path.stat().st_size
-    with path.open("rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SafetensorsFormatError(f"{path}: not a regular file")
+    size = st.st_size
+    with os.fdopen(fd, "rb") as f:
         raw = f.read(8)
         if len(raw) != 8:
             raise SafetensorsFormatError(f"{path}: shorter than a safetensors header")
@@ -70,16 +78,22 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[st
     if not isinstance(header, dict):
         raise SafetensorsFormatError(f"{path}: header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        raise SafetensorsFormatError(f"{path}: __metadata__ is not a JSON object")
     base = 8 + n
     out: dict[str, TensorInfo] = {}
     for name, spec in header.items():
         try:
             dtype, shape, (b, e) = spec["dtype"], tuple(int(d) for d in spec["shape"]), spec["data_offsets"]
-        except (KeyError, TypeError, ValueError):
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in (b, e)):
+                raise TypeError("offsets")
+            if any(d < 0 or d > MAX_DIM for d in shape) or len(shape) > 8:
+                raise ValueError("shape")
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise SafetensorsFormatError(f"{path}: tensor {name!r} has a malformed entry") from None
-        if dtype not in ITEMSIZE:
+        if not isinstance(dtype, str) or dtype not in ITEMSIZE:
             raise SafetensorsFormatError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}")
-        if e - b != math.prod(shape) * ITEMSIZE[dtype] or b < 0 or base + e > size:
+        if e - b != math.prod(shape) * ITEMSIZE[dtype] or b < 0 or e < b or base + e > size:
             raise SafetensorsFormatError(f"{path}: tensor {name!r} offsets do not match its shape or the file")
         out[name] = TensorInfo(name, dtype, shape, base + b, base + e)
     return out, {str(k): str(v) for k, v in meta.items()}
@@ -94,6 +108,8 @@ def split_first_axis(path: str | os.PathLike, info: TensorInfo) -> list[Slice]:
     if not info.shape:
         raise SafetensorsFormatError(f"{info.name}: cannot split a scalar")
     count, rest = info.shape[0], info.shape[1:]
+    if count > MAX_SPLIT:
+        raise SafetensorsFormatError(f"{info.name}: {count} experts along the first axis (at most {MAX_SPLIT})")
     step = math.prod(rest) * ITEMSIZE[info.dtype]
     return [Slice(str(path), info.begin + i * step, step, info.dtype, rest) for i in range(count)]
 

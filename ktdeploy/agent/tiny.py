@@ -159,18 +159,79 @@ def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", 
     model_dir, data_dir = Path(model_dir), Path(data_dir)
     if (model_dir / "config.json").exists() and not overwrite:
         raise UsageError(f"{model_dir} already holds a model", fix="choose another directory or pass --overwrite")
-    model_dir.mkdir(parents=True, exist_ok=True)
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers", "tokenizers") if _find_spec(importlib.util, m) is None]
+    if missing:  # before anything is written: a controller without the ML stack leaves no folder behind
+        raise ImportError(f"No module named {', '.join(repr(m) for m in missing)}")
     spec = SIZES[size]
-    tok = build_tokenizer(model_dir, spec.vocab_size, seed)
-    config = build_model(model_dir, spec, seed)
-    # Special-token ids for generation and LlamaFactory's template (replace_eos uses <|im_end|>).
-    config.update(eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                  pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), bos_token_id=None)
-    (model_dir / "config.json").write_text(json.dumps(config, indent=2))
-    gen = model_dir / "generation_config.json"
-    if gen.exists():
-        g = json.loads(gen.read_text())
-        g.update(eos_token_id=config["eos_token_id"], pad_token_id=config["pad_token_id"])
-        gen.write_text(json.dumps(g, indent=2))
+    with _staged(model_dir) as tmp:   # built in a temp sibling, moved into model_dir only when complete
+        tok = build_tokenizer(tmp, spec.vocab_size, seed)
+        config = build_model(tmp, spec, seed)
+        # Special-token ids for generation and LlamaFactory's template (replace_eos uses <|im_end|>).
+        config.update(eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                      pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), bos_token_id=None)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        gen = tmp / "generation_config.json"
+        if gen.exists():
+            g = json.loads(gen.read_text())
+            g.update(eos_token_id=config["eos_token_id"], pad_token_id=config["pad_token_id"])
+            gen.write_text(json.dumps(g, indent=2))
     heldout = build_dataset(data_dir, num_samples, seed)
     return TinyResult(str(model_dir), str(data_dir), size, config, num_samples, str(heldout))
+
+
+def _find_spec(util, name: str):
+    try:
+        return util.find_spec(name)
+    except (ImportError, ValueError):  # sys.modules[name] is None (hidden) or has no spec
+        return None
+
+
+class _staged:
+    """``with _staged(target) as tmp``: build in a temp sibling of ``target``; on success its files move into
+    ``target`` (renamed whole when ``target`` does not exist); on any failure the temp folder, and every parent
+    folder this created, are removed: nothing is left behind."""
+
+    def __init__(self, target: Path):
+        self.target = Path(target)
+
+    def __enter__(self) -> Path:
+        import os
+        import tempfile
+
+        parent = self.target.parent
+        self.created = []
+        p = parent
+        while not p.exists():
+            self.created.append(p)
+            p = p.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.partial-", dir=parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from the training user
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        import os
+        import shutil
+
+        if exc_type is None:
+            if not self.target.exists():
+                os.rename(self.tmp, self.target)
+                return False
+            for entry in self.tmp.iterdir():
+                dest = self.target / entry.name
+                if dest.is_dir() and not dest.is_symlink():
+                    shutil.rmtree(dest)
+                os.replace(entry, dest)
+            self.tmp.rmdir()
+            return False
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        for p in self.created:  # innermost first
+            try:
+                p.rmdir()
+            except OSError:
+                break
+        return False

@@ -23,6 +23,7 @@ from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.trainer_log import steady_rate
 from ktdeploy.core.errors import CheckFailed, RunRecordError, StepError, UsageError
+from ktdeploy.core.safeio import printable, write_file
 
 ENTRY_MODULE = "ktdeploy.agent.lf_entry"
 
@@ -191,7 +192,7 @@ def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | Non
     resume_from = resolve_resume(out_dir, resume, world if isinstance(world, int) else 1)
     if resume_from:
         derived["resume_from_checkpoint"] = resume_from
-    rendered = render(recipe, derived=derived, header=f"rendered by ktdeploy train from {path.name}")
+    rendered = render(recipe, derived=derived, header=f"rendered by ktdeploy train from {printable(path.name)}")
     run_dir = _run_dir(out_dir, run_root)
     argv = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", "0",
             "--config_file", str(run_dir / "accelerate.yaml"), "-m", ENTRY_MODULE, str(run_dir / "train.yaml")]
@@ -206,9 +207,9 @@ def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | Non
 def write_record(plan: TrainPlan) -> Path:
     d = Path(plan.run_dir)
     d.mkdir(parents=True, exist_ok=False)
-    (d / "train.yaml").write_text(plan.train_yaml)
-    (d / "accelerate.yaml").write_text(plan.accelerate_yaml)
-    (d / "launch.sh").write_text(plan.launch_sh)
+    write_file(d, "train.yaml", plan.train_yaml)
+    write_file(d, "accelerate.yaml", plan.accelerate_yaml)
+    write_file(d, "launch.sh", plan.launch_sh, mode=0o755)
     (d / "launch.sh").chmod(0o755)
     (d / "command.json").write_text(json.dumps({"argv": plan.argv, "env": plan.env, "derived": plan.derived,
                                                 "resume_from": plan.resume_from, "recipe": plan.recipe_path,

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from ktdeploy.core.errors import KtdeployError
+from ktdeploy.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SYSTEM, KtdeployError, UsageError
 
 app = typer.Typer(
     name="ktdeploy",
@@ -33,36 +33,83 @@ COMMAND_MODULES = [
 ]
 
 for _name in COMMAND_MODULES:
-    importlib.import_module(f"ktdeploy.cli.{_name}")
+    try:
+        importlib.import_module(f"ktdeploy.cli.{_name}")
+    except KeyboardInterrupt:  # Ctrl-C while the CLI is still starting up
+        sys.stderr.write("interrupted\n")
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from ktdeploy import __version__
+
+        sys.stdout.write(f"ktdeploy {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print ktdeploy's version and exit.")) -> None:
+    """Fine-tune trillion-parameter MoE models with KTransformers + LlamaFactory on one checked path."""
+
+
+def _kind(err: BaseException) -> str | None:
+    """click's exception family by name: typer >= 0.20 bundles its own click (typer._click), so an isinstance
+    test against the installed click never matches."""
+    names = {c.__name__ for c in type(err).__mro__ if c.__module__.startswith(("click", "typer"))}
+    for kind in ("Exit", "Abort", "ClickException"):
+        if kind in names:
+            return kind
+    return None
+
+
+def exit_code_for(err: BaseException) -> int:
+    """The one mapping from an exception to a documented exit code (README, "Exit codes")."""
+    if isinstance(err, KtdeployError):
+        return err.exit_code
+    if isinstance(err, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    kind = _kind(err)
+    if kind in ("Exit", "ClickException"):
+        return int(getattr(err, "exit_code", 2))
+    if kind == "Abort":
+        return EXIT_INTERRUPTED
+    if isinstance(err, (OSError, MemoryError, RecursionError)):
+        return EXIT_SYSTEM
+    return EXIT_INTERNAL
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: every expected error becomes one screen and an exit code, never a traceback."""
-    from ktdeploy.cli.output import print_error, print_internal_error
+    """Console entry point: every exception becomes one screen and a documented exit code, never a traceback."""
+    from ktdeploy.cli.output import print_error, print_internal_error, print_system_error
 
     try:
         rc = app(args=argv, standalone_mode=False)
-    except KtdeployError as err:
-        print_error(err)
-        sys.exit(err.exit_code)
     except SystemExit:
         raise
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
-    except Exception as err:  # click's own usage errors and anything unforeseen
-        import click
-
-        if isinstance(err, click.exceptions.Exit):
-            sys.exit(err.exit_code)
-        if isinstance(err, click.ClickException):
+    except BaseException as err:  # noqa: BLE001 - this is the one place that maps every exception
+        if isinstance(err, UnicodeError):  # only user text can fail to encode (a lone surrogate in a name)
+            err = UsageError(f"an argument, file name or value is not valid text: {err.reason}",
+                             fix="use UTF-8 names and values without lone surrogates")
+        code = exit_code_for(err)
+        kind = _kind(err)
+        if isinstance(err, KtdeployError):
+            print_error(err)
+        elif isinstance(err, KeyboardInterrupt) or kind == "Abort" or (kind == "Exit" and code == EXIT_INTERRUPTED):
+            sys.stderr.write("interrupted\n")  # typer turns Ctrl-C into Exit(130) without a word
+        elif kind == "ClickException":
             err.show()
-            sys.exit(err.exit_code)
-        if isinstance(err, click.exceptions.Abort):
-            sys.stderr.write("aborted\n")
-            sys.exit(130)
-        if os.environ.get("KTDEPLOY_DEBUG"):
-            raise
-        print_internal_error(err)
-        sys.exit(70)
-    sys.exit(rc if isinstance(rc, int) else 0)
+        elif kind == "Exit":
+            pass
+        elif code == EXIT_SYSTEM:
+            print_system_error(err)
+        else:
+            if os.environ.get("KTDEPLOY_DEBUG"):
+                raise
+            print_internal_error(err)
+        sys.exit(code)
+    rc = rc if isinstance(rc, int) else 0
+    if rc == EXIT_INTERRUPTED:  # typer turns Ctrl-C into Exit(130), which click returns without a word
+        sys.stderr.write("interrupted\n")
+    sys.exit(rc)

@@ -79,7 +79,7 @@ def train(
 @app.command()
 def convert(
     output_dir: Path = typer.Argument(..., help="Training output_dir (or one checkpoint-* in it)."),
-    out: Path = typer.Option(..., "-o", "--out", help="New adapter directory for sglang-kt --lora-paths."),
+    out: str = typer.Option(..., "-o", "--out", help="New adapter directory for sglang-kt --lora-paths."),
     base_model: Optional[str] = typer.Option(None, "--base-model", help="Base model path to record (default: "
                                                                          "the one the adapter names)."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the manifest's size/SHA-256 check."),

@@ -12,13 +12,12 @@ from ktdeploy.cli.output import console, print_checks, print_json
 
 
 def _summary_line(report) -> str:
-    s = report.summary()
     f = report.facts
     cpu = f.cpu
     gpus = f"{f.gpu.count} GPU" if f.gpu.count else "no GPU"
     head = (f"{f.host} [{f.layer}]: {cpu.model_name or 'unknown CPU'}, {cpu.physical_cores} cores, "
             f"{(f.memory.total_bytes or 0) / 2**30:.0f} GiB, {gpus}, kernel {f.kernel.release}")
-    return head + f"\n{s['pass']} pass, {s['warn']} warn, {s['fail']} fail, {s['skip']} skip"
+    return head + "\n" + report.summary_text()
 
 
 @app.command("doctor")
@@ -44,6 +43,9 @@ def doctor_cmd(
     survived VM/container layers, GPUs, NUMA threads, memory, /dev/shm, disk. Exit 1 if any check fails."""
     from ktdeploy.controller.doctor import doctor
     from ktdeploy.controller.connectors import DockerExecConnector, connect
+    from ktdeploy.core.safeio import redact_host
+
+    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
 
     rec = None
     if recipe is not None:
@@ -77,12 +79,13 @@ def doctor_cmd(
     if as_json:
         print_json(report.to_json())
     else:
-        console.print(_summary_line(report))
+        console.print(_summary_line(report), highlight=False)
         print_checks(report.checks, title=f"ktdeploy doctor: {report.facts.host}")
         for c in report.waived_failures:
-            console.print(f"[bold yellow]WAIVED[/] {c.name}: {c.detail}")
+            console.print(f"[bold yellow]WAIVED[/] {c.name}: {c.detail}", highlight=False)
         if report.failed:
-            console.print(f"[red]{len(report.failed)} check(s) failed:[/] "
-                          + ", ".join(sorted({c.name for c in report.failed})))
+            names = [c.name + (f" ({c.layer})" if [d.name for d in report.failed].count(c.name) > 1 else "")
+                     for c in report.failed]
+            console.print(f"[red]{report.summary()['fail']} check(s) failed:[/] " + ", ".join(names), highlight=False)
     if report.failed:
         raise typer.Exit(1)

@@ -8,12 +8,17 @@ from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
-from rich.table import Table
 from rich.markup import escape
 from rich.text import Text
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _redact(text: str) -> str:
+    from ktdeploy.core.safeio import redact
+
+    return redact(text)
 
 
 def print_json(data: Any) -> None:
@@ -22,13 +27,15 @@ def print_json(data: Any) -> None:
 
 def print_error(err) -> None:
     """One screen: what went wrong, the key or check it concerns, and the fix."""
+    from ktdeploy.core.safeio import redact
+
     body = Text()
     if getattr(err, "key", None):
-        body.append(f"{err.key}: ", style="bold")
-    body.append(err.message)
+        body.append(f"{redact(str(err.key))}: ", style="bold")
+    body.append(redact(str(err.message)))
     if getattr(err, "fix", None):
         body.append("\nfix: ", style="bold green")
-        body.append(err.fix)
+        body.append(redact(str(err.fix)))
     err_console.print(Panel(body, title=f"[red]{type(err).__name__}", border_style="red", expand=False))
     findings = getattr(err, "findings", None)
     if findings:
@@ -40,9 +47,21 @@ def print_error(err) -> None:
         print_checks([r for r in results if r.status == "fail"], stream=err_console)
 
 
+def print_system_error(err: BaseException) -> None:
+    """An OSError/MemoryError outside a path that names its own fix: what the system said, no traceback."""
+    from ktdeploy.core.safeio import redact
+
+    what = getattr(err, "strerror", None) or str(err) or type(err).__name__
+    where = getattr(err, "filename", None)
+    err_console.print(Panel(
+        Text(redact(f"{type(err).__name__}: {what}" + (f" ({where})" if where else "")) +
+             "\nfix: check the path, its permissions and free space/memory, then retry"),
+        title="[red]system error", border_style="red", expand=False))
+
+
 def print_internal_error(err: BaseException) -> None:
     err_console.print(Panel(
-        Text(f"{type(err).__name__}: {err}\n"
+        Text(f"{type(err).__name__}: {_redact(str(err))}\n"
              "This is a bug in ktdeploy. Re-run with KTDEPLOY_DEBUG=1 for the traceback and report it."),
         title="[red]internal error", border_style="red", expand=False))
 
@@ -60,16 +79,43 @@ def print_findings(findings, stream: Console | None = None) -> None:
             stream.print(Text("      fix: " + f.fix, style="green"), highlight=False)
 
 
-_STATUS_STYLE = {"pass": "[green]pass", "warn": "[yellow]warn", "fail": "[red]fail", "skip": "[dim]skip"}
+_STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+
+
+def wrap_words(text: str, width: int, first: str, rest: str) -> list[str]:
+    """Wrap at spaces only: a path, key or URL longer than the line stays whole (it runs past the edge rather
+    than being cut mid-token)."""
+    import textwrap
+
+    out: list[str] = []
+    for i, para in enumerate((text or "").splitlines() or [""]):
+        out += textwrap.wrap(para, width=max(width, len(first) + 20), initial_indent=first if i == 0 else rest,
+                             subsequent_indent=rest, break_long_words=False, break_on_hyphens=False) or \
+            [first if i == 0 else rest]
+    return out
 
 
 def print_checks(results, stream: Console | None = None, title: str | None = None) -> None:
+    """One line per check (status, name, detail wrapped at spaces); a failing or warning check's fix on its own
+    line(s) below it. No table: a narrow terminal (80 columns, `docker run` without -t) never splits a path or a
+    key mid-token."""
     stream = stream or console
-    table = Table(title=title, expand=False)
-    table.add_column("status", no_wrap=True)
-    table.add_column("check", style="bold", no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    table.add_column("fix", style="green", overflow="fold")
+    width = stream.width
+    if title:
+        stream.print(Text(title, style="bold"), soft_wrap=True)
+    namew = min(max([len(r.name) for r in results] + [5]), 30)
     for r in results:
-        table.add_row(_STATUS_STYLE.get(r.status, r.status), r.name, r.detail or "", r.fix or "")
-    stream.print(table)
+        head = f"  {r.status:<4}  {r.name:<{namew}}  "
+        if width - len(head) < 30:  # too narrow for a detail column: the detail goes below the name
+            lines = [head.rstrip()] + wrap_words(r.detail or "", width, " " * 8, " " * 8)
+        else:
+            lines = wrap_words(r.detail or "", width, head, " " * len(head))
+        for i, line in enumerate(lines):
+            t = Text(line)
+            if i == 0:
+                t.stylize(_STATUS_STYLE.get(r.status, ""), 2, 2 + len(r.status))
+                t.stylize("bold", 8, 8 + len(r.name))
+            stream.print(t, soft_wrap=True, highlight=False)
+        if r.fix and r.status in ("fail", "warn"):
+            for line in wrap_words(r.fix, width, " " * 8 + "fix: ", " " * 13):
+                stream.print(Text(line, style="green"), soft_wrap=True, highlight=False)

@@ -28,12 +28,13 @@ def plan_cmd(
 ) -> None:
     """Predict peak host RSS, GPU memory per GPU and disk before downloading any weights."""
     from ktdeploy.core.sizing import plan_recipe
+    from ktdeploy.core.recipe import load_recipe, require_valid
     from ktdeploy.core.sizing.calibration import band, setting, upper_edge
-    from ktdeploy.core.recipe import load_recipe
 
     if not recipe.is_file():
         raise UsageError(f"recipe {recipe} not found", key="RECIPE", fix="ktdeploy plan recipes/qwen35-397b-bf16-lora.yaml")
     r = load_recipe(recipe, set_)
+    require_valid(r)  # plan figures from a recipe `check` refuses (NaN, negative or absurd sizes) mean nothing
     plan, arch, where = plan_recipe(r, model_config, gpus)
     if as_json:
         out = plan.to_json()

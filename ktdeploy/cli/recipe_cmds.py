@@ -69,17 +69,21 @@ def check(
 @app.command("render")
 def render_cmd(
     recipe: Optional[Path] = typer.Argument(None, help="Recipe YAML."),
-    out: Path = typer.Option(..., "-o", "--out", help="Directory for train.yaml, accelerate.yaml and launch.sh."),
+    out_text: str = typer.Option(..., "-o", "--out", help="Directory for train.yaml, accelerate.yaml and launch.sh."),
     train: Optional[Path] = typer.Option(None, "--train", help="Native LlamaFactory training YAML."),
     accelerate: Optional[Path] = typer.Option(None, "--accelerate", help="Native Accelerate YAML."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    force: bool = typer.Option(False, "--force", help="Replace train.yaml/accelerate.yaml/launch.sh if present."),
 ) -> None:
     """Write the two YAML files and launch.sh (byte-identical for the same input). Refuses an invalid recipe."""
+    if not out_text.strip() or "\x00" in out_text:
+        raise UsageError(f"-o {out_text!r}: an empty or invalid folder name", fix="give a folder, e.g. -o out/")
+    out = Path(out_text)
     r = load_from_cli(recipe, train, accelerate, None, set_)
     warnings = require_valid(r)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} exists and is not a directory", fix="give a directory for -o")
-    files = render(r).write(out)
+    files = render(r).write(out, overwrite=force)
     for f in warnings:
         console.print(f"[yellow]warn[/yellow] {f.path}: {f.message}")
     for name, p in files.items():

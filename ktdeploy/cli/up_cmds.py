@@ -45,6 +45,9 @@ def up(
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="Record a never-seen host key "
                                                                                    "(a changed key is always refused)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Plain progress lines instead of a progress bar."),
+    facts: Optional[Path] = typer.Option(None, "--facts", help="With --dry-run: plan from recorded host facts "
+                                                                "(`ktdeploy doctor --json` output or a facts.json) "
+                                                                "without connecting, e.g. before the host exists."),
 ) -> None:
     """Provision HOST and run the recipe there: doctor -> runtime -> image -> volumes -> train -> follow -> convert -> serve.
 
@@ -57,7 +60,7 @@ def up(
     if not no_progress and console.is_terminal:
         factory = lambda name: ProgressView(name, console=console)  # noqa: E731
     api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
-           tune_budget_minutes=tune_budget,
+           tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
            image_tar=str(image_tar) if image_tar else None, overrides=set_,
            ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
            say=lambda msg: console.print(msg, highlight=False),
@@ -83,11 +86,22 @@ def status(
         if as_json:
             print_json(rows)
             return
-        from rich.table import Table
+        from rich.table import Column, Table
 
-        t = Table("run", "host", "recipe", "state", "container")
+        # run ids (what --run takes) and container names are printed whole, never folded or cut: a table when
+        # every cell fits the terminal, else one block per run with the id on its own line
+        keys = ("id", "host", "recipe", "state", "container")
+        widths = [max([len(str(s.get(k, ""))) for s in rows] + [len(k)]) for k in keys]
+        if sum(widths) + 3 * len(keys) + 1 > console.width:
+            for s in rows:
+                console.print(s.get("id", ""), style="bold", highlight=False, crop=False, overflow="ignore")
+                for k in keys[1:]:
+                    console.print(f"  {k:<9} {s.get(k, '')}", highlight=False, crop=False, overflow="ignore")
+            return
+        t = Table(*[Column("run" if k == "id" else k, no_wrap=True, overflow="ignore", min_width=w)
+                    for k, w in zip(keys, widths)])
         for s in rows:
-            t.add_row(s.get("id", ""), s.get("host", ""), s.get("recipe", ""), s.get("state", ""), s.get("container", ""))
+            t.add_row(*[str(s.get(k, "")) for k in keys])
         console.print(t)
         return
     st = api.status(host, run, ssh=_ssh(ssh_key, known_hosts, False))

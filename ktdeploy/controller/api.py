@@ -21,6 +21,7 @@ from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.controller.runs import RunRecord, latest_run
+from ktdeploy.core.safeio import redact_host
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
 WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
@@ -41,6 +42,7 @@ def render(recipe_path, out_dir, overrides=()):
 
 
 def doctor(host: str = "localhost", recipe=None, **ssh):
+    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
     from ktdeploy.controller.doctor import doctor as _doctor
     from ktdeploy.controller.connectors import connect
 
@@ -88,18 +90,17 @@ def gather_job_state(conn, recipe, image: str) -> JobState:
     return parse_state(r.stdout)
 
 
-def doctor_phase(report, host_name: str, waive, record: RunRecord, say: Callable[[str], None]) -> tuple[list, str]:
+def doctor_phase(report, where: str, waive, record: RunRecord, say: Callable[[str], None]) -> tuple[list, str]:
     """up's PREFLIGHT verdict on a doctor report: (blocking failed checks, the one-line summary); records and
     says the waived and deferred ones (core/checks/gate.py decides which is which)."""
-    failed = report.failed
+    report.waived = tuple(waive)
+    failed = report.failed                      # failing and not waived
     g = gate(report.checks, waive, defer=RUNTIME_FIXABLE)
     waived, deferred, blocking = g.waived, g.deferred, g.blocking
-    summary = report.summary()
-    doc_line = (f"{summary['pass']} pass, {summary['warn']} warn, {summary['fail']} fail"
-                + (f" ({len(waived)} waived)" if waived else "")
-                + (f", {len(deferred)} left to the RUNTIME stage" if deferred else ""))
+    summary = report.summary(RUNTIME_FIXABLE)
+    doc_line = report.summary_text(RUNTIME_FIXABLE)  # the same count as `ktdeploy doctor` and the panel below
     record.event("doctor", summary=summary, failed=[c.name for c in failed], waived=[c.name for c in waived])
-    say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {host_name}: {doc_line}")
+    say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {where}: {doc_line}")
     for c in waived:
         say(f"  [yellow]waived[/yellow] {c.name}: {c.detail}")
     for c in deferred:
@@ -109,7 +110,7 @@ def doctor_phase(report, host_name: str, waive, record: RunRecord, say: Callable
 
 def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resume: str | None = None,
        detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
-       tune: bool = False, tune_budget_minutes: float = 20.0,
+       tune: bool = False, tune_budget_minutes: float = 20.0, facts_file: str | None = None,
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
        connector=None) -> UpResult:
     """``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
@@ -120,9 +121,14 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     from ktdeploy.core.recipe.render import dump_yaml
 
     say = say or _say_default
+    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
     if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
         raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
                          key="--resume", fix="ktdeploy up --resume auto ...")
+    if facts_file is not None and not dry_run:
+        raise UsageError("--facts plans from recorded facts and changes nothing: it needs --dry-run", key="--facts",
+                         fix=f"ktdeploy up --host {host} RECIPE --dry-run --facts {facts_file}")
+    recorded_facts = load_facts_file(facts_file) if facts_file is not None else None
     recipe = load_up_recipe(recipe_path, overrides)
     serve = recipe.deploy.serve if recipe.deploy is not None else None
     if serve is not None and serve.enabled and serve.api_key_env and not detach and not dry_run \
@@ -135,7 +141,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     record.write_text("recipe.yaml", dump_yaml(recipe.to_document()))
     base_status = {"host": host, "recipe": recipe.name, "recipe_path": str(recipe.path), "created": time.time(),
                    "container": job_name(recipe), "serve_container": f"{job_name(recipe)}-serve",
-                   "output_dir": output_dir_of(recipe), "waived": list(waive), "dry_run": dry_run}
+                   "output_dir": output_dir_of(recipe), "waived": list(waive), "dry_run": dry_run,
+                   **({"facts_file": str(facts_file)} if facts_file is not None else {})}
     record.set_status("planned", **base_status)
     result = UpResult(record=record, waived=list(waive))
     if waive:
@@ -147,29 +154,45 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
         record.set_status(state, error=err.message, error_type=type(err).__name__, exit_code=err.exit_code)
         return err
 
-    # connect
+    # connect (or read recorded facts: a plan before the host exists)
     record.event("stage_start", stage="PREFLIGHT", step="connect", host=host)
-    try:
-        conn = connector if connector is not None else connect(host, **(ssh or {}))
-    except ConnectError as e:
-        raise fail("failed", e) from None
-    say(f"[green]✓[/green] PREFLIGHT: connected to {conn.name}")
-    record.event("connected", connector=conn.name)
+    if recorded_facts is not None:
+        conn = None
+        where = f"{host} (facts recorded in {facts_file})"
+        say(f"[yellow]-[/yellow] PREFLIGHT: not connecting to {host}; planning from the facts in {facts_file}")
+        record.event("facts_file", path=str(facts_file))
+    else:
+        try:
+            conn = connector if connector is not None else connect(host, **(ssh or {}))
+        except ConnectError as e:
+            raise fail("failed", e) from None
+        where = conn.name
+        say(f"[green]✓[/green] PREFLIGHT: connected to {conn.name}")
+        record.event("connected", connector=conn.name)
     try:
         # facts + doctor
-        report = _doctor(conn, recipe)
+        if recorded_facts is not None:
+            from ktdeploy.controller.doctor import DoctorReport, run_checks
+
+            report = DoctorReport(recorded_facts, run_checks(recorded_facts, recipe))
+        else:
+            report = _doctor(conn, recipe)
         record.write_json("facts.json", report.facts.model_dump(mode="json"))
         record.write_json("doctor.json", report.to_json())
-        blocking, doc_line = doctor_phase(report, conn.name, waive, record, say)
+        blocking, doc_line = doctor_phase(report, where, waive, record, say)
 
         image, _variant, _how = resolve_image(recipe.deploy, report.facts)
-        state = gather_job_state(conn, recipe, image)
+        if conn is None:  # nothing is known about the host's containers, image and output dir: a first run
+            state = JobState(home="<home>")
+        else:
+            state = gather_job_state(conn, recipe, image)
         record.write_json("job_state.json", state.to_json())
         opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive, tune=tune,
                          tune_budget_minutes=tune_budget_minutes,
                          image_tar=str(Path(image_tar).resolve()) if image_tar else None,
                          local=type(conn).__name__ == "LocalConnector",
-                         preflight={"connect": f"connected ({conn.name})", "doctor": doc_line})
+                         preflight={"connect": f"connected ({where})" if conn is not None else
+                                    f"not connected: facts recorded in {facts_file}", "doctor": doc_line})
         plan = build_plan(recipe, report.facts, state, opts)
         # rendered files: for reading (the container renders its own from the shipped recipe)
         derived = derived_kt_threads(recipe.train, report.facts, recipe.deploy.reserve_cores)
@@ -188,8 +211,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             if dry_run and print_plan:
                 print_plan(result.text)
             raise fail("failed", CheckFailed(
-                f"doctor found {len(blocking)} failing check(s) on {conn.name}; nothing was started",
-                results=blocking, key="doctor",
+                f"doctor on {where}: {doc_line}; nothing was started",
+                results=report.failed, key="doctor",
                 fix="Fix the checks listed below and re-run. On a CPU-only test host the GPU checks can be waived "
                     f"explicitly: --waive NAME ({WAIVABLE_HINT})."))
         if dry_run:
@@ -212,7 +235,10 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             result.state = "detached"
             return result
         except ConnectError as e:
-            e.fix = (e.fix or "") + f" Training (if started) keeps running on the host: `ktdeploy status --host {host}`."
+            if "keeps running" not in (e.fix or ""):
+                e.fix = (e.fix or "") + " Training (if started) keeps running on the host; re-run `ktdeploy up` " \
+                                        "(same arguments) to follow it."
+            e.fix += f" See it now: `ktdeploy status --host {host}`."
             raise fail("detached", e) from None
         except StepError as e:
             cur = record.status().get("state")
@@ -227,8 +253,43 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             result.state = "finished"
             say(f"[green bold]done:[/] adapter {plan.adapter_dir}; run record {record.path}")
         return result
+    except KeyboardInterrupt:
+        # Ctrl-C before the executor took over (it handles its own): nothing was started; say so in the record
+        record.event("interrupted", reason="Ctrl-C before anything started on the host")
+        record.set_status("stopped", note="interrupted (Ctrl-C) during preflight/planning; nothing was started")
+        raise
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
+
+
+def load_facts_file(path) -> "HostFacts":
+    """Host facts recorded earlier: `ktdeploy doctor --json` output ({"facts": ...}) or a bare facts.json
+    (HostFacts, as tests/golden/*/facts.json). Bad input is a UsageError naming the file."""
+    import json
+
+    from pydantic import ValidationError
+
+    from ktdeploy.core.facts.host import HostFacts
+
+    p = Path(str(path))
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--facts {p}: no such file", key="--facts",
+                         fix="Record one on the host: ktdeploy doctor --json > facts.json") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UsageError(f"--facts {p}: not a JSON file ({e})", key="--facts",
+                         fix="Give the output of `ktdeploy doctor --json` or a facts.json.") from None
+    if isinstance(data, dict) and isinstance(data.get("facts"), dict) and "checks" in data:
+        data = data["facts"]
+    try:
+        return HostFacts.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ())) or "(top level)"
+        raise UsageError(f"--facts {p}: not host facts: {where}: {first.get('msg')}", key="--facts",
+                         fix="Give the output of `ktdeploy doctor --json` or a facts.json.") from None
 
 
 # -- status / logs / down ------------------------------------------------------------------------
@@ -239,6 +300,7 @@ def _connect_for(rec: RunRecord, ssh: dict | None):
 
 
 def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None, live: bool = True) -> dict:
+    host = redact_host(host)
     from ktdeploy.controller.executor import snapshot
     from ktdeploy.controller.follow import TRAINER_LOG
 
@@ -254,6 +316,9 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
         try:
             snap = snapshot(conn, st["container"], f"{st['output_dir']}/{TRAINER_LOG}")
             serve = snapshot(conn, st["serve_container"], "/dev/null").state
+        except ConnectError as e:
+            st["live"] = {"error": e.message}
+            return st
         finally:
             conn.close()
         st["live"] = {"container": snap.state.__dict__ if snap.state else None,
@@ -264,6 +329,7 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
 
 def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = False, tail: int = 100,
          ssh: dict | None = None, write: Callable[[str], None] = print, poll_s: float = 2.0) -> None:
+    host = redact_host(host)
     from ktdeploy.controller.executor import snapshot
 
     rec = latest_run(host, run_id=run_id)
@@ -301,6 +367,7 @@ def _emit(text: str, after: str | None, write) -> str | None:
 
 
 def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None) -> dict:
+    host = redact_host(host)
     """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
     from ktdeploy.controller.executor import container_logs
 

@@ -6,7 +6,8 @@ container=None)`` gathers the facts through connectors and runs it.
 JSON (``DoctorReport.to_json()``, schema_version 1; fields are only added within a version)::
 
     {"schema_version": 1, "host": str, "ok": bool,
-     "summary": {"pass": n, "warn": n, "fail": n, "skip": n},
+     "summary": {"pass": n, "warn": n, "fail": n, "skip": n, "waived": n, "deferred": n},
+     (fail = failing and not waived: the count every front door prints, DoctorReport.summary())
      "facts": HostFacts, "container_facts": HostFacts | null,
      "checks": [{"name", "status": "pass|warn|fail|skip", "detail", "fix", "layer", "data"}]}
 """
@@ -93,11 +94,26 @@ class DoctorReport:
     def ok(self) -> bool:
         return not self.failed
 
-    def summary(self) -> dict[str, int]:
-        s = {"pass": 0, "warn": 0, "fail": 0, "skip": 0}
+    def summary(self, deferred=()) -> dict[str, int]:
+        """The one count every front door prints: a waived failure counts as "waived", not "fail"; ``deferred``
+        (check names a later stage repairs, e.g. up's RUNTIME) are counted within "fail" and also on their own."""
+        s = {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "waived": 0, "deferred": 0}
         for c in self.checks:
+            if c.status == "fail" and c.name in self.waived:
+                s["waived"] += 1
+                continue
             s[c.status] += 1
+            if c.status == "fail" and c.name in deferred:
+                s["deferred"] += 1
         return s
+
+    def summary_text(self, deferred=(), deferred_to: str = "the RUNTIME stage") -> str:
+        """'11 pass, 4 warn, 5 fail (1 waived; 1 left to the RUNTIME stage), 5 skip' from summary()."""
+        s = self.summary(deferred)
+        notes = ([f"{s['waived']} waived"] if s["waived"] else []) + \
+                ([f"{s['deferred']} left to {deferred_to}"] if s["deferred"] else [])
+        return (f"{s['pass']} pass, {s['warn']} warn, {s['fail']} fail" + (f" ({'; '.join(notes)})" if notes else "")
+                + f", {s['skip']} skip")
 
     def check(self, name: str, layer: str | None = None) -> CheckResult | None:
         return next((c for c in self.checks if c.name == name and (layer is None or c.layer == layer)), None)

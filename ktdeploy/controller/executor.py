@@ -13,35 +13,74 @@ from typing import Callable
 
 from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.controller.follow import LogEntry, describe, latest
-from ktdeploy.core.markers import split_at
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.controller.runs import RunRecord
+from ktdeploy.core.safeio import write_file
 
+# Every part is framed, and the script ends with '@@end': output cut short (the connection dropped mid-command)
+# is told apart from a complete answer. docker inspect's own exit status and message come back too, so only a
+# positive "No such container" from a live connection reads as "the container is gone".
 FOLLOW_SCRIPT = r"""
-docker inspect --type container --format '{{json .State}}' -- "$1" 2>/dev/null || echo
+st=$(docker inspect --type container --format '{{json .State}}' -- "$1" 2>&1); rc=$?
+printf '@@inspect\t%s\n' "$rc"
+printf '%s\n' "$st"
 echo '@@log'
 tail -n 5 -- "$2" 2>/dev/null
+echo '@@end'
 """
+
+NO_SUCH_CONTAINER = ("no such container", "no such object")
 
 
 @dataclass
 class Snapshot:
-    state: ContainerState | None
+    state: ContainerState | None      # None only when docker answered "No such container"
     entry: LogEntry | None
+
+
+def parse_snapshot(rc: int, stdout: str, stderr: str = "", *, host: str = "the host",
+                   timeout: float | None = None) -> Snapshot:
+    """Classify one FOLLOW_SCRIPT answer (pure). Returns the container's state (None: docker said "No such
+    container") and the last trainer_log entry. Raises ConnectError when the answer is not a complete one from a
+    live connection (cut short, the channel closed without an exit status, the script's exit status non-zero) or
+    when docker could not answer about the container (daemon down, permission): training may well still run,
+    so neither is ever read as "the container was removed"."""
+    lost_fix = "Training (if started) keeps running on the host; re-run `ktdeploy up` (same arguments) to follow it."
+    if rc == 124 and "@@end" not in stdout:
+        raise ConnectError(f"{host} did not answer within {timeout or 0:.0f}s (connection lost?)", fix=lost_fix)
+    lines = stdout.splitlines()
+    if rc != 0 or "@@end" not in lines or not lines or not lines[0].startswith("@@inspect\t"):
+        why = (stderr.strip().splitlines() or [f"exit status {rc}, {len(stdout)} bytes of output"])[-1]
+        raise ConnectError(f"connection to {host} lost while reading the training container's state ({why})",
+                           fix=lost_fix)
+    try:
+        inspect_rc = int(lines[0].split("\t", 1)[1])
+    except ValueError:
+        raise ConnectError(f"unreadable answer from {host}: {lines[0][:80]!r}", fix=lost_fix) from None
+    body = lines[1:lines.index("@@log")] if "@@log" in lines else []
+    tail = lines[lines.index("@@log") + 1:lines.index("@@end")] if "@@log" in lines else []
+    text = "\n".join(body).strip()
+    entry = latest("\n".join(tail))
+    if inspect_rc == 0:
+        state = parse_container_state(text.splitlines()[0] if text else "")
+        if state is None:
+            raise ConnectError(f"docker on {host} gave an unreadable container state: {text[:120]!r}", fix=lost_fix)
+        return Snapshot(state, entry)
+    if any(m in text.lower() for m in NO_SUCH_CONTAINER):
+        return Snapshot(None, entry)
+    reason = (text.splitlines() or [f"docker inspect exited {inspect_rc}"])[-1]
+    raise ConnectError(f"could not read the training container's state on {host}: {reason}",
+                       fix="Check the docker daemon there (`docker info`). " + lost_fix)
 
 
 def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Snapshot:
     """Container state + last trainer_log entry in one round trip; a host silent for ``timeout`` seconds
-    (KTDEPLOY_FOLLOW_TIMEOUT_S, default 60) is a lost connection."""
+    (KTDEPLOY_FOLLOW_TIMEOUT_S, default 60) is a lost connection (ConnectError, never "container removed")."""
     timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
     r = conn.run(["sh", "-c", FOLLOW_SCRIPT, "ktdeploy-follow", container, log], timeout=timeout)
-    if r.rc == 124 and not r.stdout:
-        raise ConnectError(f"{conn.name} did not answer within {timeout:.0f}s (connection lost?)",
-                           fix="Check the host and the network.")
-    head, tail = split_at(r.stdout, "log")
-    return Snapshot(parse_container_state(head.strip().splitlines()[0] if head.strip() else ""), latest(tail))
+    return parse_snapshot(r.rc, r.stdout, r.stderr, host=conn.name, timeout=timeout)
 
 
 def container_logs(conn, name: str, tail: int | None = 200) -> str:
@@ -152,8 +191,8 @@ class Executor:
 
     def _do_put(self, stage: Stage, s: Step) -> None:
         src = self._local(s.local)
-        if not src.exists():
-            raise StepError(f"{stage.name}: {src} does not exist on this machine", step=s.id,
+        if not src.is_file():  # a FIFO or device would hang the upload
+            raise StepError(f"{stage.name}: {src} does not exist on this machine or is not a plain file", step=s.id,
                             fix="Pass an existing file (e.g. the tarball `ktdeploy image save` wrote).")
         self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
         self.conn.put_file(str(src), s.remote)
@@ -198,7 +237,7 @@ class Executor:
         dst = self._local(s.local)
         dst.parent.mkdir(parents=True, exist_ok=True)
         if s.params.get("docker_logs"):
-            dst.write_text(container_logs(self.conn, s.remote, tail=None), encoding="utf-8")
+            write_file(dst.parent, dst.name, container_logs(self.conn, s.remote, tail=None), overwrite=True)
             return
         if self.conn.run(["test", "-f", s.remote], timeout=60).rc != 0:
             if s.optional:
@@ -246,9 +285,8 @@ class Executor:
             raise StepError(f"FOLLOW: the training container {name} disappeared", step=s.id,
                             fix="Someone removed it (docker rm); re-run ktdeploy up --resume auto.")
         self.record.event("train_exited", exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status)
-        (self.record.path / "artifacts").mkdir(exist_ok=True)
-        (self.record.path / "artifacts" / "container.log").write_text(container_logs(self.conn, name, tail=None),
-                                                                       encoding="utf-8")
+        write_file(self.record.path / "artifacts", "container.log", container_logs(self.conn, name, tail=None),
+                   overwrite=True)
         if not st.succeeded:
             raise StepError(f"FOLLOW: {self._crash_details(name, st)}", step=s.id, rc=st.exit_code,
                             fix=exit_advice(st, self.recipe, self.facts))

@@ -51,9 +51,10 @@ def new_run_id(recipe_name: str, now: float | None = None) -> str:
 
 
 def _dump(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    from ktdeploy.core.safeio import redact, write_file
+
+    write_file(path.parent, path.name, json.dumps(redact(data), indent=2, sort_keys=False, default=str) + "\n",
+               overwrite=True)
 
 
 @dataclass
@@ -78,20 +79,20 @@ class RunRecord:
 
     def write_text(self, name: str, text: str) -> Path:
         p = self.path / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-        return p
+        from ktdeploy.core.safeio import redact, write_file
+
+        return write_file(p.parent, p.name, redact(text), overwrite=True)
 
     def write_json(self, name: str, data: Any) -> Path:
         p = self.path / name
-        p.parent.mkdir(parents=True, exist_ok=True)
         _dump(p, data)
         return p
 
     def event(self, kind: str, **data: Any) -> dict:
         ev = {"ts": round(time.time(), 3), "event": kind, **data}
-        with open(self.path / "events.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(ev, default=str) + "\n")
+        from ktdeploy.core.safeio import append_line, redact
+
+        append_line(self.path / "events.jsonl", json.dumps(redact(ev), default=str))
         return ev
 
     def set_status(self, state: str, **data: Any) -> dict:
@@ -107,10 +108,14 @@ class RunRecord:
     def read_json(self, name: str) -> Any:
         p = self.path / name
         try:
-            return json.loads(p.read_text(encoding="utf-8"))
+            with open(p, "rb") as f:
+                data = json.loads(f.read(16 << 20))
+            if name == "status.json" and not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            return data
         except FileNotFoundError:
             raise RunRecordError(f"run record {self.id} has no {name}", fix=f"Look inside {self.path}.") from None
-        except ValueError as e:
+        except (ValueError, RecursionError, OSError) as e:
             raise RunRecordError(f"run record {self.id}: {name} is not valid JSON ({e})",
                                  fix=f"Inspect or remove {self.path}.") from None
 
@@ -135,8 +140,17 @@ def all_runs(root: Path | None = None) -> list[RunRecord]:
     root = root or runs_dir()
     if not root.is_dir():
         return []
-    recs = [RunRecord(p) for p in root.iterdir() if p.is_dir() and (p / "status.json").exists()]
-    return sorted(recs, key=lambda r: (r.status().get("created", 0), r.id))
+    recs = []
+    for p in root.iterdir():
+        if not p.is_dir() or not (p / "status.json").exists():
+            continue
+        r = RunRecord(p)
+        try:
+            created = r.status().get("created", 0)
+        except (RunRecordError, AttributeError):
+            continue  # one corrupt record must not hide the others (`status --all` lists the readable ones)
+        recs.append((created if isinstance(created, (int, float)) else 0, r.id, r))
+    return [r for *_, r in sorted(recs, key=lambda t: (t[0], t[1]))]
 
 
 def find_runs(host: str | None = None, *, container: str | None = None, include_dry: bool = False,
@@ -144,7 +158,9 @@ def find_runs(host: str | None = None, *, container: str | None = None, include_
     out = []
     for r in all_runs(root):
         st = r.status()
-        if not include_dry and st.get("state") == "dry-run":
+        # a dry run never becomes "the latest run", however it ended (a plan printed, a failing doctor, an
+        # unreachable host, a killed controller): it started nothing that status/logs/down could act on
+        if not include_dry and (st.get("state") == "dry-run" or st.get("dry_run")):
             continue
         if host is not None and st.get("host") != host:
             continue
@@ -157,7 +173,10 @@ def find_runs(host: str | None = None, *, container: str | None = None, include_
 def latest_run(host: str | None = None, *, run_id: str | None = None, root: Path | None = None) -> RunRecord:
     """The run named by ``run_id`` (an id or a unique prefix), else the newest run (on ``host``)."""
     root = root or runs_dir()
-    if run_id:
+    if run_id is not None:
+        from ktdeploy.core.safeio import run_id_name
+
+        run_id_name(run_id)  # a name, never a path: '../../x' is refused before any file is looked at
         exact = root / run_id
         if (exact / "status.json").exists():
             return RunRecord(exact)

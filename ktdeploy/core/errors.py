@@ -74,3 +74,10 @@ class RunRecordError(KtdeployError):
     """A run record is missing or unreadable, or an output dir would be overwritten."""
 
     exit_code = 6
+
+
+# Exit codes besides each error's own ``exit_code`` (the README's "Exit codes" table lists them all).
+EXIT_SYSTEM = 8         # the operating system refused (permissions, disk full, out of memory) outside a known path
+EXIT_INTERNAL = 70      # a bug in ktdeploy: no input may reach it (tests/unit/adversarial checks this)
+EXIT_INTERRUPTED = 130  # Ctrl-C / SIGINT at any moment
+

@@ -299,10 +299,11 @@ def test_ctrl_c_leaves_training_running_then_logs_and_up_finish_it(env):
     try:
         p = subprocess.Popen([sys.executable, "-m", "ktdeploy", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=REPO)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600   # image start + doctor on 2 loaded cores: slow, not a failure
         while not Path(out, "trainer_log.jsonl").exists():
-            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
-            time.sleep(0.2)
+            assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline, "no trainer_log.jsonl after 600 s"
+            time.sleep(0.1)
         p.send_signal(signal.SIGINT)
         stdout, stderr = p.communicate(timeout=60)
     finally:
@@ -349,21 +350,30 @@ def test_full_finetune_is_regrouped_and_served_as_weights(env):
     docker("rm", "-f", f"{plan['job']}-serve", check=False)  # free the port; the fixture removes the rest
 
 
-def test_dropped_connection_leaves_training_running(env):
+# KTDEPLOY_DROP_REPEAT=20 repeats the drop on the same hosts (one pytest session): the 20x stability loop.
+@pytest.mark.parametrize("attempt", range(int(os.environ.get("KTDEPLOY_DROP_REPEAT", "1"))))
+def test_dropped_connection_leaves_training_running(env, attempt):
     host = env["hosts"]["second"]
-    out = f"{env['root']}/out/drop"
+    out = f"{env['root']}/out/drop{attempt}"
+    steps_total = 30
     args = ["up", "--host", host.target, *[a for w in WAIVE for a in ("--waive", w)], "--no-progress",
-            *[a for s in sets(env, out, "train.max_steps=40", "deploy.serve.enabled=false") for a in ("--set", s)],
-            *ssh_args(env)]
-    (env["root"] / "data" / "fake_step_seconds").write_text("0.15")
+            *[a for s in sets(env, out, f"train.max_steps={steps_total}", "deploy.serve.enabled=false")
+              for a in ("--set", s)], *ssh_args(env)]
+    # 9 s of training after the first log line: room for the drop to land while training runs, on a loaded machine
+    (env["root"] / "data" / "fake_step_seconds").write_text("0.3")
     try:
         p = subprocess.Popen([sys.executable, "-m", "ktdeploy", *args], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=REPO,
-                             env={**os.environ, "COLUMNS": "200", "KTDEPLOY_FOLLOW_TIMEOUT_S": "5"})
-        deadline = time.monotonic() + 60
+                             # polling back to back keeps a follow command in flight most of the time, so the
+                             # drop usually lands mid-command (paramiko: channel closed, no exit status), the case
+                             # once misread as "container removed"
+                             env={**os.environ, "COLUMNS": "200", "KTDEPLOY_FOLLOW_TIMEOUT_S": "5",
+                                  "KTDEPLOY_POLL_S": "0.02"})
+        deadline = time.monotonic() + 600   # image start + doctor on 2 loaded cores: slow, not a failure
         while not Path(out, "trainer_log.jsonl").exists():
-            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
-            time.sleep(0.2)
+            assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline, "no trainer_log.jsonl after 600 s"
+            time.sleep(0.1)
         # drop the SSH session: kill the per-connection sshd processes (the listener, PID 1, stays)
         host.exec("sh", "-c", 'for d in /proc/[0-9]*; do [ "$(cat $d/comm 2>/dev/null)" = sshd ] && '
                               '[ "${d#/proc/}" != 1 ] && kill -9 "${d#/proc/}"; done; true')
@@ -371,13 +381,15 @@ def test_dropped_connection_leaves_training_running(env):
     finally:
         (env["root"] / "data" / "fake_step_seconds").write_text("0.05")
     assert p.returncode == 3, (stdout, stderr)
-    assert "ConnectError" in stderr and "keeps running" in " ".join(stderr.split()) and "Traceback" not in stderr
+    err = " ".join(stderr.split())
+    assert "ConnectError" in err and "keeps running" in err and "re-run `ktdeploy up`" in err, err
+    assert "disappeared" not in err and "--resume auto" not in err and "Traceback" not in err, err
     job = json.loads(cli("status", "--host", host.target, "--json", *ssh_args(env)).stdout)
     assert job["state"] == "detached" and job["live"]["container"]["status"] in ("running", "exited")
     r = cli(*args)  # reconnect: follows the same container to the end
     assert r.returncode == 0, r.stderr
     steps = [json.loads(x)["current_steps"] for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
-    assert steps == sorted(set(steps)) and steps[-1] == 40
+    assert steps == sorted(set(steps)) and steps[-1] == steps_total
 
 
 def _tiny_image(tag: str, fallback: str) -> str:

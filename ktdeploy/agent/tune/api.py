@@ -108,14 +108,18 @@ def tune(recipe_path: str, overrides: list[str] = (), *, budget_minutes: float =
                   retain_fits=retain_fits and recipe.train.get("kt_cpu_activation") != "retain", gradient_checkpointing=gc))
     result.chosen = choose(result.trials, host_limit, gpu_limit)
     result.spent_s = time.monotonic() - start
-    (wd / "tune.json").write_text(json.dumps(result.to_json(), indent=2))
+    from ktdeploy.core.safeio import write_file
+
+    write_file(wd, "tune.json", json.dumps(result.to_json(), indent=2), overwrite=True)
     return result
 
 
 def _read_record(tune_json: str | Path) -> dict:
+    from ktdeploy.core.safeio import read_bytes
+
     try:
-        data = json.loads(Path(tune_json).read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        data = json.loads(read_bytes(tune_json, 1 << 20, "tune record"))  # bounded, regular files only
+    except (UnicodeDecodeError, RecursionError, json.JSONDecodeError) as err:
         raise UsageError(f"{tune_json}: not a tune record ({err})", fix="give the tune.json written by `ktdeploy tune`") from None
     if not isinstance(data, dict) or not data.get("chosen"):
         raise UsageError(f"{tune_json}: the tune record holds no choice", fix="run `ktdeploy tune` again")

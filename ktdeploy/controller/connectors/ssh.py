@@ -128,6 +128,11 @@ class SSHConnector:
                         pass
             rc = chan.recv_exit_status()
             chan.close()
+            if rc == -1 and not transport.is_active():
+                # paramiko closes every channel of a dead transport and leaves exit_status at -1: the command's
+                # output is cut short and its status unknown; never hand that back as an answer.
+                raise ConnectError(f"connection to {self.name} lost while a command ran",
+                                   fix="Check the host and re-run.")
             return Result(rc, to_text(bytes(out)), to_text(bytes(err)))
         except (OSError, EOFError) as e:
             raise ConnectError(f"connection to {self.name} lost: {e}", fix="Check the host and re-run.") from None

@@ -8,6 +8,8 @@ filesystem layer (build() verifies that and reports it).
 
 from __future__ import annotations
 
+import os
+
 import shutil
 import tempfile
 import time
@@ -164,11 +166,11 @@ def _compare_layers(report: BuildReport) -> None:
 
 def save(tags: list[str], output: Path) -> int:
     """`docker save` the tags into one tarball (shared layers stored once). Returns its size."""
+    if os.path.lexists(output):  # a dangling symlink too: docker save would write through it
+        raise UsageError(f"{output} already exists", key="--output", fix="Choose a new file name or remove it.")
     for t in tags:
         if docker_cli.inspect_image(t) is None:
             raise ImageError(f"image {t} does not exist", fix=f"Build it first: ktdeploy image build --isa {t.split(':')[-1]}")
-    if output.exists():
-        raise UsageError(f"{output} already exists", key="--output", fix="Choose a new file name or remove it.")
     output.parent.mkdir(parents=True, exist_ok=True)
     proc = docker_cli.run(["save", "--output", str(output), *tags])
     if proc.returncode != 0:

@@ -17,11 +17,21 @@ for p in "$@"; do
   e=no; [ -e "$p" ] && e=yes
   d=no; [ -d "$p" ] && d=yes
   w=no; [ -w "$q" ] && w=yes
-  printf '@@KTD-PATH\t%s\t%s\t%s\t%s\t%s\n' "$p" "$e" "$d" "$w" "$q"
+  r=$(readlink -f -- "$q" 2>/dev/null || echo)
+  printf '@@KTD-PATH\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$e" "$d" "$w" "$q" "$r"
   df -Pk -- "$q" 2>/dev/null | tail -n 1
   if [ "$d" = yes ] && [ -n "$KTD_DU" ]; then printf '@@KTD-DU\t'; timeout 20 du -sk -- "$p" 2>/dev/null | cut -f1; fi
 done
 """
+
+
+def real_path(path: str, checked: str, checked_real: str) -> str:
+    """The host's real spelling of ``path``: the resolved nearest existing parent plus the missing tail."""
+    from ktdeploy.core.safeio import norm_path
+
+    path, checked = norm_path(path), norm_path(checked)
+    tail = path[len(checked):].lstrip("/") if path.startswith(checked) else ""
+    return norm_path(checked_real.rstrip("/") + "/" + tail) if tail else norm_path(checked_real)
 
 
 def parse_paths(text: str) -> list[PathFacts]:
@@ -40,8 +50,9 @@ def parse_paths(text: str) -> list[PathFacts]:
     for line in text.splitlines():
         if line.startswith("@@KTD-PATH\t"):
             flush()
-            _, path, e, d, w, q = line.split("\t", 5)
-            cur = {"path": path, "exists": e == "yes", "is_dir": d == "yes", "writable": w == "yes", "checked": q}
+            _, path, e, d, w, q, *rest = line.split("\t")
+            cur = {"path": path, "exists": e == "yes", "is_dir": d == "yes", "writable": w == "yes", "checked": q,
+                   "real": real_path(path, q, rest[0]) if rest and rest[0] else None}
             df_lines = []
         elif line.startswith("@@KTD-DU\t") and cur is not None:
             v = line.split("\t", 1)[1].strip()

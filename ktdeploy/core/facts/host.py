@@ -127,6 +127,8 @@ class PathFacts(_Facts):
     total_bytes: int | None = None
     free_bytes: int | None = None
     used_bytes: int | None = Field(None, description="du -sk of the path when it is a directory.")
+    real: str | None = Field(None, description="Where the path really is on the host: symlinks of its nearest "
+                                               "existing parent resolved (readlink -f), the missing tail appended.")
 
 
 class DockerFacts(_Facts):

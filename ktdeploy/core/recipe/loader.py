@@ -56,8 +56,19 @@ def _yaml() -> YAML:
     return y
 
 
-def _plain(node: Any, prefix: str, file: str, locs: dict[str, tuple[str, int]]) -> Any:
-    """CommentedMap/Seq -> dict/list, recording each key's 1-based line under its dotted path."""
+MAX_NODES = 100_000  # a recipe has a few hundred values; aliases may not expand it beyond this (billion laughs)
+MAX_NUMBER_DIGITS = 60  # no recipe value needs more; a 400-digit integer is refused, not computed with
+
+
+def _plain(node: Any, prefix: str, file: str, locs: dict[str, tuple[str, int]], budget: list[int] | None = None) -> Any:
+    """CommentedMap/Seq -> dict/list, recording each key's 1-based line under its dotted path. ``budget`` bounds
+    the number of nodes produced, so a YAML alias bomb (a few hundred bytes naming 9^9 nodes) stops at once."""
+    if budget is None:
+        budget = [MAX_NODES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise RecipeError(f"{file}: more than {MAX_NODES} values once YAML aliases are expanded (an alias bomb?)",
+                          fix="write the recipe without anchors/aliases (&name / *name)")
     if isinstance(node, CommentedMap):
         out = {}
         for key, value in node.items():
@@ -69,15 +80,18 @@ def _plain(node: Any, prefix: str, file: str, locs: dict[str, tuple[str, int]]) 
                 line = None
             if line:
                 locs[path] = (file, line)
-            out[k] = _plain(value, path, file, locs)
+            out[k] = _plain(value, path, file, locs, budget)
         return out
     if isinstance(node, CommentedSeq):
-        return [_plain(v, f"{prefix}[{i}]", file, locs) for i, v in enumerate(node)]
+        return [_plain(v, f"{prefix}[{i}]", file, locs, budget) for i, v in enumerate(node)]
     if isinstance(node, str):
         return str(node)
     if isinstance(node, bool):
         return bool(node)
     if isinstance(node, int):
+        if node.bit_length() > MAX_NUMBER_DIGITS * 4:
+            raise RecipeError(f"{file}: {prefix or '(document)'}: an integer with more than {MAX_NUMBER_DIGITS} digits",
+                              key=prefix or None, fix="use a plausible number")
         return int(node)
     if isinstance(node, float):
         return float(node)
@@ -87,7 +101,33 @@ def _plain(node: Any, prefix: str, file: str, locs: dict[str, tuple[str, int]]) 
     return str(node)
 
 
+MAX_DEPTH = 64  # a recipe nests 3-5 levels; the YAML parser recurses (and slows down) per level
+
+
+def nesting_depth(text: str) -> int:
+    """A cheap upper bound of the YAML nesting depth, read before parsing: flow brackets, leading '- '/'? '
+    markers and indentation (brackets inside quotes or comments count too: it errs on the side of refusing)."""
+    worst = flow = 0
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        indent = len(line) - len(body)
+        lead = 0
+        while body[:2] in ("- ", "? ") or body in ("-", "?"):
+            lead += 1
+            body = body[2:].lstrip(" ")
+        worst = max(worst, indent // 2 + lead + flow)
+        for ch in body:
+            if ch in "[{":
+                flow += 1
+                worst = max(worst, indent // 2 + lead + flow)
+            elif ch in "]}":
+                flow = max(0, flow - 1)
+    return worst
+
+
 def _parse_text(text: str, file: str, prefix: str, locs: dict[str, tuple[str, int]]) -> Any:
+    if nesting_depth(text) > MAX_DEPTH:
+        raise RecipeError(f"{file}: nested more than {MAX_DEPTH} levels deep", fix="write plain YAML mappings and scalars")
     try:
         data = _yaml().load(text)
     except MarkedYAMLError as err:
@@ -103,26 +143,25 @@ def _parse_text(text: str, file: str, prefix: str, locs: dict[str, tuple[str, in
         ) from None
     except YAMLError as err:
         raise RecipeError(f"{file}: not valid YAML: {err}", fix="fix the YAML syntax") from None
-    except (RecursionError, ValueError, OverflowError) as err:
+    except (RecursionError, ValueError, OverflowError, MemoryError) as err:
         raise RecipeError(f"{file}: cannot be parsed: {type(err).__name__}",
                           fix="write plain YAML mappings and scalars") from None
-    return _plain(data, prefix, file, locs)
+    try:
+        return _plain(data, prefix, file, locs)
+    except RecursionError:
+        raise RecipeError(f"{file}: nested too deeply (or a recursive alias)",
+                          fix="write plain YAML mappings and scalars") from None
 
 
 def _read(path: Path) -> str:
-    if not path.exists():
-        raise UsageError(f"{path}: no such file", fix="give the path of a recipe YAML file (see recipes/)")
-    if not path.is_file():
-        raise UsageError(f"{path}: not a file", fix="give the path of a recipe YAML file")
-    if path.stat().st_size > MAX_BYTES:
-        raise RecipeError(f"{path}: {path.stat().st_size} bytes is too large for a recipe",
-                          fix="a recipe is a small YAML file; check the path")
+    """Bounded, regular files only (a FIFO or /dev/zero is refused before a byte is read)."""
+    from ktdeploy.core.safeio import read_bytes
+
+    data = read_bytes(path, MAX_BYTES, "recipe YAML file")
     try:
-        return path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise RecipeError(f"{path}: not UTF-8 text", fix="save the recipe as UTF-8") from None
-    except OSError as err:
-        raise UsageError(f"{path}: cannot be read: {err.strerror}", fix="check the path and its permissions") from None
 
 
 def parse_recipe_text(text: str, file: str = "<recipe>") -> RawRecipe:
@@ -161,9 +200,11 @@ def read_native(train_path: str | Path, accelerate_path: str | Path,
 
 
 def _scalar(text: str) -> Any:
+    if nesting_depth(text) > MAX_DEPTH:
+        raise UsageError(f"--set value nested more than {MAX_DEPTH} levels deep", fix="give a plain value")
     try:
         value = _yaml().load(StringIO(text))
-    except YAMLError:
+    except (YAMLError, RecursionError, ValueError, OverflowError):
         return text
     return _plain(value, "", "<override>", {})
 

@@ -6,6 +6,7 @@ Pure and deterministic: the same recipe (and the same derived values) gives byte
 from __future__ import annotations
 
 import copy
+import os
 import shlex
 from dataclasses import dataclass
 from io import StringIO
@@ -18,6 +19,17 @@ from ruamel.yaml.representer import SafeRepresenter
 from ruamel.yaml.resolver import VersionedResolver
 
 from ktdeploy.core.recipe.document import Recipe
+from ktdeploy.core.safeio import printable
+
+# YAML and sh both end a comment at any of these; user text in a header comment must not contain them.
+_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def one_line(text: str) -> str:
+    """A header comment line: every character that a YAML or sh reader could take as a line break, and every other
+    non-printable one, escaped."""
+    text = text.translate(_BREAKS)
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)[:300]
 
 TRAIN_FILE = "train.yaml"
 ACCELERATE_FILE = "accelerate.yaml"
@@ -64,17 +76,21 @@ class Rendered:
     launch_argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
 
-    def write(self, directory: str | Path) -> dict[str, Path]:
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        out = {}
-        for name, text, mode in ((TRAIN_FILE, self.train_yaml, 0o644), (ACCELERATE_FILE, self.accelerate_yaml, 0o644),
-                                 (LAUNCH_FILE, self.launch_sh, 0o755)):
-            p = d / name
-            p.write_text(text, encoding="utf-8")
-            p.chmod(mode)
-            out[name] = p
-        return out
+    def write(self, directory: str | Path, *, overwrite: bool = False) -> dict[str, Path]:
+        """Write the three files with ktdeploy.core.safeio.write_file: never through a link, never over an existing
+        file unless ``overwrite`` (all three are checked before the first is written)."""
+        from ktdeploy.core.errors import RunRecordError
+        from ktdeploy.core.safeio import write_file
+
+        files = ((TRAIN_FILE, self.train_yaml, 0o644), (ACCELERATE_FILE, self.accelerate_yaml, 0o644),
+                 (LAUNCH_FILE, self.launch_sh, 0o755))
+        d = Path(directory) if str(directory) else None
+        if d is not None and not overwrite:
+            there = [n for n, _, _ in files if os.path.lexists(d / n)]
+            if there:
+                raise RunRecordError(f"{d} already holds {', '.join(there)}; ktdeploy does not overwrite files",
+                                     fix="choose an empty folder, or pass --force to replace them")
+        return {name: write_file(directory, name, text, mode=mode, overwrite=overwrite) for name, text, mode in files}
 
 
 def launch_argv(train_file: str = TRAIN_FILE, accelerate_file: str = ACCELERATE_FILE) -> tuple[str, ...]:
@@ -98,7 +114,8 @@ def render(recipe: Recipe, derived: dict[str, Any] | None = None, header: str | 
     if recipe.deploy is not None:
         env.append(("CUDA_VISIBLE_DEVICES", recipe.deploy.cuda_visible_devices))
     argv = launch_argv()
-    origin = header or f"rendered by ktdeploy from {recipe.path.name if recipe.path else 'a recipe'}"
+    origin = one_line(header or "rendered by ktdeploy from "
+                      + (printable(recipe.path.name) if recipe.path else "a recipe"))
     lines = ["#!/bin/sh", f"# {origin}", "set -eu", 'cd "$(dirname "$0")"']
     lines += [f"export {k}={shlex.quote(v)}" for k, v in env]
     lines.append("exec " + " ".join(shlex.quote(a) for a in argv))

@@ -19,6 +19,7 @@ from ktdeploy.core.recipe import catalog as cat
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.loader import SECTIONS
 from ktdeploy.core.recipe.document import Recipe
+from ktdeploy.core.safeio import inside as _inside, norm_path
 
 RuleFn = Callable[["Ctx"], None]
 RULES: list[tuple[str, RuleFn]] = []
@@ -81,14 +82,14 @@ def _num(v: Any) -> float | None:
 
 
 def _norm(p: Any) -> str | None:
-    if not isinstance(p, str) or not p.startswith("/"):
+    if not isinstance(p, str) or not p.startswith("/") or "\x00" in p:
         return None
-    return posixpath.normpath(p)
+    return norm_path(p)
 
 
 def inside(path: str, root: str) -> bool:
-    path, root = posixpath.normpath(path), posixpath.normpath(root)
-    return path == root or path.startswith(root.rstrip("/") + "/")
+    """The one containment test of recipe paths (ktdeploy.core.safeio.inside: '//', '/./', '/' and '..' collapse)."""
+    return _inside(path, root)
 
 
 def _truthy(v: Any) -> bool:
@@ -652,11 +653,13 @@ def deploy_paths(ctx: Ctx) -> None:
             ctx.error(f"train.{key}", f"{key} ({p}) is outside deploy.volumes.model ({v.model}), so the container cannot see it",
                       "put it under the model volume, or widen deploy.volumes.model to a common parent")
     out = t.get("output_dir")
+    overlap_told = False
     if isinstance(out, str) and out.startswith("/"):
         if not inside(out, v.output) or _norm(out) == _norm(v.output):
             ctx.error("train.output_dir", f"output_dir ({out}) must be a subdirectory of deploy.volumes.output ({v.output})",
                       f"e.g. {v.output.rstrip('/')}/{ctx.recipe.name}")
         if inside(out, v.model) or inside(v.model, out):
+            overlap_told = True
             ctx.error("deploy.volumes.output", "the output volume overlaps the read-only model volume",
                       "use separate directories for models and outputs")
     ddir = t.get("dataset_dir")
@@ -666,6 +669,9 @@ def deploy_paths(ctx: Ctx) -> None:
     elif not isinstance(ddir, str) or not ddir.startswith("/") or not inside(ddir, v.data):
         ctx.error("train.dataset_dir", f"dataset_dir ({ddir}) must be inside deploy.volumes.data ({v.data})",
                   f"set dataset_dir: {v.data}")
+    if not overlap_told and (inside(v.output, v.model) or inside(v.model, v.output)):
+        ctx.error("deploy.volumes.output", f"the output volume ({v.output}) overlaps the read-only model volume "
+                  f"({v.model}): the trainer could write into the model folder", "use separate directories for models and outputs")
     if inside(v.data, v.model) and _norm(v.data) != _norm(v.model):
         ctx.warn("deploy.volumes.data", "the data volume is inside the read-only model volume", "keep datasets apart from models")
 

@@ -23,7 +23,9 @@ def _absolute(value: str, what: str) -> str:
         raise ValueError(f"{what} must be an absolute path on the training host, got {value!r}")
     if "\x00" in value or "\n" in value:
         raise ValueError(f"{what} must not contain NUL or newline characters")
-    return value.rstrip("/") or "/"
+    from ktdeploy.core.safeio import norm_path
+
+    return norm_path(value)  # '//srv/m/./' -> '/srv/m': the spelling docker and the kernel resolve
 
 
 class Volumes(_Strict):

@@ -264,12 +264,55 @@ def _family_of(cfg: dict, text: dict) -> Callable[[dict, str], dict] | None:
     return None
 
 
+# Physical plausibility: the largest published MoE models are far inside these bounds. Anything outside is a
+# wrong or hostile file, and an unbounded value would make the planner loop (num_hidden_layers: 1e9) or overflow.
+_BOUNDS = {"num_hidden_layers": 4096, "hidden_size": 1 << 17, "moe_intermediate_size": 1 << 18,
+           "intermediate_size": 1 << 20, "shared_expert_intermediate_size": 1 << 20, "num_experts": 1 << 16,
+           "n_routed_experts": 1 << 16, "num_local_experts": 1 << 16, "num_experts_per_tok": 1 << 12,
+           "vocab_size": 1 << 24, "num_attention_heads": 1 << 12, "num_key_value_heads": 1 << 12, "head_dim": 1 << 14,
+           "kv_lora_rank": 1 << 16, "q_lora_rank": 1 << 16, "qk_nope_head_dim": 1 << 14, "qk_rope_head_dim": 1 << 14,
+           "v_head_dim": 1 << 14, "decoder_sparse_step": 4096, "first_k_dense_replace": 4096,
+           "moe_layer_freq": 4096, "n_shared_experts": 1 << 12, "index_n_heads": 1 << 12, "index_head_dim": 1 << 14,
+           "linear_num_key_heads": 1 << 12, "linear_num_value_heads": 1 << 12, "linear_key_head_dim": 1 << 14,
+           "linear_value_head_dim": 1 << 14, "linear_conv_kernel_dim": 1 << 10, "full_attention_interval": 4096,
+           "depth": 4096, "embed_dim": 1 << 17, "out_hidden_size": 1 << 17, "spatial_merge_size": 64}
+_POSITIVE = ("num_hidden_layers", "hidden_size", "moe_intermediate_size", "num_experts_per_tok", "vocab_size",
+             "num_attention_heads", "num_experts", "n_routed_experts", "num_local_experts", "decoder_sparse_step")
+
+
+def _check_bounds(c: dict, where: str, prefix: str = "") -> None:
+    for key, limit in _BOUNDS.items():
+        if key not in c or c[key] is None:
+            continue
+        v = c[key]
+        ok = (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v)
+                                                                 and v.is_integer())
+        low = 1 if key in _POSITIVE else 0
+        if not ok or not low <= v <= limit:
+            raise RecipeError(f"config.json: {prefix}{key} = {str(v)[:40]} is not a whole number in [{low}, {limit}]"
+                              f"{where}", key="model_config",
+                              fix="use the model's own config.json (or one of recipes/models/*.json)")
+        c[key] = int(v)
+    for name in ("mlp_only_layers", "layer_types"):
+        if name in c and (not isinstance(c[name], list) or len(c[name]) > 4096):
+            raise RecipeError(f"config.json: {prefix}{name} must be a list of at most 4096 entries{where}",
+                              key="model_config", fix="use the model's own config.json")
+
+
 def parse_model_config(cfg: dict, source: str = "") -> MoEArchitecture:
     """config.json (a dict) -> MoEArchitecture. Multimodal configs keep the language model under text_config."""
     if not isinstance(cfg, dict):
         raise RecipeError("config.json is not a JSON object", key="model_config", fix="point at the model's config.json")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     where = f" ({source})" if source else ""
+    cfg = dict(cfg)
+    if isinstance(cfg.get("text_config"), dict):
+        cfg["text_config"] = dict(cfg["text_config"])
+        _check_bounds(cfg["text_config"], where, "text_config.")
+    if isinstance(cfg.get("vision_config"), dict):
+        cfg["vision_config"] = dict(cfg["vision_config"])
+        _check_bounds(cfg["vision_config"], where, "vision_config.")
+    _check_bounds(cfg, where)
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     parser = _family_of(cfg, text)
     if parser is None:
         # Say which fields a MoE model needs so a user can tell "wrong file" from "unsupported family".
@@ -282,8 +325,13 @@ def parse_model_config(cfg: dict, source: str = "") -> MoEArchitecture:
             + (f"; missing MoE fields: {', '.join(missing)}" if missing else ""),
             key="model_config",
             fix="pass --model-config with a supported model's config.json; dense (non-MoE) models do not need KT")
-    fam = parser(text, where)
-    fmt, block = _native_format(cfg, text)
+    try:
+        fam = parser(text, where)
+        fmt, block = _native_format(cfg, text)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as err:
+        raise RecipeError(f"config.json: a field has the wrong type or value ({type(err).__name__}: "
+                          f"{str(err)[:120]}){where}", key="model_config",
+                          fix="use the model's own config.json (or one of recipes/models/*.json)") from None
     return MoEArchitecture(
         model_type=str(text.get("model_type") or cfg.get("model_type") or ""),
         architectures=tuple(cfg.get("architectures") or text.get("architectures") or ()),
@@ -299,13 +347,13 @@ def load_model_config(path: str | Path) -> MoEArchitecture:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot read model config {p}: {err.strerror or err}", key="--model-config",
-                         fix="give the path of the model's config.json (or its directory)") from None
+    from ktdeploy.core.safeio import read_text
+
+    text = read_text(p, 16 << 20, "model config.json")  # bounded; a FIFO or device is refused
     try:
         cfg = json.loads(text)
+    except RecursionError:
+        raise RecipeError(f"{p} is nested too deeply", key="model_config", fix="use the model's config.json") from None
     except json.JSONDecodeError as err:
         raise RecipeError(f"{p} is not valid JSON: {err.msg} at line {err.lineno}", key="model_config",
                           fix="use the model's config.json as published") from None

@@ -1,0 +1,273 @@
+"""Hostile input never wins: the few helpers every reader, writer and path rule goes through.
+
+- ``norm_path`` / ``inside`` / ``overlaps``: compare paths the way the kernel and docker resolve them
+  (``//``, ``/./``, trailing ``/`` and ``..`` all collapse); ``host=True`` also resolves symlinks (doctor,
+  convert and render run where the files are, so they can see them).
+- ``read_bytes`` / ``read_text`` / ``load_json``: bounded readers that refuse FIFOs, devices and folders before
+  reading a byte (a FIFO never blocks: it is opened with O_NONBLOCK and refused on fstat).
+- ``write_file`` / ``append_line``: the one way ktdeploy writes a file: never through a symlink, never out of
+  the target folder, never over an existing file unless asked, always atomically (temp file + rename).
+- ``redact``: drops the password of ``scheme://user:PASSWORD@host`` from any text before it is printed,
+  recorded or put on an argv.
+- ``run_id_name``: a run id is a name, never a path.
+
+Pure apart from the file operations themselves; errors are KtdeployErrors with a fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+
+from ktdeploy.core.errors import RunRecordError, UsageError
+
+MAX_TEXT = 1 << 20          # recipes, YAML and JSON configs are small text files
+MAX_JSON = 16 << 20         # config.json, manifests, run records
+
+
+# ---------------------------------------------------------------- paths
+
+def norm_path(p: str) -> str:
+    """An absolute POSIX path as the kernel resolves it without symlinks: '//a/./b/../c/' -> '/a/c'.
+
+    posixpath.normpath keeps a leading '//' (POSIX leaves it implementation-defined; Linux and docker treat
+    it as '/'), which let '//srv/models' escape a containment test against '/srv/models'."""
+    if not isinstance(p, str) or not p:
+        raise ValueError("empty path")
+    parts: list[str] = []
+    for part in p.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+    return ("/" if p.startswith("/") else "") + "/".join(parts) or "."
+
+
+def host_path(p: str | os.PathLike) -> str:
+    """The real path on this machine (symlinks resolved, missing tails kept)."""
+    return norm_path(os.path.realpath(os.fspath(p)))
+
+
+def inside(path: str, root: str, *, host: bool = False) -> bool:
+    """``path`` is ``root`` or lies below it, in any spelling (and through symlinks with ``host=True``)."""
+    if host:
+        path, root = host_path(path), host_path(root)
+    else:
+        path, root = norm_path(path), norm_path(root)
+    return path == root or root == "/" or path.startswith(root + "/")
+
+
+def overlaps(a: str, b: str, *, host: bool = False) -> bool:
+    return inside(a, b, host=host) or inside(b, a, host=host)
+
+
+# ---------------------------------------------------------------- reading
+
+def _open_regular(path: Path, what: str):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file", fix=f"give the path of the {what}") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a folder, not a file", fix=f"give the path of the {what}") from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot be read: {err.strerror}", fix="check the path and its permissions") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UsageError(f"{path}: not a regular file (a FIFO, device, socket or folder)",
+                         fix=f"give the path of the {what}, a plain file")
+    return fd, st
+
+
+def read_bytes(path: str | os.PathLike, limit: int = MAX_TEXT, what: str = "file") -> bytes:
+    path = Path(path)
+    fd, st = _open_regular(path, what)
+    try:
+        if st.st_size > limit:
+            raise UsageError(f"{path}: {st.st_size} bytes is too large for a {what} (at most {limit})",
+                             fix="check the path")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    except OSError as err:
+        raise UsageError(f"{path}: cannot be read: {err.strerror}", fix="check the path and its permissions") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise UsageError(f"{path}: larger than {limit} bytes; not a {what}", fix="check the path")
+    return data
+
+
+def read_text(path: str | os.PathLike, limit: int = MAX_TEXT, what: str = "file") -> str:
+    data = read_bytes(path, limit, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text", fix=f"save the {what} as UTF-8") from None
+
+
+def load_json(path: str | os.PathLike, limit: int = MAX_JSON, what: str = "JSON file") -> Any:
+    text = read_text(path, limit, what)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise UsageError(f"{path}: not valid JSON ({type(err).__name__}: {str(err)[:200]})",
+                         fix=f"give a valid {what}") from None
+
+
+# ---------------------------------------------------------------- writing
+
+def _target_dir(directory: str | os.PathLike) -> Path:
+    if directory is None or os.fspath(directory) == "":
+        raise UsageError("the output folder is empty", fix="give a folder, e.g. -o out/")
+    d = Path(directory)
+    try:
+        if d.is_symlink():
+            raise UsageError(f"{d} is a symbolic link; ktdeploy never writes through a link",
+                             fix="give the real folder")
+        d.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"{d} exists and is not a folder", fix="give a folder for -o") from None
+    except NotADirectoryError:
+        raise UsageError(f"{d}: a part of the path is a file, not a folder", fix="give a folder for -o") from None
+    except OSError as err:
+        raise UsageError(f"{d}: cannot create the folder: {err.strerror}",
+                         fix="choose a writable folder") from None
+    if not d.is_dir():
+        raise UsageError(f"{d} exists and is not a folder", fix="give a folder for -o")
+    return d
+
+
+def write_file(directory: str | os.PathLike, name: str, data: bytes | str, *, mode: int = 0o644,
+               overwrite: bool = False) -> Path:
+    """Write ``directory/name`` atomically. ``name`` is one path component. A symlink at the target (even a
+    dangling one) is refused; an existing file is refused unless ``overwrite``; the rename replaces the entry
+    in ``directory`` itself, so nothing outside the folder is ever touched."""
+    if not name or "/" in name or name in (".", ".."):
+        raise UsageError(f"invalid file name {name!r}", fix="a bare file name")
+    d = _target_dir(directory)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as err:
+        raise UsageError(f"{d}: cannot open the folder: {err.strerror}", fix="choose a writable folder") from None
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+    try:
+        try:
+            st = os.lstat(name, dir_fd=dfd)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if stat.S_ISLNK(st.st_mode):
+                raise UsageError(f"{d / name} is a symbolic link; ktdeploy never writes through a link",
+                                 fix="remove the link or choose another folder")
+            if not overwrite:
+                raise RunRecordError(f"{d / name} exists; ktdeploy does not overwrite files",
+                                     fix="remove it, choose another folder, or pass --force")
+            if not stat.S_ISREG(st.st_mode):
+                raise UsageError(f"{d / name} exists and is not a plain file", fix="choose another folder")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        except OSError as err:
+            raise UsageError(f"{d}: cannot write: {err.strerror}", fix="choose a writable folder") from None
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                os.fchmod(f.fileno(), mode)
+            if overwrite:
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            else:
+                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)  # fails if it appeared
+                os.unlink(tmp, dir_fd=dfd)
+        except FileExistsError:
+            raise RunRecordError(f"{d / name} appeared while writing; not overwritten",
+                                 fix="remove it or choose another folder") from None
+        except OSError as err:
+            raise UsageError(f"{d / name}: cannot write: {err.strerror}", fix="choose a writable folder") from None
+        finally:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+    finally:
+        os.close(dfd)
+    return d / name
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line to a log/record file; refuses to follow a symlink."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(line.rstrip("\n") + "\n")
+
+
+# ---------------------------------------------------------------- secrets, names, text
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _redact_str(s: str) -> str:
+    """The userinfo of every 'scheme://user:PW@host' loses its password. The authority is read the way
+    urllib.parse.urlsplit reads it (up to '/', '?' or '#', the userinfo ends at the LAST '@'), so a password
+    holding ':', '@', ';' or spaces is covered too; when in doubt more is hidden, never less."""
+    out, i = [], 0
+    for m in _SCHEME.finditer(s):
+        if m.start() < i:
+            continue
+        end = m.end()
+        while end < len(s) and s[end] not in "/?#\n":
+            end += 1
+        userinfo, at, hostport = s[m.end():end].rpartition("@")
+        if at and ":" in userinfo:
+            out.append(s[i:m.end()] + userinfo.split(":", 1)[0] + ":***@" + hostport)
+            i = end
+    out.append(s[i:])
+    return "".join(out)
+
+
+def redact(text: Any) -> Any:
+    """'ssh://user:PASSWORD@host' -> 'ssh://user:***@host' (strings, and strings inside dicts/lists)."""
+    if isinstance(text, str):
+        return _redact_str(text)
+    if isinstance(text, dict):
+        return {k: redact(v) for k, v in text.items()}
+    if isinstance(text, (list, tuple)):
+        return type(text)(redact(v) for v in text)
+    return text
+
+
+def redact_host(host: str | None) -> str | None:
+    """A --host value without its password, whether written ssh://user:PW@h or user:PW@h."""
+    if not isinstance(host, str) or not host:
+        return host
+    if "://" in host:
+        return _redact_str(host)
+    return _redact_str("ssh://" + host)[len("ssh://"):]
+
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def run_id_name(run_id: str) -> str:
+    """A run id (or prefix) is a name: letters, digits, '.', '_', '-'; never '/', '..' or empty."""
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id) or ".." in run_id:
+        raise UsageError(f"--run {printable(run_id)}: a run id is a name, not a path",
+                         fix="List the runs with `ktdeploy status --all` and give one id.")
+    return run_id
+
+
+def printable(text: Any, limit: int = 200) -> str:
+    """User text made safe for one line of a generated file or a message: quoted, escaped, bounded."""
+    s = str(text)
+    if len(s) > limit:
+        s = s[:limit] + "..."
+    return json.dumps(s, ensure_ascii=True)
