@@ -4,8 +4,8 @@ with one (they are command output after a marker line, or follow a tab).
 
 - sections (fact gathering, ``controller/facts_gather.py``): ``@@KTD-BEGIN NAME`` / stdout /
   ``@@KTD-RC NAME RC`` / stderr / ``@@KTD-END NAME``;
-- fields (job state, ``core/plan/state.py``): ``@@KEY<TAB>VALUE`` lines and ``@@BLOCK`` ... ``@@end`` blocks;
-- a split (the follow snapshot, ``controller/executor.py``): everything after ``@@NAME``.
+- fields (job state, ``core/plan/state.py``): ``@@KEY<TAB>VALUE`` lines and ``@@BLOCK`` ... ``@@end`` blocks.
+(The follow snapshot's framing, ``controller/executor.parse_snapshot``, is still its own: not moved yet.)
 """
 
 from __future__ import annotations
@@ -76,8 +76,3 @@ def parse_fields(text: str, blocks: tuple[str, ...] = ()) -> tuple[dict[str, str
             fields[k] = v
     return fields, out
 
-
-def split_at(text: str, name: str) -> tuple[str, str]:
-    """(what comes before ``@@NAME``, what comes after it)."""
-    head, _, tail = text.partition(marker(name))
-    return head, tail
