@@ -16,13 +16,18 @@ import zipfile
 from pathlib import Path
 
 
+TYPES: dict[str, str] = {}  # key -> annotation text as written in the wheel (first owner wins)
+
+
 def _dataclass_fields(source: str, wanted: set[str] | None = None) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ClassDef) and (wanted is None or node.name in wanted):
-            out[node.name] = [s.target.id for s in node.body
-                              if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-                              and not s.target.id.startswith("_")]
+            fields = [s for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                      and not s.target.id.startswith("_")]
+            out[node.name] = [s.target.id for s in fields]
+            for s in fields:
+                TYPES.setdefault(s.target.id, ast.unparse(s.annotation))
     return out
 
 
@@ -75,6 +80,13 @@ def main(wheel_dir: str) -> None:
     for k in accel:
         print(f"    {k!r},")
     print(")")
+    print()
+    print("# key -> its annotation in the owning dataclass (types.catalog checks values against it)")
+    print("KEY_TYPES: dict[str, str] = {")
+    for k in sorted(set(train) | set(accel)):
+        if k in TYPES:
+            print(f"    {k!r}: {TYPES[k]!r},")
+    print("}")
     print()
     print("TEMPLATES: frozenset[str] = frozenset({")
     for k in sorted(templates):

@@ -18,10 +18,11 @@ import dataclasses
 
 from dataclasses import dataclass
 
-from ktdeploy.core.checks import amx, isa, layers, resources, threads
+from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
 from ktdeploy.core.checks.gate import gate
 from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.core.facts.data import DATA_SCRIPT, DataFacts, parse_data_output
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
 from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
 
@@ -53,8 +54,10 @@ def _runtime_checks(facts: HostFacts, recipe=None, req=None) -> list[CheckResult
     return out
 
 
-def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None = None) -> list[CheckResult]:
-    """Pure: every check on the host facts (+ the container's and the layer comparison when given)."""
+def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None = None,
+               data_facts: DataFacts | None = None) -> list[CheckResult]:
+    """Pure: every check on the host facts (+ the container's and the layer comparison, + the recipe's data and
+    weights when given)."""
     req = resources.recipe_requirements(recipe, facts) if recipe is not None else None
     if req is not None and str(req.basis.get("host_memory", "")).startswith("planner"):
         # plan.host_memory / plan.gpu_memory / plan.disk gate on the planner's figures (with the knob that brings a
@@ -72,7 +75,24 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
             r.layer = "container"
         out += inner
         out += layers.layer_checks(facts, container_facts)
+    if recipe is not None and data_facts is not None:
+        for r in data.data_checks(dict(recipe.train), recipe.weight_setup(), data_facts):
+            r.layer = r.layer or facts.layer
+            out.append(r)
     return out
+
+
+def gather_data(connector, train: dict) -> DataFacts:
+    """Two bounded reads through ``connector``: dataset_info/config/weights listing, then the dataset files."""
+    facts = DataFacts()
+    for requests in (data.data_requests, data.file_requests):
+        reqs = requests(train) if requests is data.data_requests else requests(train, facts)
+        if not reqs:
+            continue
+        argv = ["sh", "-c", DATA_SCRIPT, "ktdeploy-data"] + [x for pair in reqs for x in pair]
+        res = connector.run(argv, timeout=60)
+        facts.entries.update(parse_data_output(res.stdout).entries)
+    return facts
 
 
 @dataclass
@@ -136,4 +156,5 @@ def doctor(connector, recipe=None, container=None) -> DoctorReport:
     paths = list(resources.recipe_paths(recipe).values()) if recipe is not None else []
     facts = gather_facts(connector, paths=list(dict.fromkeys(paths)))
     cfacts = gather_facts(container) if container is not None else None
-    return DoctorReport(facts, run_checks(facts, recipe, cfacts), cfacts)
+    dfacts = gather_data(connector, dict(recipe.train)) if recipe is not None else None
+    return DoctorReport(facts, run_checks(facts, recipe, cfacts, dfacts), cfacts)

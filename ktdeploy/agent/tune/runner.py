@@ -52,7 +52,7 @@ def trial_sets(spec: TrialSpec, cand: Candidate, out_dir: Path) -> list[str]:
         sets.append(f"train.{key}={json.dumps(value)}")
     total = spec.warmup_steps + spec.measure_steps
     sets += [f"train.output_dir={out_dir}", f"train.max_steps={total}", "train.logging_steps=1",
-             "train.save_strategy=no", "train.plot_loss=false", "train.include_num_input_tokens_seen=non_padding",
+             "train.save_strategy='no'", "train.plot_loss=false", "train.include_num_input_tokens_seen=non_padding",
              "train.resume_from_checkpoint=null"]
     return sets
 

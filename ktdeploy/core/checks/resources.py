@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
@@ -40,10 +41,8 @@ def recipe_weight_format(recipe) -> tuple[str, str]:
     """(expert weight format, kt_backend) from the training YAML."""
     kt = _train(recipe).get("kt_config") or {}
     backend = str(kt.get("kt_backend") or "auto")
-    fmt = str(kt.get("kt_expert_weight_format") or "").lower()
-    if backend.upper() == "AMXINT4":
-        fmt = "amxint4"
-    return fmt or "bf16", backend
+    fmt = expert_setup(kt)
+    return ("amxint4" if fmt == "int4" else fmt), backend
 
 
 def recipe_paths(recipe) -> dict[str, str]:

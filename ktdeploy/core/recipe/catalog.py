@@ -32,8 +32,12 @@ KT_DERIVED = {
     "enabled": "train.use_kt",
 }
 
-KT_BACKENDS = ("auto", "AMXBF16", "AMXINT8", "AMXINT4", "INT8", "FP8", "BF16")
-WEIGHT_FORMATS = ("bf16", "int8", "fp8")
+# kt-kernel 0.7.2 (kt_kernel/sft/config.py _KNOWN_SFT_BACKENDS) matches backends case-insensitively and
+# knows no `BF16`; ktdeploy supports the cookbook's setups among them (docs/stack-rules.md).
+KT_BACKENDS = ("auto", "AMXBF16", "AMXINT8", "AMXINT4", "INT8", "FP8")
+KT_KERNEL_BACKENDS = ("auto", "int8", "fp8", "amxbf16", "amxint8", "amxfp8", "amxint4", "rawint4", "mxfp4",
+                      "amxint4_kgroup", "amxbf16_skiplora", "amxint8_skiplora", "amxint4_skiplora")
+WEIGHT_FORMATS = ("bf16", "int8", "fp8")  # compared lower-cased, as kt-kernel does
 LIFECYCLES = ("persistent", "ephemeral")
 
 LORA_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target",

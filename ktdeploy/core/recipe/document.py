@@ -43,9 +43,9 @@ class Recipe:
 
     def weight_setup(self) -> str:
         """The expert-weight setup of the cookbook: bf16, fp8, int8 or int4 (AMXINT4)."""
-        if str(self.kt_config.get("kt_backend", "")).upper() == "AMXINT4":
-            return "int4"
-        return str(self.kt_config.get("kt_expert_weight_format", "bf16")).lower()
+        from ktdeploy.core.recipe.expert_format import expert_setup
+
+        return expert_setup(self.kt_config)
 
     def to_document(self) -> dict[str, Any]:
         return {k: v for k, v in self.raw.doc.items()}

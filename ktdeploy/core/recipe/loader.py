@@ -1,7 +1,13 @@
 """Read a recipe (or the two native YAML files) into plain dicts plus a table of line numbers.
 
-YAML is parsed by ruamel.yaml's round-trip loader, which keeps each key's line; nothing here
-interprets values. Overrides (`--set train.cutoff_len=4096`) are applied on the parsed tree.
+YAML is parsed by ruamel.yaml's round-trip loader, which keeps each key's line and rejects duplicate
+keys. The *values* of the `train` and `accelerate` sections are then taken exactly as their readers take
+them: LlamaFactory reads its YAML with OmegaConf.load (llamafactory/extras/arguments.py read_args), which
+is PyYAML's SafeLoader (YAML 1.1: `off`/`no` are false, `on`/`yes` true, `0777` octal) with two changes
+from omegaconf/_utils.py get_yaml_loader: floats without a dot (`1e-4`) are floats, and timestamps stay
+strings. Accelerate reads its YAML with yaml.safe_load (YAML 1.1). So `packing: off` means false here as
+it does there (docs/stack-rules.md). The `deploy` section is ktdeploy's own and stays YAML 1.2.
+Overrides (`--set train.cutoff_len=4096`) are applied on the parsed tree, read the same way.
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import re
+
+import yaml as pyyaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -55,6 +64,58 @@ def _yaml() -> YAML:
     y.allow_duplicate_keys = False
     return y
 
+
+class LFLoader(pyyaml.SafeLoader):
+    """OmegaConf's YAML loader (omegaconf/_utils.py get_yaml_loader), which LlamaFactory uses."""
+
+
+LFLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:
+     [-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+LFLoader.yaml_implicit_resolvers = {
+    key: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for key, resolvers in LFLoader.yaml_implicit_resolvers.items()
+}
+
+YAML11_SECTIONS = ("train", "accelerate")
+
+
+def lf_load(text: str) -> Any:
+    """A YAML document read the way LlamaFactory (OmegaConf) reads it, as plain Python values."""
+    return _plain_py(pyyaml.load(text, Loader=LFLoader))  # noqa: S506 - a SafeLoader subclass
+
+
+def _plain_py(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _plain_py(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain_py(x) for x in v]
+    if v is None or isinstance(v, (str, bool, int, float)):
+        return v
+    return str(v)
+
+
+def _yaml11_sections(text: str, doc: Any, sections=YAML11_SECTIONS) -> Any:
+    """Replace the values of the YAML 1.1 sections by their LlamaFactory/Accelerate reading."""
+    if not isinstance(doc, dict):
+        return doc
+    try:
+        lf = lf_load(text)
+    except (pyyaml.YAMLError, RecursionError, ValueError, OverflowError):
+        return doc  # ruamel accepted it; keep its reading (rules still run)
+    if isinstance(lf, dict):
+        for sec in sections:
+            if sec in doc and sec in lf:
+                doc[sec] = lf[sec]
+    return doc
 
 MAX_NODES = 100_000  # a recipe has a few hundred values; aliases may not expand it beyond this (billion laughs)
 MAX_NUMBER_DIGITS = 60  # no recipe value needs more; a 400-digit integer is refused, not computed with
@@ -169,6 +230,7 @@ def parse_recipe_text(text: str, file: str = "<recipe>") -> RawRecipe:
     doc = _parse_text(text, file, "", locs)
     if doc is None:
         doc = {}
+    doc = _yaml11_sections(text, doc)
     if not isinstance(doc, dict):
         raise RecipeError(
             f"{file}: a recipe is a mapping with the sections {', '.join(SECTIONS)}; found a {type(doc).__name__}",
@@ -193,15 +255,26 @@ def read_native(train_path: str | Path, accelerate_path: str | Path,
         if p is None:
             continue
         p = Path(p)
-        data = _parse_text(_read(p), str(p), section, locs)
+        text = _read(p)
+        data = _parse_text(text, str(p), section, locs)
+        if section in YAML11_SECTIONS and data is not None:
+            try:
+                data = lf_load(text)  # the whole file is the section: read it as its reader does
+            except (pyyaml.YAMLError, RecursionError, ValueError, OverflowError):
+                pass
         locs.setdefault(section, (str(p), 1))
         doc[section] = {} if data is None else data
     return RawRecipe(doc=doc, source=Source(locs, str(train_path)), path=Path(train_path), native=True)
 
 
-def _scalar(text: str) -> Any:
+def _scalar(text: str, section: str = "deploy") -> Any:
     if nesting_depth(text) > MAX_DEPTH:
         raise UsageError(f"--set value nested more than {MAX_DEPTH} levels deep", fix="give a plain value")
+    if section in YAML11_SECTIONS:
+        try:
+            return lf_load(text)
+        except (pyyaml.YAMLError, RecursionError, ValueError, OverflowError):
+            return text
     try:
         value = _yaml().load(StringIO(text))
     except (YAMLError, RecursionError, ValueError, OverflowError):
@@ -228,6 +301,6 @@ def apply_overrides(raw: RawRecipe, overrides: list[str] | tuple[str, ...]) -> R
                 nxt = {}
                 node[p] = nxt
             node = nxt
-        node[parts[-1]] = _scalar(value)
+        node[parts[-1]] = _scalar(value, parts[0])
         locs[".".join(parts)] = ("--set", 0)
     return RawRecipe(doc=doc, source=Source(locs, raw.source.default_file), path=raw.path, native=raw.native)

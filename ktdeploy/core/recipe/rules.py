@@ -100,7 +100,11 @@ def _truthy(v: Any) -> bool:
 
 @rule("structure.sections")
 def sections(ctx: Ctx) -> None:
-    """ktdeploy recipe format: exactly the sections train, accelerate, deploy (issue #2)."""
+    """ktdeploy recipe format: exactly the sections train, accelerate, deploy (issue #2).
+
+    Cookbook: — (ktdeploy's recipe format).
+    Code: ktdeploy/core/recipe/loader.py SECTIONS.
+    """
     doc = ctx.recipe.raw.doc
     for key in doc:
         if key in SECTIONS:
@@ -127,7 +131,11 @@ def sections(ctx: Ctx) -> None:
 
 @rule("train.unknown_key")
 def train_keys(ctx: Ctx) -> None:
-    """LF: HfArgumentParser rejects keys no argument class owns; misplaced KT/Accelerate keys are common."""
+    """LF: HfArgumentParser rejects keys no argument class owns; misplaced KT/Accelerate keys are common.
+
+    Cookbook: §2.3 (the training YAML).
+    Code: LF hparams/parser.py _parse_args: parse_dict(allow_extra_keys=False) rejects unused keys; names from tools/gen_key_catalog.py.
+    """
     for key in ctx.t:
         if key in cat.TRAIN_KEY_SET:
             continue
@@ -144,7 +152,11 @@ def train_keys(ctx: Ctx) -> None:
 
 @rule("train.kt_config.placement")
 def kt_config_keys(ctx: Ctx) -> None:
-    """LF KTransformersArguments: kt_config is a flat mapping; derived keys inside it are rejected."""
+    """LF KTransformersArguments: kt_config is a flat mapping; derived keys inside it are rejected.
+
+    Cookbook: §2.3.
+    Code: LF hparams/model_args.py KTransformersArguments._normalize_advanced_kt_config (flat mapping, derived keys rejected); kt-kernel sft/config.py KTConfig._validated_mapping (unknown fields).
+    """
     raw = ctx.t.get("kt_config")
     if raw is None:
         return
@@ -171,7 +183,11 @@ def kt_config_keys(ctx: Ctx) -> None:
 
 @rule("accelerate.unknown_key")
 def accelerate_keys(ctx: Ctx) -> None:
-    """Accelerate ClusterConfig fields; cookbook §2.3: kt_config never goes in the Accelerate YAML."""
+    """Accelerate ClusterConfig fields; cookbook §2.3: kt_config never goes in the Accelerate YAML.
+
+    Cookbook: §2.3: kt_config never goes in the Accelerate YAML.
+    Code: accelerate-kt commands/config/config_args.py ClusterConfig fields.
+    """
     for key, value in ctx.a.items():
         path = f"accelerate.{key}"
         if key == "kt_config":
@@ -207,7 +223,11 @@ _DEPLOY_FIX = {
 
 @rule("deploy.schema")
 def deploy_schema(ctx: Ctx) -> None:
-    """ktdeploy's deploy section (ktdeploy/core/recipe/schema.py)."""
+    """ktdeploy's deploy section (ktdeploy/core/recipe/schema.py).
+
+    Cookbook: — (ktdeploy's own section).
+    Code: ktdeploy/core/recipe/schema.py Deploy.
+    """
     from ktdeploy.core.recipe.schema import Deploy, Serve, Volumes
 
     fields_by_prefix = {(): Deploy.model_fields, ("volumes",): Volumes.model_fields, ("serve",): Serve.model_fields}
@@ -247,7 +267,11 @@ def deploy_schema(ctx: Ctx) -> None:
 
 @rule("kt.requires_use_kt")
 def requires_use_kt(ctx: Ctx) -> None:
-    """LF: `kt_config` requires `use_kt: true`; `kt_cpu_activation` is only valid when `use_kt: true`."""
+    """LF: `kt_config` requires `use_kt: true`; `kt_cpu_activation` is only valid when `use_kt: true`.
+
+    Cookbook: §2.3.
+    Code: LF extras/arguments.py _check_disabled_kt; hparams/model_args.py KTransformersArguments.
+    """
     use_kt = ctx.t.get("use_kt")
     if use_kt is not None and not isinstance(use_kt, bool):
         ctx.error("train.use_kt", f"use_kt must be true or false, got {use_kt!r}", "write use_kt: true")
@@ -263,7 +287,11 @@ def requires_use_kt(ctx: Ctx) -> None:
 
 @rule("kt.cpu_activation")
 def cpu_activation(ctx: Ctx) -> None:
-    """LF: kt_cpu_activation is retain|recompute; recompute requires GPU gradient checkpointing (cookbook §3(4))."""
+    """LF: kt_cpu_activation is retain|recompute; recompute requires GPU gradient checkpointing (cookbook §3(4)).
+
+    Cookbook: §3(4).
+    Code: LF hparams/model_args.py get_kt_activation_policy (recompute needs GPU checkpointing); kt-kernel sft/config.py KTActivationPolicy.
+    """
     v = ctx.t.get("kt_cpu_activation")
     if v is None:
         return
@@ -275,9 +303,47 @@ def cpu_activation(ctx: Ctx) -> None:
                   "set disable_gradient_checkpointing: false or use kt_cpu_activation: retain")
 
 
+@rule("kt.cpu_activation_retain")
+def cpu_activation_retain(ctx: Ctx) -> None:
+    """kt-kernel wrapper.py (`cpu_activation_retain` check): CPU activation retain only for CPU-only AMXBF16
+    Full/LoRA or frozen-base INT8/FP8 LoRA — not AMXINT4, not GPU experts, not LoRA experts. LF
+    model_args.py get_kt_activation_policy: unset kt_cpu_activation follows the GPU (retain when
+    disable_gradient_checkpointing: true).
+
+    Cookbook: §3(4) (the cookbook does not list the AMXINT4/GPU-expert limits).
+    Code: kt-kernel sft/wrapper.py cpu_activation_retain check; LF hparams/model_args.py get_kt_activation_policy (unset follows the GPU).
+    """
+    if not ctx.use_kt:
+        return
+    v = ctx.t.get("kt_cpu_activation") or ("retain" if ctx.t.get("disable_gradient_checkpointing") else "recompute")
+    if v != "retain":
+        return
+    path = "train.kt_cpu_activation" if ctx.t.get("kt_cpu_activation") else "train.disable_gradient_checkpointing"
+    why = ("" if ctx.t.get("kt_cpu_activation") else "disable_gradient_checkpointing: true makes the CPU activation "
+           "policy retain; ")
+    setup = ctx.recipe.weight_setup()
+    g = ctx.k.get("kt_num_gpu_experts", 0)
+    ft = ctx.t.get("finetuning_type", "lora")
+    r = ctx.t.get("lora_rank", 8)
+    if setup == "int4":
+        ctx.error(path, why + "CPU activation retain is not supported with AMXINT4 (kt-kernel wrapper.py)",
+                  "use kt_cpu_activation: recompute with disable_gradient_checkpointing: false")
+    elif _is_int(g) and g != 0:
+        ctx.error(path, why + "CPU activation retain is not supported with GPU experts (kt_num_gpu_experts > 0)",
+                  "set kt_num_gpu_experts: 0, or use kt_cpu_activation: recompute with gradient checkpointing")
+    elif _truthy(ctx.t.get("kt_use_lora_experts")):
+        ctx.error(path, why + "CPU activation retain is not supported with LoRA experts", "remove kt_use_lora_experts")
+    elif ft == "lora" and _is_int(r) and r <= 0:
+        pass  # lora.values reports the rank
+
+
 @rule("kt.gradient_checkpointing")
 def gradient_checkpointing(ctx: Ctx) -> None:
-    """LF configure_kt_checkpointing: with KT, LlamaFactory's disable_gradient_checkpointing is the only switch."""
+    """LF configure_kt_checkpointing: with KT, LlamaFactory's disable_gradient_checkpointing is the only switch.
+
+    Cookbook: §3(4).
+    Code: LF hparams/model_args.py configure_kt_checkpointing.
+    """
     if not ctx.use_kt:
         return
     if _truthy(ctx.t.get("gradient_checkpointing")):
@@ -299,7 +365,11 @@ def gradient_checkpointing(ctx: Ctx) -> None:
 
 @rule("kt.incompatible_features")
 def incompatible(ctx: Ctx) -> None:
-    """LF + kt-facts: with KT, no Unsloth, ZeRO-3, predict_with_generate, compute_accuracy or more than one adapter."""
+    """LF + kt-facts: with KT, no Unsloth, ZeRO-3, predict_with_generate, compute_accuracy or more than one adapter.
+
+    Cookbook: §2.3, A.2 (FSDP2, not ZeRO-3).
+    Code: LF hparams/parser.py ("KTransformers is incompatible with DeepSpeed ZeRO-3") and KTransformersArguments checks; model_args.py _resolve_kt_adapter_artifact_dir (single adapter).
+    """
     if not ctx.use_kt:
         return
     for key, why in (("use_unsloth", "Unsloth"), ("use_unsloth_gc", "Unsloth checkpointing"),
@@ -320,20 +390,28 @@ def incompatible(ctx: Ctx) -> None:
 
 @rule("kt.values")
 def kt_values(ctx: Ctx) -> None:
-    """kt-facts: allowed kt_backend / kt_expert_weight_format / kt_weight_lifecycle values and integer ranges."""
+    """kt-facts: allowed kt_backend / kt_expert_weight_format / kt_weight_lifecycle values and integer ranges.
+
+    Cookbook: §2.4 (backend names), A.3.2.
+    Code: kt-kernel sft/config.py _KNOWN_SFT_BACKENDS (case-insensitive), kt_expert_weight_format/kt_weight_lifecycle checks in KTConfig.__post_init__.
+    """
     k = ctx.k
     b = k.get("kt_backend")
-    if b is not None and b not in cat.KT_BACKENDS:
-        guess = cat.did_you_mean(str(b), cat.KT_BACKENDS) or next(
-            (x for x in cat.KT_BACKENDS if x.lower() == str(b).lower()), None)
-        ctx.error("train.kt_config.kt_backend", f"unknown kt_backend {b!r}",
+    if b is not None and (not isinstance(b, str) or b.strip().lower() not in {x.lower() for x in cat.KT_BACKENDS}):
+        known = isinstance(b, str) and b.strip().lower() in cat.KT_KERNEL_BACKENDS
+        guess = cat.did_you_mean(str(b), cat.KT_BACKENDS)
+        if str(b).strip().upper() == "BF16":
+            guess = "AMXBF16 (or auto)"
+        ctx.error("train.kt_config.kt_backend",
+                  f"kt_backend {b!r} is not a cookbook setup ktdeploy supports" if known else
+                  f"unknown kt_backend {b!r} (kt-kernel 0.7.2 rejects it)",
                   f"did you mean {guess}?" if guess else f"use one of {', '.join(cat.KT_BACKENDS)}")
     f = k.get("kt_expert_weight_format")
-    if f is not None and f not in cat.WEIGHT_FORMATS:
+    if f is not None and (not isinstance(f, str) or f.strip().lower() not in cat.WEIGHT_FORMATS):
         ctx.error("train.kt_config.kt_expert_weight_format", f"unknown kt_expert_weight_format {f!r}",
                   f"use one of {', '.join(cat.WEIGHT_FORMATS)} (AMXINT4 is chosen with kt_backend: AMXINT4)")
     lc = k.get("kt_weight_lifecycle")
-    if lc is not None and lc not in cat.LIFECYCLES:
+    if lc is not None and str(lc).strip().lower() not in cat.LIFECYCLES:
         ctx.error("train.kt_config.kt_weight_lifecycle", f"unknown kt_weight_lifecycle {lc!r}", "use persistent or ephemeral")
     for key, lo in (("kt_num_threads", 1), ("kt_threadpool_count", 1), ("kt_max_cache_depth", 1),
                     ("kt_model_max_length", 1), ("kt_num_gpu_experts", 0)):
@@ -359,7 +437,11 @@ def kt_values(ctx: Ctx) -> None:
 
 @rule("format.finetuning_type")
 def finetuning_type(ctx: Ctx) -> None:
-    """Cookbook §2.2 + LF get_kt_config_dict: KT supports lora and full; FP8/INT8/AMXINT4 are LoRA-only; full is BF16."""
+    """Cookbook §2.2 + LF get_kt_config_dict: KT supports lora and full; FP8/INT8/AMXINT4 are LoRA-only; full is BF16.
+
+    Cookbook: §2.2 (FP8/INT8/AMXINT4 LoRA-only; full is BF16), §2.4.4.
+    Code: LF hparams/model_args.py get_kt_config_dict (lora|full); kt-kernel sft/config.py int8/fp8 blocks (frozen-base LoRA only).
+    """
     ft = ctx.t.get("finetuning_type", "lora")
     if not ctx.use_kt:
         return
@@ -381,7 +463,11 @@ def finetuning_type(ctx: Ctx) -> None:
 
 @rule("format.weight_paths")
 def weight_paths(ctx: Ctx) -> None:
-    """Cookbook §2.4 + A.3.1: native BF16/FP8 never set kt_weight_path; INT8/AMXINT4 need the matching pair."""
+    """Cookbook §2.4 + A.3.1: native BF16/FP8 never set kt_weight_path; INT8/AMXINT4 need the matching pair.
+
+    Cookbook: §2.4, §2.4.3, A.3.1 (cookbook's AMXINT4 non-expert path differs: see docs/stack-rules.md).
+    Code: kt-kernel sft/config.py KTConfig.__post_init__ (kt_non_expert_weight_path only with int8/mxfp4; INT8 requires kt_weight_path).
+    """
     if not ctx.use_kt:
         return
     setup = ctx.recipe.weight_setup()
@@ -393,25 +479,41 @@ def weight_paths(ctx: Ctx) -> None:
         if nwp is not None:
             ctx.error("train.kt_non_expert_weight_path", "kt_non_expert_weight_path is only for converted INT8/AMXINT4 weights",
                       "remove kt_non_expert_weight_path")
-    elif setup in ("int8", "int4"):
-        name = "INT8" if setup == "int8" else "AMXINT4"
+    elif setup == "int4":
         if not wp:
-            ctx.error("train.kt_weight_path", f"{name} needs kt_weight_path: the converted routed-expert weights",
+            ctx.error("train.kt_weight_path", "AMXINT4 needs kt_weight_path: the converted routed-expert weights",
+                      "set train.kt_weight_path to the AMXINT4 expert directory (top level, not inside kt_config)")
+        if nwp is not None:
+            ctx.error("train.kt_non_expert_weight_path",
+                      "kt-kernel 0.7.2 rejects kt_non_expert_weight_path with AMXINT4 (only int8/mxfp4 formats); "
+                      "the cookbook §2.4.3 setting does not start with this kt-kernel",
+                      "remove kt_non_expert_weight_path: the non-expert weights load from model_name_or_path")
+    elif setup == "int8":
+        if not wp:
+            ctx.error("train.kt_weight_path", "INT8 needs kt_weight_path: the converted routed-expert weights",
                       "set train.kt_weight_path to the converted expert directory (top level, not inside kt_config)")
         if not nwp:
-            ctx.error("train.kt_non_expert_weight_path", f"{name} needs kt_non_expert_weight_path matching kt_weight_path",
+            ctx.error("train.kt_non_expert_weight_path", "INT8 needs kt_non_expert_weight_path matching kt_weight_path",
                       "set train.kt_non_expert_weight_path to the BF16 non-expert cache made with the same conversion")
         if wp and nwp and _norm(wp) and _norm(wp) == _norm(nwp):
             ctx.error("train.kt_non_expert_weight_path", "kt_non_expert_weight_path is the same directory as kt_weight_path",
                       "point it at the separate BF16 non-expert cache")
-        if setup == "int8" and str(ctx.t.get("model_name_or_path", "")).lower().find("fp8") >= 0 and wp and _norm(wp) == _norm(ctx.t.get("model_name_or_path")):
-            ctx.error("train.kt_weight_path", "a native FP8 checkpoint cannot be passed through kt_weight_path (A.3.1)",
-                      "use the FP8 setup (kt_expert_weight_format: fp8) or convert the experts to INT8")
+    if setup in ("int8", "int4") and wp and _norm(wp) and _norm(wp) == _norm(ctx.t.get("model_name_or_path")):
+        # Converted weights never live in the original checkpoint's directory, whatever its name: the
+        # original (BF16 or native FP8) checkpoint passed through kt_weight_path fails at load (A.3.1).
+        ctx.error("train.kt_weight_path", "kt_weight_path is the original checkpoint (model_name_or_path), "
+                  "not converted weights (cookbook A.3.1)",
+                  "convert the experts (ktdeploy convert) and point kt_weight_path at the output, "
+                  "or use the native setup (kt_expert_weight_format: fp8 / bf16) without kt_weight_path")
 
 
 @rule("format.int8")
 def int8_rules(ctx: Ctx) -> None:
-    """kt-kernel: INT8 needs kt_backend auto/INT8, LoRA, kt_num_gpu_experts 0, kt_share_backward_bb true."""
+    """kt-kernel: INT8 needs kt_backend auto/INT8, LoRA, kt_num_gpu_experts 0, kt_share_backward_bb true.
+
+    Cookbook: §2.4.2, A.3.2.
+    Code: kt-kernel sft/config.py int8 block (backend auto/INT8, LoRA, kt_num_gpu_experts=0, kt_share_backward_bb=true) and sft/wrapper.py.
+    """
     if not ctx.use_kt or ctx.recipe.weight_setup() != "int8":
         return
     k = ctx.k
@@ -427,23 +529,35 @@ def int8_rules(ctx: Ctx) -> None:
 
 @rule("format.backend_matches")
 def backend_matches(ctx: Ctx) -> None:
-    """Cookbook A.3.2: do not force a backend that the weight format does not support."""
+    """Cookbook A.3.2: do not force a backend that the weight format does not support.
+
+    Cookbook: A.3.2 (do not force a backend).
+    Code: kt-kernel sft/config.py expected_backend (format/backend conflict) and sft/backend.py normalize_sft_backend.
+    """
     if not ctx.use_kt:
         return
     b = ctx.k.get("kt_backend")
     fmt = ctx.k.get("kt_expert_weight_format")
     if not isinstance(b, str) or not (fmt is None or isinstance(fmt, str)):
         return  # kt.values reports wrong types
-    compatible = {"AMXBF16": {"bf16"}, "BF16": {"bf16"}, "FP8": {"fp8"}, "AMXINT8": {"int8"}, "INT8": {"int8"},
-                  "AMXINT4": {None}}
-    if b in compatible and fmt is not None and fmt not in compatible[b]:
-        ctx.error("train.kt_config.kt_backend", f"kt_backend {b} cannot run {fmt} expert weights",
+    # kt-kernel config.py: a given format expects one backend (auto resolves to it); AMXINT4 takes no format.
+    expected = {"bf16": {"auto", "amxbf16"}, "int8": {"auto", "int8", "amxint8"}, "fp8": {"auto", "fp8", "amxfp8"}}
+    bl = b.strip().lower()
+    f = fmt.strip().lower() if isinstance(fmt, str) else None
+    if bl == "amxint4" and f is not None or f in expected and bl not in expected[f]:
+        ctx.error("train.kt_config.kt_backend", f"kt_backend {b} cannot run {fmt} expert weights "
+                  "(kt-kernel rejects the conflict)",
                   "use kt_backend: auto, which picks the backend for the weight format and CPU")
 
 
 @rule("format.fp8_and_lifecycle")
 def fp8_lifecycle(ctx: Ctx) -> None:
-    """kt-kernel: FP8 needs persistent lifecycle and lora_rank > 0; ephemeral only with INT8 (stages weights in /dev/shm)."""
+    """kt-kernel config.py KTConfig.__post_init__ (fp8 block): FP8 needs persistent lifecycle, lora_rank > 0,
+    kt_share_backward_bb true and kt_num_gpu_experts 0; ephemeral only with INT8 (stages weights in /dev/shm).
+
+    Cookbook: §2.4.1 (native FP8), §2.2.
+    Code: kt-kernel sft/config.py fp8 block (persistent, kt_lora_rank>0, kt_num_gpu_experts=0, kt_share_backward_bb=true) and ephemeral-only-INT8 check.
+    """
     if not ctx.use_kt:
         return
     setup, lc = ctx.recipe.weight_setup(), ctx.k.get("kt_weight_lifecycle")
@@ -454,6 +568,13 @@ def fp8_lifecycle(ctx: Ctx) -> None:
         r = ctx.t.get("lora_rank", 8)
         if not _is_int(r) or r <= 0:
             ctx.error("train.lora_rank", "FP8 experts need LoRA with lora_rank > 0", "set lora_rank: 8")
+        if ctx.k.get("kt_share_backward_bb", True) is not True:
+            ctx.error("train.kt_config.kt_share_backward_bb", "FP8 training needs kt_share_backward_bb: true "
+                      "(kt-kernel config.py: FP8 SFT requires kt_share_backward_bb=true)", "set it to true or remove it")
+        g = ctx.k.get("kt_num_gpu_experts", 0)
+        if _is_int(g) and g != 0:
+            ctx.error("train.kt_config.kt_num_gpu_experts", "FP8 training needs kt_num_gpu_experts: 0 "
+                      "(kt-kernel config.py: FP8 SFT requires kt_num_gpu_experts=0)", "set it to 0 or remove it")
     if lc == "ephemeral" and setup != "int8":
         ctx.error("train.kt_config.kt_weight_lifecycle", "ephemeral lifecycle is only supported with INT8 weights",
                   "use kt_weight_lifecycle: persistent")
@@ -464,7 +585,11 @@ def fp8_lifecycle(ctx: Ctx) -> None:
 
 @rule("lora.values")
 def lora_values(ctx: Ctx) -> None:
-    """Cookbook §3(1): LoRA fields only at the top level; start at rank 8, alpha ≈ 2×rank, dropout 0–0.05."""
+    """Cookbook §3(1): LoRA fields only at the top level; start at rank 8, alpha ≈ 2×rank, dropout 0–0.05.
+
+    Cookbook: §3(1).
+    Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1).
+    """
     if ctx.t.get("finetuning_type", "lora") != "lora":
         return
     r, alpha, drop = ctx.t.get("lora_rank"), ctx.t.get("lora_alpha"), ctx.t.get("lora_dropout")
@@ -490,7 +615,11 @@ def lora_values(ctx: Ctx) -> None:
 
 @rule("length.kt_model_max_length")
 def model_max_length(ctx: Ctx) -> None:
-    """Cookbook §2.3(2), §3(2), A.3.5 + LF: kt_model_max_length must cover cutoff_len plus the runtime token margin."""
+    """Cookbook §2.3(2), §3(2), A.3.5 + LF: kt_model_max_length must cover cutoff_len plus the runtime token margin.
+
+    Cookbook: §2.3(2), §3(2), A.3.5.
+    Code: LF hparams/model_args.py get_kt_config_dict (kt_model_max_length positive int, raised to the derived length).
+    """
     cutoff = ctx.t.get("cutoff_len", 2048)
     if not _is_int(cutoff) or cutoff <= 0:
         ctx.error("train.cutoff_len", f"cutoff_len must be a positive integer, got {cutoff!r}", "use cutoff_len: 2048")
@@ -519,7 +648,11 @@ def model_max_length(ctx: Ctx) -> None:
 
 @rule("world.gpus_vs_num_processes")
 def gpus_vs_processes(ctx: Ctx) -> None:
-    """Cookbook §2.3(1), A.3.4: the GPUs in CUDA_VISIBLE_DEVICES must equal num_processes."""
+    """Cookbook §2.3(1), A.3.4: the GPUs in CUDA_VISIBLE_DEVICES must equal num_processes.
+
+    Cookbook: §2.3(1), A.3.4.
+    Code: accelerate-kt config_args.py num_processes/num_machines; CUDA_VISIBLE_DEVICES from deploy.gpus.
+    """
     n = ctx.a.get("num_processes", 1)
     if not _is_int(n) or n < 1:
         ctx.error("accelerate.num_processes", f"num_processes must be a positive integer, got {n!r}", "use num_processes: 2")
@@ -548,7 +681,11 @@ def gpus_vs_processes(ctx: Ctx) -> None:
 
 @rule("precision.bf16")
 def precision(ctx: Ctx) -> None:
-    """Cookbook A.1/A.2: KT trains in bf16 — mixed_precision: bf16 and bf16: true agree."""
+    """Cookbook A.1/A.2: KT trains in bf16 — mixed_precision: bf16 and bf16: true agree.
+
+    Cookbook: A.1, A.2.
+    Code: accelerate-kt mixed_precision; transformers TrainingArguments bf16/fp16.
+    """
     if not ctx.use_kt:
         return
     mp = ctx.a.get("mixed_precision")
@@ -564,7 +701,11 @@ def precision(ctx: Ctx) -> None:
 
 @rule("task.basics")
 def task_basics(ctx: Ctx) -> None:
-    """LF: an SFT run needs stage sft, do_train, a model, a dataset and a template; KT integrates with SFT."""
+    """LF: an SFT run needs stage sft, do_train, a model, a dataset and a template; KT integrates with SFT.
+
+    Cookbook: §2.3, A.1.
+    Code: LF hparams/parser.py _parse_train_args / get_train_args (stage, do_train, template names from data/template.py).
+    """
     t = ctx.t
     if "train" not in ctx.recipe.raw.doc or not isinstance(ctx.recipe.raw.doc.get("train"), dict):
         return
@@ -606,7 +747,11 @@ def task_basics(ctx: Ctx) -> None:
 
 @rule("output.safety")
 def output_safety(ctx: Ctx) -> None:
-    """Cookbook §3(6): output_dir never the model dir, overwrite_output_dir: false, resume names a checkpoint-* dir."""
+    """Cookbook §3(6): output_dir never the model dir, overwrite_output_dir: false, resume names a checkpoint-* dir.
+
+    Cookbook: §3(6).
+    Code: transformers TrainingArguments output_dir/overwrite_output_dir/resume_from_checkpoint; ktdeploy/core/checkpoints.py CHECKPOINT_RE.
+    """
     t = ctx.t
     out = t.get("output_dir")
     if _truthy(t.get("overwrite_output_dir")):
@@ -636,7 +781,11 @@ def output_safety(ctx: Ctx) -> None:
 
 @rule("deploy.paths")
 def deploy_paths(ctx: Ctx) -> None:
-    """ktdeploy: the container sees only the three volumes, at the same paths (model read-only)."""
+    """ktdeploy: the container sees only the three volumes, at the same paths (model read-only).
+
+    Cookbook: — (ktdeploy: three volumes, model read-only).
+    Code: ktdeploy/core/plan/docker_argv.py volume mounts.
+    """
     d = ctx.recipe.deploy
     if d is None:
         return
@@ -674,6 +823,29 @@ def deploy_paths(ctx: Ctx) -> None:
                   f"({v.model}): the trainer could write into the model folder", "use separate directories for models and outputs")
     if inside(v.data, v.model) and _norm(v.data) != _norm(v.model):
         ctx.warn("deploy.volumes.data", "the data volume is inside the read-only model volume", "keep datasets apart from models")
+
+
+@rule("types.catalog")
+def catalog_types(ctx: Ctx) -> None:
+    """Catalogue types (ktdeploy/core/recipe/types.py): each train/accelerate value against the annotation of
+    its dataclass field in the locked wheels. LF hparams/parser.py uses HfArgumentParser.parse_dict, which
+    checks no types, so `overwrite_output_dir: 1` or `distributed_type: [FSDP]` would pass through. Runs last
+    and skips keys another rule already reported.
+
+    Cookbook: —.
+    Code: LF hparams/parser.py parse_dict (no type conversion); annotations from the locked wheels via tools/gen_key_catalog.py -> catalog_data.KEY_TYPES; ktdeploy/core/recipe/types.py.
+    """
+    from ktdeploy.core.recipe.types import type_error
+
+    flagged = {f.path for f in ctx.findings if f.severity == "error"}
+    for sec, values in (("train", ctx.t), ("accelerate", ctx.a)):
+        for key, value in values.items():
+            path = f"{sec}.{key}"
+            if path in flagged:
+                continue
+            err = type_error(key, value)
+            if err:
+                ctx.error(path, *err)
 
 
 def run_rules(recipe: Recipe) -> list[Finding]:

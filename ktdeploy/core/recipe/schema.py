@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, StrictInt
 
 ISA_VARIANTS = ("amx", "avx512", "avx2")
 
@@ -73,7 +73,7 @@ class Deploy(_Strict):
     image_repo: str = Field("ktsft", description="Repository name of the ktdeploy images (ktsft:<variant>).")
     registry: str | None = Field(None, description="Registry to pull the image from; when unset the image tarball made "
                                                    "by `ktdeploy image save` is shipped to the host and loaded.")
-    gpus: list[int] = Field(default_factory=lambda: [0], min_length=1,
+    gpus: list[StrictInt] = Field(default_factory=lambda: [0], min_length=1,
                             description="GPU indices for CUDA_VISIBLE_DEVICES; their count must equal "
                                         "accelerate.num_processes.")
     volumes: Volumes
@@ -86,8 +86,8 @@ class Deploy(_Strict):
     def _unique(cls, v: list[int]) -> list[int]:
         if len(set(v)) != len(v):
             raise ValueError("GPU indices must be unique")
-        if any(i < 0 for i in v):
-            raise ValueError("GPU indices must be >= 0")
+        if any(i < 0 or i > 1023 for i in v):
+            raise ValueError("GPU indices must be whole numbers from 0 to 1023")
         return v
 
     @property

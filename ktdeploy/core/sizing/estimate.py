@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.sizing.model_config import MoEArchitecture
 
 GIB = 2**30
@@ -159,19 +160,9 @@ def _bool(v: Any, default: bool) -> bool:
 
 
 def expert_format(train: dict, arch: MoEArchitecture | None = None) -> str:
-    """Routed-expert format in CPU memory: kt_backend wins (AMXINT4 / INT8 / FP8 / AMXBF16), then
-    kt_expert_weight_format, then bf16 (native FP8/INT4 checkpoints are only kept native when asked)."""
-    kt = train.get("kt_config") if isinstance(train.get("kt_config"), dict) else {}
-    backend = str(kt.get("kt_backend") or "auto").upper()
-    if "INT4" in backend:
-        return "int4"
-    if "INT8" in backend:
-        return "int8"
-    if "FP8" in backend:
-        return "fp8"
-    if backend == "AMXBF16":
-        return "bf16"
-    fmt = str(kt.get("kt_expert_weight_format") or "bf16").lower()
+    """Routed-expert format in CPU memory, decided once for the whole package by
+    recipe/expert_format.py expert_setup (kt-kernel's own rule: the format, else the one kt_backend implies)."""
+    fmt = expert_setup(train.get("kt_config"))
     return fmt if fmt in ("bf16", "fp8", "int8", "int4") else "bf16"
 
 

@@ -132,8 +132,13 @@ def test_rendered_yaml_reads_the_same_under_yaml_1_1(tmp_path, capsys):
     text = dump_yaml(tricky)
     assert pyyaml.safe_load(text) == tricky
     assert YAML(typ="safe", pure=True).load(text) == tricky
+    # --set reads a value as LlamaFactory reads it (OmegaConf.from_cli is YAML 1.1 too): bare `no` is false,
+    # which TrainingArguments' SaveStrategy rejects; the check says to quote it.
+    code, out, err = run_cli(["render", str(RECIPES / "tiny-moe-lora.yaml"), "-o", str(tmp_path / "bad"),
+                              "--set", "train.save_strategy=no"], capsys)
+    assert code == 2 and "train.save_strategy" in out + err and "quote" in out + err
     code, _, _ = run_cli(["render", str(RECIPES / "tiny-moe-lora.yaml"), "-o", str(tmp_path / "r"),
-                          "--set", "train.save_strategy=no"], capsys)
+                          "--set", "train.save_strategy='no'"], capsys)
     assert code == 0
     train = (tmp_path / "r" / "train.yaml").read_text()
     assert "save_strategy: 'no'" in train

@@ -1,0 +1,118 @@
+"""Facts about a recipe's data and weights on the host: dataset_info.json, the first bytes of each dataset
+file, the model's config.json, the listing of kt_weight_path. Pure parsers of the output of DATA_SCRIPT
+(run by controller/doctor.py through a connector; every read is bounded by `head -c`).
+
+DATA_SCRIPT args: pairs of KIND PATH. KIND is `read` (first READ_LIMIT bytes) or `ls` (first 200 names).
+Output: for each pair a header line `==ktd:KIND:STATUS:SIZE:PATH==` then the content.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+READ_LIMIT = 65536
+
+DATA_SCRIPT = r'''
+while [ $# -ge 2 ]; do
+  kind=$1; p=$2; shift 2
+  if [ "$kind" = ls ]; then
+    if [ -d "$p" ]; then echo "==ktd:ls:ok:0:$p=="; ls -1 "$p" 2>/dev/null | head -n 200
+    else echo "==ktd:ls:missing:0:$p=="; fi
+  else
+    if [ -f "$p" ] && [ -r "$p" ]; then
+      size=$(wc -c < "$p" 2>/dev/null | tr -d ' ')
+      echo "==ktd:read:ok:${size:-0}:$p=="; head -c 65536 "$p"; echo
+    else echo "==ktd:read:missing:0:$p=="; fi
+  fi
+done
+'''
+
+
+@dataclass
+class Entry:
+    kind: str
+    path: str
+    ok: bool
+    size: int
+    content: str
+
+
+@dataclass
+class DataFacts:
+    entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
+
+    def get(self, kind: str, path: str) -> Entry | None:
+        return self.entries.get((kind, path))
+
+
+def parse_data_output(text: str) -> DataFacts:
+    facts = DataFacts()
+    cur: Entry | None = None
+    body: list[str] = []
+
+    def close():
+        if cur is not None:
+            content = "\n".join(body)
+            if cur.kind == "read" and content.endswith("\n"):
+                content = content[:-1]
+            cur.content = content
+            facts.entries[(cur.kind, cur.path)] = cur
+
+    for line in text.split("\n"):
+        if line.startswith("==ktd:") and line.endswith("=="):
+            close()
+            parts = line[6:-2].split(":", 3)
+            if len(parts) == 4:
+                kind, status, size, path = parts
+                cur = Entry(kind, path, status == "ok", int(size) if size.isdigit() else 0, "")
+                body = []
+                continue
+        body.append(line)
+    close()
+    return facts
+
+
+def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[list[Any] | None, str]:
+    """(up to n parsed rows, problem) from the first bytes of a dataset file (json array or jsonl)."""
+    s = content.lstrip()
+    if name.endswith(".jsonl") or (s and s[0] == "{" and not complete):
+        rows = []
+        lines = s.split("\n")
+        if not complete:
+            lines = lines[:-1]  # the last line may be cut by the bounded read
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError as err:
+                return None, f"line {i + 1} is not JSON: {err.msg}"
+            if len(rows) >= n:
+                break
+        return (rows, "") if rows else (None, "no JSON rows in the first bytes")
+    if name.endswith(".json"):
+        if complete:
+            try:
+                data = json.loads(s)
+            except ValueError as err:
+                return None, f"not JSON: {err.msg} (line {err.lineno})"
+            if not isinstance(data, list):
+                return None, f"a JSON {type(data).__name__}, not a list of samples"
+            return data[:n], ""
+        if not s.startswith("["):
+            return None, "not a JSON array of samples"
+        dec, pos, rows = json.JSONDecoder(), 1, []
+        while len(rows) < n:
+            while pos < len(s) and s[pos] in " \r\n\t,":
+                pos += 1
+            try:
+                obj, pos = dec.raw_decode(s, pos)
+            except ValueError as err:
+                if rows:
+                    break
+                return None, f"the first sample is not JSON: {err.msg}"
+            rows.append(obj)
+        return rows, ""
+    return [], ""  # csv/parquet/arrow: presence only

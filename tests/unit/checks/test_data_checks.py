@@ -1,0 +1,74 @@
+"""Doctor data/weights checks: pure parsers of DATA_SCRIPT output and pure checks (core/checks/data.py)."""
+
+from __future__ import annotations
+
+from ktdeploy.core.checks.data import data_checks, data_requests, file_requests
+from ktdeploy.core.facts.data import first_rows, parse_data_output
+
+TRAIN = {"dataset": "demo,bad", "dataset_dir": "/d", "model_name_or_path": "/m/M", "template": "qwen3_5",
+         "kt_weight_path": "/m/W"}
+
+
+def _out(*blocks: tuple[str, str, int, str, str]) -> str:
+    return "".join(f"==ktd:{k}:{s}:{n}:{p}==\n{c}\n" for k, s, n, p, c in blocks)
+
+
+INFO = '{"demo": {"file_name": "demo.jsonl"}, "bad": {"file_name": "bad.json"}}'
+
+
+def _checks(extra=(), train=TRAIN, setup="int8"):
+    text = _out(("read", "ok", len(INFO), "/d/dataset_info.json", INFO),
+                ("read", "ok", 30, "/m/M/config.json", '{"model_type": "qwen3_5_moe"}'),
+                ("ls", "ok", 0, "/m/W", "config.json\nmodel.safetensors"), *extra)
+    facts = parse_data_output(text)
+    return {c.name: c for c in data_checks(train, setup, facts)}, facts
+
+
+def test_requests_are_bounded_reads_of_the_recipe_paths():
+    assert data_requests(TRAIN) == [("read", "/d/dataset_info.json"), ("read", "/m/M/config.json"), ("ls", "/m/W"),
+                                    ("read", "/m/W/config.json")]
+    _, facts = _checks()
+    assert file_requests(TRAIN, facts) == [("read", "/d/demo.jsonl"), ("read", "/d/bad.json")]
+
+
+def test_names_files_template_and_weights():
+    c, _ = _checks([("read", "ok", 20, "/d/demo.jsonl", '{"q": 1}\n{"q": 2}'),
+                    ("read", "ok", 10, "/d/bad.json", '[{"q": 1}, oops]')])
+    assert c["data.dataset_info"].status == "pass"
+    assert c["data.dataset_files"].status == "fail" and "bad.json" in c["data.dataset_files"].detail
+    assert c["model.template_family"].status == "pass"
+    assert c["weights.converted"].status == "fail"
+    assert "kt quant /m/M --method int8 --output /m/W" in c["weights.converted"].fix
+
+
+def test_missing_name_placeholder_and_wrong_template():
+    train = dict(TRAIN, dataset="your_dataset,other", template="qwen3")
+    c, _ = _checks(train=train)
+    assert c["data.dataset_placeholder"].status == "fail"
+    assert c["data.dataset_info"].status == "fail" and "other" in c["data.dataset_info"].detail
+    assert c["model.template_family"].status == "warn" and "qwen3_5" in c["model.template_family"].fix
+
+
+def test_converted_int8_weights_pass():
+    text = _out(("ls", "ok", 0, "/m/W", "layer0.kt\nlayer1.kt"))
+    c = {x.name: x for x in data_checks({"kt_weight_path": "/m/W", "model_name_or_path": "/m/M"}, "int8",
+                                        parse_data_output(text))}
+    assert c["weights.converted"].status == "pass"
+
+
+def test_first_rows_of_a_truncated_json_array():
+    rows, why = first_rows('[{"a": 1}, {"a": 2}, {"a": 3', False, "x.json")
+    assert rows == [{"a": 1}, {"a": 2}] and not why
+    rows, why = first_rows('{"a": 1}\n{"a": 2}\n{"a"', False, "x.jsonl")
+    assert rows == [{"a": 1}, {"a": 2}]
+    assert first_rows("{}", True, "x.json")[0] is None
+
+
+def test_native_fp8_checkpoint_as_kt_weight_path_is_named_whatever_its_path():
+    cfg = '{"model_type": "deepseek_v3", "quantization_config": {"quant_method": "fp8"}}'
+    text = _out(("ls", "ok", 0, "/m/DeepSeek-V3", "config.json\nmodel-00001.safetensors"),
+                ("read", "ok", len(cfg), "/m/DeepSeek-V3/config.json", cfg))
+    c = {x.name: x for x in data_checks({"kt_weight_path": "/m/DeepSeek-V3", "model_name_or_path": "/m/M"}, "int8",
+                                        parse_data_output(text))}
+    w = c["weights.converted"]
+    assert w.status == "fail" and "native FP8 checkpoint" in w.detail and "kt_expert_weight_format: fp8" in w.fix
