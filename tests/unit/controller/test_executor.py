@@ -203,6 +203,7 @@ def _golden_host(folder: str) -> FakeConnector:
     from ktdeploy.controller import facts_probes
     from ktdeploy.controller.facts_gather import gather_script, load_raw
     from ktdeploy.core.facts import disk
+    from ktdeploy.core.facts.data import DATA_SCRIPT
 
     raw = load_raw(str(Path(__file__).resolve().parents[2] / "golden" / folder))
     text = "".join(f"@@KTD-BEGIN {n}\n{sec.stdout or ''}\n@@KTD-RC {n} {sec.rc if sec.rc is not None else 1}\n"
@@ -212,6 +213,8 @@ def _golden_host(folder: str) -> FakeConnector:
             .on(("sh", "-c", facts_probes._RUN_SCRIPT), fail())
             .on(("sh", "-c", facts_probes._PREPARE_SCRIPT), fail())
             .on(("sh", "-c", disk.PATHS_SCRIPT), ok(""))
+            .on(("sh", "-c", DATA_SCRIPT), lambda argv: ok("".join(f"==ktd:{k}:missing:0:{p}==\n"
+                                                                    for k, p in zip(argv[4::2], argv[5::2], strict=False))))
             .on(("sh", "-c", STATE_SCRIPT), ok("@@home\t/home/u\n@@user\t1000:1000\n@@container\t\n@@image\t\n"
                                                "@@output_exists\tno\n@@adapter\tno\n@@listing\n@@end\n")))
 
@@ -234,7 +237,8 @@ def test_up_dry_run_on_the_gpu_golden_host_plans_and_changes_nothing(tmp_path, m
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     conn = _golden_host("gpu-h200-vm")
-    res = api.up("gpu01", connector=conn, dry_run=True, say=lambda _m: None)
+    # the golden folder holds no dataset (its data files answer "missing"): that check is waived here
+    res = api.up("gpu01", connector=conn, dry_run=True, say=lambda _m: None, waive=("data.dataset_info",))
     assert res.state == "dry-run" and res.plan is not None
     assert [s.id for s in res.plan.stage("RUNTIME").steps][0] == "runtime.docker"
     assert (res.record.path / "plan.json").exists() and (res.record.path / "facts.json").exists()
