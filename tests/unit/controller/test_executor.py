@@ -111,8 +111,8 @@ def test_follow_reports_an_oom_kill_with_advice_and_the_last_lines(tmp_path):
 
 
 def test_follow_reports_a_removed_container(tmp_path):
-    conn = FakeConnector().on(("sh", "-c", FOLLOW_SCRIPT), [_snap("running", 1),
-                                                               ok("@@inspect\t1\nError: No such container: job1\n@@log\n@@end\n")])
+    gone = ok("@@inspect\t1\nError: No such container: job1\n@@log\n@@end\n")
+    conn = FakeConnector().on(("sh", "-c", FOLLOW_SCRIPT), [_snap("running", 1), gone])
     with pytest.raises(StepError, match="disappeared"):
         _executor(conn, _follow_plan(), tmp_path).apply()
 
@@ -213,8 +213,8 @@ def _golden_host(folder: str) -> FakeConnector:
             .on(("sh", "-c", facts_probes._RUN_SCRIPT), fail())
             .on(("sh", "-c", facts_probes._PREPARE_SCRIPT), fail())
             .on(("sh", "-c", disk.PATHS_SCRIPT), ok(""))
-            .on(("sh", "-c", DATA_SCRIPT), lambda argv: ok("".join(f"==ktd:{k}:missing:0:{p}==\n"
-                                                                    for k, p in zip(argv[4::2], argv[5::2], strict=False))))
+            .on(("sh", "-c", DATA_SCRIPT), lambda argv: ok("".join(
+                f"==ktd:{k}:missing:0:{p}==\n" for k, p in zip(argv[4::2], argv[5::2], strict=False))))
             .on(("sh", "-c", STATE_SCRIPT), ok("@@home\t/home/u\n@@user\t1000:1000\n@@container\t\n@@image\t\n"
                                                "@@output_exists\tno\n@@adapter\tno\n@@listing\n@@end\n")))
 
