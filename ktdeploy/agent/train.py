@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ktdeploy.core.checkpoints import CHECKPOINT_RE
+from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_resume, finished_markers
+from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate
+from ktdeploy.core.checks.threads import derived_kt_threads
+from ktdeploy.core.trainer_log import steady_rate
 from ktdeploy.core.errors import CheckFailed, RunRecordError, StepError, UsageError
 from ktdeploy.core.safeio import printable, write_file
 
 ENTRY_MODULE = "ktdeploy.agent.lf_entry"
-# Files LlamaFactory / the Trainer write when a run has finished.
-FINISHED_MARKERS = ("all_results.json", "train_results.json")
 
 
 @dataclass
@@ -79,9 +80,7 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
 
     LlamaFactory would otherwise resume silently (or refuse with a ValueError deep in its startup).
     """
-    from ktdeploy.core.checkpoints import inspect_checkpoint, newest_complete
-
-    finished = [m for m in FINISHED_MARKERS if (output_dir / m).exists()]
+    finished = finished_markers(p.name for p in output_dir.iterdir()) if output_dir.is_dir() else []
     ckpts = checkpoints(output_dir)
     if finished:
         raise RunRecordError(
@@ -98,26 +97,27 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
             raise RunRecordError(f"{output_dir} exists and is not empty, and holds no checkpoint to resume",
                                  key="train.output_dir", fix="choose a new, empty train.output_dir")
         return None
-    listing = _listing(output_dir)
     if resume == "auto":
         if not ckpts:
             raise RunRecordError(f"--resume auto: no checkpoint-* in {output_dir}",
                                  fix="start a fresh run without --resume")
-        best = newest_complete(listing)
-        if best is None:
+        choice = choose_resume(_listing(output_dir), "auto", world_size)
+        if choice.checkpoint is None:
             raise RunRecordError(f"--resume auto: no complete checkpoint in {output_dir} (each was cut off mid-save)",
                                  fix="start a fresh run in a new train.output_dir")
+        best = choice.checkpoint
         path = output_dir / best.name
     else:
         path = Path(resume)
         if not CHECKPOINT_RE.match(path.name) or not path.is_dir():
             raise UsageError(f"--resume {resume}: not an existing checkpoint-* directory",
                              fix="pass --resume auto or the path of a checkpoint-N directory")
-        best = inspect_checkpoint(path.name, _entries(path))
-        if not best.complete:
+        choice = choose_resume({path.name: _entries(path)}, path.name, world_size)
+        best = choice.checkpoint
+        if choice.problem == "incomplete":
             raise RunRecordError(f"{path} is an incomplete checkpoint (missing {', '.join(best.missing)})",
                                  fix="resume from an earlier checkpoint-* (or --resume auto, which skips cut-off ones)")
-    if best.world_size is not None and best.world_size != world_size:
+    if choice.problem == "world_size":
         raise RunRecordError(
             f"{path.name} was saved by {best.world_size} process(es) but this run has {world_size} "
             f"(accelerate.num_processes); resuming needs the same world size",
@@ -127,7 +127,7 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
     return str(path.resolve())
 
 
-def run_doctor(recipe, skip: bool) -> tuple[dict[str, Any], dict | None, list[str]]:
+def run_doctor(recipe, skip: bool, diagnose: Callable | None = None) -> tuple[dict[str, Any], dict | None, list[str]]:
     """Doctor this host for the recipe; returns (derived kt_config values, report JSON, warnings).
 
     Derived values (kt_num_threads / kt_threadpool_count from physical cores and NUMA nodes) are
@@ -138,27 +138,19 @@ def run_doctor(recipe, skip: bool) -> tuple[dict[str, Any], dict | None, list[st
     if skip:
         return {}, None, (["doctor skipped (--skip-doctor): host checks not run"] +
                           ([f"kt_config.{k} left to kt-kernel's default (doctor skipped)" for k in want] if want else []))
-    from ktdeploy.controller.doctor import doctor
-    from ktdeploy.controller.connectors import LocalConnector
-
-    report = doctor(LocalConnector(), recipe)
+    if diagnose is None:  # the agent never reaches into the controller: the CLI hands the doctor in
+        raise ValueError("run_doctor needs diagnose= (recipe -> DoctorReport of this host), or skip=True")
+    report = diagnose(recipe)
     data = report.to_json()
     # The agent trains right here (inside the image, or on a bare host): the docker engine checks
     # concern `ktdeploy up`, not this process, so they never block it.
-    blocking = [c for c in report.failed if not c.name.startswith("docker.")]
+    blocking = gate(report.checks, report.waived, defer=AGENT_DEFERRED).blocking
     if blocking:
         raise CheckFailed("this host cannot run the recipe: doctor found failing checks",
                           results=blocking,
                           fix="fix the failing checks listed below, or run `ktdeploy doctor` for the full report")
-    derived: dict[str, Any] = {}
-    if want and recipe.train.get("use_kt"):
-        from ktdeploy.core.checks.threads import derive_threads
-
-        threads, pools = derive_threads(report.facts, recipe.deploy.reserve_cores if recipe.deploy else 2)
-        if "kt_num_threads" in want:
-            derived["kt_config.kt_num_threads"] = threads
-        if "kt_threadpool_count" in want:
-            derived["kt_config.kt_threadpool_count"] = pools
+    derived: dict[str, Any] = derived_kt_threads(recipe.train, report.facts,
+                                                 recipe.deploy.reserve_cores if recipe.deploy else 2)
     warns = [f"{r.name}: {r.detail}" for r in report.checks if r.status == "warn"]
     return derived, data, warns
 
@@ -176,7 +168,8 @@ def _run_dir(output_dir: Path, root: str | None) -> Path:
 
 def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | None = None,
                skip_doctor: bool = False, run_root: str | None = None,
-               doctor: Callable | None = None, tuned: dict | None = None) -> TrainPlan:
+               doctor: Callable | None = None, tuned: dict | None = None,
+               diagnose: Callable | None = None) -> TrainPlan:
     """Validate, doctor and render; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
 
@@ -186,7 +179,10 @@ def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | Non
     recipe = load_recipe(path, list(overrides))
     findings = require_valid(recipe)
     warnings = [f"{f.path}: {f.message}" for f in findings]
-    derived, report, warns = (doctor or run_doctor)(recipe, skip_doctor)
+    if doctor is None:
+        derived, report, warns = run_doctor(recipe, skip_doctor, diagnose)
+    else:
+        derived, report, warns = doctor(recipe, skip_doctor)
     warnings += warns
     out_dir = Path(recipe.train["output_dir"])
     world = recipe.accelerate.get("num_processes", 1)
@@ -243,12 +239,10 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
                 peak_gpu = max(peak_gpu, row.get("peak_gpu_mem_bytes", 0))
     tokens_per_s = None
     if len(steps) > 2:  # steady state: leave out the first step (compilation, KT buffer setup)
-        steady = steps[1:]
-        dt = sum(r["step_s"] for r in steady)
-        dtok = steady[-1]["tokens_seen"] - steps[0]["tokens_seen"]
-        tokens_per_s = dtok / dt if dt > 0 and dtok > 0 else None
+        tokens_per_s = steady_rate((steps[0]["tokens_seen"], 0.0),
+                                   (steps[-1]["tokens_seen"], sum(r["step_s"] for r in steps[1:])))
     results = {}
-    for name in ("train_results.json", "all_results.json"):
+    for name in FINISHED_MARKERS:
         p = output_dir / name
         if p.exists():
             results = json.loads(p.read_text())

@@ -45,7 +45,10 @@ def train(
         choice = tuned_choice(tuned)
         set_ = list(set_) + tuned_overrides(tuned)
 
-    plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root, tuned=choice)
+    from ktdeploy.controller.local_host import local_doctor
+
+    plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root, tuned=choice,
+                      diagnose=local_doctor)
     for w in plan.warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
     if plan.derived:

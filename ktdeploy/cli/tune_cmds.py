@@ -26,6 +26,7 @@ def tune(
     """Measure kt_num_threads / kt_threadpool_count / kt_max_cache_depth / kt_cpu_activation with short real trials;
     writes tune.json (apply it with `ktdeploy train --tuned tune.json`; the recipe file is never rewritten)."""
     from ktdeploy.agent.tune.api import tune as run_tune
+    from ktdeploy.controller.local_host import local_facts
 
     def event(kind, trial):
         if kind == "done" and trial is not None:
@@ -35,7 +36,8 @@ def tune(
             err_console.print(f"trial {trial.candidate.label()} …")
 
     result = run_tune(str(recipe), set_, budget_minutes=budget_minutes, workdir=str(workdir) if workdir else None,
-                      warmup_steps=warmup_steps, measure_steps=measure_steps, on_event=event)
+                      warmup_steps=warmup_steps, measure_steps=measure_steps, on_event=event,
+                      facts=local_facts(probes=False))
     data = result.to_json()
     if as_json:
         print_json(data)

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Callable
 
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
+from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
+from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
+from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
@@ -21,7 +24,6 @@ from ktdeploy.controller.runs import RunRecord, latest_run
 from ktdeploy.core.safeio import redact_host
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
-RUNTIME_FIXABLE = ("docker.present", "docker.nvidia_runtime")
 WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
 
 
@@ -88,11 +90,30 @@ def gather_job_state(conn, recipe, image: str) -> JobState:
     return parse_state(r.stdout)
 
 
+def doctor_phase(report, where: str, waive, record: RunRecord, say: Callable[[str], None]) -> tuple[list, str]:
+    """up's PREFLIGHT verdict on a doctor report: (blocking failed checks, the one-line summary); records and
+    says the waived and deferred ones (core/checks/gate.py decides which is which)."""
+    report.waived = tuple(waive)
+    failed = report.failed                      # failing and not waived
+    g = gate(report.checks, waive, defer=RUNTIME_FIXABLE)
+    waived, deferred, blocking = g.waived, g.deferred, g.blocking
+    summary = report.summary(RUNTIME_FIXABLE)
+    doc_line = report.summary_text(RUNTIME_FIXABLE)  # the same count as `ktdeploy doctor` and the panel below
+    record.event("doctor", summary=summary, failed=[c.name for c in failed], waived=[c.name for c in waived])
+    say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {where}: {doc_line}")
+    for c in waived:
+        say(f"  [yellow]waived[/yellow] {c.name}: {c.detail}")
+    for c in deferred:
+        say(f"  [yellow]to repair[/yellow] {c.name}: {c.detail} -> the RUNTIME stage installs what is missing")
+    return blocking, doc_line
+
+
 def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resume: str | None = None,
        detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
        tune: bool = False, tune_budget_minutes: float = 20.0, facts_file: str | None = None,
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
-       ) -> UpResult:
+       connector=None) -> UpResult:
+    """``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
     from ktdeploy.controller.doctor import doctor as _doctor
     from ktdeploy.controller.connectors import connect
     from ktdeploy.controller.executor import Executor
@@ -142,7 +163,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
         record.event("facts_file", path=str(facts_file))
     else:
         try:
-            conn = connect(host, **(ssh or {}))
+            conn = connector if connector is not None else connect(host, **(ssh or {}))
         except ConnectError as e:
             raise fail("failed", e) from None
         where = conn.name
@@ -158,19 +179,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             report = _doctor(conn, recipe)
         record.write_json("facts.json", report.facts.model_dump(mode="json"))
         record.write_json("doctor.json", report.to_json())
-        report.waived = waive
-        failed = report.failed                      # failing and not waived
-        waived = report.waived_failures
-        deferred = [c for c in failed if c.name in RUNTIME_FIXABLE]
-        blocking = [c for c in failed if c.name not in RUNTIME_FIXABLE]
-        summary = report.summary(RUNTIME_FIXABLE)
-        doc_line = report.summary_text(RUNTIME_FIXABLE)  # the same count as `ktdeploy doctor` and the panel below
-        record.event("doctor", summary=summary, failed=[c.name for c in failed], waived=[c.name for c in waived])
-        say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {where}: {doc_line}")
-        for c in waived:
-            say(f"  [yellow]waived[/yellow] {c.name}: {c.detail}")
-        for c in deferred:
-            say(f"  [yellow]to repair[/yellow] {c.name}: {c.detail} -> the RUNTIME stage installs what is missing")
+        blocking, doc_line = doctor_phase(report, where, waive, record, say)
 
         image, _variant, _how = resolve_image(recipe.deploy, report.facts)
         if conn is None:  # nothing is known about the host's containers, image and output dir: a first run
@@ -186,14 +195,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
                                     f"not connected: facts recorded in {facts_file}", "doctor": doc_line})
         plan = build_plan(recipe, report.facts, state, opts)
         # rendered files: for reading (the container renders its own from the shipped recipe)
-        derived = {}
-        try:
-            from ktdeploy.core.checks.threads import derive_threads
-
-            threads, pools = derive_threads(report.facts, recipe.deploy.reserve_cores)
-            derived = {"kt_config.kt_num_threads": threads, "kt_config.kt_threadpool_count": pools}
-        except Exception:
-            derived = {}
+        derived = derived_kt_threads(recipe.train, report.facts, recipe.deploy.reserve_cores)
         rendered = _render(recipe, derived).write(record.path / "rendered")
         ship = record.write_text("rendered/ship/recipe.yaml", dump_yaml(shipped_recipe(recipe, plan.resume_from)))
         files = {k: str(v) for k, v in rendered.items()}
@@ -210,7 +212,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
                 print_plan(result.text)
             raise fail("failed", CheckFailed(
                 f"doctor on {where}: {doc_line}; nothing was started",
-                results=failed, key="doctor",
+                results=report.failed, key="doctor",
                 fix="Fix the checks listed below and re-run. On a CPU-only test host the GPU checks can be waived "
                     f"explicitly: --waive NAME ({WAIVABLE_HINT})."))
         if dry_run:
@@ -334,15 +336,14 @@ def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = F
     name = rec.status()["container"]
     conn = _connect_for(rec, ssh)
     try:
-        r = conn.run(["docker", "logs", "--timestamps", "--tail", str(tail), "--", name], timeout=120)
+        r = conn.run(dk.logs(name, tail=tail, timestamps=True), timeout=120)
         if r.rc != 0:
             raise StepError(f"no logs for {name} on {conn.name}: {r.stderr.strip()[-300:]}",
                             fix="The container was removed (ktdeploy down?) — its log is in the run record's artifacts/.")
         last = _emit(r.stdout + r.stderr, None, write)
         while follow:
             snap = snapshot(conn, name, "/dev/null")
-            r = conn.run(["docker", "logs", "--timestamps", *(["--since", last] if last else []), "--", name],
-                         timeout=120)
+            r = conn.run(dk.logs(name, timestamps=True, since=last), timeout=120)
             last = _emit(r.stdout + r.stderr, last, write) or last
             if snap.state is None or not snap.state.running:
                 break
@@ -379,13 +380,13 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None
             name = st.get(key)
             if not name:
                 continue
-            if conn.run(["docker", "inspect", "--type", "container", "--", name], timeout=60).rc != 0:
+            if conn.run(dk.exists_probe(name), timeout=60).rc != 0:
                 done[name] = "absent"
                 continue
             (rec.path / "artifacts").mkdir(exist_ok=True)
             (rec.path / "artifacts" / f"{name}.log").write_text(container_logs(conn, name, tail=None), encoding="utf-8")
-            conn.run(["docker", "stop", "--time", "30", "--", name], timeout=120)
-            r = conn.run(["docker", "rm", "--force", "--", name], timeout=120)
+            conn.run(dk.stop(name), timeout=120)
+            r = conn.run(dk.remove(name), timeout=120)
             if r.rc != 0:
                 raise StepError(f"could not remove {name}: {r.stderr.strip()[-300:]}")
             done[name] = "removed"

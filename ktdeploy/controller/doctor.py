@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
+from ktdeploy.core.checks.gate import gate
 from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.core.facts.data import DATA_SCRIPT, DataFacts, parse_data_output
@@ -104,11 +105,11 @@ class DoctorReport:
 
     @property
     def failed(self) -> list[CheckResult]:
-        return [c for c in self.checks if c.status == "fail" and c.name not in self.waived]
+        return gate(self.checks, self.waived).blocking
 
     @property
     def waived_failures(self) -> list[CheckResult]:
-        return [c for c in self.checks if c.status == "fail" and c.name in self.waived]
+        return gate(self.checks, self.waived).waived
 
     @property
     def ok(self) -> bool:

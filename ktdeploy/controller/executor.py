@@ -13,7 +13,8 @@ from typing import Callable
 
 from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.controller.follow import LogEntry, describe, latest
-from ktdeploy.core.plan.steps import Plan, Stage, Step
+from ktdeploy.core.plan import docker_argv as dk
+from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.safeio import write_file
@@ -83,8 +84,7 @@ def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Sn
 
 
 def container_logs(conn, name: str, tail: int | None = 200) -> str:
-    argv = ["docker", "logs"] + (["--tail", str(tail)] if tail else []) + ["--", name]
-    r = conn.run(argv, timeout=120)
+    r = conn.run(dk.logs(name, tail=tail), timeout=120)
     return (r.stdout + r.stderr) if r.rc == 0 else ""
 
 
@@ -152,7 +152,7 @@ class Executor:
                 return
         self.record.event("step_start", stage=stage.name, step=s.id, command=s.command())
         t0 = time.monotonic()
-        handler = getattr(self, f"_do_{s.action}")
+        handler = self.handlers()[s.action]
         try:
             handler(stage, s)
         except StepError as e:
@@ -163,6 +163,12 @@ class Executor:
         self.record.event("step_done", stage=stage.name, step=s.id, seconds=round(time.monotonic() - t0, 3))
 
     # -- actions --------------------------------------------------------------------------------
+    def handlers(self) -> dict[StepAction, Callable[[Stage, Step], None]]:
+        """One handler per StepAction (a test checks none is missing)."""
+        return {StepAction.RUN: self._do_run, StepAction.PUT: self._do_put, StepAction.PUT_SECRET: self._do_put_secret,
+                StepAction.FETCH: self._do_fetch, StepAction.FOLLOW: self._do_follow, StepAction.FAIL: self._do_fail,
+                StepAction.WAIT_RUNNING: self._do_wait_running, StepAction.WAIT_HTTP: self._do_wait_http}
+
     def _do_run(self, stage: Stage, s: Step) -> None:
         self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
         r = self.conn.run(list(s.argv), timeout=s.timeout or 600)
@@ -247,7 +253,7 @@ class Executor:
         snap = snapshot(self.conn, name, "/dev/null")
         if snap.state is None or not snap.state.running:
             raise StepError(f"{stage.name}: {self._crash_details(name)}", step=s.id,
-                            fix=f"See the log lines above (ktdeploy logs); fix and re-run ktdeploy up.")
+                            fix="See the log lines above (ktdeploy logs); fix and re-run ktdeploy up.")
         self.say(f"[green]✓[/green] {stage.name}: {name} is running")
 
     def _do_follow(self, stage: Stage, s: Step) -> None:

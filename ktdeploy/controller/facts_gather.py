@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ktdeploy.core.facts import container, cpu, disk, docker, gpu, kernel, limits, memory, virt
 from ktdeploy.core.facts.host import HostFacts, Probes
+from ktdeploy.core.markers import SECTION_SH, Section, parse_sections  # noqa: F401  (re-exported)
 from ktdeploy.controller.facts_probes import PROBES, gather_probes
 
 SECTION_MODULES = (kernel, cpu, memory, gpu, docker, virt, container, limits)
@@ -32,20 +33,12 @@ def gather_script(sections: dict[str, str] | None = None) -> str:
     sections = sections or all_sections()
     lines = [
         't=$(mktemp 2>/dev/null || echo "/tmp/ktd-gather-$$")',
-        'sec() { printf \'@@KTD-BEGIN %s\\n\' "$1"; sh -c "$2" 2>"$t" </dev/null; rc=$?; '
-        'printf \'\\n@@KTD-RC %s %s\\n\' "$1" "$rc"; head -c 2000 "$t"; printf \'\\n@@KTD-END %s\\n\' "$1"; }',
+        SECTION_SH,
     ]
     for name, cmd in sections.items():
         lines.append(f"sec {name} {shlex.quote(cmd)}")
     lines.append('rm -f "$t"')
     return "\n".join(lines) + "\n"
-
-
-@dataclass
-class Section:
-    stdout: str | None
-    rc: int | None
-    stderr: str = ""
 
 
 @dataclass
@@ -57,27 +50,6 @@ class RawFacts:
     paths: str = ""
 
 
-def parse_sections(text: str) -> dict[str, Section]:
-    out: dict[str, Section] = {}
-    name, buf, mode, rc, err = None, [], None, None, []
-    for line in text.split("\n"):
-        if line.startswith("@@KTD-BEGIN "):
-            name, buf, err, mode, rc = line[12:].strip(), [], [], "out", None
-        elif line.startswith("@@KTD-RC ") and name:
-            parts = line.split()
-            rc = int(parts[2]) if len(parts) > 2 and parts[2].lstrip("-").isdigit() else None
-            mode = "err"
-        elif line.startswith("@@KTD-END ") and name:
-            stdout = "\n".join(buf)
-            if stdout.endswith("\n"):
-                stdout = stdout[:-1]
-            out[name] = Section(stdout=stdout, rc=rc, stderr="\n".join(err).strip())
-            name, mode = None, None
-        elif mode == "out":
-            buf.append(line)
-        elif mode == "err":
-            err.append(line)
-    return out
 
 
 def gather_raw(connector, paths=(), *, probes: bool = True) -> RawFacts:

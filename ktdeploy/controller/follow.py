@@ -9,93 +9,15 @@ the same file, so steps continue from the checkpoint.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-
 from ktdeploy.core.checkpoints import TRAINER_LOG  # noqa: F401  (re-exported: the log this module follows)
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    current_steps: int
-    total_steps: int
-    loss: float | None = None
-    lr: float | None = None
-    epoch: float | None = None
-    percentage: float | None = None
-    elapsed_time: str | None = None
-    remaining_time: str | None = None
-    throughput: float | None = None
-    total_tokens: int | None = None
-
-    def to_json(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-
-def parse_line(line: str) -> LogEntry | None:
-    """One log line; None for a blank, torn (still being written) or non-training line (eval progress has no loss
-    but still counts steps, so it is kept when it has step counters)."""
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        d = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(d, dict) or "current_steps" not in d or "total_steps" not in d:
-        return None
-
-    def num(key, cast=float):
-        v = d.get(key)
-        try:
-            return cast(v) if v is not None else None
-        except (TypeError, ValueError):
-            return None
-
-    return LogEntry(current_steps=int(d["current_steps"]), total_steps=int(d["total_steps"]), loss=num("loss"),
-                    lr=num("lr"), epoch=num("epoch"), percentage=num("percentage"),
-                    elapsed_time=d.get("elapsed_time"), remaining_time=d.get("remaining_time"),
-                    throughput=num("throughput"), total_tokens=num("total_tokens", int))
-
-
-def parse_log(text: str) -> list[LogEntry]:
-    return [e for e in (parse_line(line) for line in text.splitlines()) if e is not None]
-
-
-def latest(text: str) -> LogEntry | None:
-    """The last complete entry (a torn last line is ignored until it is finished)."""
-    entries = parse_log(text)
-    return entries[-1] if entries else None
-
-
-def last_loss(text: str) -> float | None:
-    for e in reversed(parse_log(text)):
-        if e.loss is not None:
-            return e.loss
-    return None
-
-
-def hms_seconds(text: str | None) -> int | None:
-    """'1 day, 2:03:04' / '0:01:05' (str(timedelta)) -> seconds."""
-    if not text:
-        return None
-    days = 0
-    t = text.strip()
-    if "day" in t:
-        head, _, t = t.partition(",")
-        try:
-            days = int(head.split()[0])
-        except (ValueError, IndexError):
-            return None
-    parts = t.strip().split(":")
-    try:
-        nums = [int(float(p)) for p in parts]
-    except ValueError:
-        return None
-    s = 0
-    for n in nums:
-        s = s * 60 + n
-    return days * 86400 + s
+from ktdeploy.core.trainer_log import (  # noqa: F401  (re-exported: parsed once, in core/trainer_log.py)
+    LogEntry,
+    hms_seconds,
+    last_loss,
+    latest,
+    parse_line,
+    parse_log,
+)
 
 
 def describe(e: LogEntry | None) -> str:

@@ -18,6 +18,8 @@ CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 RNG_RE = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
 
 TRAINER_STATE = "trainer_state.json"
+# Files LlamaFactory / the Trainer write into the output dir when a run has finished (after the last step).
+FINISHED_MARKERS = ("train_results.json", "all_results.json")
 # LlamaFactory's LogCallback appends one JSON line per logging step here (<output_dir>/trainer_log.jsonl);
 # the controller follows it (controller/follow.py) and the plan lists it among the artifacts.
 TRAINER_LOG = "trainer_log.jsonl"
@@ -119,3 +121,38 @@ def newest_complete(listing: dict[str, list[str]], world_size: int | None = None
         if c.complete and (world_size is None or c.world_size == world_size):
             return c
     return None
+
+
+def finished_markers(names) -> list[str]:
+    """The finished-run markers among ``names`` (the names directly inside an output dir): non-empty means the
+    output dir holds a completed training run, which ktdeploy never overwrites."""
+    present = set(names)
+    return [m for m in FINISHED_MARKERS if m in present]
+
+
+@dataclass(frozen=True)
+class ResumeChoice:
+    """The checkpoint a resume starts from, or why none can be: ``none_complete`` (auto: every checkpoint was cut
+    off mid-save, or there is none), ``missing`` / ``incomplete`` (the named one), ``world_size`` (saved by a
+    different number of processes than the run has: resuming needs the same, cookbook §2.6)."""
+
+    checkpoint: Checkpoint | None
+    problem: str | None = None
+
+
+def choose_resume(listing: dict[str, list[str]], resume: str, world_size: int) -> ResumeChoice:
+    """The one resume policy of ``ktdeploy up`` (core/plan/build.py) and ``ktdeploy train`` (agent/train.py):
+    ``resume`` is ``auto`` (the newest complete checkpoint) or a ``checkpoint-N`` name in ``listing``."""
+    if resume == "auto":
+        chosen = newest_complete(listing)
+        if chosen is None:
+            return ResumeChoice(None, "none_complete")
+    else:
+        chosen = next((c for c in checkpoints(listing) if c.name == resume), None)
+        if chosen is None:
+            return ResumeChoice(None, "missing")
+        if not chosen.complete:
+            return ResumeChoice(chosen, "incomplete")
+    if chosen.world_size is not None and chosen.world_size != world_size:
+        return ResumeChoice(chosen, "world_size")
+    return ResumeChoice(chosen)

@@ -21,15 +21,6 @@ ALLOWED = {
 # Upward or sideways imports not fixed yet: (importing module, imported module) -> reason.
 # This list may only shrink. Each entry names what would remove it.
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("ktdeploy.agent.train", "ktdeploy.controller.doctor"):
-        "`ktdeploy train` runs the doctor on its own host; to go when the CLI injects the doctor (plan_train "
-        "already takes doctor=)",
-    ("ktdeploy.agent.train", "ktdeploy.controller.connectors"):
-        "LocalConnector for that doctor run; goes with the entry above",
-    ("ktdeploy.agent.tune.api", "ktdeploy.controller.connectors"):
-        "`ktdeploy tune` reads this host's core count when no facts are passed; to go when the CLI passes facts",
-    ("ktdeploy.agent.tune.api", "ktdeploy.controller.facts_gather"):
-        "goes with the entry above",
 }
 
 

@@ -49,11 +49,8 @@ def tune(recipe_path: str, overrides: list[str] = (), *, budget_minutes: float =
          on_event: Callable[[str, Trial | None], None] | None = None) -> TuneResult:
     recipe = load_recipe(recipe_path, list(overrides))
     require_valid(recipe)
-    if facts is None:
-        from ktdeploy.controller.connectors import connect
-        from ktdeploy.controller.facts_gather import gather_facts
-
-        facts = gather_facts(connect("localhost"), probes=False)
+    if facts is None:  # the CLI gathers this host's facts and hands them in (the agent never imports the controller)
+        raise ValueError("tune() needs facts= (this host's HostFacts)")
     cores = facts.cpu.physical_cores or facts.cpu.logical_cpus
     if not cores:
         raise UsageError("the number of physical cores could not be read", fix="run `ktdeploy doctor` to see the CPU facts")

@@ -84,7 +84,7 @@ def run_trial(spec: TrialSpec, cand: Candidate, index: int, best_rate: float | N
                 peak_rss = max(peak_rss, tree_rss_bytes(proc.pid))
                 samples = parse_log(_read(out_dir / "trainer_log.jsonl"))
                 rate = steady_tokens_per_s(samples, spec.warmup_steps)
-                trial.steps = samples[-1].step if samples else 0
+                trial.steps = samples[-1].current_steps if samples else 0
                 if on_tick:
                     on_tick(f"{cand.label()}: step {trial.steps}/{spec.warmup_steps + spec.measure_steps}")
                 # judge only after at least two measured steps, so one slow step does not condemn a candidate
@@ -111,7 +111,7 @@ def run_trial(spec: TrialSpec, cand: Candidate, index: int, best_rate: float | N
         else:
             trial.status = "failed"
             trial.note = f"exit {proc.returncode}: {failure_reason(_read(log_path))} (log: {log_path})"
-    trial.steps = samples[-1].step if samples else trial.steps
+    trial.steps = samples[-1].current_steps if samples else trial.steps
     return trial
 
 

@@ -25,6 +25,30 @@ def derive_threads(facts: HostFacts, reserve_cores: int = 2) -> tuple[int, int]:
     return threads, pools
 
 
+def derived_kt_threads(train: dict, facts: HostFacts, reserve_cores: int = 2) -> dict[str, int]:
+    """The ``kt_config.*`` values ktdeploy derives for a training section: kt_num_threads / kt_threadpool_count
+    from the topology, only for the keys the recipe leaves unset, and only with ``use_kt``. The one derivation
+    behind ``ktdeploy train`` (what it renders), ``up``'s preview of the rendered files and ``ktdeploy serve``
+    (``--kt-cpuinfer`` / ``--kt-threadpool-count`` default to what training used)."""
+    if not train.get("use_kt"):
+        return {}
+    kt = train.get("kt_config") or {}
+    want = [k for k in ("kt_num_threads", "kt_threadpool_count") if k not in kt]
+    if not want:
+        return {}
+    threads, pools = derive_threads(facts, reserve_cores)
+    values = {"kt_num_threads": threads, "kt_threadpool_count": pools}
+    return {f"kt_config.{k}": values[k] for k in want}
+
+
+def kt_threads(train: dict, facts: HostFacts, reserve_cores: int = 2) -> tuple[int, int]:
+    """(kt_num_threads, kt_threadpool_count) a training run on this host uses: the recipe's, else derived."""
+    kt = train.get("kt_config") or {}
+    threads, pools = derive_threads(facts, reserve_cores)
+    t, p = kt.get("kt_num_threads"), kt.get("kt_threadpool_count")
+    return (t if isinstance(t, int) and t > 0 else threads), (p if isinstance(p, int) and p > 0 else pools)
+
+
 def threads_check(facts: HostFacts, reserve_cores: int = 2, train: dict | None = None) -> CheckResult:
     threads, pools = derive_threads(facts, reserve_cores)
     cpu = facts.cpu

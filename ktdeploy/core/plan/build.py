@@ -127,8 +127,9 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
     partial = [c for c in cps if not c.complete]
     if resume is None:
         return None, steps, notes
+    ws = _world_size(recipe)
     if resume == "auto":
-        chosen = ckpt.newest_complete(state.listing)
+        choice = ckpt.choose_resume(state.listing, "auto", ws)
     else:
         name = posixpath.basename(posixpath.normpath(resume))
         if posixpath.isabs(resume) and posixpath.dirname(posixpath.normpath(resume)) != out:
@@ -136,21 +137,22 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
                               why=f"{resume} is not a checkpoint of {out}",
                               fix=f"Name a checkpoint-N folder inside {out}, or use --resume auto."))
             return None, steps, notes
-        chosen = next((c for c in cps if c.name == name), None)
-        if chosen is None or not chosen.complete:
+        choice = ckpt.choose_resume(state.listing, name, ws)
+        chosen = choice.checkpoint
+        if choice.problem in ("missing", "incomplete"):
             steps.append(Step("train.resume", f"resume from {resume}", action="fail",
                               why=(f"{name} is incomplete (missing {', '.join(chosen.missing)})" if chosen
                                    else f"{name} does not exist in {out}"),
                               fix="Use --resume auto to take the newest complete checkpoint."))
             return None, steps, notes
+    chosen = choice.checkpoint
     for c in partial:
         if chosen is None or c.step > chosen.step:
             notes.append(f"{c.name} is incomplete (missing {', '.join(c.missing)}); never resumed from")
     if chosen is None:
         notes.append("no complete checkpoint: training starts from step 0")
     else:
-        ws = _world_size(recipe)
-        if chosen.world_size is not None and chosen.world_size != ws:
+        if choice.problem == "world_size":
             steps.append(Step("train.resume", f"resume from {chosen.name}", action="fail",
                               why=f"{chosen.name} was saved by {chosen.world_size} processes; the recipe runs {ws} "
                                   "(resume needs the same world size, cookbook §2.6)",
@@ -166,6 +168,80 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
                               argv=("mv", "-n", "--", src, dst), probe=("sh", "-c", '[ ! -e "$1" ]', "ktdeploy-probe", src),
                               why="an incomplete checkpoint must not be resumed from"))
     return (f"{out}/{chosen.name}" if chosen else None), steps, notes
+
+
+def _preflight_stage(opts: UpOptions) -> Stage:
+    """PREFLIGHT: done by the executor before planning (connect, facts, doctor); recorded here."""
+    pf = opts.preflight or {}
+    return Stage("PREFLIGHT", "connect, gather facts, doctor", (
+        Step("preflight.connect", f"connect to {opts.host}", action="run", satisfied=True,
+             why=pf.get("connect", "done before planning")),
+        Step("preflight.doctor", "gather host facts and run doctor", action="run", satisfied=True,
+             why=pf.get("doctor", "done before planning")),
+    ))
+
+
+def _runtime_stage(facts: HostFacts, nvidia_waived: bool) -> Stage:
+    """RUNTIME: docker and the NVIDIA container runtime (installed when missing)."""
+    rt: list[Step] = []
+    d = facts.docker
+    if not d.present:
+        rt.append(Step("runtime.docker", "install docker (docker.io from the host's apt sources)",
+                       argv=("sh", "-c", INSTALL_DOCKER), probe=("docker", "info"), timeout=900,
+                       why="docker is not installed",
+                       fix="Install docker by hand (https://docs.docker.com/engine/install/) and re-run."))
+    elif not d.reachable:
+        rt.append(Step("runtime.docker", "reach the docker daemon", action="fail", probe=("docker", "info"),
+                       why=f"the docker daemon does not answer: {d.error}",
+                       fix="Start docker (sudo systemctl start docker) and add the SSH user to the docker group."))
+    else:
+        rt.append(Step("runtime.docker", "docker engine", satisfied=True, probe=("docker", "info"),
+                       why=f"docker {d.server_version} present"))
+    if nvidia_waived:
+        rt.append(Step("runtime.nvidia", "nvidia container runtime", satisfied=True, why="waived (--waive)"))
+    elif d.present and d.nvidia_runtime:
+        rt.append(Step("runtime.nvidia", "nvidia container runtime", satisfied=True, probe=tuple(NVIDIA_RUNTIME_PROBE),
+                       why=f"runtimes: {', '.join(d.runtimes)}"))
+    else:
+        rt.append(Step("runtime.nvidia", "install nvidia-container-toolkit and register the nvidia runtime "
+                                         "(restarts the docker daemon)",
+                       argv=("sh", "-c", INSTALL_NVIDIA_TOOLKIT), probe=tuple(NVIDIA_RUNTIME_PROBE), timeout=900,
+                       why="docker has no nvidia runtime: containers would start with no GPU",
+                       fix="Add NVIDIA's apt repository to the host (https://docs.nvidia.com/datacenter/cloud-native/"
+                           "container-toolkit/latest/install-guide.html), or install nvidia-container-toolkit and run "
+                           "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`; "
+                           "then re-run ktdeploy up."))
+    return Stage("RUNTIME", "container runtime", tuple(rt))
+
+
+def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
+    """VOLUMES: model (read-only) and data exist, the output volume is made; an output dir that is not ours and
+    not empty stops `up` unless --resume."""
+    vol = recipe.deploy.volumes
+    out = output_dir_of(recipe)
+    vs: list[Step] = [
+        Step("volumes.model", f"model dir {vol.model} exists (mounted read-only)", action="fail",
+             probe=("test", "-d", vol.model), why=f"deploy.volumes.model {vol.model} does not exist on the host",
+             fix=f"Copy the model to {vol.model} on the host, or fix deploy.volumes.model."),
+        Step("volumes.data", f"data dir {vol.data} exists", action="fail", probe=("test", "-d", vol.data),
+             why=f"deploy.volumes.data {vol.data} does not exist on the host",
+             fix=f"Copy the dataset to {vol.data} on the host, or fix deploy.volumes.data."),
+        Step("volumes.output", f"output volume {vol.output}", argv=("mkdir", "-p", "--", vol.output),
+             probe=("test", "-d", vol.output)),
+    ]
+    ours = state.container is not None
+    if not ours and state.output_exists and state.top_level and not opts.resume:
+        if state.finished:
+            why = f"{out} already holds a finished training run"
+            fix = f"Choose a new train.output_dir, or pass --resume auto to go on from it (convert, serve)."
+        elif state.checkpoints:
+            why = f"{out} holds checkpoints of an earlier run ({', '.join(c2.name for c2 in state.checkpoints[-3:])})"
+            fix = "Pass --resume auto to continue it, or choose a new train.output_dir."
+        else:
+            why = f"{out} exists and is not empty ({', '.join(state.top_level[:5])})"
+            fix = "Choose a new train.output_dir (ktdeploy never overwrites an output dir)."
+        vs.append(Step("volumes.output_dir", f"output dir {out} is free", action="fail", why=why, fix=fix))
+    return Stage("VOLUMES", "model (read-only), data, output", tuple(vs))
 
 
 def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
@@ -201,45 +277,9 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
         notes.append("GPU checks waived (--waive): the containers start WITHOUT --gpus. Test hosts only.")
     stages: list[Stage] = []
 
-    # PREFLIGHT: done by the executor before planning (connect, facts, doctor); recorded here.
-    pf = opts.preflight or {}
-    stages.append(Stage("PREFLIGHT", "connect, gather facts, doctor", (
-        Step("preflight.connect", f"connect to {opts.host}", action="run", satisfied=True,
-             why=pf.get("connect", "done before planning")),
-        Step("preflight.doctor", "gather host facts and run doctor", action="run", satisfied=True,
-             why=pf.get("doctor", "done before planning")),
-    )))
+    stages.append(_preflight_stage(opts))
 
-    # RUNTIME
-    rt: list[Step] = []
-    d = facts.docker
-    if not d.present:
-        rt.append(Step("runtime.docker", "install docker (docker.io from the host's apt sources)",
-                       argv=("sh", "-c", INSTALL_DOCKER), probe=("docker", "info"), timeout=900,
-                       why="docker is not installed",
-                       fix="Install docker by hand (https://docs.docker.com/engine/install/) and re-run."))
-    elif not d.reachable:
-        rt.append(Step("runtime.docker", "reach the docker daemon", action="fail", probe=("docker", "info"),
-                       why=f"the docker daemon does not answer: {d.error}",
-                       fix="Start docker (sudo systemctl start docker) and add the SSH user to the docker group."))
-    else:
-        rt.append(Step("runtime.docker", "docker engine", satisfied=True, probe=("docker", "info"),
-                       why=f"docker {d.server_version} present"))
-    if nvidia_waived:
-        rt.append(Step("runtime.nvidia", "nvidia container runtime", satisfied=True, why="waived (--waive)"))
-    elif d.present and d.nvidia_runtime:
-        rt.append(Step("runtime.nvidia", "nvidia container runtime", satisfied=True, probe=tuple(NVIDIA_RUNTIME_PROBE),
-                       why=f"runtimes: {', '.join(d.runtimes)}"))
-    else:
-        rt.append(Step("runtime.nvidia", "install nvidia-container-toolkit and register the nvidia runtime "
-                                         "(restarts the docker daemon)",
-                       argv=("sh", "-c", INSTALL_NVIDIA_TOOLKIT), probe=tuple(NVIDIA_RUNTIME_PROBE), timeout=900,
-                       why="docker has no nvidia runtime: containers would start with no GPU",
-                       fix="Add NVIDIA's apt repository to the host (https://docs.nvidia.com/datacenter/cloud-native/"
-                           "container-toolkit/latest/install-guide.html), or install nvidia-container-toolkit and run "
-                           "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`; "
-                           "then re-run ktdeploy up."))
-    stages.append(Stage("RUNTIME", "container runtime", tuple(rt)))
+    stages.append(_runtime_stage(facts, nvidia_waived))
 
     # IMAGE
     im: list[Step] = []
@@ -273,32 +313,11 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                            f"registry the host can pull {image} from."))
     stages.append(Stage("IMAGE", f"image {image}", tuple(im)))
 
-    # VOLUMES
-    vs: list[Step] = [
-        Step("volumes.model", f"model dir {vol.model} exists (mounted read-only)", action="fail",
-             probe=("test", "-d", vol.model), why=f"deploy.volumes.model {vol.model} does not exist on the host",
-             fix=f"Copy the model to {vol.model} on the host, or fix deploy.volumes.model."),
-        Step("volumes.data", f"data dir {vol.data} exists", action="fail", probe=("test", "-d", vol.data),
-             why=f"deploy.volumes.data {vol.data} does not exist on the host",
-             fix=f"Copy the dataset to {vol.data} on the host, or fix deploy.volumes.data."),
-        Step("volumes.output", f"output volume {vol.output}", argv=("mkdir", "-p", "--", vol.output),
-             probe=("test", "-d", vol.output)),
-    ]
+    stages.append(_volumes_stage(recipe, state, opts))
+
     c = state.container
     ours = c is not None
     resume_from, resume_steps, resume_notes = None, [], []
-    if not ours and state.output_exists and state.top_level and not opts.resume:
-        if state.finished:
-            why = f"{out} already holds a finished training run"
-            fix = f"Choose a new train.output_dir, or pass --resume auto to go on from it (convert, serve)."
-        elif state.checkpoints:
-            why = f"{out} holds checkpoints of an earlier run ({', '.join(c2.name for c2 in state.checkpoints[-3:])})"
-            fix = "Pass --resume auto to continue it, or choose a new train.output_dir."
-        else:
-            why = f"{out} exists and is not empty ({', '.join(state.top_level[:5])})"
-            fix = "Choose a new train.output_dir (ktdeploy never overwrites an output dir)."
-        vs.append(Step("volumes.output_dir", f"output dir {out} is free", action="fail", why=why, fix=fix))
-    stages.append(Stage("VOLUMES", "model (read-only), data, output", tuple(vs)))
 
     # TRAIN
     tr: list[Step] = []

@@ -110,6 +110,16 @@ def remove(name: str) -> list[str]:
     return ["docker", "rm", "--force", "--", name]
 
 
+def logs(name: str, *, tail: int | None = None, timestamps: bool = False, since: str | None = None) -> list[str]:
+    """``docker logs`` of a container (``tail`` last lines, ``since`` a timestamp it printed)."""
+    return (["docker", "logs"] + (["--timestamps"] if timestamps else []) + (["--tail", str(tail)] if tail else [])
+            + (["--since", since] if since else []) + ["--", name])
+
+
+def stop(name: str, seconds: int = 30) -> list[str]:
+    return ["docker", "stop", "--time", str(seconds), "--", name]
+
+
 def exists_probe(name: str) -> list[str]:
     return ["docker", "inspect", "--type", "container", "--format", "{{.Id}}", "--", name]
 

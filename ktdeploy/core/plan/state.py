@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core.markers import parse_fields
 
 STATE_SCRIPT = r"""
 c=$1 s=$2 img=$3 out=$4 ad=$5
@@ -26,7 +27,7 @@ echo '@@listing'
 echo '@@end'
 """
 
-FINISHED_MARKERS = ("train_results.json", "all_results.json")
+FINISHED_MARKERS = ckpt.FINISHED_MARKERS   # re-exported; defined once in core/checkpoints
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class JobState:
     @property
     def finished(self) -> bool:
         """The output dir holds a completed training run (LlamaFactory writes these after the last step)."""
-        return any(m in self.top_level for m in FINISHED_MARKERS)
+        return bool(ckpt.finished_markers(self.top_level))
 
     @property
     def checkpoints(self) -> list[ckpt.Checkpoint]:
@@ -109,22 +110,8 @@ def parse_container_state(text: str, image: str | None = None) -> ContainerState
 
 def parse_state(text: str) -> JobState:
     st = JobState()
-    fields: dict[str, str] = {}
-    listing: list[str] = []
-    in_listing = False
-    for line in text.splitlines():
-        if line == "@@listing":
-            in_listing = True
-            continue
-        if line == "@@end":
-            in_listing = False
-            continue
-        if in_listing:
-            listing.append(line)
-            continue
-        if line.startswith("@@") and "\t" in line:
-            k, _, v = line[2:].partition("\t")
-            fields[k] = v
+    fields, blocks = parse_fields(text, blocks=("listing",))
+    listing = blocks["listing"]
     st.home = fields.get("home", "")
     st.user = fields.get("user", "") if re.fullmatch(r"\d+:\d+", fields.get("user", "")) else ""
     st.container = parse_container_state(fields.get("container", ""), fields.get("container_image", "").strip())

@@ -5,18 +5,35 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 STAGES = ("PREFLIGHT", "RUNTIME", "IMAGE", "VOLUMES", "TRAIN", "FOLLOW", "CONVERT", "SERVE")
 
-Action = Literal["run", "put", "put_secret", "fetch", "follow", "fail", "wait_running", "wait_http"]
+
+
+class StepAction(StrEnum):
+    """What the executor does with a step (one handler each in controller/executor.py). A StrEnum: plans written
+    as JSON and code comparing with the plain names ("fail") keep working."""
+
+    RUN = "run"                    # run argv on the host
+    PUT = "put"                    # copy a controller file to the host
+    PUT_SECRET = "put_secret"      # write an environment variable's value into a 0600 file on the host
+    FETCH = "fetch"                # copy a host file (or a container's log) into the run record
+    FOLLOW = "follow"              # follow the training container until it stops
+    FAIL = "fail"                  # stop `up` with the step's why/fix
+    WAIT_RUNNING = "wait_running"  # the container is still running a few seconds after start
+    WAIT_HTTP = "wait_http"        # poll a readiness probe
+
+
+Action = StepAction   # the former Literal's name
 
 
 @dataclass(frozen=True)
 class Step:
     id: str                                   # "image.load"
     title: str                                # what a person reads
-    action: Action = "run"
+    action: StepAction = StepAction.RUN
     argv: tuple[str, ...] | None = None       # run: the command on the host (argv, never a shell string)
     probe: tuple[str, ...] | None = None      # exit 0 = already satisfied, the step is skipped
     satisfied: bool = False                   # known satisfied at plan time (from the gathered job state)
@@ -27,6 +44,9 @@ class Step:
     fix: str | None = None                    # fail: how to get past it
     timeout: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "action", StepAction(self.action))   # ValueError for an unknown action
 
     def command(self) -> str | None:
         """The command as a person would type it (each argv item shell-quoted)."""

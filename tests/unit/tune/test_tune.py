@@ -53,7 +53,7 @@ def test_stage_two_explores_around_the_best():
 
 
 def test_steady_rate_leaves_warmup_out():
-    lines = [json.dumps({"current_steps": s, "total_tokens": s * 1000, "throughput": s * 1000 / t})
+    lines = [json.dumps({"current_steps": s, "total_steps": 5, "total_tokens": s * 1000, "throughput": s * 1000 / t})
              for s, t in [(1, 5.0), (2, 6.0), (3, 7.0), (4, 8.0), (5, 9.0)]]
     samples = parse_log("\n".join(lines) + "\n{broken")
     assert len(samples) == 5

@@ -1,0 +1,247 @@
+"""The executor against the in-memory FakeConnector: skip/run/fail, follow, crash and resume paths (no docker)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ktdeploy.controller.executor import FOLLOW_SCRIPT, Executor
+from ktdeploy.controller.runs import RunRecord
+from ktdeploy.core.errors import StepError
+from ktdeploy.core.facts.host import CpuFacts, DockerFacts, HostFacts
+from ktdeploy.core.plan import UpOptions, build_plan
+from ktdeploy.core.plan.state import STATE_SCRIPT, ContainerState, JobState
+from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
+from ktdeploy.core.recipe import builtin_recipe, load_recipe
+from tests.fakes.connector import FakeConnector, UnscriptedCommand, container_state, fail, ok
+
+FULL = ["adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"]
+LOG = "/out/trainer_log.jsonl"
+
+
+def _plan(*steps: Step, stage: str = "TRAIN") -> Plan:
+    return Plan(host="fake-host", recipe="r", job="job1", image="img", variant=None, output_dir="/out",
+                adapter_dir="/out/adapter", job_dir="/job", stages=(Stage(stage, stage.lower(), tuple(steps)),))
+
+
+def _executor(conn, plan, tmp_path, **kw) -> Executor:
+    return Executor(conn, RunRecord.create("r", root=tmp_path / "runs"), plan, say=lambda _m: None, poll_s=0, **kw)
+
+
+def _events(ex: Executor) -> list[str]:
+    return [e["kind"] if "kind" in e else e.get("event") for e in ex.record.events()]
+
+
+def _log_line(step: int, total: int = 3, loss: float = 1.0) -> str:
+    return json.dumps({"current_steps": step, "total_steps": total, "loss": loss, "throughput": 100.0,
+                       "total_tokens": 1000 * step})
+
+
+def _snap(status: str, *log_steps: int, exit_code: int | None = 0, oom: bool = False):
+    """FOLLOW_SCRIPT's answer: docker inspect's status and output, the log tail, the end mark."""
+    return ok("@@inspect\t0\n" + container_state(status, exit_code, oom) + "\n@@log\n"
+              + "".join(_log_line(s) + "\n" for s in log_steps) + "@@end\n")
+
+
+def test_every_step_action_has_a_handler(tmp_path):
+    ex = _executor(FakeConnector(), _plan(), tmp_path)
+    assert set(ex.handlers()) == set(StepAction)
+    with pytest.raises(ValueError):
+        Step("x", "x", action="teleport")
+
+
+def test_satisfied_and_probed_steps_are_skipped_the_rest_run_in_order(tmp_path):
+    conn = (FakeConnector().on(("test", "-e", "/done"), ok()).on(("test", "-e", "/todo"), fail())
+            .on(("docker", "load"), ok()).on(("docker", "create"), ok("id\n")))
+    plan = _plan(Step("a", "known done", argv=("docker", "rm", "x"), satisfied=True, why="state"),
+                 Step("b", "probe done", argv=("docker", "load"), probe=("test", "-e", "/done")),
+                 Step("c", "probe not done", argv=("docker", "create", "x"), probe=("test", "-e", "/todo")))
+    _executor(conn, plan, tmp_path).apply()
+    assert [c.argv for c in conn.calls] == [["test", "-e", "/done"], ["test", "-e", "/todo"], ["docker", "create", "x"]]
+
+
+def test_a_failing_step_stops_up_with_its_output_and_fix(tmp_path):
+    conn = FakeConnector().on(("docker", "create"), fail(125, "Error: no such image\n"))
+    plan = _plan(Step("train.create", "create", argv=("docker", "create", "x"), fix="build the image"),
+                 Step("train.start", "start", argv=("docker", "start", "x")))
+    ex = _executor(conn, plan, tmp_path)
+    with pytest.raises(StepError) as e:
+        ex.apply()
+    assert e.value.rc == 125 and "no such image" in e.value.output and e.value.fix == "build the image"
+    assert conn.ran("docker", "start") == []      # nothing after the failed step
+    failed = [ev for ev in ex.record.events() if ev.get("step") == "train.create" and "message" in ev]
+    assert failed and failed[0]["rc"] == 125
+
+
+def test_an_unscripted_command_fails_the_test(tmp_path):
+    with pytest.raises(UnscriptedCommand):
+        _executor(FakeConnector(), _plan(Step("a", "a", argv=("rm", "-rf", "/"))), tmp_path).apply()
+
+
+def _follow_plan() -> Plan:
+    return _plan(Step("follow.train", "follow", action="follow", params={"container": "job1", "log": LOG}),
+                 stage="FOLLOW")
+
+
+def test_follow_records_each_new_step_and_finishes_on_exit_0(tmp_path):
+    conn = (FakeConnector()
+            .on(("sh", "-c", FOLLOW_SCRIPT), [_snap("running"), _snap("running", 1), _snap("running", 1, 2),
+                                              _snap("running", 1, 2), _snap("exited", 1, 2, 3)])
+            .on(("docker", "logs"), ok("training log\n")))
+    ex = _executor(conn, _follow_plan(), tmp_path)
+    ex.apply()
+    progress = [ev["current_steps"] for ev in ex.record.events() if ev.get("current_steps") is not None
+                and "total_steps" in ev and "exit_code" not in ev]
+    assert progress == [1, 2, 3]           # step 2 seen twice is recorded once
+    assert (ex.record.path / "artifacts" / "container.log").read_text() == "training log\n"
+    assert conn.ran("sh", "-c", FOLLOW_SCRIPT)[0][-2:] == ["job1", LOG]
+
+
+def test_follow_reports_an_oom_kill_with_advice_and_the_last_lines(tmp_path):
+    conn = (FakeConnector()
+            .on(("sh", "-c", FOLLOW_SCRIPT), [_snap("running", 1), _snap("exited", 1, exit_code=137, oom=True)])
+            .on(("docker", "logs"), ok("step 1\nKilled\n")))
+    ex = _executor(conn, _follow_plan(), tmp_path)
+    with pytest.raises(StepError) as e:
+        ex.apply()
+    assert e.value.rc == 137 and "OOM-killed" in e.value.message and "Killed" in e.value.message
+    assert "--resume auto" in e.value.fix
+    assert ex.record.status()["state"] == "crashed"
+
+
+def test_follow_reports_a_removed_container(tmp_path):
+    gone = ok("@@inspect\t1\nError: No such container: job1\n@@log\n@@end\n")
+    conn = FakeConnector().on(("sh", "-c", FOLLOW_SCRIPT), [_snap("running", 1), gone])
+    with pytest.raises(StepError, match="disappeared"):
+        _executor(conn, _follow_plan(), tmp_path).apply()
+
+
+def _facts() -> HostFacts:
+    return HostFacts(cpu=CpuFacts(flags=sorted(["avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                                                "avx512_bf16", "avx512_vnni", "avx512vbmi"])),
+                     docker=DockerFacts(present=True, reachable=True, server_version="24.0",
+                                        runtimes=["runc", "nvidia"]))
+
+
+def test_resume_plan_moves_the_cut_off_checkpoint_aside_then_starts(tmp_path):
+    """The TRAIN stage of a resumed run, executed: the crashed container's log is kept, the container removed,
+    the newer incomplete checkpoint moved aside (never deleted), then the container is created and started."""
+    recipe = load_recipe(builtin_recipe(), [])
+    out = recipe.train["output_dir"]
+    st = JobState(home="/home/u", image_id="sha256:abc", output_exists=True,
+                  container=ContainerState(status="exited", exit_code=137, oom_killed=True),
+                  top_level=["checkpoint-10", "checkpoint-20"],
+                  listing={"checkpoint-10": FULL, "checkpoint-20": ["trainer_state.json"]})
+    plan = build_plan(recipe, _facts(), st, UpOptions(host="fake-host", run_id="r1", resume="auto"))
+    assert plan.resume_from == f"{out}/checkpoint-10"
+    train = plan.stage("TRAIN")
+    # a host where nothing is done yet: every probe answers "not yet", every command succeeds
+    conn = (FakeConnector().on(("sh", "-c"), fail()).on(("docker", "inspect"), fail())
+            .on(("docker", "logs"), ok("old run\n")).on(lambda argv: True, ok()))
+    ex = _executor(conn, Plan(**{**plan.__dict__, "stages": (train,)}), tmp_path)
+    ex.record.write_text("rendered/ship/recipe.yaml", "train: {}\n")   # what up writes before the executor runs
+    ex.apply()
+    runs = [c.argv for c in conn.calls if c.kind == "run"]
+    moved = [a for a in runs if any("checkpoint-20" in x for x in a)]
+    assert moved and not any(a[0] == "rm" for a in moved)
+    create = next(i for i, a in enumerate(runs) if a[:2] == ["docker", "create"])
+    start = next(i for i, a in enumerate(runs) if a[:2] == ["docker", "start"])
+    assert runs.index(moved[0]) < create < start
+    assert (ex.record.path / "artifacts" / "previous-container.log").read_text() == "old run\n"
+    assert list(conn.files.values()) == [b"train: {}\n"]               # the shipped recipe reached the host
+
+
+def test_world_size_mismatch_stops_before_anything_changes(tmp_path):
+    recipe = load_recipe(builtin_recipe(), [])
+    listing = {"checkpoint-10": ["adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state_0.pth",
+                                 "rng_state_1.pth", "trainer_state.json"]}
+    st = JobState(home="/home/u", image_id="sha256:abc", output_exists=True, top_level=["checkpoint-10"],
+                  listing=listing)
+    plan = build_plan(recipe, _facts(), st, UpOptions(host="fake-host", run_id="r1", resume="auto"))
+    conn = FakeConnector().on(lambda argv: argv[:1] == ["test"] or argv[:2] == ["sh", "-c"], fail())
+    ex = _executor(conn, Plan(**{**plan.__dict__, "stages": (plan.stage("TRAIN"),)}), tmp_path)
+    with pytest.raises(StepError, match="same world size"):
+        ex.apply()
+    assert conn.ran("docker", "create") == [] and conn.ran("docker", "start") == []
+
+
+def test_runtime_stage_installs_docker_only_when_its_probe_fails(tmp_path):
+    from ktdeploy.core.plan.build import _runtime_stage
+
+    stage = _runtime_stage(HostFacts(docker=DockerFacts(present=False)), nvidia_waived=True)
+    assert [s.id for s in stage.steps] == ["runtime.docker", "runtime.nvidia"]
+    plan = Plan(**{**_plan().__dict__, "stages": (stage,)})
+    conn = FakeConnector().on(("docker", "info"), [fail(127, "docker: not found"), ok()]).on(("sh", "-c"), ok())
+    _executor(conn, plan, tmp_path).apply()
+    assert len(conn.ran("sh", "-c")) == 1            # installed once
+    _executor(conn, plan, tmp_path).apply()          # a second run: the probe now passes, nothing is installed
+    assert len(conn.ran("sh", "-c")) == 1
+
+
+def test_up_doctor_phase_blocks_waives_and_defers(tmp_path):
+    from ktdeploy.controller.api import doctor_phase
+    from ktdeploy.controller.doctor import DoctorReport
+    from ktdeploy.core.checks.result import CheckResult
+
+    checks = [CheckResult(name=n, status="fail", detail=n) for n in ("gpu.present", "docker.present", "disk.output")]
+    record = RunRecord.create("r", root=tmp_path / "runs")
+    said: list[str] = []
+    blocking, line = doctor_phase(DoctorReport(facts=HostFacts(), checks=checks), "h", ("gpu.present",), record,
+                                  said.append)
+    assert [c.name for c in blocking] == ["disk.output"]
+    assert line.startswith("0 pass, 0 warn, 2 fail (1 waived; 1 left to the RUNTIME stage)")
+    assert any("waived" in m and "gpu.present" in m for m in said)
+    assert any("to repair" in m and "docker.present" in m for m in said)
+
+
+def _golden_host(folder: str) -> FakeConnector:
+    """A FakeConnector answering fact gathering from a golden folder (real command output of a real machine);
+    the C probes are unavailable (no cache dir), disk paths unknown."""
+    from pathlib import Path
+
+    from ktdeploy.controller import facts_probes
+    from ktdeploy.controller.facts_gather import gather_script, load_raw
+    from ktdeploy.core.facts import disk
+    from ktdeploy.core.facts.data import DATA_SCRIPT
+
+    raw = load_raw(str(Path(__file__).resolve().parents[2] / "golden" / folder))
+    text = "".join(f"@@KTD-BEGIN {n}\n{sec.stdout or ''}\n@@KTD-RC {n} {sec.rc if sec.rc is not None else 1}\n"
+                   f"{sec.stderr}\n@@KTD-END {n}\n" for n, sec in raw.sections.items())
+    return (FakeConnector(name=folder)
+            .on(("sh", "-c", gather_script()), ok(text))
+            .on(("sh", "-c", facts_probes._RUN_SCRIPT), fail())
+            .on(("sh", "-c", facts_probes._PREPARE_SCRIPT), fail())
+            .on(("sh", "-c", disk.PATHS_SCRIPT), ok(""))
+            .on(("sh", "-c", DATA_SCRIPT), lambda argv: ok("".join(
+                f"==ktd:{k}:missing:0:{p}==\n" for k, p in zip(argv[4::2], argv[5::2], strict=False))))
+            .on(("sh", "-c", STATE_SCRIPT), ok("@@home\t/home/u\n@@user\t1000:1000\n@@container\t\n@@image\t\n"
+                                               "@@output_exists\tno\n@@adapter\tno\n@@listing\n@@end\n")))
+
+
+def test_up_on_a_host_that_fails_the_doctor_starts_nothing(tmp_path, monkeypatch):
+    from ktdeploy.controller import api
+    from ktdeploy.core.errors import CheckFailed
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
+    conn = _golden_host("haswell-avx2-qemu")
+    with pytest.raises(CheckFailed) as e:
+        api.up("gpu01", connector=conn, say=lambda _m: None)
+    assert e.value.results                                          # the blocking checks are named
+    assert not any(c.argv[:2] in (["docker", "create"], ["docker", "start"]) for c in conn.calls)
+
+
+def test_up_dry_run_on_the_gpu_golden_host_plans_and_changes_nothing(tmp_path, monkeypatch):
+    """`up --dry-run` end to end on the H200 machine's recorded facts (no docker there: RUNTIME installs it)."""
+    from ktdeploy.controller import api
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
+    conn = _golden_host("gpu-h200-vm")
+    # the golden folder holds no dataset (its data files answer "missing"): that check is waived here
+    res = api.up("gpu01", connector=conn, dry_run=True, say=lambda _m: None, waive=("data.dataset_info",))
+    assert res.state == "dry-run" and res.plan is not None
+    assert [s.id for s in res.plan.stage("RUNTIME").steps][0] == "runtime.docker"
+    assert (res.record.path / "plan.json").exists() and (res.record.path / "facts.json").exists()
+    changing = (["docker", "create"], ["docker", "start"], ["mkdir", "-p"])
+    mutating = [c.argv for c in conn.calls if c.argv[:2] in changing]
+    assert mutating == []

@@ -1,0 +1,220 @@
+"""One policy, one place: the former copies' callers now give the same answer (issue 17)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ktdeploy.agent import train as T
+from ktdeploy.controller.doctor import DoctorReport
+from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core.checks.gate import AGENT_DEFERRED, RUNTIME_FIXABLE, gate
+from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.checks.threads import derive_threads, derived_kt_threads, kt_threads
+from ktdeploy.core.errors import CheckFailed, RunRecordError
+from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
+from ktdeploy.core.plan.state import JobState
+from ktdeploy.core.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[3]
+RECIPE = ROOT / "recipes/tiny-moe-lora.yaml"
+
+
+def _facts(cores=24, nodes=2) -> HostFacts:
+    return HostFacts(cpu=CpuFacts(logical_cpus=cores, physical_cores=cores,
+                                  numa_nodes=[NumaNode(id=i, cpus=list(range(i * cores // nodes,
+                                                                             (i + 1) * cores // nodes)))
+                                              for i in range(nodes)]),
+                     memory=MemoryFacts(total_bytes=64 << 30, available_bytes=60 << 30))
+
+
+def _checks(*failing: str) -> list[CheckResult]:
+    return [CheckResult(name="cpu.isa", status="pass", detail="ok")] + [
+        CheckResult(name=n, status="fail", detail=f"{n} failed", fix="fix it") for n in failing]
+
+
+# -- which failed checks block a run ------------------------------------------------------------------
+@pytest.mark.parametrize("failing,waive", [
+    ((), ()), (("gpu.present",), ()), (("gpu.present",), ("gpu.present",)),
+    (("docker.present", "docker.nvidia_runtime"), ()), (("docker.memlock", "gpu.count"), ("gpu.count",)),
+])
+def test_doctor_report_and_gate_agree(failing, waive):
+    report = DoctorReport(facts=_facts(), checks=_checks(*failing), waived=tuple(waive))
+    g = gate(report.checks, waive)
+    assert report.failed == g.blocking
+    assert report.waived_failures == g.waived
+    assert {c.name for c in g.blocking} == set(failing) - set(waive)
+
+
+def test_up_defers_runtime_fixable_and_agent_ignores_docker_checks(tmp_path):
+    checks = _checks("docker.present", "docker.memlock", "gpu.present")
+    up = gate(checks, ("gpu.present",), defer=RUNTIME_FIXABLE)
+    assert [c.name for c in up.deferred] == ["docker.present"]
+    assert [c.name for c in up.blocking] == ["docker.memlock"]     # up needs memlock for its container
+    agent = gate(checks, (), defer=AGENT_DEFERRED)
+    assert [c.name for c in agent.blocking] == ["gpu.present"]     # docker.* never concern `ktdeploy train`
+    # ... and the agent's run_doctor uses exactly that gate
+    recipe = load_recipe(RECIPE)
+    with pytest.raises(CheckFailed) as e:
+        T.run_doctor(recipe, False, diagnose=lambda r: DoctorReport(facts=_facts(), checks=checks))
+    assert [c.name for c in e.value.results] == ["gpu.present"]
+    T.run_doctor(recipe, False, diagnose=lambda r: DoctorReport(facts=_facts(), checks=_checks("docker.present")))
+
+
+def test_agent_needs_the_doctor_handed_in():
+    with pytest.raises(ValueError, match="diagnose"):
+        T.run_doctor(load_recipe(RECIPE), False)
+    assert T.run_doctor(load_recipe(RECIPE), True)[1] is None   # --skip-doctor needs none
+
+
+# -- kt_num_threads / kt_threadpool_count ---------------------------------------------------------------
+@pytest.mark.parametrize("sets", [[], ["train.kt_config.kt_num_threads=6"],
+                                  ["train.kt_config.kt_num_threads=6", "train.kt_config.kt_threadpool_count=1"]])
+def test_train_preview_and_serve_derive_the_same_threads(sets):
+    recipe = load_recipe(RECIPE, sets)
+    facts = _facts(24, 2)
+    reserve = recipe.deploy.reserve_cores
+    # the agent (what `ktdeploy train` renders)
+    derived, _, _ = T.run_doctor(recipe, False, diagnose=lambda r: DoctorReport(facts=facts, checks=_checks()))
+    # up's preview of the rendered files
+    assert derived_kt_threads(recipe.train, facts, reserve) == derived
+    # serve: --kt-cpuinfer / --kt-threadpool-count default to what training used
+    effective = {**{k.split(".", 1)[1]: v for k, v in derived.items()},
+                 **{k: v for k, v in recipe.kt_config.items() if k in ("kt_num_threads", "kt_threadpool_count")}}
+    assert kt_threads(recipe.train, facts, reserve) == (effective["kt_num_threads"], effective["kt_threadpool_count"])
+    assert derive_threads(facts, reserve) == (24 - reserve, 2)
+
+
+def test_no_threads_derived_without_kt():
+    assert derived_kt_threads({"use_kt": False, "kt_config": {}}, _facts()) == {}
+    assert derived_kt_threads({"use_kt": True, "kt_config": {}}, _facts()) == {
+        "kt_config.kt_num_threads": 22, "kt_config.kt_threadpool_count": 2}
+
+
+# -- a finished run ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("marker", ckpt.FINISHED_MARKERS)
+def test_plan_state_and_agent_agree_on_a_finished_run(tmp_path, marker):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / marker).write_text("{}")
+    assert JobState(top_level=[marker]).finished
+    with pytest.raises(RunRecordError, match="finished run"):
+        T.resolve_resume(out, None)
+    (out / marker).unlink()
+    (out / "trainer_log.jsonl").write_text("")
+    assert not JobState(top_level=["trainer_log.jsonl"]).finished
+    assert ckpt.finished_markers(["trainer_log.jsonl"]) == []
+
+
+# -- trainer_log.jsonl and steady tokens/s ----------------------------------------------------------------
+def _lf_log() -> str:
+    import json
+
+    rows = [{"current_steps": s, "total_steps": 5, "loss": 2.0 - s / 10, "total_tokens": s * 1000,
+             "throughput": s * 1000 / t, "vram_reserved": 1.0 + s / 10}
+            for s, t in [(1, 5.0), (2, 6.0), (3, 7.0), (4, 8.0), (5, 9.0)]]
+    return "\n".join(json.dumps(r) for r in rows) + "\n{torn"
+
+
+def test_follow_and_tune_read_trainer_log_with_one_parser():
+    from ktdeploy.agent.tune import measure
+    from ktdeploy.controller import follow
+    from ktdeploy.core import trainer_log
+
+    text = _lf_log()
+    assert follow.parse_log(text) == measure.parse_log(text) == trainer_log.parse_log(text)
+    assert follow.latest(text).current_steps == 5
+    assert measure.steady_tokens_per_s(measure.parse_log(text), 1) == pytest.approx(1000.0)
+    assert measure.peak_vram_gib(measure.parse_log(text)) == pytest.approx(1.5)
+
+
+def test_train_summary_uses_the_same_steady_rate(tmp_path):
+    import json
+
+    from ktdeploy.agent.monitor import RunOutcome
+    from ktdeploy.core.trainer_log import steady_rate
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": i, "step_s": s, "tokens_seen": 1000 * i} for i, s in [(1, 9.0), (2, 1.0), (3, 1.0), (4, 2.0)]]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    summary = T._summarise(run, RunOutcome(rc=0, wall_s=1.0, peak_rss_bytes=0, hwm_rss_bytes=0), tmp_path / "out")
+    # the first step (compilation) is left out: 3000 tokens in 4 s
+    assert summary["steady_tokens_per_s"] == pytest.approx(750.0)
+    assert steady_rate((1000, 0.0), (4000, 4.0)) == 750.0
+
+
+# -- docker argv ------------------------------------------------------------------------------------------
+def test_controller_builds_no_docker_argv_by_hand():
+    from ktdeploy.core.plan import docker_argv as dk
+
+    for mod in ("api.py", "executor.py"):
+        text = (ROOT / "ktdeploy" / "controller" / mod).read_text()
+        assert '["docker"' not in text, f"controller/{mod} builds a docker argv by hand: use core/plan/docker_argv"
+    assert dk.logs("c", tail=15) == ["docker", "logs", "--tail", "15", "--", "c"]
+    assert dk.logs("c", timestamps=True, since="2026-12-03T07:00:00Z") == [
+        "docker", "logs", "--timestamps", "--since", "2026-12-03T07:00:00Z", "--", "c"]
+    assert dk.stop("c") == ["docker", "stop", "--time", "30", "--", "c"]
+
+
+# -- the output-marker format -------------------------------------------------------------------------------
+def test_one_marker_format_for_gather_state_and_follow():
+    from ktdeploy.controller import facts_gather
+    from ktdeploy.core import markers
+    from ktdeploy.core.plan.state import parse_state
+
+    assert facts_gather.parse_sections is markers.parse_sections and markers.SECTION_SH in facts_gather.gather_script()
+    secs = markers.parse_sections("@@KTD-BEGIN cpu\nflags a b\n\n@@KTD-RC cpu 0\n\n@@KTD-END cpu\n")
+    assert secs["cpu"].stdout == "flags a b" and secs["cpu"].rc == 0
+    text = "@@home\t/home/u\n@@output_exists\tyes\n@@listing\ncheckpoint-1/trainer_state.json\n@@end\n"
+    fields, blocks = markers.parse_fields(text, blocks=("listing",))
+    assert fields == {"home": "/home/u", "output_exists": "yes"}
+    assert blocks == {"listing": ["checkpoint-1/trainer_state.json"]}
+    st = parse_state(text)
+    assert st.home == "/home/u" and st.output_exists and st.top_level == ["checkpoint-1"]
+
+
+# -- the resume policy ----------------------------------------------------------------------------------------
+_FULL = ["adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"]
+_FULL2 = [f for f in _FULL if f != "rng_state.pth"] + ["rng_state_0.pth", "rng_state_1.pth"]
+
+
+@pytest.mark.parametrize("listing,resume", [
+    ({"checkpoint-10": _FULL, "checkpoint-20": ["trainer_state.json"]}, "auto"),
+    ({"checkpoint-10": _FULL, "checkpoint-20": _FULL}, "auto"),
+    ({"checkpoint-10": _FULL, "checkpoint-20": ["trainer_state.json"]}, "checkpoint-20"),
+    ({"checkpoint-10": _FULL}, "checkpoint-10"),
+    ({"checkpoint-10": _FULL2}, "auto"),
+    ({"checkpoint-10": _FULL2}, "checkpoint-10"),
+])
+def test_up_and_train_choose_the_same_checkpoint(tmp_path, listing, resume):
+    from ktdeploy.core.facts.host import DockerFacts
+    from ktdeploy.core.plan import UpOptions, build_plan
+    from ktdeploy.core.recipe import builtin_recipe
+
+    recipe = load_recipe(builtin_recipe(), [])
+    out = recipe.train["output_dir"]
+    # up: the plan from the gathered listing
+    st = JobState(home="/home/u", image_id="sha256:abc", output_exists=True, top_level=sorted(listing), listing=listing)
+    facts = HostFacts(cpu=CpuFacts(flags=sorted(["avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                                                 "avx512_bf16", "avx512_vnni", "avx512vbmi"])),
+                      docker=DockerFacts(present=True, reachable=True, server_version="24", runtimes=["nvidia"]))
+    plan = build_plan(recipe, facts, st, UpOptions(host="h", run_id="r", resume=resume if resume == "auto"
+                                                   else f"{out}/{resume}"))
+    refused = [s for _, s in plan.steps() if s.id == "train.resume" and s.action == "fail"]
+    up_choice = None if refused else plan.resume_from.rsplit("/", 1)[1]
+    # train: the same folders on disk
+    d = tmp_path / "out"
+    for name, entries in listing.items():
+        for e in entries:
+            (d / name).mkdir(parents=True, exist_ok=True)
+            (d / name / e).write_text("x")
+    try:
+        got = T.resolve_resume(d, resume if resume == "auto" else str(d / resume), 1)
+        train_choice = Path(got).name
+    except RunRecordError:
+        train_choice = None
+    assert up_choice == train_choice
+    assert ckpt.choose_resume(listing, resume, 1).checkpoint is None or up_choice in (
+        None, ckpt.choose_resume(listing, resume, 1).checkpoint.name)
