@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,7 @@ def main() -> int:
 
     amx = "ktsft:amx"
     result = {
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "DOCKER_BUILDKIT=0 .venv/bin/python bench/image_build.py"
                    + (" --skip-cold" if args.skip_cold else ""),
         "machine": machine(),

@@ -15,7 +15,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-
 TYPES: dict[str, str] = {}  # key -> annotation text as written in the wheel (first owner wins)
 
 

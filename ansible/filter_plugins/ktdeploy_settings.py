@@ -26,7 +26,7 @@ def _plain(value):
     return json.loads(json.dumps(value, default=str))
 
 
-def _settings(value) -> "HostSettings":
+def _settings(value) -> HostSettings:
     if HostSettings is None:
         raise AnsibleFilterError(f"ktdeploy is not importable on the controller ({_IMPORT_ERROR}): "
                                  "run ansible from the venv where ktdeploy is installed (pip install '.[fleet]')")

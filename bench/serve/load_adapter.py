@@ -78,6 +78,7 @@ def main() -> int:
     def match():
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
+
         from ktdeploy.agent.tiny import SIZES
         d = SIZES["small"].config_dict()
         conf = AutoConfig.for_model(d.pop("model_type"), **d)

@@ -31,8 +31,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.agent import safetensors_io as st
+from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.hashing import sha256_file
 

@@ -68,7 +68,7 @@ class TinyResult:
     heldout: str = ""
 
 
-_WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+_WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "  # noqa: SIM905 (one string reads best)
           "quebec romeo sierra tango uniform victor whiskey xray yankee zulu red green blue amber violet "
           "north south east west river stone cloud ember frost maple cedar").split()
 

@@ -14,16 +14,17 @@ import datetime as _dt
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_resume, finished_markers
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
-from ktdeploy.core.trainer_log import steady_rate
 from ktdeploy.core.errors import CheckFailed, RunRecordError, StepError, UsageError
 from ktdeploy.core.safeio import printable, write_file
+from ktdeploy.core.trainer_log import steady_rate
 
 ENTRY_MODULE = "ktdeploy.agent.lf_entry"
 
@@ -156,7 +157,7 @@ def run_doctor(recipe, skip: bool, diagnose: Callable | None = None) -> tuple[di
 
 
 def _run_dir(output_dir: Path, root: str | None) -> Path:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
     base = Path(root) if root else output_dir.parent / ".ktdeploy-runs" / output_dir.name
     d = base / stamp
     n = 1

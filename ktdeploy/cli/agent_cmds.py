@@ -11,8 +11,8 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.cli.output import console, err_console, print_json
+from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.core.errors import UsageError
 
 

@@ -41,8 +41,8 @@ def doctor_cmd(
 ) -> None:
     """Check that a host can run KT fine-tuning: AMX/AVX512 really usable (a tile multiply is executed),
     survived VM/container layers, GPUs, NUMA threads, memory, /dev/shm, disk. Exit 1 if any check fails."""
-    from ktdeploy.controller.doctor import doctor
     from ktdeploy.controller.connectors import DockerExecConnector, connect
+    from ktdeploy.controller.doctor import doctor
     from ktdeploy.core.safeio import redact_host
 
     host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded

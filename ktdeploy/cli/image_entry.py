@@ -20,9 +20,9 @@ def isa_gate(variant: str | None, argv: list[str]):
     """The CheckResult that refuses or admits this run, or None when no check applies."""
     if not variant or (argv and argv[0] in NO_ISA_COMMANDS):
         return None
-    from ktdeploy.core.checks.isa import variant_check
     from ktdeploy.controller.connectors.local import LocalConnector
     from ktdeploy.controller.facts_gather import gather_facts
+    from ktdeploy.core.checks.isa import variant_check
 
     # The AMX probe (a real tile multiply) only decides for the amx variant; flags decide the rest.
     facts = gather_facts(LocalConnector("container"), probes=(variant == "amx"))

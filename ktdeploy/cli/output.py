@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from rich.console import Console
-from rich.panel import Panel
 from rich.markup import escape
+from rich.panel import Panel
 from rich.text import Text
 
 console = Console()

@@ -27,8 +27,8 @@ def plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Predict peak host RSS, GPU memory per GPU and disk before downloading any weights."""
-    from ktdeploy.core.sizing import plan_recipe
     from ktdeploy.core.recipe import load_recipe, require_valid
+    from ktdeploy.core.sizing import plan_recipe
     from ktdeploy.core.sizing.calibration import band, setting, upper_edge
 
     if not recipe.is_file():

@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from ktdeploy.cli import app
-from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.cli.output import console, err_console, print_json
+from ktdeploy.cli.recipe_cmds import SET_HELP
 
 
 @app.command()

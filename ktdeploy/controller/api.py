@@ -8,19 +8,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
+from ktdeploy.controller.runs import RunRecord, latest_run
+from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
+from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
-from ktdeploy.controller.runs import RunRecord, latest_run
 from ktdeploy.core.safeio import redact_host
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
@@ -34,7 +34,8 @@ def check(recipe_path, overrides=()):
 
 
 def render(recipe_path, out_dir, overrides=()):
-    from ktdeploy.core.recipe import load_recipe, render as _render, require_valid
+    from ktdeploy.core.recipe import load_recipe, require_valid
+    from ktdeploy.core.recipe import render as _render
 
     r = load_recipe(recipe_path, overrides)
     require_valid(r)
@@ -43,8 +44,8 @@ def render(recipe_path, out_dir, overrides=()):
 
 def doctor(host: str = "localhost", recipe=None, **ssh):
     host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
-    from ktdeploy.controller.doctor import doctor as _doctor
     from ktdeploy.controller.connectors import connect
+    from ktdeploy.controller.doctor import doctor as _doctor
 
     conn = connect(host, **ssh)
     try:
@@ -114,8 +115,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
        connector=None) -> UpResult:
     """``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
-    from ktdeploy.controller.doctor import doctor as _doctor
     from ktdeploy.controller.connectors import connect
+    from ktdeploy.controller.doctor import doctor as _doctor
     from ktdeploy.controller.executor import Executor
     from ktdeploy.core.recipe import render as _render
     from ktdeploy.core.recipe.render import dump_yaml
@@ -263,7 +264,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             conn.close()
 
 
-def load_facts_file(path) -> "HostFacts":
+def load_facts_file(path) -> HostFacts:
     """Host facts recorded earlier: `ktdeploy doctor --json` output ({"facts": ...}) or a bare facts.json
     (HostFacts, as tests/golden/*/facts.json). Bad input is a UsageError naming the file."""
     import json

@@ -7,16 +7,16 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.controller.follow import LogEntry, describe, latest
-from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
-from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.controller.runs import RunRecord
+from ktdeploy.core.errors import ConnectError, StepError
+from ktdeploy.core.plan import docker_argv as dk
+from ktdeploy.core.plan.state import ContainerState, parse_container_state
+from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.safeio import write_file
 
 # Every part is framed, and the script ends with '@@end': output cut short (the connection dropped mid-command)

@@ -13,10 +13,10 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
+from ktdeploy.controller.facts_probes import PROBES, gather_probes
 from ktdeploy.core.facts import container, cpu, disk, docker, gpu, kernel, limits, memory, virt
 from ktdeploy.core.facts.host import HostFacts, Probes
 from ktdeploy.core.markers import SECTION_SH, Section, parse_sections  # noqa: F401  (re-exported)
-from ktdeploy.controller.facts_probes import PROBES, gather_probes
 
 SECTION_MODULES = (kernel, cpu, memory, gpu, docker, virt, container, limits)
 

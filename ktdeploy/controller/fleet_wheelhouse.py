@@ -22,10 +22,10 @@ import sys
 import tarfile
 from pathlib import Path
 
-from ktdeploy.core.errors import ImageError
-from ktdeploy.core.hashing import sha256_file
 from ktdeploy.controller.images.lockfile import Lock, read_lock
 from ktdeploy.controller.images.wheelhouse import missing_wheels
+from ktdeploy.core.errors import ImageError
+from ktdeploy.core.hashing import sha256_file
 
 EPOCH = 315532800  # 1980-01-01, like SOURCE_DATE_EPOCH of the ktdeploy wheel
 

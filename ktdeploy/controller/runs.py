@@ -67,7 +67,7 @@ class RunRecord:
 
     # -- writing --------------------------------------------------------------------------------
     @classmethod
-    def create(cls, recipe_name: str, root: Path | None = None) -> "RunRecord":
+    def create(cls, recipe_name: str, root: Path | None = None) -> RunRecord:
         root = root or runs_dir()
         root.mkdir(parents=True, exist_ok=True)
         rid = new_run_id(recipe_name)

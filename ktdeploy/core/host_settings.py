@@ -55,7 +55,7 @@ class HostSettings(BaseModel):
         return v
 
     @classmethod
-    def from_vars(cls, hostvars: dict[str, Any]) -> "HostSettings":
+    def from_vars(cls, hostvars: dict[str, Any]) -> HostSettings:
         """From ansible host vars (the names in the module docstring); absent ones take their defaults."""
         return cls(gpus=tuple(hostvars.get("ktdeploy_gpus") or ()),
                    volumes=dict(hostvars.get("ktdeploy_volumes") or {}),

@@ -88,7 +88,7 @@ class TestHost:
     address: str
     port: int
     user: str
-    pool: "HostPool" = field(repr=False)
+    pool: HostPool = field(repr=False)
 
     __test__ = False  # not a pytest test class
 

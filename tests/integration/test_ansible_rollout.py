@@ -81,7 +81,7 @@ def rollout(host_pool, tmp_path_factory):
                           ktsft_image_archive_dir=str(archive_dir))
     rc, out, rows = playbook(inv, summary=tmp / "s0.json")
     assert rc == 0 and rows["roll-ok"]["status"] == "ok", out[-4000:]
-    archive = archive_dir / f"ktsft-avx512.tar"
+    archive = archive_dir / "ktsft-avx512.tar"
     yield {"tmp": tmp, "inv": inv, "host": h, "repo": repo, "ref": f"{repo}:avx512", "archive": archive,
            "id": read_sidecar(archive)["images"][f"{repo}:avx512"]}
     docker("rmi", "-f", f"{repo}:avx512", f"{repo}:other", f"{repo}:other2", check=False)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.controller.doctor import doctor
 from ktdeploy.controller.connectors import DockerExecConnector, connect
+from ktdeploy.controller.doctor import doctor
 from ktdeploy.core.errors import ConnectError
 
 pytestmark = pytest.mark.docker

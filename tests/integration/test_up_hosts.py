@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # tests.fakes / tests.integration.hosts, whatever pytest's import mode
 
 from ktdeploy.controller import api
-from ktdeploy.core.errors import StepError
 from ktdeploy.controller.runs import RunRecord
+from ktdeploy.core.errors import StepError
 from tests.fakes.image import build_fake_image
 from tests.integration.hosts import docker, host_pool  # noqa: F401  (fixture)
 

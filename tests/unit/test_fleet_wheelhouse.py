@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.core.errors import ImageError
 from ktdeploy.controller.fleet_wheelhouse import pack, requirements
 from ktdeploy.controller.images.lockfile import read_lock
+from ktdeploy.core.errors import ImageError
 
 LOCK = Path(__file__).resolve().parents[2] / "docker" / "requirements" / "reduced.lock"
 

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ktdeploy.core.errors import StepError, UsageError
-from ktdeploy.core.recipe import load_recipe, require_valid
-from ktdeploy.core.recipe.rules import inside
 from ktdeploy.agent.tune.candidates import Candidate, stage_one, stage_two
 from ktdeploy.agent.tune.runner import TrialSpec, run_trial, trial_out_dir, trial_sets
 from ktdeploy.agent.tune.select import Trial, choose
+from ktdeploy.core.errors import StepError, UsageError
+from ktdeploy.core.recipe import load_recipe, require_valid
+from ktdeploy.core.recipe.rules import inside
 
 GIB = 1024 ** 3
 

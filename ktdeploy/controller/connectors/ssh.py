@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 
 from ktdeploy.controller.connectors.base import Result, checked, env_prefix, quote_argv, to_text
@@ -124,7 +123,7 @@ class SSHConnector:
                         data = chan.recv(65536)
                         if data:
                             out += data
-                    except socket.timeout:
+                    except TimeoutError:
                         pass
             rc = chan.recv_exit_status()
             chan.close()

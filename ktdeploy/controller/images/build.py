@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ktdeploy
-from ktdeploy.core.errors import ImageError, UsageError
 from ktdeploy.controller.images import docker_cli
 from ktdeploy.controller.images.lockfile import Lock, read_lock
 from ktdeploy.controller.images.variants import DEFAULT_REPO, ISA_VARIANTS, LABELLED_DISTRIBUTIONS, STACKS, image_tag
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
+from ktdeploy.core.errors import ImageError, UsageError
 
 DEFAULT_BASE_IMAGE = "ktdeploy/base:bookworm"
 
@@ -273,7 +273,7 @@ def build(opts: BuildOptions, on_line=None) -> BuildReport:
             report.manifest_sha256 = m.group(1) if m else ""
             report.labels = identity_labels(
                 opts, lock, base_id, report.manifest_sha256, revision=revision, source=source,
-                created=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                created=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
             for isa in opts.isas:
                 tag = image_tag(opts.image_repo, isa)
                 argv = ["commit", "--pause=false"]

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from ktdeploy.controller.images.lockfile import Lock
 from ktdeploy.core.errors import ImageError
 from ktdeploy.core.hashing import sha256_file
-from ktdeploy.controller.images.lockfile import Lock
 
 # Fixed, so the build argument (and with it the deps layer's cache key) never changes; one per stack,
 # so a CI build of the reduced stack can run beside a full build.

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.sizing import plan_recipe
 from ktdeploy.core.sizing.calibration import upper_edges
 

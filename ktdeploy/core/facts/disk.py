@@ -5,8 +5,8 @@ The paths are user input: they travel as argv items to a fixed script (never spl
 
 from __future__ import annotations
 
-from ktdeploy.core.facts.limits import parse_df_line
 from ktdeploy.core.facts.host import PathFacts
+from ktdeploy.core.facts.limits import parse_df_line
 
 # Run as: sh -c PATHS_SCRIPT ktdeploy PATH...  For each path: a tab-separated header line, then df -Pk
 # of the path (or its nearest existing parent) and du -sk when it is a directory (bounded by timeout).

@@ -2,8 +2,8 @@
 a probe that says it is already satisfied. ``build_plan(recipe, facts, state, options)`` builds one."""
 
 from ktdeploy.core.plan.build import UpOptions, build_plan, job_name, output_dir_of, resolve_image, shipped_recipe
-from ktdeploy.core.plan.steps import STAGES, Plan, Stage, Step
 from ktdeploy.core.plan.state import STATE_SCRIPT, ContainerState, JobState, parse_state
+from ktdeploy.core.plan.steps import STAGES, Plan, Stage, Step
 from ktdeploy.core.plan.text import plan_text
 
 __all__ = ["STAGES", "STATE_SCRIPT", "ContainerState", "JobState", "Plan", "Stage", "Step", "UpOptions", "build_plan",

@@ -16,8 +16,8 @@ from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.steps import Plan, Stage, Step
 from ktdeploy.core.plan.state import JobState
+from ktdeploy.core.plan.steps import Plan, Stage, Step
 
 VARIANTS = ("amx", "avx512", "avx2")
 MEMLOCK_WAIVER = "docker.memlock"
@@ -233,7 +233,7 @@ def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
     if not ours and state.output_exists and state.top_level and not opts.resume:
         if state.finished:
             why = f"{out} already holds a finished training run"
-            fix = f"Choose a new train.output_dir, or pass --resume auto to go on from it (convert, serve)."
+            fix = "Choose a new train.output_dir, or pass --resume auto to go on from it (convert, serve)."
         elif state.checkpoints:
             why = f"{out} holds checkpoints of an earlier run ({', '.join(c2.name for c2 in state.checkpoints[-3:])})"
             fix = "Pass --resume auto to continue it, or choose a new train.output_dir."
@@ -341,7 +341,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     else:
         resume_from, resume_steps, resume_notes = _resume_target(recipe, state, opts.resume, out)
         if c is not None:
-            tr.append(Step("train.save_logs", f"keep the old container's log", action="fetch", remote=name,
+            tr.append(Step("train.save_logs", "keep the old container's log", action="fetch", remote=name,
                            local="artifacts/previous-container.log", params={"docker_logs": True}, optional=True))
             tr.append(Step("train.remove_old", f"remove the stopped container {name} ({c.describe()})",
                            argv=tuple(dk.remove(name))))

@@ -1,7 +1,7 @@
 """Recipes: parse (with line numbers), validate against every cookbook / LlamaFactory / kt-kernel rule, render."""
 
-from ktdeploy.core.recipe.finding import Finding, errors
 from ktdeploy.core.recipe.document import Recipe, load_native, load_recipe
+from ktdeploy.core.recipe.finding import Finding, errors
 from ktdeploy.core.recipe.render import Rendered, render
 from ktdeploy.core.recipe.schema import Deploy
 from ktdeploy.core.recipe.validate import require_valid, validate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from ktdeploy.core.recipe.catalog_data import ACCELERATE_KEYS, TEMPLATES, TRAIN_KEYS
+from ktdeploy.core.recipe.catalog_data import ACCELERATE_KEYS, TEMPLATES, TRAIN_KEYS  # noqa: F401 (rules.py reads cat.TEMPLATES)
 
 # Keys of the flat `kt_config` mapping inside the training YAML (kt-facts.md, "Inside kt_config").
 KT_CONFIG_KEYS = (

@@ -13,12 +13,11 @@ Overrides (`--set train.cutoff_len=4096`) are applied on the parsed tree, read t
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
 from typing import Any
-
-import re
 
 import yaml as pyyaml
 from ruamel.yaml import YAML

@@ -16,10 +16,11 @@ from typing import Any
 
 from ktdeploy.core.checkpoints import CHECKPOINT_RE
 from ktdeploy.core.recipe import catalog as cat
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.loader import SECTIONS
-from ktdeploy.core.recipe.document import Recipe
-from ktdeploy.core.safeio import inside as _inside, norm_path
+from ktdeploy.core.safeio import inside as _inside
+from ktdeploy.core.safeio import norm_path
 
 RuleFn = Callable[["Ctx"], None]
 RULES: list[tuple[str, RuleFn]] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 ISA_VARIANTS = ("amx", "avx512", "avx2")
 

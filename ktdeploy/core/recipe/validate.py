@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ktdeploy.core.errors import RecipeError
-from ktdeploy.core.recipe.finding import Finding, errors
 from ktdeploy.core.recipe.document import Recipe
+from ktdeploy.core.recipe.finding import Finding, errors
 from ktdeploy.core.recipe.rules import run_rules
 
 

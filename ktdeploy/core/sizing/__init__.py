@@ -2,8 +2,12 @@
 
 from ktdeploy.core.sizing.advice import Advice, advise, plan_checks
 from ktdeploy.core.sizing.estimate import MEASURED, ResourcePlan, Term, estimate
-from ktdeploy.core.sizing.model_config import (MoEArchitecture, load_model_config, parse_model_config,
-                                           resolve_model_config)
+from ktdeploy.core.sizing.model_config import (
+    MoEArchitecture,
+    load_model_config,
+    parse_model_config,
+    resolve_model_config,
+)
 
 
 def plan_recipe(recipe, model_config=None, gpus: int | None = None):

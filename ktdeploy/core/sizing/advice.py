@@ -7,8 +7,9 @@ so the advice can never disagree with the plan.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.sizing.calibration import upper_edges

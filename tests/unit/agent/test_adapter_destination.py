@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.agent.convert import ConvertError, convert
+from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.core.facts.host import CpuFacts, DockerFacts, HostFacts
 from ktdeploy.core.plan import UpOptions, build_plan
 from ktdeploy.core.plan.state import JobState

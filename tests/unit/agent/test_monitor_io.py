@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.agent import monitor, safetensors_io as st
+from ktdeploy.agent import monitor
+from ktdeploy.agent import safetensors_io as st
 
 ROOT = Path(__file__).resolve().parents[3]
 

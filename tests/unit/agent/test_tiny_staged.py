@@ -27,10 +27,9 @@ def test_tiny_model_without_torch_leaves_no_folder(tmp_path):
 
 def test_a_failure_mid_build_removes_the_partial_folder_and_the_parents_it_made(tmp_path):
     target = tmp_path / "a" / "b" / "tiny"
-    with pytest.raises(RuntimeError):
-        with _staged(target) as tmp:
-            (tmp / "tokenizer.json").write_text("{}")
-            raise RuntimeError("out of disk while saving the weights")
+    with pytest.raises(RuntimeError), _staged(target) as tmp:
+        (tmp / "tokenizer.json").write_text("{}")
+        raise RuntimeError("out of disk while saving the weights")
     assert list(tmp_path.iterdir()) == []
 
 

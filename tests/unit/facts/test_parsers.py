@@ -5,10 +5,10 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ktdeploy.controller.facts_gather import gather_script, parse_sections
 from ktdeploy.core.facts.container import build_container
 from ktdeploy.core.facts.cpu import build_cpu, parse_cpu_list, parse_lscpu_json
 from ktdeploy.core.facts.docker import build_docker
-from ktdeploy.controller.facts_gather import gather_script, parse_sections
 from ktdeploy.core.facts.gpu import build_gpu, parse_nvidia_smi
 from ktdeploy.core.facts.kernel import parse_kernel_release
 from ktdeploy.core.facts.limits import parse_cgroup, parse_df_line, parse_proc_limits

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.core.errors import ImageError, UsageError
 from ktdeploy.controller.images.build import (
     BuildOptions,
     commit_changes,
@@ -20,6 +19,7 @@ from ktdeploy.controller.images.build import (
 from ktdeploy.controller.images.lockfile import read_lock
 from ktdeploy.controller.images.variants import expand_isa
 from ktdeploy.controller.images.wheelhouse import check_wheelhouse, missing_wheels, serve
+from ktdeploy.core.errors import ImageError, UsageError
 
 ROOT = Path(__file__).resolve().parents[3]
 REDUCED = read_lock(ROOT / "docker" / "requirements" / "reduced.lock")
@@ -112,7 +112,6 @@ def test_serve_refuses_a_busy_port(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        with pytest.raises(ImageError) as err:
-            with serve(tmp_path, s.getsockname()[1]):
-                pass
+        with pytest.raises(ImageError) as err, serve(tmp_path, s.getsockname()[1]):
+            pass
     assert "--wheelhouse-port" in err.value.fix

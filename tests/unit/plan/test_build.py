@@ -1,7 +1,5 @@
 import shlex
 
-import pytest
-
 from ktdeploy.core.facts.host import CpuFacts, DockerFacts, HostFacts
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, parse_state, plan_text, shipped_recipe
 from ktdeploy.core.plan import docker_argv as dk

@@ -8,10 +8,10 @@ may read as "the container is gone"; everything else is a lost connection (Conne
 import pytest
 
 from ktdeploy.controller.connectors.base import Result
-from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.controller.executor import Executor, parse_snapshot, snapshot
-from ktdeploy.core.plan.steps import Plan, Stage, Step
 from ktdeploy.controller.runs import RunRecord
+from ktdeploy.core.errors import ConnectError, StepError
+from ktdeploy.core.plan.steps import Plan, Stage, Step
 
 RUNNING = ('@@inspect\t0\n{"Status":"running","Running":true,"Paused":false,"Restarting":false,"OOMKilled":false,'
            '"Dead":false,"Pid":1936,"ExitCode":0,"Error":"","StartedAt":"2026-12-03T07:01:14.592389364Z",'

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.core.facts.host import Gpu, GpuFacts, HostFacts, MemoryFacts, PathFacts
+from ktdeploy.core.recipe import load_recipe
 from ktdeploy.core.sizing import plan_recipe
 from ktdeploy.core.sizing.calibration import band, upper_edges
 from ktdeploy.core.sizing.checks import plan_check_results
-from ktdeploy.core.recipe import load_recipe
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 GiB = 2**30
