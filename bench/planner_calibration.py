@@ -38,21 +38,21 @@ OUT = ROOT / "bench/results/planner-calibration.md"
 def _cases() -> list[dict]:
     cases = []
     for a in ANCHORS:
-        cases.append(dict(name=a.name, arch=a.arch(), train=a.train, accelerate=a.accelerate,
-                          host=a.peak_host_rss_gib, gpu=a.peak_gpu_mem_gib, source=a.source, kind="published"))
+        cases.append({"name": a.name, "arch": a.arch(), "train": a.train, "accelerate": a.accelerate,
+                          "host": a.peak_host_rss_gib, "gpu": a.peak_gpu_mem_gib, "source": a.source, "kind": "published"})
     if PEAKS.is_file():
         data = json.loads(PEAKS.read_text())
         for r in data.get("runs", []):
             acc = dict(r.get("accelerate") or {})
             if r.get("num_processes"):
                 acc["num_processes"] = r["num_processes"]
-            cases.append(dict(name=r["name"], arch=parse_model_config(r["model_config"], source=r["name"]),
-                              train=r.get("train") or {}, accelerate=acc,
+            cases.append({"name": r["name"], "arch": parse_model_config(r["model_config"], source=r["name"]),
+                              "train": r.get("train") or {}, "accelerate": acc,
                               # the plan's GPU figure includes the CUDA context, so it is compared with
                               # nvidia-smi's memory.used above idle, not torch's max_memory_allocated
-                              host=r.get("peak_host_rss_gib"),
-                              gpu=r.get("peak_gpu_used_gib_nvsmi", r.get("peak_gpu_mem_gib")),
-                              source="bench/results/gpu_peaks.json (GPU machine; GPU = nvidia-smi used)", kind="gpu"))
+                              "host": r.get("peak_host_rss_gib"),
+                              "gpu": r.get("peak_gpu_used_gib_nvsmi", r.get("peak_gpu_mem_gib")),
+                              "source": "bench/results/gpu_peaks.json (GPU machine; GPU = nvidia-smi used)", "kind": "gpu"})
     return cases
 
 
@@ -109,8 +109,8 @@ def fit() -> dict[str, float]:
 
 
 def _held_out() -> list[dict]:
-    return [dict(name=a.name, arch=a.arch(), train=a.train, accelerate=a.accelerate, host=a.peak_host_rss_gib,
-                 gpu=a.peak_gpu_mem_gib, source=a.source, kind="held-out") for a in HELD_OUT]
+    return [{"name": a.name, "arch": a.arch(), "train": a.train, "accelerate": a.accelerate, "host": a.peak_host_rss_gib,
+                 "gpu": a.peak_gpu_mem_gib, "source": a.source, "kind": "held-out"} for a in HELD_OUT]
 
 
 def table(cases: list[dict] | None = None) -> tuple[str, list[float]]:

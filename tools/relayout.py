@@ -269,11 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print what would change")
     args = ap.parse_args(argv)
     _check_table()
-    if not args.imports_only and not args.dry_run:
-        if git("status", "--porcelain", "--untracked-files=no").strip():
-            print("relayout: the work tree has uncommitted changes; commit or stash them first "
-                  "(or use --imports-only)", file=sys.stderr)
-            return 2
+    if not args.imports_only and not args.dry_run and git("status", "--porcelain", "--untracked-files=no").strip():
+        print("relayout: the work tree has uncommitted changes; commit or stash them first "
+              "(or use --imports-only)", file=sys.stderr)
+        return 2
     if not args.imports_only:
         do_moves(args.dry_run)
     n = do_rewrites(args.dry_run)

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     specs, source = resolve_pins(lock)
     print(f"versions from: {lock_path or 'built-in pins'}")
     for s in specs:
-        print(f"  {s:40s} [{source[re.split(r'[=<>]', s, 1)[0]]}]")
+        print(f"  {s:40s} [{source[re.split(r'[=<>]', s, maxsplit=1)[0]]}]")
 
     if args.cache.exists():  # start clean so no stale version is picked up
         for old in args.cache.glob("*.whl"):
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for old in args.out.glob("*.whl"):
         old.unlink()
-    wanted = {_norm(re.split(r"[=<>]", s, 1)[0]) for s in specs}
+    wanted = {_norm(re.split(r"[=<>]", s, maxsplit=1)[0]) for s in specs}
     total = 0
     for whl in sorted(args.cache.glob("*.whl")):
         dist = _norm(whl.name.split("-")[0])

@@ -49,7 +49,7 @@ def check(
         print_json({"valid": False, "errors": len(err.findings) or 1, "warnings": 0,
                     "findings": [f.to_json() for f in err.findings] or [{"severity": "error", "path": "(document)",
                                                                          "message": err.message, "fix": err.fix or ""}]})
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     errs = errors(findings)
     if as_json:
         print_json({"valid": not errs, "errors": len(errs), "warnings": len(findings) - len(errs),
@@ -86,5 +86,5 @@ def render_cmd(
     files = render(r).write(out, overwrite=force)
     for f in warnings:
         console.print(f"[yellow]warn[/yellow] {f.path}: {f.message}")
-    for name, p in files.items():
+    for _name, p in files.items():
         console.print(f"wrote {p}")

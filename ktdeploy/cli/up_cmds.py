@@ -99,7 +99,7 @@ def status(
                     console.print(f"  {k:<9} {s.get(k, '')}", highlight=False, crop=False, overflow="ignore")
             return
         t = Table(*[Column("run" if k == "id" else k, no_wrap=True, overflow="ignore", min_width=w)
-                    for k, w in zip(keys, widths)])
+                    for k, w in zip(keys, widths, strict=False)])
         for s in rows:
             t.add_row(*[str(s.get(k, "")) for k in keys])
         console.print(t)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ktdeploy.controller.runs import RunRecord, latest_run
 from ktdeploy.core.adapter_layout import adapter_dir_for
@@ -22,6 +23,9 @@ from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.core.safeio import redact_host
+
+if TYPE_CHECKING:
+    from ktdeploy.core.facts.host import HostFacts
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
 WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))

@@ -110,7 +110,7 @@ def train(recipe_path):
             print(f"ValueError: checkpoint saved with world size {saved_world}, now {world}", file=sys.stderr)
             return 1
         print(f"[fake-llamafactory] Resuming training from {resume} (step {start})", flush=True)
-    elif os.path.isdir(out) and os.listdir(out) and not t.get("overwrite_output_dir"):
+    elif os.path.isdir(out) and os.listdir(out) and not t.get("overwrite_output_dir"):  # noqa: SIM102 (mirrors LlamaFactory)
         if not any(n.startswith("checkpoint-") for n in os.listdir(out)):
             print("ValueError: Output directory already exists and is not empty. Please set `overwrite_output_dir`.",
                   file=sys.stderr)

@@ -63,7 +63,7 @@ def write_safetensors(path: str, tensors: dict, metadata: dict | None = None) ->
 
 
 def fused_tensors(rank: int, m: dict = SMALL) -> dict:
-    E, H, I = m["experts"], m["hidden"], m["moe_inter"]
+    E, H, I = m["experts"], m["hidden"], m["moe_inter"]  # noqa: E741 (model notation)
     t = {}
     for L in range(m["layers"]):
         t[f"layers.{L}.experts.gate_lora_a"] = ("BF16", [E, rank, H])
@@ -140,7 +140,7 @@ def write_full_model(d: str, *, m: dict = SMALL, generation: str = "0" * 32) -> 
     per layer holding ``gate_proj``/``up_proj`` [E, I, H] and ``down_proj`` [E, H, I] (metadata: format,
     version, generation, layer_idx); the index is written last."""
     os.makedirs(d, exist_ok=True)
-    H, E, I, V = m["hidden"], m["experts"], m["moe_inter"], m["vocab"]
+    H, E, I, V = m["hidden"], m["experts"], m["moe_inter"], m["vocab"]  # noqa: E741 (model notation)
     q, kv = m["heads"] * m["head_dim"], m["kv_heads"] * m["head_dim"]
     t = {"model.embed_tokens.weight": ("BF16", [V, H]), "model.norm.weight": ("BF16", [H]),
          "lm_head.weight": ("BF16", [V, H])}

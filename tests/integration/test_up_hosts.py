@@ -20,11 +20,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # tests.fakes / tests.integration.hosts, whatever pytest's import mode
 
-from ktdeploy.controller import api
-from ktdeploy.controller.runs import RunRecord
-from ktdeploy.core.errors import StepError
-from tests.fakes.image import build_fake_image
-from tests.integration.hosts import docker, host_pool  # noqa: F401  (fixture)
+from ktdeploy.controller import api  # noqa: E402 (after the sys.path insert)
+from ktdeploy.controller.runs import RunRecord  # noqa: E402 (after the sys.path insert)
+from ktdeploy.core.errors import StepError  # noqa: E402 (after the sys.path insert)
+from tests.fakes.image import build_fake_image  # noqa: E402 (after the sys.path insert)
+from tests.integration.hosts import docker, host_pool  # noqa: E402, F401  (fixture)
 
 pytestmark = pytest.mark.docker
 
@@ -33,7 +33,7 @@ WAIVE = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime", "docker.
 
 
 @pytest.fixture(scope="module")
-def env(host_pool, tmp_path_factory):
+def env(host_pool, tmp_path_factory):  # noqa: F811 (pytest injects the fixture by name)
     import tempfile
 
     # Under /tmp with the same path here and in the hosts (the daemon resolves mount sources on this machine).
@@ -278,7 +278,7 @@ def test_crash_at_step_is_reported_with_log_lines(env):
     (data / "fake_crash_at_step").write_text("7")
     try:
         with pytest.raises(StepError) as ei:
-            api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, port=31002, *["deploy.serve.enabled=false"]),
+            api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, "deploy.serve.enabled=false", port=31002),
                    ssh=env["pool"].ssh_options(), say=lambda m: None)
     finally:
         (data / "fake_crash_at_step").unlink()

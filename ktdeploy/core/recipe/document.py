@@ -48,7 +48,7 @@ class Recipe:
         return expert_setup(self.kt_config)
 
     def to_document(self) -> dict[str, Any]:
-        return {k: v for k, v in self.raw.doc.items()}
+        return dict(self.raw.doc.items())
 
 
 def build(raw: RawRecipe) -> Recipe:

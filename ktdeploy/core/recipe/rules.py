@@ -189,7 +189,7 @@ def accelerate_keys(ctx: Ctx) -> None:
     Cookbook: §2.3: kt_config never goes in the Accelerate YAML.
     Code: accelerate-kt commands/config/config_args.py ClusterConfig fields.
     """
-    for key, value in ctx.a.items():
+    for key, _value in ctx.a.items():
         path = f"accelerate.{key}"
         if key == "kt_config":
             ctx.error(path, "kt_config in the Accelerate YAML is rejected by LlamaFactory (cookbook §2.3)",

@@ -76,7 +76,7 @@ def type_error(key: str, value: Any) -> tuple[str, str] | None:
     elif isinstance(value, dict):
         if ks & {"dict", "str"} and "dict" in ks:
             return None
-    elif isinstance(value, list):
+    elif isinstance(value, list):  # noqa: SIM102 (one branch per type, like the ones above)
         if "list" in ks:
             return None
     want = sorted(ks - {"none", "literal"})

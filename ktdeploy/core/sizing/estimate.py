@@ -240,7 +240,7 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
     def add(resource: str, name: str, nbytes: float, why: str) -> None:
         terms.append(Term(resource, name, nbytes / GIB, why))
 
-    H, I, E, k = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, arch.experts_per_tok
+    H, I, E, k = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, arch.experts_per_tok  # noqa: E741 (model notation)
     L = arch.moe_layers
     P = s.tp_parts
     Ip = I / P                                 # intermediate slice of one NUMA part

@@ -190,7 +190,7 @@ def _qwen3_moe(c: dict, where: str) -> dict:
 
 
 def _attn(pair: tuple[float, float]) -> dict:
-    return dict(attention_params_per_layer=pair[0], attention_linear_io=pair[1])
+    return {"attention_params_per_layer": pair[0], "attention_linear_io": pair[1]}
 
 
 def _qwen3_5_moe(c: dict, where: str) -> dict:

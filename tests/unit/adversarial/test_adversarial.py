@@ -56,7 +56,7 @@ KINDS = ["regular", "fifo", "devzero", "dir", "link-out", "dangling", "empty", "
          "deep", "list"]
 
 BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False))
 
 
 class Box:

@@ -89,7 +89,7 @@ def test_yaml_alias_bomb_refused_fast(tmp_path):
     from ktdeploy.core.recipe import load_recipe
 
     bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False))
     assert len(bomb) < 500
     p = tmp_path / "bomb.yaml"
     p.write_text(bomb)

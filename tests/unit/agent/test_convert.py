@@ -10,7 +10,7 @@ import pytest
 
 from ktdeploy.agent.convert import ConvertError, convert
 
-E, R, H, I = 3, 2, 4, 5  # experts, rank, hidden, expert width
+E, R, H, I = 3, 2, 4, 5  # noqa: E741 -- experts, rank, hidden, expert width
 
 
 def _vals(n: int, start: float) -> list[float]:

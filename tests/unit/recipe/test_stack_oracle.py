@@ -33,7 +33,7 @@ VALUES, _set = so.VALUES, so.set_key
 
 
 def _base() -> dict:
-    return {name: doc for name, doc in so.shipped()}
+    return dict(so.shipped())
 
 
 def _check(o: so.Outcome) -> None:

@@ -19,7 +19,7 @@ def test_train_applies_tune_record_without_touching_the_recipe(tmp_path):
                         "--tuned", str(record), "--run-root", str(tmp_path / "runs")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
-    lines = [l.strip() for l in plan["train_yaml"].splitlines()]
+    lines = [line.strip() for line in plan["train_yaml"].splitlines()]
     assert "kt_num_threads: 6" in lines
     assert "kt_threadpool_count: 1" in lines
     assert "kt_cpu_activation: retain" in lines
