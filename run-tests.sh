@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README.md and .ci/run call this). Two tiers, both run by default:
-#   unit        — pure, fast: recipe rules, fact parsers on golden files, planner, plan rendering
+#   unit        — ruff check ., then pure, fast tests: recipe rules, fact parsers on golden files, planner, plan rendering
 #   integration — real docker: test hosts with sshd on a private network, images, ansible, `ktdeploy up`
 #   ./run-tests.sh            both tiers
 #   ./run-tests.sh unit       unit tier only
@@ -26,6 +26,9 @@ run_pytest() {
 
 if [[ "$TIER" == all || "$TIER" == unit ]]; then
   echo "== unit tier"
+  # lint first (config in pyproject.toml [tool.ruff]); any finding fails the tier
+  echo "-- ruff check ."
+  .venv/bin/ruff check .
   run_pytest -q tests/unit
 fi
 
