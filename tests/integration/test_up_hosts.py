@@ -20,6 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # tests.fakes / tests.integration.hosts, whatever pytest's import mode
 
+from ktdeploy.agent.tiny import build_dataset  # noqa: E402 (after the sys.path insert)
 from ktdeploy.controller import api  # noqa: E402 (after the sys.path insert)
 from ktdeploy.controller.runs import RunRecord  # noqa: E402 (after the sys.path insert)
 from ktdeploy.core.errors import StepError  # noqa: E402 (after the sys.path insert)
@@ -41,6 +42,9 @@ def env(host_pool, tmp_path_factory):  # noqa: F811 (pytest injects the fixture 
     for d in ("models/tiny", "data", "out"):
         (root / d).mkdir(parents=True)
     (root / "data" / "fake_step_seconds").write_text("0.05")
+    # the tiny recipe's dataset and its dataset_info.json entry, as `ktdeploy tiny-model` writes them (doctor's
+    # data.* checks read them on the host)
+    build_dataset(root / "data", 64)
     home = tmp_path_factory.mktemp("ktdhome")
     old = os.environ.get("KTDEPLOY_HOME")
     os.environ["KTDEPLOY_HOME"] = str(home)
