@@ -70,10 +70,14 @@ def main() -> int:
             res[f"{key}_tokens_per_s"] = v
             if v and h:
                 res[f"{key}_over_hand_median"] = round(statistics.median(v) / statistics.median(h), 4)
+        # `ktdeploy train` defaults to --exec (E): that is the figure the goal is about; K (--watch) is kept apart
+        e = res.get("exec_tokens_per_s") or []
         if k and h:
-            res["train_over_hand_median"] = round(statistics.median(k) / statistics.median(h), 4)
-            res["train_over_hand_mean"] = round(statistics.mean(k) / statistics.mean(h), 4)
-            res["pairs"] = min(len(k), len(h))
+            res["watch_over_hand_median"] = round(statistics.median(k) / statistics.median(h), 4)
+        if e and h:
+            res["train_over_hand_median"] = round(statistics.median(e) / statistics.median(h), 4)
+            res["train_over_hand_mean"] = round(statistics.mean(e) / statistics.mean(h), 4)
+            res["pairs"] = min(len(e), len(h))
         res["wall_s"] = round(time.monotonic() - gb.T0, 1)
         (out / "p1_overhead.json").write_text(json.dumps(res, indent=2, default=str))
         (out / "p1_log.txt").write_text("\n".join(gb.LOG) + "\n")
