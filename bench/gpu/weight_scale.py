@@ -276,6 +276,7 @@ def measure(s: Shape, model_dir: Path, out_root: Path, steps: int, timeout: floa
     gpu.start()
     env = {**os.environ, "RECORD_VRAM": "1", "PYTHONUNBUFFERED": "1"}
     start = None
+    out_root.mkdir(parents=True, exist_ok=True)
     with open(out_root / f"{name}.log", "w") as log:
         proc = subprocess.Popen(argv, cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT)
         rss = TreeSampler(proc.pid)
