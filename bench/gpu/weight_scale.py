@@ -61,6 +61,13 @@ class Shape:
     head_dim: int = 128
     vocab_size: int = 4096
     expert_format: str = "bf16"
+    fill: bool = False              # train on samples longer than the cutoff: every sequence is cut_len tokens
+
+    @property
+    def dataset(self) -> str:
+        """tiny_sft_long pads a 512-cutoff batch to ~360 tokens (longest sample 416) and a 2048 cutoff to ~270:
+        the planner plans cutoff x batch (the worst case), so a point that measures activations uses ``fill``."""
+        return f"ws_fill_{self.cutoff_len}" if self.fill else tiny_long_dataset()
 
     def config_dict(self) -> dict:
         return {
@@ -107,7 +114,9 @@ SHAPES: list[Shape] = [
     Shape("w11-h3072", 3072, 12, 80, 8, 640, num_attention_heads=24),        # 11.3 GB, larger hidden
     Shape("w10-r32", 2048, 16, 80, 8, 640, lora_rank=32),                    # LoRA rank 32 (= the AMX K step)
     Shape("w10-r64", 2048, 16, 80, 8, 640, lora_rank=64),                    # rank 64
-    Shape("w10-c2048", 2048, 16, 80, 8, 640, cutoff_len=2048, batch=1),      # long cutoff
+    Shape("w10-c2048", 2048, 16, 80, 8, 640, cutoff_len=2048, batch=1, fill=True),  # long cutoff, filled
+    Shape("w10-c4096", 2048, 16, 80, 8, 640, cutoff_len=4096, batch=1, fill=True),  # longer, filled
+    Shape("w10-e80f", 2048, 16, 80, 8, 640, fill=True),                      # the reference, every batch 4 x 512
     Shape("w20-l32", 2048, 32, 80, 8, 640),                                  # 20.1 GB: more layers
     Shape("w30-e160", 2048, 24, 160, 8, 640),                                # 30.2 GB
     Shape("w39-e208", 2048, 24, 208, 8, 640),                                # 39.3 GB (64 GiB disk: one at a time)
@@ -203,7 +212,8 @@ def peaks_entry(s: Shape, config: dict, train: dict, accelerate: dict, m: dict, 
         "num_processes": int(accelerate.get("num_processes") or 1),
         "peak_host_rss_gib": m["peak_host_rss_gib"], "peak_gpu_mem_gib": m.get("peak_gpu_alloc_gib"),
         "peak_gpu_used_gib_nvsmi": m["peak_gpu_used_gib_nvsmi"], "tokens_per_s": m.get("tokens_per_s"),
-        "expert_gb": round(expert_bytes(s) / GB, 2), "shape": asdict(s),
+        "expert_gb": round(expert_bytes(s) / GB, 2), "shape": asdict(s), "dataset": s.dataset,
+        "tokens_seen": m.get("tokens"), "steps": m.get("steps"),
         "rss_timeline": m.get("rss_timeline"), "rss_phases": m.get("rss_phases"),
         "planned_at_measurement": m.get("planned"),
         "source": provenance,
@@ -249,12 +259,32 @@ def build(s: Shape, model_dir: Path, data_dir: Path) -> dict:
     tiny.build_tokenizer(model_dir, s.vocab_size)
     if not (data_dir / "dataset_info.json").exists():
         tiny.build_dataset(data_dir, 400)
+    if s.fill:
+        build_fill_dataset(data_dir, s.cutoff_len)
     size = tiny.TinySize(s.hidden_size, s.num_hidden_layers, s.num_experts, s.num_experts_per_tok,
                          s.moe_intermediate_size, s.num_attention_heads, s.num_key_value_heads, s.head_dim,
                          s.vocab_size)
     cfg = tiny.build_model(model_dir, size, device="cuda" if torch.cuda.is_available() else "cpu")
     torch.cuda.empty_cache()
     return cfg
+
+
+def build_fill_dataset(data_dir: Path, cutoff: int, rows: int = 64) -> str:
+    """``ws_fill_<cutoff>``: samples of more words than ``cutoff`` (>= 1 token each), so LlamaFactory truncates
+    every one to exactly the cutoff and a batch holds cutoff x batch tokens, the planner's worst case."""
+    import random
+
+    from ktdeploy.agent import tiny
+
+    rng = random.Random(cutoff)
+    name = f"ws_fill_{cutoff}"
+    samples = [tiny._sample(rng, cutoff + 64, cutoff + 256) for _ in range(rows)]
+    (data_dir / f"{name}.json").write_text(json.dumps(samples))
+    info_path = data_dir / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    info[name] = {"file_name": f"{name}.json"}
+    info_path.write_text(json.dumps(info, indent=2))
+    return name
 
 
 def tiny_long_dataset() -> str:
@@ -270,7 +300,7 @@ def measure(s: Shape, model_dir: Path, out_root: Path, steps: int, timeout: floa
     name = f"ws-{s.name}"
     out_dir = out_root / name
     shutil.rmtree(out_dir, ignore_errors=True)
-    sets = common_sets(name, model_dir, steps, [*s.sets(), f"train.dataset={tiny_long_dataset()}"])
+    sets = common_sets(name, model_dir, steps, [*s.sets(), f"train.dataset={s.dataset}"])
     argv = [sys.executable, "-m", "ktdeploy", "train", str(RECIPE), *sets, "--run-root", str(out_root / ".runs" / name)]
     gpu = GpuSampler(out_dir / "trainer_log.jsonl", interval=0.2)
     gpu.start()
@@ -344,7 +374,7 @@ def main() -> int:
         m["planned"] = {k: round(v, 3) for k, v in planned(s).items() if k != "edges"}
         results.append({"name": s.name, "rc": m["rc"], "build_s": round(build_s, 1),
                         **{k: m.get(k) for k in ("peak_host_rss_gib", "peak_gpu_used_gib_nvsmi", "peak_gpu_alloc_gib",
-                                                 "rss_phases", "planned")}})
+                                                 "tokens", "steps", "rss_phases", "planned")}})
         if m["rc"] == 0 and m.get("train"):
             prov = (f"bench/gpu/weight_scale.py --shapes {s.name} --steps {a.steps} on the GPU machine ({machine}, "
                     f"{time.strftime('%Y-%m-%d', time.gmtime())}): random bf16 Qwen3-MoE built by "

@@ -88,3 +88,20 @@ def test_append_replaces_same_name_and_refuses_failed_runs():
     with pytest.raises(ValueError, match="not a calibration point"):
         ws.append_runs(doc, [_entry(host=None)])
     assert doc["runs"] == [{"name": "small", "peak_host_rss_gib": 3.4}]
+
+
+def test_fill_dataset_samples_exceed_the_cutoff_and_are_registered(tmp_path):
+    """A point that measures the token terms must train on cutoff x batch tokens (the planner's worst case):
+    every sample has more words than the cutoff (each word is at least one token), and dataset_info names it."""
+    import json
+
+    build_fill_dataset, SHAPE_BY_NAME = ws.build_fill_dataset, ws.SHAPE_BY_NAME
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"other": {"file_name": "other.json"}}))
+    name = build_fill_dataset(tmp_path, 2048, rows=8)
+    rows = json.loads((tmp_path / f"{name}.json").read_text())
+    assert len(rows) == 8
+    assert all(len(r["instruction"].split()) > 2048 for r in rows)
+    info = json.loads((tmp_path / "dataset_info.json").read_text())
+    assert info[name] == {"file_name": f"{name}.json"} and "other" in info
+    assert SHAPE_BY_NAME["w10-c2048"].dataset == name
+    assert SHAPE_BY_NAME["w10-e80"].dataset == "tiny_sft_long"
