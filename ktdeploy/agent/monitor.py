@@ -70,12 +70,12 @@ def tree_pids(root_pid: int, proc_root: Path = Path("/proc")) -> list[int]:
         todo.extend(kids)
     if fast:
         return out
-    kids = _children(proc_root)
+    by_parent = _children(proc_root)
     out, todo = [], [root_pid]
     while todo:
         pid = todo.pop()
         out.append(pid)
-        todo.extend(kids.get(pid, []))
+        todo.extend(by_parent.get(pid, []))
     return out
 
 
@@ -232,7 +232,7 @@ def run_streaming(argv: Sequence[str], *, env: dict[str, str], cwd: str | None, 
 
     def relay() -> None:
         nonlocal pos
-        if reader is None:
+        if reader is None or echo is None:  # reader is open exactly when echo is given
             return
         reader.seek(pos)
         chunk = reader.read()

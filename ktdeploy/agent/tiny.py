@@ -11,6 +11,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from ktdeploy.core.errors import UsageError
 
@@ -213,7 +214,7 @@ class _staged:
         os.chmod(self.tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from the training user
         return self.tmp
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         import os
         import shutil
 

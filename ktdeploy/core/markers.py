@@ -34,7 +34,9 @@ class Section:
 
 def parse_sections(text: str) -> dict[str, Section]:
     out: dict[str, Section] = {}
-    name, buf, mode, rc, err = None, [], None, None, []
+    buf: list[str] = []
+    err: list[str] = []
+    name, mode, rc = None, None, None
     for line in text.split("\n"):
         if line.startswith("@@KTD-BEGIN "):
             name, buf, err, mode, rc = line[12:].strip(), [], [], "out", None

@@ -36,4 +36,4 @@ def choose(trials: list[Trial], host_memory_limit_gib: float | None, gpu_memory_
     fits = [t for t in ok
             if (host_memory_limit_gib is None or t.peak_host_rss_gib is None or t.peak_host_rss_gib <= host_memory_limit_gib)
             and (gpu_memory_limit_gib is None or t.peak_gpu_gib is None or t.peak_gpu_gib <= gpu_memory_limit_gib)]
-    return max(fits, key=lambda t: t.tokens_per_s, default=None)
+    return max(fits, key=lambda t: t.tokens_per_s or 0.0, default=None)  # all set: ok filters on it

@@ -152,7 +152,8 @@ def build_cpu(cpuinfo: str | None, lscpu_json: str | None = None, lscpu_parse: s
     if not nodes and topo and all(n is not None for _s, _c, n in topo.values()):
         by_node: dict[int, list[int]] = {}
         for cpu, (_s, _c, n) in sorted(topo.items()):
-            by_node.setdefault(n, []).append(cpu)
+            if n is not None:  # always, by the all() above; says so to the type checker
+                by_node.setdefault(n, []).append(cpu)
         nodes = [NumaNode(id=n, cpus=c) for n, c in sorted(by_node.items())]
 
     physical = None

@@ -74,6 +74,14 @@ def parse_data_output(text: str) -> DataFacts:
     return facts
 
 
+def _why(err: ValueError, with_line: bool = False) -> str:
+    """The parser's message: a JSONDecodeError's msg (and line), else the text of a plain ValueError, which json
+    raises without msg/lineno, e.g. for an integer longer than Python's int digit limit."""
+    if isinstance(err, json.JSONDecodeError):
+        return f"{err.msg} (line {err.lineno})" if with_line else err.msg
+    return str(err)
+
+
 def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[list[Any] | None, str]:
     """(up to n parsed rows, problem) from the first bytes of a dataset file (json array or jsonl)."""
     s = content.lstrip()
@@ -88,7 +96,7 @@ def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[lis
             try:
                 rows.append(json.loads(line))
             except ValueError as err:
-                return None, f"line {i + 1} is not JSON: {err.msg}"
+                return None, f"line {i + 1} is not JSON: {_why(err)}"
             if len(rows) >= n:
                 break
         return (rows, "") if rows else (None, "no JSON rows in the first bytes")
@@ -97,7 +105,7 @@ def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[lis
             try:
                 data = json.loads(s)
             except ValueError as err:
-                return None, f"not JSON: {err.msg} (line {err.lineno})"
+                return None, f"not JSON: {_why(err, with_line=True)}"
             if not isinstance(data, list):
                 return None, f"a JSON {type(data).__name__}, not a list of samples"
             return data[:n], ""
@@ -112,7 +120,7 @@ def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[lis
             except ValueError as err:
                 if rows:
                     break
-                return None, f"the first sample is not JSON: {err.msg}"
+                return None, f"the first sample is not JSON: {_why(err)}"
             rows.append(obj)
         return rows, ""
     return [], ""  # csv/parquet/arrow: presence only

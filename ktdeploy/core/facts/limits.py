@@ -47,6 +47,7 @@ def parse_cgroup(text: str) -> dict:
             kv[k.strip()] = v.strip()
     version = kv.get("version") if kv.get("version") in ("v1", "v2") else None
     mem = kv.get("memory", "")
+    limit: int | str | None
     if mem in ("", None):
         limit = None
     elif mem == "max":

@@ -39,10 +39,20 @@ def _kt(train: dict) -> dict:
     return train["kt_config"]
 
 
-def _edit(d: Dicts, fn: Callable[[dict, dict], None]) -> Dicts:
+def _edit(d: Dicts, fn: Callable[[dict, dict], object]) -> Dicts:
     t, a = copy.deepcopy(d[0]), copy.deepcopy(d[1])
     fn(t, a)
     return t, a
+
+
+def _set_train(**kw: Any) -> Callable[[dict, dict], object]:
+    """An edit that sets train keys (a closure over kw, so a loop variable is bound now, not at call time)."""
+    return lambda t, a: t.update(kw)
+
+
+def _set_acc(**kw: Any) -> Callable[[dict, dict], object]:
+    """An edit that sets accelerate keys."""
+    return lambda t, a: a.update(kw)
 
 
 def _candidates(d: Dicts, arch: MoEArchitecture, resource: str) -> list[tuple[str, str, Dicts, int | None]]:
@@ -51,14 +61,14 @@ def _candidates(d: Dicts, arch: MoEArchitecture, resource: str) -> list[tuple[st
     s = setup_from(train, acc)
     out: list[tuple[str, str, Dicts, int | None]] = []
 
-    def add(knob: str, change: str, fn: Callable[[dict, dict], None], gpus: int | None = None) -> None:
+    def add(knob: str, change: str, fn: Callable[[dict, dict], object], gpus: int | None = None) -> None:
         out.append((knob, change, _edit(d, fn), gpus))
 
     if resource in ("host", "gpu"):
         for cut in (s.cutoff_len // 2, s.cutoff_len // 4):
             if cut >= 256:
                 add("train.cutoff_len", f"cutoff_len {s.cutoff_len} -> {cut}",
-                    lambda t, a, cut=cut: t.update(cutoff_len=cut))
+                    _set_train(cutoff_len=cut))
         if s.batch > 1:
             add("train.per_device_train_batch_size",
                 f"per_device_train_batch_size {s.batch} -> 1 (raise gradient_accumulation_steps to keep the batch)",
@@ -103,7 +113,7 @@ def _candidates(d: Dicts, arch: MoEArchitecture, resource: str) -> list[tuple[st
             for g in (s.num_processes * 2, s.num_processes * 4):
                 if g <= 8:
                     add("accelerate.num_processes", f"more GPUs: num_processes {s.num_processes} -> {g} "
-                        "(and deploy.gpus to match)", lambda t, a, g=g: a.update(num_processes=g), gpus=g)
+                        "(and deploy.gpus to match)", _set_acc(num_processes=g), gpus=g)
         else:
             add("accelerate.distributed_type", "shard with FSDP2 (distributed_type: FSDP) over the GPUs",
                 lambda t, a: a.update(distributed_type="FSDP", fsdp_config={"fsdp_version": 2}))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.core.sizing.model_config import MoEArchitecture, load_model_config, shipped_models_dir
 
@@ -29,7 +30,7 @@ class Anchor:
 # Cookbook §4 (kt-facts.md "Published figures"): KTransformers BF16 LoRA, cutoff 2048, batch 1 per GPU, GA 1,
 # 2 GPUs; peak GPU = highest single-GPU peak, host = peak RSS of the training process tree. The YAML is the
 # cookbook's Appendix A.1/A.2 pair (its own example model is Qwen3.5; the table row is Qwen3-235B).
-_A1_TRAIN = {
+_A1_TRAIN: dict[str, Any] = {
     "model_name_or_path": "/data/models/Qwen3-235B-A22B-Instruct-2507",
     "disable_gradient_checkpointing": False, "finetuning_type": "lora", "lora_rank": 8, "lora_alpha": 16,
     "lora_dropout": 0.0, "lora_target": "all", "cutoff_len": 2048, "packing": False,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.sizing.model_config import MoEArchitecture
@@ -151,6 +151,10 @@ def _ceil_to(x: float, m: int) -> int:
     return int(math.ceil(x / m) * m)
 
 
+@overload
+def _int(v: Any, default: int) -> int: ...
+@overload
+def _int(v: Any, default: None) -> int | None: ...
 def _int(v: Any, default: int | None) -> int | None:
     try:
         return int(v) if v is not None and v != "" else default
@@ -174,7 +178,8 @@ def expert_format(train: dict, arch: MoEArchitecture | None = None) -> str:
 
 
 def setup_from(train: dict, accelerate: dict, gpus: int | None = None) -> Setup:
-    kt = train.get("kt_config") if isinstance(train.get("kt_config"), dict) else {}
+    kt_raw = train.get("kt_config")
+    kt: dict = kt_raw if isinstance(kt_raw, dict) else {}
     cutoff = _int(train.get("cutoff_len"), 2048)                       # LlamaFactory DataArguments default
     batch = _int(train.get("per_device_train_batch_size"), 8)          # HF TrainingArguments default
     packing = _bool(train.get("packing"), False)
@@ -182,7 +187,8 @@ def setup_from(train: dict, accelerate: dict, gpus: int | None = None) -> Setup:
     mml = max(_int(kt.get("kt_model_max_length"), 0) or 0, derived)
     nproc = gpus or _int(accelerate.get("num_processes"), 1) or 1
     fsdp = str(accelerate.get("distributed_type", "")).upper() == "FSDP" or bool(accelerate.get("fsdp_config"))
-    fcfg = accelerate.get("fsdp_config") if isinstance(accelerate.get("fsdp_config"), dict) else {}
+    fcfg_raw = accelerate.get("fsdp_config")
+    fcfg: dict = fcfg_raw if isinstance(fcfg_raw, dict) else {}
     full = str(train.get("finetuning_type", "lora")).lower() == "full"
     tp_enabled = _bool(kt.get("kt_tp_enabled"), False)
     return Setup(

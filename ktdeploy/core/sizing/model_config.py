@@ -86,7 +86,7 @@ class MoEArchitecture:
 
 # ---- attention shapes ---------------------------------------------------------------------------------
 
-def _gqa_params(c: dict, gated_q: bool = False) -> float:
+def _gqa_params(c: dict, gated_q: bool = False) -> tuple[float, float]:
     h = c["hidden_size"]
     heads = c["num_attention_heads"]
     kv = c.get("num_key_value_heads") or heads
@@ -96,7 +96,7 @@ def _gqa_params(c: dict, gated_q: bool = False) -> float:
             float((h + q_out) + 2 * (h + kv * hd) + (heads * hd + h)))
 
 
-def _mla_params(c: dict) -> float:
+def _mla_params(c: dict) -> tuple[float, float]:
     """DeepSeek Multi-head Latent Attention (also Kimi-K2, GLM-5); GLM-5 adds the DSA indexer."""
     h = c["hidden_size"]
     heads = c["num_attention_heads"]
@@ -115,7 +115,7 @@ def _mla_params(c: dict) -> float:
     return float(q + kv + o + indexer), float(io)
 
 
-def _gated_deltanet_params(c: dict) -> float:
+def _gated_deltanet_params(c: dict) -> tuple[float, float]:
     """Qwen3.5 / Qwen3-Next linear-attention layer: fused qkvz + ba projections, depthwise conv, output."""
     h = c["hidden_size"]
     nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
@@ -313,7 +313,8 @@ def parse_model_config(cfg: dict, source: str = "") -> MoEArchitecture:
         cfg["vision_config"] = dict(cfg["vision_config"])
         _check_bounds(cfg["vision_config"], where, "vision_config.")
     _check_bounds(cfg, where)
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    tc = cfg.get("text_config")
+    text: dict = tc if isinstance(tc, dict) else cfg
     parser = _family_of(cfg, text)
     if parser is None:
         # Say which fields a MoE model needs so a user can tell "wrong file" from "unsupported family".

@@ -64,6 +64,15 @@ def test_first_rows_of_a_truncated_json_array():
     assert first_rows("{}", True, "x.json")[0] is None
 
 
+def test_first_rows_reports_an_over_long_integer_instead_of_crashing():
+    # json raises a plain ValueError (no .msg) for an int over Python's digit limit; reading .msg crashed doctor
+    big = "1" * 5000
+    for content, complete, name in (("[" + big + "]", True, "x.json"), ('{"a": ' + big + "}", True, "x.jsonl"),
+                                    ("[" + big, False, "x.json")):
+        rows, why = first_rows(content, complete, name)
+        assert rows is None and "digits" in why, (name, why)
+
+
 def test_native_fp8_checkpoint_as_kt_weight_path_is_named_whatever_its_path():
     cfg = '{"model_type": "deepseek_v3", "quantization_config": {"quant_method": "fp8"}}'
     text = _out(("ls", "ok", 0, "/m/DeepSeek-V3", "config.json\nmodel-00001.safetensors"),
