@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README.md and .ci/run call this). Two tiers, both run by default:
-#   unit        — ruff check ., then pure, fast tests: recipe rules, fact parsers on golden files, planner, plan rendering
+#   unit        — ruff check ., then mypy (both configured in pyproject.toml; any finding fails), then pure, fast tests: recipe rules, fact parsers on golden files, planner, plan rendering
 #   integration — real docker: test hosts with sshd on a private network, images, ansible, `ktdeploy up`
 #   ./run-tests.sh            both tiers
 #   ./run-tests.sh unit       unit tier only
@@ -29,6 +29,9 @@ if [[ "$TIER" == all || "$TIER" == unit ]]; then
   # lint first (config in pyproject.toml [tool.ruff]); any finding fails the tier
   echo "-- ruff check ."
   .venv/bin/ruff check .
+  # types next (config in pyproject.toml [tool.mypy]: packages = ["ktdeploy"]); any error fails the tier
+  echo "-- mypy"
+  .venv/bin/mypy
   run_pytest -q tests/unit
 fi
 

@@ -173,7 +173,7 @@ def _ordered(modules: set[str]) -> list[str]:
 
 
 def convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
-            base_model: str | None = None, verify_manifest: bool = True) -> ConvertSummary:
+            base_model: str | None = None, verify_manifest: bool = True) -> ConvertSummary | FullConvertSummary:
     """Convert ``input_dir`` (KT LoRA output) into a new sglang-kt adapter directory ``output_dir``. Any value of
     the wrong type in the input (manifest, adapter_config.json, headers) is a ConvertError, never a crash."""
     try:
@@ -186,7 +186,7 @@ def convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
 
 
 def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
-             base_model: str | None = None, verify_manifest: bool = True) -> ConvertSummary:
+             base_model: str | None = None, verify_manifest: bool = True) -> ConvertSummary | FullConvertSummary:
     """Convert ``input_dir`` (KT LoRA output) into a new sglang-kt adapter directory ``output_dir``.
 
     A KT full fine-tune's output (``kt_full_experts.index.json``) goes to :func:`convert_full` instead."""

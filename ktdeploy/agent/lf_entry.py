@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 PROBE_TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
@@ -33,7 +32,7 @@ def _callbacks() -> list:
     class RunMetrics(TrainerCallback):
         def __init__(self, path: str):
             self.path = path
-            self.t_last = None
+            self.t_last: float | None = None
 
         def on_step_begin(self, args, state, control, **kw):
             if self.t_last is None:
@@ -43,7 +42,7 @@ def _callbacks() -> list:
             import torch
 
             now = time.perf_counter()
-            row = {"step": state.global_step, "time": time.time(), "step_s": now - self.t_last,
+            row = {"step": state.global_step, "time": time.time(), "step_s": now - self.t_last if self.t_last is not None else 0.0,
                    "tokens_seen": int(state.num_input_tokens_seen or 0)}
             self.t_last = now
             if torch.cuda.is_available():
@@ -152,4 +151,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -14,7 +14,7 @@ import datetime as _dt
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,9 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
             raise UsageError(f"--resume {resume}: not an existing checkpoint-* directory",
                              fix="pass --resume auto or the path of a checkpoint-N directory")
         choice = choose_resume({path.name: _entries(path)}, path.name, world_size)
+        if choice.checkpoint is None:  # the listing holds exactly this name, so choose_resume finds it
+            raise UsageError(f"--resume {resume}: not a checkpoint-* directory",
+                             fix="pass --resume auto or the path of a checkpoint-N directory")
         best = choice.checkpoint
         if choice.problem == "incomplete":
             raise RunRecordError(f"{path} is an incomplete checkpoint (missing {', '.join(best.missing)})",
@@ -167,7 +170,7 @@ def _run_dir(output_dir: Path, root: str | None) -> Path:
     return d
 
 
-def plan_train(recipe_path: str, overrides: list[str] = (), *, resume: str | None = None,
+def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str | None = None,
                skip_doctor: bool = False, run_root: str | None = None,
                doctor: Callable | None = None, tuned: dict | None = None,
                diagnose: Callable | None = None) -> TrainPlan:

@@ -90,7 +90,10 @@ def main(argv: list[str] | None = None) -> None:
         raise
     except BaseException as err:  # noqa: BLE001 - this is the one place that maps every exception
         if isinstance(err, UnicodeError):  # only user text can fail to encode (a lone surrogate in a name)
-            err = UsageError(f"an argument, file name or value is not valid text: {err.reason}",
+            # a plain UnicodeError (the idna codec's "label empty or too long") has no .reason
+            reason = err.reason if isinstance(err, (UnicodeEncodeError, UnicodeDecodeError, UnicodeTranslateError)) \
+                else str(err)
+            err = UsageError(f"an argument, file name or value is not valid text: {reason}",
                              fix="use UTF-8 names and values without lone surrogates")
         code = exit_code_for(err)
         kind = _kind(err)
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         elif isinstance(err, KeyboardInterrupt) or kind == "Abort" or (kind == "Exit" and code == EXIT_INTERRUPTED):
             sys.stderr.write("interrupted\n")  # typer turns Ctrl-C into Exit(130) without a word
         elif kind == "ClickException":
-            err.show()
+            err.show()  # type: ignore[attr-defined]  # a ClickException, matched by name: typer bundles its own click
         elif kind == "Exit":
             pass
         elif code == EXIT_SYSTEM:

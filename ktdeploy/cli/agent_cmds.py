@@ -87,13 +87,14 @@ def convert(
 ) -> None:
     """Convert a raw KT output into what sglang-kt serves: a LoRA run's one adapter (PEFT part + fused expert
     LoRA), or a full fine-tune's model directory (HF weights + the KT Full experts regrouped per expert)."""
+    from ktdeploy.agent.convert import FullConvertSummary
     from ktdeploy.agent.convert import convert as do_convert
 
     s = do_convert(output_dir, out, base_model=base_model, verify_manifest=not no_verify)
     if as_json:
         print_json(asdict(s))
         return
-    if getattr(s, "kind", "lora") == "full":
+    if isinstance(s, FullConvertSummary):
         console.print(f"[green]model written[/]: {s.output_dir}")
         console.print(f"{s.expert_tensors} expert tensors ({s.num_layers} layers x {s.num_experts} experts) regrouped; "
                       f"{len(s.linked_files)} HF files linked", highlight=False)

@@ -39,7 +39,7 @@ def plan_cmd(
     if as_json:
         out = plan.to_json()
         n = plan.setup["num_processes"]
-        out["error_band"] = {res: {"setting": setting(n), "band": None if band(res, n) is None else round(band(res, n), 4),
+        out["error_band"] = {res: {"setting": setting(n), "band": None if (b := band(res, n)) is None else round(b, 4),
                                    "upper_edge_gib": round(upper_edge(v, res, n), 2)}
                              for res, v in (("host", plan.host_memory_gib), ("gpu", plan.gpu_memory_gib_per_gpu))}
         out["model"] = {"config": where, "family": arch.family,

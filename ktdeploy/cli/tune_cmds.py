@@ -51,5 +51,5 @@ def tune(
                       f"{t.peak_host_rss_gib:.2f}" if t.peak_host_rss_gib else "-",
                       f"{t.peak_gpu_gib:.2f}" if t.peak_gpu_gib else "-", f"{t.seconds:.0f}")
     console.print(table)
-    if data["speedup_vs_all_cores"]:
+    if data["speedup_vs_all_cores"] and result.chosen is not None:
         console.print(f"chosen {result.chosen.candidate.label()}: {data['speedup_vs_all_cores']:.2f}× the all-cores setting")

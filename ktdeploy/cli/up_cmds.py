@@ -14,7 +14,7 @@ HOST_HELP = "Target host: localhost (no SSH), host, user@host, ssh://user@host:p
 
 
 def _ssh(key, known_hosts, accept_new) -> dict:
-    out = {}
+    out: dict[str, str | bool] = {}
     if key:
         out["key"] = str(key)
     if known_hosts:
@@ -108,7 +108,7 @@ def status(
     if as_json:
         print_json(st)
         return
-    live = st.get("live") or {}
+    live: dict = st.get("live") or {}
     console.print(f"[bold]{st['id']}[/]  host {st['host']}  recipe {st['recipe']}  recorded state [bold]{st['state']}[/]",
                   highlight=False)
     console.print(f"  container {st['container']}: ", end="", highlight=False)
@@ -123,9 +123,9 @@ def status(
     p = live.get("progress")
     if p:
         console.print("  " + describe(LogEntry(**p)), highlight=False)
-    s = live.get("serve")
-    if s:
-        console.print(f"  serving {st['serve_container']}: {s['status']}", highlight=False)
+    serve = live.get("serve")
+    if serve:
+        console.print(f"  serving {st['serve_container']}: {serve['status']}", highlight=False)
     console.print(f"  record {st['record']}", highlight=False)
 
 

@@ -243,7 +243,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             if "keeps running" not in (e.fix or ""):
                 e.fix = (e.fix or "") + " Training (if started) keeps running on the host; re-run `ktdeploy up` " \
                                         "(same arguments) to follow it."
-            e.fix += f" See it now: `ktdeploy status --host {host}`."
+            e.fix = (e.fix or "") + f" See it now: `ktdeploy status --host {host}`."
             raise fail("detached", e) from None
         except StepError as e:
             cur = record.status().get("state")

@@ -85,8 +85,8 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
 def gather_data(connector, train: dict) -> DataFacts:
     """Two bounded reads through ``connector``: dataset_info/config/weights listing, then the dataset files."""
     facts = DataFacts()
-    for requests in (data.data_requests, data.file_requests):
-        reqs = requests(train) if requests is data.data_requests else requests(train, facts)
+    for first_round in (True, False):
+        reqs = data.data_requests(train) if first_round else data.file_requests(train, facts)
         if not reqs:
             continue
         argv = ["sh", "-c", DATA_SCRIPT, "ktdeploy-data"] + [x for pair in reqs for x in pair]

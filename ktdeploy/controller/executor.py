@@ -169,9 +169,23 @@ class Executor:
                 StepAction.FETCH: self._do_fetch, StepAction.FOLLOW: self._do_follow, StepAction.FAIL: self._do_fail,
                 StepAction.WAIT_RUNNING: self._do_wait_running, StepAction.WAIT_HTTP: self._do_wait_http}
 
+    @staticmethod
+    def _argv(s: Step) -> list[str]:
+        if s.argv is None:
+            raise StepError(f"plan step {s.id} ({s.action}) has no argv", step=s.id, fix="a plan builder bug; report it")
+        return list(s.argv)
+
+    @staticmethod
+    def _path(s: Step, side: str) -> str:
+        p = s.local if side == "local" else s.remote
+        if p is None:
+            raise StepError(f"plan step {s.id} ({s.action}) has no {side} path", step=s.id,
+                            fix="a plan builder bug; report it")
+        return p
+
     def _do_run(self, stage: Stage, s: Step) -> None:
         self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
-        r = self.conn.run(list(s.argv), timeout=s.timeout or 600)
+        r = self.conn.run(self._argv(s), timeout=s.timeout or 600)
         if r.rc != 0:
             tail = "\n".join((r.stderr.strip() or r.stdout.strip()).splitlines()[-15:])
             raise StepError(f"{stage.name} step '{s.title}' failed on {self.plan.host} (exit {r.rc}):\n{tail}",
@@ -190,7 +204,7 @@ class Executor:
         return p if p.is_absolute() else self.record.path / p
 
     def _do_put(self, stage: Stage, s: Step) -> None:
-        src = self._local(s.local)
+        src = self._local(self._path(s, "local"))
         if not src.is_file():  # a FIFO or device would hang the upload
             raise StepError(f"{stage.name}: {src} does not exist on this machine or is not a plain file", step=s.id,
                             fix="Pass an existing file (e.g. the tarball `ktdeploy image save` wrote).")
@@ -222,7 +236,7 @@ class Executor:
         self.say(f"[cyan]→[/cyan] {stage.name}: waiting for {s.title}")
         deadline = time.monotonic() + (s.timeout or 1800)
         while True:
-            if self.conn.run(list(s.argv), timeout=60).rc == 0:
+            if self.conn.run(self._argv(s), timeout=60).rc == 0:
                 self.say(f"[green]✓[/green] {stage.name}: {s.title}")
                 return
             snap = snapshot(self.conn, name, "/dev/null")
@@ -234,10 +248,10 @@ class Executor:
             time.sleep(2)
 
     def _do_fetch(self, stage: Stage, s: Step) -> None:
-        dst = self._local(s.local)
+        dst = self._local(self._path(s, "local"))
         dst.parent.mkdir(parents=True, exist_ok=True)
         if s.params.get("docker_logs"):
-            write_file(dst.parent, dst.name, container_logs(self.conn, s.remote, tail=None), overwrite=True)
+            write_file(dst.parent, dst.name, container_logs(self.conn, self._path(s, "remote"), tail=None), overwrite=True)
             return
         if self.conn.run(["test", "-f", s.remote], timeout=60).rc != 0:
             if s.optional:
@@ -245,7 +259,7 @@ class Executor:
                 return
             raise StepError(f"{stage.name}: {s.remote} does not exist on the host", step=s.id)
         self.conn.get_file(s.remote, str(dst))
-        self.say(f"[green]✓[/green] {stage.name}: fetched {os.path.basename(s.remote)} -> {dst}")
+        self.say(f"[green]✓[/green] {stage.name}: fetched {os.path.basename(self._path(s, 'remote'))} -> {dst}")
 
     def _do_wait_running(self, stage: Stage, s: Step) -> None:
         name = s.params["container"]

@@ -13,7 +13,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-from ktdeploy.controller.facts_probes import PROBES, gather_probes
+from ktdeploy.controller.facts_probes import PROBE_PARSERS, gather_probes
 from ktdeploy.core.facts import container, cpu, disk, docker, gpu, kernel, limits, memory, virt
 from ktdeploy.core.facts.host import HostFacts, Probes
 from ktdeploy.core.markers import SECTION_SH, Section, parse_sections  # noqa: F401  (re-exported)
@@ -118,7 +118,7 @@ def build_facts(raw: RawFacts) -> HostFacts:
     )
     facts.layer = "container" if facts.container.in_container else ("vm" if facts.virt.is_vm else "host")
     probes = Probes()
-    for name, field_, parse, _model in PROBES:
+    for name, field_, parse, _model in PROBE_PARSERS:
         if name in raw.probes:
             setattr(probes, field_, parse(raw.probes[name]))
         else:

@@ -131,8 +131,9 @@ def _result(res, name: str) -> tuple[str | None, str | None]:
     return res.stdout, None
 
 
-# probe program -> the Probes field it fills, its output parser, and its model (for "skipped")
-PROBES = (("amx_probe", "amx", amx_from_output, AmxProbe),
+# probe program -> the Probes field it fills, its output parser, and its model (for "skipped"). Its own name: it
+# once rebound PROBES (the names), so `python -m ktdeploy.controller.facts_probes build DIR` got tuples, not names.
+PROBE_PARSERS = (("amx_probe", "amx", amx_from_output, AmxProbe),
           ("numa_probe", "mempolicy", mempolicy_from_output, MempolicyProbe))
 
 
@@ -140,7 +141,7 @@ def gather_probes(connector, machine: str | None) -> tuple[Probes, dict[str, str
     """Run every probe; returns the parsed Probes and the raw outputs (for recording golden files)."""
     raw: dict[str, str] = {}
     probes = Probes()
-    for name, field, parse, model in PROBES:
+    for name, field, parse, model in PROBE_PARSERS:
         out, why = run_probe(connector, name, machine=machine)
         if out is None:
             setattr(probes, field, model(skipped=why))

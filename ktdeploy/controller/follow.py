@@ -9,6 +9,8 @@ the same file, so steps continue from the checkpoint.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ktdeploy.core.checkpoints import TRAINER_LOG  # noqa: F401  (re-exported: the log this module follows)
 from ktdeploy.core.trainer_log import (  # noqa: F401  (re-exported: parsed once, in core/trainer_log.py)
     LogEntry,
@@ -59,8 +61,8 @@ class ProgressView:
         return False
 
     def update(self, entry: LogEntry | None, state: str = "") -> None:
-        fields = {"state": state}
-        kw = {}
+        fields: dict[str, Any] = {"state": state}   # the task's own fields, shown by the columns
+        kw: dict[str, Any] = {}
         if entry is not None:
             kw = {"completed": entry.current_steps, "total": entry.total_steps or None}
             fields.update(loss=f"{entry.loss:.4f}" if entry.loss is not None else "-",

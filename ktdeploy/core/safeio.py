@@ -22,7 +22,7 @@ import re
 import secrets
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from ktdeploy.core.errors import RunRecordError, UsageError
 
@@ -245,6 +245,10 @@ def redact(text: Any) -> Any:
     return text
 
 
+@overload
+def redact_host(host: str) -> str: ...
+@overload
+def redact_host(host: None) -> None: ...
 def redact_host(host: str | None) -> str | None:
     """A --host value without its password, whether written ssh://user:PW@h or user:PW@h."""
     if not isinstance(host, str) or not host:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +44,7 @@ class TuneResult:
                 "trials": [t.to_json() for t in self.trials]}
 
 
-def tune(recipe_path: str, overrides: list[str] = (), *, budget_minutes: float = 20.0, workdir: str | None = None,
+def tune(recipe_path: str, overrides: Sequence[str] = (), *, budget_minutes: float = 20.0, workdir: str | None = None,
          warmup_steps: int = 3, measure_steps: int = 6, facts=None,
          on_event: Callable[[str, Trial | None], None] | None = None) -> TuneResult:
     recipe = load_recipe(recipe_path, list(overrides))
@@ -57,6 +57,9 @@ def tune(recipe_path: str, overrides: list[str] = (), *, budget_minutes: float =
     nodes = max(1, len(facts.cpu.numa_nodes))
     host_limit = facts.memory.available_bytes / GIB * 0.9 if facts.memory.available_bytes else None
     gpu_limit = min((g.memory_total_mib / 1024 for g in facts.gpu.gpus if g.memory_total_mib), default=None)
+    if recipe.deploy is None:  # a valid recipe file has a deploy section; say so rather than crash if not
+        raise UsageError("the recipe has no deploy section", fix="add `deploy:` with volumes.model, volumes.data and "
+                         "volumes.output")
     vol_out = Path(recipe.deploy.volumes.output)
     on_volume = vol_out / ".ktdeploy-tune" / recipe.name
     wd = Path(workdir) if workdir else on_volume

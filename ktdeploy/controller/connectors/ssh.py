@@ -91,7 +91,7 @@ class SSHConnector:
             reason = f"{type(e).__name__}: {e}"
             raise ConnectError(f"cannot connect to {self.name}: {reason}", fix=_fix_for(reason, target, self.port),
                                key="host") from None
-        self._client = self._host.connector.client
+        self._client = self._host.connector.client  # type: ignore[attr-defined]  # pyinfra types it BaseConnector; here SSHConnector
 
     # -- commands -------------------------------------------------------------------------------
     def _exec(self, command: str, *, timeout=None, input=None) -> Result:

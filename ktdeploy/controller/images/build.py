@@ -318,7 +318,13 @@ def save(tags: list[str], output: Path) -> int:
         raise ImageError(f"docker save failed: {proc.stderr.strip()[-400:]}", fix="Check free disk space.")
     from ktdeploy.controller.images.identity import write_sidecar
 
-    write_sidecar(output, {t: docker_cli.inspect_image(t)["Id"] for t in tags})  # the fleet rolls out by these IDs
+    ids: dict[str, str] = {}
+    for t in tags:
+        info = docker_cli.inspect_image(t)
+        if info is None:  # removed between the save and now
+            raise ImageError(f"{t} is no longer in docker after the save", fix="Run `ktdeploy image save` again.")
+        ids[t] = info["Id"]
+    write_sidecar(output, ids)  # the fleet rolls out by these IDs
     return output.stat().st_size
 
 

@@ -17,7 +17,7 @@ from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
-from ktdeploy.core.plan.steps import Plan, Stage, Step
+from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 
 VARIANTS = ("amx", "avx512", "avx2")
 MEMLOCK_WAIVER = "docker.memlock"
@@ -133,14 +133,14 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
     else:
         name = posixpath.basename(posixpath.normpath(resume))
         if posixpath.isabs(resume) and posixpath.dirname(posixpath.normpath(resume)) != out:
-            steps.append(Step("train.resume", f"resume from {resume}", action="fail",
+            steps.append(Step("train.resume", f"resume from {resume}", action=StepAction.FAIL,
                               why=f"{resume} is not a checkpoint of {out}",
                               fix=f"Name a checkpoint-N folder inside {out}, or use --resume auto."))
             return None, steps, notes
         choice = ckpt.choose_resume(state.listing, name, ws)
         chosen = choice.checkpoint
         if choice.problem in ("missing", "incomplete"):
-            steps.append(Step("train.resume", f"resume from {resume}", action="fail",
+            steps.append(Step("train.resume", f"resume from {resume}", action=StepAction.FAIL,
                               why=(f"{name} is incomplete (missing {', '.join(chosen.missing)})" if chosen
                                    else f"{name} does not exist in {out}"),
                               fix="Use --resume auto to take the newest complete checkpoint."))
@@ -153,7 +153,7 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
         notes.append("no complete checkpoint: training starts from step 0")
     else:
         if choice.problem == "world_size":
-            steps.append(Step("train.resume", f"resume from {chosen.name}", action="fail",
+            steps.append(Step("train.resume", f"resume from {chosen.name}", action=StepAction.FAIL,
                               why=f"{chosen.name} was saved by {chosen.world_size} processes; the recipe runs {ws} "
                                   "(resume needs the same world size, cookbook §2.6)",
                               fix=f"Set accelerate.num_processes: {chosen.world_size} and {chosen.world_size} GPUs in "
@@ -174,9 +174,9 @@ def _preflight_stage(opts: UpOptions) -> Stage:
     """PREFLIGHT: done by the executor before planning (connect, facts, doctor); recorded here."""
     pf = opts.preflight or {}
     return Stage("PREFLIGHT", "connect, gather facts, doctor", (
-        Step("preflight.connect", f"connect to {opts.host}", action="run", satisfied=True,
+        Step("preflight.connect", f"connect to {opts.host}", action=StepAction.RUN, satisfied=True,
              why=pf.get("connect", "done before planning")),
-        Step("preflight.doctor", "gather host facts and run doctor", action="run", satisfied=True,
+        Step("preflight.doctor", "gather host facts and run doctor", action=StepAction.RUN, satisfied=True,
              why=pf.get("doctor", "done before planning")),
     ))
 
@@ -191,7 +191,7 @@ def _runtime_stage(facts: HostFacts, nvidia_waived: bool) -> Stage:
                        why="docker is not installed",
                        fix="Install docker by hand (https://docs.docker.com/engine/install/) and re-run."))
     elif not d.reachable:
-        rt.append(Step("runtime.docker", "reach the docker daemon", action="fail", probe=("docker", "info"),
+        rt.append(Step("runtime.docker", "reach the docker daemon", action=StepAction.FAIL, probe=("docker", "info"),
                        why=f"the docker daemon does not answer: {d.error}",
                        fix="Start docker (sudo systemctl start docker) and add the SSH user to the docker group."))
     else:
@@ -220,10 +220,10 @@ def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
     vol = recipe.deploy.volumes
     out = output_dir_of(recipe)
     vs: list[Step] = [
-        Step("volumes.model", f"model dir {vol.model} exists (mounted read-only)", action="fail",
+        Step("volumes.model", f"model dir {vol.model} exists (mounted read-only)", action=StepAction.FAIL,
              probe=("test", "-d", vol.model), why=f"deploy.volumes.model {vol.model} does not exist on the host",
              fix=f"Copy the model to {vol.model} on the host, or fix deploy.volumes.model."),
-        Step("volumes.data", f"data dir {vol.data} exists", action="fail", probe=("test", "-d", vol.data),
+        Step("volumes.data", f"data dir {vol.data} exists", action=StepAction.FAIL, probe=("test", "-d", vol.data),
              why=f"deploy.volumes.data {vol.data} does not exist on the host",
              fix=f"Copy the dataset to {vol.data} on the host, or fix deploy.volumes.data."),
         Step("volumes.output", f"output volume {vol.output}", argv=("mkdir", "-p", "--", vol.output),
@@ -240,7 +240,7 @@ def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
         else:
             why = f"{out} exists and is not empty ({', '.join(state.top_level[:5])})"
             fix = "Choose a new train.output_dir (ktdeploy never overwrites an output dir)."
-        vs.append(Step("volumes.output_dir", f"output dir {out} is free", action="fail", why=why, fix=fix))
+        vs.append(Step("volumes.output_dir", f"output dir {out} is free", action=StepAction.FAIL, why=why, fix=fix))
     return Stage("VOLUMES", "model (read-only), data, output", tuple(vs))
 
 
@@ -297,16 +297,16 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                            timeout=3600, why=image_how))
         else:
             remote_tar = f"{job_dir}/image.tar"
-            im.append(Step("image.ship", f"upload {tar} to the host", action="put", local=tar, remote=remote_tar,
+            im.append(Step("image.ship", f"upload {tar} to the host", action=StepAction.PUT, local=tar, remote=remote_tar,
                            probe=probe, timeout=3600, why=image_how))
             im.append(Step("image.load", f"docker load {remote_tar}", argv=("docker", "load", "--input", remote_tar),
                            probe=probe, timeout=3600))
             im.append(Step("image.cleanup", "remove the uploaded tarball", argv=("rm", "-f", "--", remote_tar)))
-        im.append(Step("image.verify", f"{image} is present after loading", action="fail", probe=probe,
+        im.append(Step("image.verify", f"{image} is present after loading", action=StepAction.FAIL, probe=probe,
                        why=f"the tarball did not hold {image}",
                        fix=f"Make the tarball with `ktdeploy image save` including {image}."))
     else:
-        im.append(Step("image.present", f"image {image}", action="fail",
+        im.append(Step("image.present", f"image {image}", action=StepAction.FAIL,
                        why=f"{image} is not on the host and there is no way to get it there ({image_how})",
                        fix=f"Build it on the host (`ktdeploy image build` there, or here and `ktdeploy image save` "
                            f"it), pass --image-tar FILE made by `ktdeploy image save`, or set deploy.registry to a "
@@ -317,12 +317,14 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
 
     c = state.container
     ours = c is not None
-    resume_from, resume_steps, resume_notes = None, [], []
+    resume_from: str | None = None
+    resume_steps: list[Step] = []
+    resume_notes: list[str] = []
 
     # TRAIN
     tr: list[Step] = []
     launch = [Step("train.stage", f"stage the job folder {job_dir}", argv=("mkdir", "-p", "--", job_dir))]
-    launch.append(Step("train.ship", "upload the recipe the container runs", action="put",
+    launch.append(Step("train.ship", "upload the recipe the container runs", action=StepAction.PUT,
                        local="rendered/ship/recipe.yaml", remote=f"{job_dir}/recipe.yaml"))
     skip_training = False
     if c is not None and c.running:
@@ -331,7 +333,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     elif c is not None and c.succeeded:
         tr.append(Step("train.start", f"training container {name}", satisfied=True, why="finished (exit code 0)"))
     elif c is not None and c.status != "created" and not opts.resume:
-        tr.append(Step("train.crashed", f"training container {name}", action="fail", params={"crash": True},
+        tr.append(Step("train.crashed", f"training container {name}", action=StepAction.FAIL, params={"crash": True},
                        why=f"the training container {name} stopped: {c.describe()}",
                        fix="Resume from the newest complete checkpoint: ktdeploy up --resume auto (same host and "
                            "recipe), after fixing the cause shown above."))
@@ -341,7 +343,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     else:
         resume_from, resume_steps, resume_notes = _resume_target(recipe, state, opts.resume, out)
         if c is not None:
-            tr.append(Step("train.save_logs", "keep the old container's log", action="fetch", remote=name,
+            tr.append(Step("train.save_logs", "keep the old container's log", action=StepAction.FETCH, remote=name,
                            local="artifacts/previous-container.log", params={"docker_logs": True}, optional=True))
             tr.append(Step("train.remove_old", f"remove the stopped container {name} ({c.describe()})",
                            argv=tuple(dk.remove(name))))
@@ -372,7 +374,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                            fix=f"See the trial logs in {workdir} on the host; run without --tune to train with the "
                                "recipe's (or derived) settings."))
             tr.append(Step("tune.cleanup", f"remove {tn}", argv=tuple(dk.remove(tn)), probe=tuple(dk.absent_probe(tn))))
-            tr.append(Step("tune.fetch", "fetch the tune record", action="fetch", remote=tuned,
+            tr.append(Step("tune.fetch", "fetch the tune record", action=StepAction.FETCH, remote=tuned,
                            local="artifacts/tune.json"))
         tr.append(Step("train.create", f"create the training container {name}",
                        argv=tuple(dk.create_train(name=name, image=image, run_id=opts.run_id, volumes=vol,
@@ -392,10 +394,10 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
         stages.append(Stage("FOLLOW", "follow training", skipped="--detach: training runs on; follow later with "
                                                                    "`ktdeploy status`, `ktdeploy logs -f` or `ktdeploy up`"))
     else:
-        fs = [Step("follow.train", f"follow {out}/{TRAINER_LOG} until {name} exits", action="follow",
+        fs = [Step("follow.train", f"follow {out}/{TRAINER_LOG} until {name} exits", action=StepAction.FOLLOW,
                    params={"container": name, "log": f"{out}/{TRAINER_LOG}"}, satisfied=skip_training)]
         for a in ARTIFACTS:
-            fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action="fetch", remote=f"{out}/{a}",
+            fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{out}/{a}",
                            local=f"artifacts/{a}", optional=True))
         stages.append(Stage("FOLLOW", "follow training, fetch the loss plot and summary", tuple(fs)))
 
@@ -428,7 +430,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                 sv.append(Step("serve.remove_old", f"remove the stopped {serve_name} ({s.describe()})",
                                argv=tuple(dk.remove(serve_name))))
             sv.append(Step("serve.stage", f"stage the job folder {job_dir}", argv=("mkdir", "-p", "--", job_dir)))
-            sv.append(Step("serve.ship", "upload the recipe", action="put", local="rendered/ship/recipe.yaml",
+            sv.append(Step("serve.ship", "upload the recipe", action=StepAction.PUT, local="rendered/ship/recipe.yaml",
                            remote=f"{job_dir}/recipe.yaml"))
             env_file = None
             if deploy.serve.api_key_env:
@@ -436,7 +438,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                 # `docker create --env-file`, then removed; it never enters an argv, the plan or the run record.
                 env_file = f"{job_dir}/serve.env"
                 sv.append(Step("serve.key", f"upload the API key from ${deploy.serve.api_key_env} (mode 0600)",
-                               action="put_secret", remote=env_file, params={"env": deploy.serve.api_key_env}))
+                               action=StepAction.PUT_SECRET, remote=env_file, params={"env": deploy.serve.api_key_env}))
             sv.append(Step("serve.create", f"create the serving container {serve_name}",
                            argv=tuple(dk.create_serve(name=serve_name, image=image, run_id=opts.run_id, volumes=vol,
                                                       output_dir=out, adapter_dir=None if full else adapter,
@@ -450,10 +452,10 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                            argv=tuple(dk.copy_job(job_dir, serve_name)), probe=tuple(dk.started_probe(serve_name))))
             sv.append(Step("serve.start", f"start {serve_name}", argv=tuple(dk.start(serve_name)),
                            probe=tuple(dk.running_probe(serve_name)), fix=START_FIX))
-            sv.append(Step("serve.running", f"{serve_name} keeps running", action="wait_running",
+            sv.append(Step("serve.running", f"{serve_name} keeps running", action=StepAction.WAIT_RUNNING,
                            params={"container": serve_name, "seconds": 5}))
             sv.append(Step("serve.ready", f"{serve_name} answers /health on port {deploy.serve.port}",
-                           action="wait_http", argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
+                           action=StepAction.WAIT_HTTP, argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
                            timeout=float(deploy.serve.ready_timeout_s), params={"container": serve_name},
                            fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
                                "deploy.serve.ready_timeout_s."))

@@ -58,7 +58,7 @@ def build(raw: RawRecipe) -> Recipe:
     try:
         return Recipe(raw=raw, deploy=Deploy.model_validate(d))
     except ValidationError as err:
-        return Recipe(raw=raw, deploy=None, deploy_errors=err.errors(include_url=False))
+        return Recipe(raw=raw, deploy=None, deploy_errors=[dict(e) for e in err.errors(include_url=False)])
 
 
 def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:

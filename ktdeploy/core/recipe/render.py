@@ -59,7 +59,7 @@ def dump_yaml(data: dict[str, Any]) -> str:
     y = YAML(typ="safe", pure=True)
     y.Representer = _Representer
     y.default_flow_style = False
-    y.sort_base_mapping_type_on_output = False
+    y.sort_base_mapping_type_on_output = False  # type: ignore[assignment]  # ruamel types this attribute as None
     y.width = 4096
     buf = StringIO()
     y.dump(data, buf)

@@ -12,7 +12,7 @@ import math
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from ktdeploy.core.checkpoints import CHECKPOINT_RE
 from ktdeploy.core.recipe import catalog as cat
@@ -70,7 +70,7 @@ class Ctx:
 
 # ---------------------------------------------------------------- helpers
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -600,9 +600,10 @@ def lora_values(ctx: Ctx) -> None:
     if alpha is not None and _num(alpha) is None:
         ctx.error("train.lora_alpha", f"lora_alpha must be a number, got {alpha!r}", "use lora_alpha: 16")
         alpha = None
-    if drop is not None and (_num(drop) is None or not 0 <= drop < 1):
+    drop_n = _num(drop)
+    if drop is not None and (drop_n is None or not 0 <= drop_n < 1):
         ctx.error("train.lora_dropout", f"lora_dropout must be in [0, 1), got {drop!r}", "use lora_dropout: 0.0")
-    elif _num(drop) is not None and drop > 0.1:
+    elif drop_n is not None and drop_n > 0.1:
         ctx.warn("train.lora_dropout", f"lora_dropout {drop} is high", "the cookbook uses 0.0, and 0.05 against overfitting")
     if r and alpha is not None and _num(alpha):
         ratio = alpha / r
@@ -763,8 +764,8 @@ def output_safety(ctx: Ctx) -> None:
             ctx.error("train.output_dir", f"output_dir must be an absolute path, got {out!r}",
                       "use a directory inside deploy.volumes.output")
         for key in ("model_name_or_path", "kt_weight_path", "kt_non_expert_weight_path"):
-            src = _norm(t.get(key))
-            if src and _norm(out) and (inside(_norm(out), src) or inside(src, _norm(out))):
+            src, o = _norm(t.get(key)), _norm(out)
+            if src and o and (inside(o, src) or inside(src, o)):
                 ctx.error("train.output_dir", f"output_dir {out} overlaps {key} ({src})",
                           "write the output to its own directory, never into or above the model")
     resume = t.get("resume_from_checkpoint")
@@ -772,7 +773,7 @@ def output_safety(ctx: Ctx) -> None:
         if not isinstance(resume, str) or not CHECKPOINT_RE.match(posixpath.basename(resume.rstrip("/"))):
             ctx.error("train.resume_from_checkpoint", f"resume_from_checkpoint must name a checkpoint-* directory, got {resume!r}",
                       "e.g. /data/output/run/checkpoint-500, or omit it for a new run (ktdeploy up --resume auto finds the newest)")
-        elif isinstance(out, str) and _norm(resume) and _norm(out) and not inside(_norm(resume), _norm(out)):
+        elif isinstance(out, str) and (r_n := _norm(resume)) and (o_n := _norm(out)) and not inside(r_n, o_n):
             ctx.warn("train.resume_from_checkpoint", "the checkpoint is outside output_dir",
                      "resume into the output_dir of the run that wrote the checkpoint")
     if _truthy(t.get("save_only_model")):
