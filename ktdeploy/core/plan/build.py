@@ -8,6 +8,7 @@ import hashlib
 import posixpath
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune
@@ -244,61 +245,106 @@ def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
     return Stage("VOLUMES", "model (read-only), data, output", tuple(vs))
 
 
-def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
+@dataclass(frozen=True)
+class _Job:
+    """What every stage of one plan shares, derived once from (recipe, facts, state, opts)."""
+
+    recipe: Any
+    deploy: Any
+    state: JobState
+    opts: UpOptions
+    out: str                 # train.output_dir on the host
+    name: str                # the training container
+    full: bool               # a full fine-tune (served as weights, not an adapter)
+    adapter: str             # what sglang-kt serves: the sibling <output_dir>-sglang
+    job_dir: str
+    image: str
+    variant: str | None
+    image_how: str
+    gpus: list[int] | None   # None: GPU checks waived, containers start without --gpus
+    memlock: bool
+
+    @property
+    def vol(self) -> Any:
+        return self.deploy.volumes
+
+    @property
+    def serve_name(self) -> str:
+        return f"{self.name}-serve"
+
+    @property
+    def user(self) -> str | None:
+        return self.state.user or None
+
+
+def _job(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
     deploy = recipe.deploy
     if deploy is None:
         raise RecipeError("the recipe has no valid deploy: section", key="deploy",
                           fix="Add deploy.volumes.model/data/output (see recipes/tiny-moe-lora.yaml).")
-    vol = deploy.volumes
     out = output_dir_of(recipe)
-    name = job_name(recipe)
-    serve_name = f"{name}-serve"
-    full = is_full_finetune(recipe.train)
     # What sglang-kt serves goes to the sibling <output_dir>-sglang (the rule `ktdeploy convert` enforces, one
     # function): a LoRA run's adapter, or a full fine-tune's model (HF weights + kt-kernel's KT Full experts
     # regrouped per expert), served with --weights.
     adapter = adapter_dir_for(out)
-    vol_out = posixpath.normpath(vol.output)
+    vol_out = posixpath.normpath(deploy.volumes.output)
     if not adapter.startswith(vol_out.rstrip("/") + "/"):
         raise RecipeError(f"the adapter directory {adapter} (sibling of train.output_dir) lies outside "
                           f"deploy.volumes.output {vol_out}", key="train.output_dir",
                           fix=f"Put train.output_dir in a folder below {vol_out}, e.g. {vol_out}/my-run.")
+    name = job_name(recipe)
     home = state.home.rstrip("/") or "/tmp"
-    job_dir = f"{home}/.cache/ktdeploy/jobs/{name}"
     image, variant, image_how = resolve_image(deploy, facts)
-    nvidia_waived = "docker.nvidia_runtime" in opts.waive
-    gpu_waived = nvidia_waived or "gpu.present" in opts.waive
-    gpus = None if gpu_waived else list(deploy.gpus)
-    memlock = MEMLOCK_WAIVER not in opts.waive
+    gpu_waived = "docker.nvidia_runtime" in opts.waive or "gpu.present" in opts.waive
+    return _Job(recipe=recipe, deploy=deploy, state=state, opts=opts, out=out, name=name,
+                full=is_full_finetune(recipe.train), adapter=adapter, job_dir=f"{home}/.cache/ktdeploy/jobs/{name}",
+                image=image, variant=variant, image_how=image_how, gpus=None if gpu_waived else list(deploy.gpus),
+                memlock=MEMLOCK_WAIVER not in opts.waive)
+
+
+def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
+    """The whole plan: one function per stage, each a pure function of the shared job values."""
+    j = _job(recipe, facts, state, opts)
     notes: list[str] = []
-    if not memlock:
+    if not j.memlock:
         notes.append("docker.memlock waived: containers start without --ulimit memlock=-1 (pinned memory limited).")
-    if gpu_waived:
+    if j.gpus is None:
         notes.append("GPU checks waived (--waive): the containers start WITHOUT --gpus. Test hosts only.")
-    stages: list[Stage] = []
+    # in stage order, so the first refusal a host or recipe earns is the one reported
+    stages = [_preflight_stage(opts), _runtime_stage(facts, "docker.nvidia_runtime" in opts.waive), _image_stage(j),
+              _volumes_stage(recipe, state, opts)]
+    train, resume_from, resume_notes, skip_training = _train_stage(j)
+    notes.extend(resume_notes)
+    serve, serve_note = _serve_stage(j)
+    if serve_note:
+        notes.append(serve_note)
+    stages += [train, _follow_stage(j, skip_training), _convert_stage(j), serve]
+    return Plan(host=opts.host, recipe=recipe.name, job=j.name, image=j.image, variant=j.variant, output_dir=j.out,
+                adapter_dir=j.adapter, job_dir=j.job_dir, stages=tuple(stages), resume_from=resume_from,
+                waived=tuple(opts.waive), notes=tuple(notes))
 
-    stages.append(_preflight_stage(opts))
 
-    stages.append(_runtime_stage(facts, nvidia_waived))
-
-    # IMAGE
+def _image_stage(j: _Job) -> Stage:
+    """Get the image onto the host: present, pulled from deploy.registry, or loaded from --image-tar."""
+    image, opts = j.image, j.opts
     im: list[Step] = []
     probe = tuple(dk.image_probe(image))
-    if state.image_id:
+    if j.state.image_id:
         im.append(Step("image.present", f"image {image}", probe=probe, satisfied=True,
-                       why=f"present on the host ({state.image_id[:19]}); {image_how}"))
-    elif deploy.registry and variant is not None:
+                       why=f"present on the host ({j.state.image_id[:19]}); {j.image_how}"))
+    elif j.deploy.registry and j.variant is not None:
         im.append(Step("image.pull", f"pull {image}", argv=("docker", "pull", "--", image), probe=probe, timeout=3600,
-                       why=image_how, fix=f"Check that {deploy.registry} is reachable from the host and holds {image}."))
+                       why=j.image_how,
+                       fix=f"Check that {j.deploy.registry} is reachable from the host and holds {image}."))
     elif opts.image_tar:
         tar = opts.image_tar
         if opts.local:
             im.append(Step("image.load", f"docker load {tar}", argv=("docker", "load", "--input", tar), probe=probe,
-                           timeout=3600, why=image_how))
+                           timeout=3600, why=j.image_how))
         else:
-            remote_tar = f"{job_dir}/image.tar"
-            im.append(Step("image.ship", f"upload {tar} to the host", action=StepAction.PUT, local=tar, remote=remote_tar,
-                           probe=probe, timeout=3600, why=image_how))
+            remote_tar = f"{j.job_dir}/image.tar"
+            im.append(Step("image.ship", f"upload {tar} to the host", action=StepAction.PUT, local=tar,
+                           remote=remote_tar, probe=probe, timeout=3600, why=j.image_how))
             im.append(Step("image.load", f"docker load {remote_tar}", argv=("docker", "load", "--input", remote_tar),
                            probe=probe, timeout=3600))
             im.append(Step("image.cleanup", "remove the uploaded tarball", argv=("rm", "-f", "--", remote_tar)))
@@ -307,26 +353,18 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                        fix=f"Make the tarball with `ktdeploy image save` including {image}."))
     else:
         im.append(Step("image.present", f"image {image}", action=StepAction.FAIL,
-                       why=f"{image} is not on the host and there is no way to get it there ({image_how})",
+                       why=f"{image} is not on the host and there is no way to get it there ({j.image_how})",
                        fix=f"Build it on the host (`ktdeploy image build` there, or here and `ktdeploy image save` "
                            f"it), pass --image-tar FILE made by `ktdeploy image save`, or set deploy.registry to a "
                            f"registry the host can pull {image} from."))
-    stages.append(Stage("IMAGE", f"image {image}", tuple(im)))
+    return Stage("IMAGE", f"image {image}", tuple(im))
 
-    stages.append(_volumes_stage(recipe, state, opts))
 
-    c = state.container
-    ours = c is not None
-    resume_from: str | None = None
-    resume_steps: list[Step] = []
-    resume_notes: list[str] = []
-
-    # TRAIN
+def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
+    """The training container, by what the host already has. Returns (stage, resume_from, notes, skip_training):
+    skip_training when the output dir holds a finished run and there is nothing to resume."""
+    c, opts, name = j.state.container, j.opts, j.name
     tr: list[Step] = []
-    launch = [Step("train.stage", f"stage the job folder {job_dir}", argv=("mkdir", "-p", "--", job_dir))]
-    launch.append(Step("train.ship", "upload the recipe the container runs", action=StepAction.PUT,
-                       local="rendered/ship/recipe.yaml", remote=f"{job_dir}/recipe.yaml"))
-    skip_training = False
     if c is not None and c.running:
         tr.append(Step("train.start", f"training container {name}", satisfied=True, probe=tuple(dk.exists_probe(name)),
                        why=f"already {c.describe()}"))
@@ -337,136 +375,142 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
                        why=f"the training container {name} stopped: {c.describe()}",
                        fix="Resume from the newest complete checkpoint: ktdeploy up --resume auto (same host and "
                            "recipe), after fixing the cause shown above."))
-    elif not ours and state.finished and opts.resume:
-        skip_training = True
-        tr.append(Step("train.start", "training", satisfied=True, why=f"{out} holds a finished run; nothing to resume"))
+    elif c is None and j.state.finished and opts.resume:
+        tr.append(Step("train.start", "training", satisfied=True, why=f"{j.out} holds a finished run; nothing to resume"))
+        return Stage("TRAIN", "training container", tuple(tr)), None, [], True
     else:
-        resume_from, resume_steps, resume_notes = _resume_target(recipe, state, opts.resume, out)
+        resume_from, resume_steps, resume_notes = _resume_target(j.recipe, j.state, opts.resume, j.out)
         if c is not None:
             tr.append(Step("train.save_logs", "keep the old container's log", action=StepAction.FETCH, remote=name,
                            local="artifacts/previous-container.log", params={"docker_logs": True}, optional=True))
             tr.append(Step("train.remove_old", f"remove the stopped container {name} ({c.describe()})",
                            argv=tuple(dk.remove(name))))
         tr.extend(resume_steps)
-        tr.extend(launch)
+        tr.append(Step("train.stage", f"stage the job folder {j.job_dir}", argv=("mkdir", "-p", "--", j.job_dir)))
+        tr.append(Step("train.ship", "upload the recipe the container runs", action=StepAction.PUT,
+                       local="rendered/ship/recipe.yaml", remote=f"{j.job_dir}/recipe.yaml"))
         tuned = None
         if opts.tune:
-            # Trials write beside the output dir on the output volume; a tune.json already there (a second up)
-            # is reused, so the probe skips the trials.
-            workdir = posixpath.join(vol.output, ".ktdeploy-tune", name)
-            tuned = posixpath.join(workdir, "tune.json")
-            tn = f"{name}-tune"
-            probe = ("test", "-s", tuned)
-            # nothing to remove when the record exists (the trials are skipped) or no such container is left
-            tr.append(Step("tune.remove_old", f"remove a leftover {tn}", argv=tuple(dk.remove(tn)),
-                           probe=("sh", "-c", 'test -s "$1" || ! docker inspect --type container -- "$2" >/dev/null 2>&1',
-                                  "ktdeploy-probe", tuned, tn)))
-            tr.append(Step("tune.create", f"create the tuning container {tn}",
-                           argv=tuple(dk.create_tune(name=tn, image=image, run_id=opts.run_id, volumes=vol,
-                                                     output_dir=out, gpus=gpus, workdir=workdir,
-                                                     budget_minutes=opts.tune_budget_minutes, memlock=memlock,
-                                                     user=state.user or None)), probe=probe))
-            tr.append(Step("tune.copy", "copy the job folder into the tuning container",
-                           argv=tuple(dk.copy_job(job_dir, tn)), probe=probe))
-            tr.append(Step("tune.run", f"measure CPU-expert settings (budget {opts.tune_budget_minutes:g} min)",
-                           argv=tuple(dk.start_attached(tn)), probe=probe,
-                           timeout=opts.tune_budget_minutes * 60 + 900,
-                           fix=f"See the trial logs in {workdir} on the host; run without --tune to train with the "
-                               "recipe's (or derived) settings."))
-            tr.append(Step("tune.cleanup", f"remove {tn}", argv=tuple(dk.remove(tn)), probe=tuple(dk.absent_probe(tn))))
-            tr.append(Step("tune.fetch", "fetch the tune record", action=StepAction.FETCH, remote=tuned,
-                           local="artifacts/tune.json"))
+            tune_steps, tuned = _tune_steps(j)
+            tr.extend(tune_steps)
         tr.append(Step("train.create", f"create the training container {name}",
-                       argv=tuple(dk.create_train(name=name, image=image, run_id=opts.run_id, volumes=vol,
-                                                  output_dir=out, gpus=gpus, memlock=memlock,
-                                                  user=state.user or None, tuned=tuned)),
+                       argv=tuple(dk.create_train(name=name, image=j.image, run_id=opts.run_id, volumes=j.vol,
+                                                  output_dir=j.out, gpus=j.gpus, memlock=j.memlock, user=j.user,
+                                                  tuned=tuned)),
                        probe=tuple(dk.exists_probe(name)),
                        why=(f"resume from {resume_from}" if resume_from else "fresh start")))
-        tr.append(Step("train.copy", "copy the job folder into the container", argv=tuple(dk.copy_job(job_dir, name)),
+        tr.append(Step("train.copy", "copy the job folder into the container", argv=tuple(dk.copy_job(j.job_dir, name)),
                        probe=tuple(dk.started_probe(name))))
         tr.append(Step("train.start", f"start {name} (detached)", argv=tuple(dk.start(name)),
                        probe=tuple(dk.started_probe(name)), fix=START_FIX))
-    notes.extend(resume_notes)
-    stages.append(Stage("TRAIN", "training container", tuple(tr)))
+        return Stage("TRAIN", "training container", tuple(tr)), resume_from, resume_notes, False
+    return Stage("TRAIN", "training container", tuple(tr)), None, [], False
 
-    # FOLLOW
-    if opts.detach:
-        stages.append(Stage("FOLLOW", "follow training", skipped="--detach: training runs on; follow later with "
-                                                                   "`ktdeploy status`, `ktdeploy logs -f` or `ktdeploy up`"))
+
+def _tune_steps(j: _Job) -> tuple[list[Step], str]:
+    """`ktdeploy tune` in its own container before training; returns the steps and the tune record's host path.
+    Trials write beside the output dir on the output volume; a tune.json already there (a second up) is reused,
+    so the probe skips the trials."""
+    opts = j.opts
+    workdir = posixpath.join(j.vol.output, ".ktdeploy-tune", j.name)
+    tuned = posixpath.join(workdir, "tune.json")
+    tn = f"{j.name}-tune"
+    probe = ("test", "-s", tuned)
+    return [
+        # nothing to remove when the record exists (the trials are skipped) or no such container is left
+        Step("tune.remove_old", f"remove a leftover {tn}", argv=tuple(dk.remove(tn)),
+             probe=("sh", "-c", 'test -s "$1" || ! docker inspect --type container -- "$2" >/dev/null 2>&1',
+                    "ktdeploy-probe", tuned, tn)),
+        Step("tune.create", f"create the tuning container {tn}",
+             argv=tuple(dk.create_tune(name=tn, image=j.image, run_id=opts.run_id, volumes=j.vol, output_dir=j.out,
+                                       gpus=j.gpus, workdir=workdir, budget_minutes=opts.tune_budget_minutes,
+                                       memlock=j.memlock, user=j.user)), probe=probe),
+        Step("tune.copy", "copy the job folder into the tuning container", argv=tuple(dk.copy_job(j.job_dir, tn)),
+             probe=probe),
+        Step("tune.run", f"measure CPU-expert settings (budget {opts.tune_budget_minutes:g} min)",
+             argv=tuple(dk.start_attached(tn)), probe=probe, timeout=opts.tune_budget_minutes * 60 + 900,
+             fix=f"See the trial logs in {workdir} on the host; run without --tune to train with the "
+                 "recipe's (or derived) settings."),
+        Step("tune.cleanup", f"remove {tn}", argv=tuple(dk.remove(tn)), probe=tuple(dk.absent_probe(tn))),
+        Step("tune.fetch", "fetch the tune record", action=StepAction.FETCH, remote=tuned, local="artifacts/tune.json"),
+    ], tuned
+
+
+def _follow_stage(j: _Job, skip_training: bool) -> Stage:
+    if j.opts.detach:
+        return Stage("FOLLOW", "follow training", skipped="--detach: training runs on; follow later with "
+                                                          "`ktdeploy status`, `ktdeploy logs -f` or `ktdeploy up`")
+    fs = [Step("follow.train", f"follow {j.out}/{TRAINER_LOG} until {j.name} exits", action=StepAction.FOLLOW,
+               params={"container": j.name, "log": f"{j.out}/{TRAINER_LOG}"}, satisfied=skip_training)]
+    for a in ARTIFACTS:
+        fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{j.out}/{a}",
+                       local=f"artifacts/{a}", optional=True))
+    return Stage("FOLLOW", "follow training, fetch the loss plot and summary", tuple(fs))
+
+
+def _convert_stage(j: _Job) -> Stage:
+    if j.opts.detach:
+        return Stage("CONVERT", "convert the adapter", skipped="--detach")
+    present = j.state.adapter_present
+    return Stage("CONVERT", ("regroup the full fine-tune's KT experts into a servable model" if j.full
+                             else "convert the adapter for sglang-kt"), (
+        Step("convert.adapter", f"convert {j.out} -> {j.adapter}",
+             argv=tuple(dk.run_convert(name=f"{j.name}-convert", image=j.image, run_id=j.opts.run_id, volumes=j.vol,
+                                       output_dir=j.out, adapter_dir=j.adapter, user=j.user)),
+             probe=("test", "-f", f"{j.adapter}/ktdeploy_convert.json"), satisfied=present,
+             timeout=3600, why="already converted" if present else ""),
+    ))
+
+
+def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
+    """The serving container and its readiness; returns the stage and the endpoint note."""
+    deploy, serve_name, job_dir = j.deploy, j.serve_name, j.job_dir
+    if j.opts.detach:
+        return Stage("SERVE", "serve", skipped="--detach"), None
+    if not deploy.serve.enabled:
+        return Stage("SERVE", "serve", skipped="deploy.serve.enabled is false"), None
+    s = j.state.serve
+    sv: list[Step] = []
+    if s is not None and s.running:
+        sv.append(Step("serve.start", f"serving container {serve_name}", satisfied=True,
+                       probe=tuple(dk.running_probe(serve_name)), why=f"already {s.describe()}"))
     else:
-        fs = [Step("follow.train", f"follow {out}/{TRAINER_LOG} until {name} exits", action=StepAction.FOLLOW,
-                   params={"container": name, "log": f"{out}/{TRAINER_LOG}"}, satisfied=skip_training)]
-        for a in ARTIFACTS:
-            fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{out}/{a}",
-                           local=f"artifacts/{a}", optional=True))
-        stages.append(Stage("FOLLOW", "follow training, fetch the loss plot and summary", tuple(fs)))
-
-    # CONVERT
-    if opts.detach:
-        stages.append(Stage("CONVERT", "convert the adapter", skipped="--detach"))
-    else:
-        stages.append(Stage("CONVERT", ("regroup the full fine-tune's KT experts into a servable model" if full
-                                         else "convert the adapter for sglang-kt"), (
-            Step("convert.adapter", f"convert {out} -> {adapter}",
-                 argv=tuple(dk.run_convert(name=f"{name}-convert", image=image, run_id=opts.run_id, volumes=vol,
-                                           output_dir=out, adapter_dir=adapter, user=state.user or None)),
-                 probe=("test", "-f", f"{adapter}/ktdeploy_convert.json"), satisfied=state.adapter_present,
-                 timeout=3600, why="already converted" if state.adapter_present else ""),
-        )))
-
-    # SERVE
-    if opts.detach:
-        stages.append(Stage("SERVE", "serve", skipped="--detach"))
-    elif not deploy.serve.enabled:
-        stages.append(Stage("SERVE", "serve", skipped="deploy.serve.enabled is false"))
-    else:
-        s = state.serve
-        sv: list[Step] = []
-        if s is not None and s.running:
-            sv.append(Step("serve.start", f"serving container {serve_name}", satisfied=True,
-                           probe=tuple(dk.running_probe(serve_name)), why=f"already {s.describe()}"))
-        else:
-            if s is not None:
-                sv.append(Step("serve.remove_old", f"remove the stopped {serve_name} ({s.describe()})",
-                               argv=tuple(dk.remove(serve_name))))
-            sv.append(Step("serve.stage", f"stage the job folder {job_dir}", argv=("mkdir", "-p", "--", job_dir)))
-            sv.append(Step("serve.ship", "upload the recipe", action=StepAction.PUT, local="rendered/ship/recipe.yaml",
-                           remote=f"{job_dir}/recipe.yaml"))
-            env_file = None
-            if deploy.serve.api_key_env:
-                # The key goes from the controller's environment into a 0600 file on the host, is read once by
-                # `docker create --env-file`, then removed; it never enters an argv, the plan or the run record.
-                env_file = f"{job_dir}/serve.env"
-                sv.append(Step("serve.key", f"upload the API key from ${deploy.serve.api_key_env} (mode 0600)",
-                               action=StepAction.PUT_SECRET, remote=env_file, params={"env": deploy.serve.api_key_env}))
-            sv.append(Step("serve.create", f"create the serving container {serve_name}",
-                           argv=tuple(dk.create_serve(name=serve_name, image=image, run_id=opts.run_id, volumes=vol,
-                                                      output_dir=out, adapter_dir=None if full else adapter,
-                                                      weights_dir=adapter if full else None, gpus=gpus, memlock=memlock,
-                                                      user=state.user or None, env_file=env_file)),
-                           probe=tuple(dk.exists_probe(serve_name))))
-            if env_file:
-                sv.append(Step("serve.unstage_key", "remove the uploaded API key file",
-                               argv=("rm", "-f", "--", env_file)))
-            sv.append(Step("serve.copy", "copy the job folder into the container",
-                           argv=tuple(dk.copy_job(job_dir, serve_name)), probe=tuple(dk.started_probe(serve_name))))
-            sv.append(Step("serve.start", f"start {serve_name}", argv=tuple(dk.start(serve_name)),
-                           probe=tuple(dk.running_probe(serve_name)), fix=START_FIX))
-            sv.append(Step("serve.running", f"{serve_name} keeps running", action=StepAction.WAIT_RUNNING,
-                           params={"container": serve_name, "seconds": 5}))
-            sv.append(Step("serve.ready", f"{serve_name} answers /health on port {deploy.serve.port}",
-                           action=StepAction.WAIT_HTTP, argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
-                           timeout=float(deploy.serve.ready_timeout_s), params={"container": serve_name},
-                           fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
-                               "deploy.serve.ready_timeout_s."))
-        url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
-        mp = recipe.train.get("model_name_or_path")
-        served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")
-        notes.append(f"serving endpoint: {url} (model={served})" if full else
-                     f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
-        stages.append(Stage("SERVE", f"serve the {'trained weights' if full else 'adapter'} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}",
-                            tuple(sv)))
-
-    return Plan(host=opts.host, recipe=recipe.name, job=name, image=image, variant=variant, output_dir=out,
-                adapter_dir=adapter, job_dir=job_dir, stages=tuple(stages), resume_from=resume_from,
-                waived=tuple(opts.waive), notes=tuple(notes))
+        if s is not None:
+            sv.append(Step("serve.remove_old", f"remove the stopped {serve_name} ({s.describe()})",
+                           argv=tuple(dk.remove(serve_name))))
+        sv.append(Step("serve.stage", f"stage the job folder {job_dir}", argv=("mkdir", "-p", "--", job_dir)))
+        sv.append(Step("serve.ship", "upload the recipe", action=StepAction.PUT, local="rendered/ship/recipe.yaml",
+                       remote=f"{job_dir}/recipe.yaml"))
+        env_file = None
+        if deploy.serve.api_key_env:
+            # The key goes from the controller's environment into a 0600 file on the host, is read once by
+            # `docker create --env-file`, then removed; it never enters an argv, the plan or the run record.
+            env_file = f"{job_dir}/serve.env"
+            sv.append(Step("serve.key", f"upload the API key from ${deploy.serve.api_key_env} (mode 0600)",
+                           action=StepAction.PUT_SECRET, remote=env_file, params={"env": deploy.serve.api_key_env}))
+        sv.append(Step("serve.create", f"create the serving container {serve_name}",
+                       argv=tuple(dk.create_serve(name=serve_name, image=j.image, run_id=j.opts.run_id, volumes=j.vol,
+                                                  output_dir=j.out, adapter_dir=None if j.full else j.adapter,
+                                                  weights_dir=j.adapter if j.full else None, gpus=j.gpus,
+                                                  memlock=j.memlock, user=j.user, env_file=env_file)),
+                       probe=tuple(dk.exists_probe(serve_name))))
+        if env_file:
+            sv.append(Step("serve.unstage_key", "remove the uploaded API key file", argv=("rm", "-f", "--", env_file)))
+        sv.append(Step("serve.copy", "copy the job folder into the container",
+                       argv=tuple(dk.copy_job(job_dir, serve_name)), probe=tuple(dk.started_probe(serve_name))))
+        sv.append(Step("serve.start", f"start {serve_name}", argv=tuple(dk.start(serve_name)),
+                       probe=tuple(dk.running_probe(serve_name)), fix=START_FIX))
+        sv.append(Step("serve.running", f"{serve_name} keeps running", action=StepAction.WAIT_RUNNING,
+                       params={"container": serve_name, "seconds": 5}))
+        sv.append(Step("serve.ready", f"{serve_name} answers /health on port {deploy.serve.port}",
+                       action=StepAction.WAIT_HTTP, argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
+                       timeout=float(deploy.serve.ready_timeout_s), params={"container": serve_name},
+                       fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
+                           "deploy.serve.ready_timeout_s."))
+    url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
+    mp = j.recipe.train.get("model_name_or_path")
+    served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")
+    note = (f"serving endpoint: {url} (model={served})" if j.full else
+            f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
+    what = "trained weights" if j.full else "adapter"
+    return Stage("SERVE", f"serve the {what} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}", tuple(sv)), note
