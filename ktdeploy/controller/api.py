@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ktdeploy.controller.connectors import connect
+from ktdeploy.controller.doctor import DoctorReport, run_checks
+from ktdeploy.controller.doctor import doctor as run_doctor
+from ktdeploy.controller.executor import Executor
 from ktdeploy.controller.runs import RunRecord, latest_run
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
@@ -22,6 +26,8 @@ from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, p
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
+from ktdeploy.core.recipe import render as render_recipe
+from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.safeio import redact_host
 
 if TYPE_CHECKING:
@@ -118,104 +124,33 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
        tune: bool = False, tune_budget_minutes: float = 20.0, facts_file: str | None = None,
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
        connector=None) -> UpResult:
-    """``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
-    from ktdeploy.controller.connectors import connect
-    from ktdeploy.controller.doctor import doctor as _doctor
-    from ktdeploy.controller.executor import Executor
-    from ktdeploy.core.recipe import render as _render
-    from ktdeploy.core.recipe.render import dump_yaml
-
+    """Phases: arguments -> record -> connect (or recorded facts) -> facts + doctor -> plan -> apply.
+    ``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
     say = say or _say_default
     host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
-    if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
-        raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
-                         key="--resume", fix="ktdeploy up --resume auto ...")
-    if facts_file is not None and not dry_run:
-        raise UsageError("--facts plans from recorded facts and changes nothing: it needs --dry-run", key="--facts",
-                         fix=f"ktdeploy up --host {host} RECIPE --dry-run --facts {facts_file}")
+    _check_up_arguments(host, resume, dry_run, facts_file)
     recorded_facts = load_facts_file(facts_file) if facts_file is not None else None
     recipe = load_up_recipe(recipe_path, overrides)
-    serve = recipe.deploy.serve if recipe.deploy is not None else None
-    if serve is not None and serve.enabled and serve.api_key_env and not detach and not dry_run \
-            and not os.environ.get(serve.api_key_env):
-        # checked before anything starts: the serve stage comes hours later, after training
-        raise UsageError(f"deploy.serve.api_key_env names {serve.api_key_env}, which is not set in this shell",
-                         key="deploy.serve.api_key_env", fix=f"export {serve.api_key_env}=<key>, then run ktdeploy up again")
+    _check_api_key(recipe, detach=detach, dry_run=dry_run)
     waive = tuple(dict.fromkeys(waive))
-    record = RunRecord.create(recipe.name)
-    record.write_text("recipe.yaml", dump_yaml(recipe.to_document()))
-    base_status = {"host": host, "recipe": recipe.name, "recipe_path": str(recipe.path), "created": time.time(),
-                   "container": job_name(recipe), "serve_container": f"{job_name(recipe)}-serve",
-                   "output_dir": output_dir_of(recipe), "waived": list(waive), "dry_run": dry_run,
-                   **({"facts_file": str(facts_file)} if facts_file is not None else {})}
-    record.set_status("planned", **base_status)
+    record = _new_record(recipe, host, waive, dry_run, facts_file, say)
     result = UpResult(record=record, waived=list(waive))
-    if waive:
-        say(f"[bold yellow]WARNING: waiving checks {', '.join(waive)} — recorded in {record.path}/status.json[/]")
-        record.event("waived", checks=list(waive))
-
-    def fail(state: str, err: KtdeployError):
-        record.event("failed", error=type(err).__name__, message=err.message, fix=err.fix)
-        record.set_status(state, error=err.message, error_type=type(err).__name__, exit_code=err.exit_code)
-        return err
-
-    # connect (or read recorded facts: a plan before the host exists)
-    record.event("stage_start", stage="PREFLIGHT", step="connect", host=host)
-    if recorded_facts is not None:
-        conn = None
-        where = f"{host} (facts recorded in {facts_file})"
-        say(f"[yellow]-[/yellow] PREFLIGHT: not connecting to {host}; planning from the facts in {facts_file}")
-        record.event("facts_file", path=str(facts_file))
-    else:
-        try:
-            conn = connector if connector is not None else connect(host, **(ssh or {}))
-        except ConnectError as e:
-            raise fail("failed", e) from None
-        where = conn.name
-        say(f"[green]✓[/green] PREFLIGHT: connected to {conn.name}")
-        record.event("connected", connector=conn.name)
+    conn, where = _connect_phase(host, record, recorded_facts, facts_file, connector, ssh, say)
     try:
-        # facts + doctor
-        if recorded_facts is not None:
-            from ktdeploy.controller.doctor import DoctorReport, run_checks
-
-            report = DoctorReport(recorded_facts, run_checks(recorded_facts, recipe))
-        else:
-            report = _doctor(conn, recipe)
-        record.write_json("facts.json", report.facts.model_dump(mode="json"))
-        record.write_json("doctor.json", report.to_json())
-        blocking, doc_line = doctor_phase(report, where, waive, record, say)
-
-        image, _variant, _how = resolve_image(recipe.deploy, report.facts)
-        if conn is None:  # nothing is known about the host's containers, image and output dir: a first run
-            state = JobState(home="<home>")
-        else:
-            state = gather_job_state(conn, recipe, image)
-        record.write_json("job_state.json", state.to_json())
+        report, blocking, doc_line = _doctor_phase(conn, recipe, recorded_facts, where, waive, record, say)
         opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive, tune=tune,
                          tune_budget_minutes=tune_budget_minutes,
                          image_tar=str(Path(image_tar).resolve()) if image_tar else None,
                          local=type(conn).__name__ == "LocalConnector",
                          preflight={"connect": f"connected ({where})" if conn is not None else
                                     f"not connected: facts recorded in {facts_file}", "doctor": doc_line})
-        plan = build_plan(recipe, report.facts, state, opts)
-        # rendered files: for reading (the container renders its own from the shipped recipe)
-        derived = derived_kt_threads(recipe.train, report.facts, recipe.deploy.reserve_cores)
-        rendered = _render(recipe, derived).write(record.path / "rendered")
-        ship = record.write_text("rendered/ship/recipe.yaml", dump_yaml(shipped_recipe(recipe, plan.resume_from)))
-        files = {k: str(v) for k, v in rendered.items()}
-        files["ship/recipe.yaml"] = str(ship)
-        plan = dataclasses.replace(plan, rendered=files)
-        record.write_json("plan.json", plan.to_json())
+        plan = _plan_phase(conn, recipe, report, opts, record)
         result.plan = plan
         result.text = plan_text(plan, run_dir=str(record.path))
-        record.set_status("planned", job_dir=plan.job_dir, image=plan.image, adapter_dir=plan.adapter_dir,
-                          resume_from=plan.resume_from)
-
         if blocking:
             if dry_run and print_plan:
                 print_plan(result.text)
-            raise fail("failed", CheckFailed(
+            raise _fail(record, "failed", CheckFailed(
                 f"doctor on {where}: {doc_line}; nothing was started",
                 results=report.failed, key="doctor",
                 fix="Fix the checks listed below and re-run. On a CPU-only test host the GPU checks can be waived "
@@ -227,37 +162,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
                 print_plan(result.text)
             result.state = "dry-run"
             return result
-
-        executor = Executor(conn, record, plan, say=say, progress_factory=progress_factory, recipe=recipe,
-                            facts=report.facts)
-        try:
-            executor.apply()
-        except KeyboardInterrupt:
-            record.event("detached", reason="interrupted (Ctrl-C)")
-            record.set_status("detached", note="controller interrupted; training keeps running on the host")
-            say(f"[yellow]Stopped following; the training container {plan.job} keeps running on {host}.[/]\n"
-                f"  ktdeploy status --host {host}   |   ktdeploy logs -f --host {host}   |   ktdeploy up (same args) to go on")
-            result.state = "detached"
-            return result
-        except ConnectError as e:
-            if "keeps running" not in (e.fix or ""):
-                e.fix = (e.fix or "") + " Training (if started) keeps running on the host; re-run `ktdeploy up` " \
-                                        "(same arguments) to follow it."
-            e.fix = (e.fix or "") + f" See it now: `ktdeploy status --host {host}`."
-            raise fail("detached", e) from None
-        except StepError as e:
-            cur = record.status().get("state")
-            raise fail("crashed" if cur == "crashed" else "failed", e) from None
-        if detach:
-            record.set_status("detached", note="--detach: training runs on the host")
-            result.state = "detached"
-            say(f"[green]Training started in {plan.job} on {host}.[/] Follow it: ktdeploy status --host {host}; "
-                f"ktdeploy logs -f --host {host}")
-        else:
-            record.set_status("finished")
-            result.state = "finished"
-            say(f"[green bold]done:[/] adapter {plan.adapter_dir}; run record {record.path}")
-        return result
+        return _apply_phase(conn, plan, recipe, report, result, host=host, detach=detach, say=say,
+                            progress_factory=progress_factory)
     except KeyboardInterrupt:
         # Ctrl-C before the executor took over (it handles its own): nothing was started; say so in the record
         record.event("interrupted", reason="Ctrl-C before anything started on the host")
@@ -266,6 +172,131 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     finally:
         if conn is not None:
             conn.close()
+
+
+def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file: str | None) -> None:
+    if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
+        raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
+                         key="--resume", fix="ktdeploy up --resume auto ...")
+    if facts_file is not None and not dry_run:
+        raise UsageError("--facts plans from recorded facts and changes nothing: it needs --dry-run", key="--facts",
+                         fix=f"ktdeploy up --host {host} RECIPE --dry-run --facts {facts_file}")
+
+
+def _check_api_key(recipe, *, detach: bool, dry_run: bool) -> None:
+    """Checked before anything starts: the serve stage comes hours later, after training."""
+    serve = recipe.deploy.serve if recipe.deploy is not None else None
+    if serve is not None and serve.enabled and serve.api_key_env and not detach and not dry_run \
+            and not os.environ.get(serve.api_key_env):
+        raise UsageError(f"deploy.serve.api_key_env names {serve.api_key_env}, which is not set in this shell",
+                         key="deploy.serve.api_key_env",
+                         fix=f"export {serve.api_key_env}=<key>, then run ktdeploy up again")
+
+
+def _new_record(recipe, host: str, waive: tuple[str, ...], dry_run: bool, facts_file: str | None,
+                say: Callable[[str], None]) -> RunRecord:
+    record = RunRecord.create(recipe.name)
+    record.write_text("recipe.yaml", dump_yaml(recipe.to_document()))
+    record.set_status("planned", host=host, recipe=recipe.name, recipe_path=str(recipe.path), created=time.time(),
+                      container=job_name(recipe), serve_container=f"{job_name(recipe)}-serve",
+                      output_dir=output_dir_of(recipe), waived=list(waive), dry_run=dry_run,
+                      **({"facts_file": str(facts_file)} if facts_file is not None else {}))
+    if waive:
+        say(f"[bold yellow]WARNING: waiving checks {', '.join(waive)} — recorded in {record.path}/status.json[/]")
+        record.event("waived", checks=list(waive))
+    return record
+
+
+def _fail(record: RunRecord, state: str, err: KtdeployError) -> KtdeployError:
+    """Record a failure (event + status with its exit code) and hand the error back for raising."""
+    record.event("failed", error=type(err).__name__, message=err.message, fix=err.fix)
+    record.set_status(state, error=err.message, error_type=type(err).__name__, exit_code=err.exit_code)
+    return err
+
+
+def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, connector, ssh: dict | None,
+                   say: Callable[[str], None]):
+    """(connector or None, where): None when planning from recorded facts (a plan before the host exists)."""
+    record.event("stage_start", stage="PREFLIGHT", step="connect", host=host)
+    if recorded_facts is not None:
+        say(f"[yellow]-[/yellow] PREFLIGHT: not connecting to {host}; planning from the facts in {facts_file}")
+        record.event("facts_file", path=str(facts_file))
+        return None, f"{host} (facts recorded in {facts_file})"
+    try:
+        conn = connector if connector is not None else connect(host, **(ssh or {}))
+    except ConnectError as e:
+        raise _fail(record, "failed", e) from None
+    say(f"[green]✓[/green] PREFLIGHT: connected to {conn.name}")
+    record.event("connected", connector=conn.name)
+    return conn, conn.name
+
+
+def _doctor_phase(conn, recipe, recorded_facts, where: str, waive, record: RunRecord, say: Callable[[str], None]):
+    """Facts + doctor (live, or on recorded facts): (report, blocking failed checks, summary line)."""
+    if recorded_facts is not None:
+        report = DoctorReport(recorded_facts, run_checks(recorded_facts, recipe))
+    else:
+        report = run_doctor(conn, recipe)
+    record.write_json("facts.json", report.facts.model_dump(mode="json"))
+    record.write_json("doctor.json", report.to_json())
+    blocking, doc_line = doctor_phase(report, where, waive, record, say)
+    return report, blocking, doc_line
+
+
+def _plan_phase(conn, recipe, report, opts: UpOptions, record: RunRecord):
+    """The job's state on the host, the plan (pure), and the files the run record keeps for reading (the
+    container renders its own from the shipped recipe)."""
+    image, _variant, _how = resolve_image(recipe.deploy, report.facts)
+    # with recorded facts nothing is known about the host's containers, image and output dir: a first run
+    state = JobState(home="<home>") if conn is None else gather_job_state(conn, recipe, image)
+    record.write_json("job_state.json", state.to_json())
+    plan = build_plan(recipe, report.facts, state, opts)
+    derived = derived_kt_threads(recipe.train, report.facts, recipe.deploy.reserve_cores)
+    rendered = render_recipe(recipe, derived).write(record.path / "rendered")
+    ship = record.write_text("rendered/ship/recipe.yaml", dump_yaml(shipped_recipe(recipe, plan.resume_from)))
+    files = {k: str(v) for k, v in rendered.items()}
+    files["ship/recipe.yaml"] = str(ship)
+    plan = dataclasses.replace(plan, rendered=files)
+    record.write_json("plan.json", plan.to_json())
+    record.set_status("planned", job_dir=plan.job_dir, image=plan.image, adapter_dir=plan.adapter_dir,
+                      resume_from=plan.resume_from)
+    return plan
+
+
+def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, detach: bool,
+                 say: Callable[[str], None], progress_factory) -> UpResult:
+    """Run the plan on the host; Ctrl-C detaches (training keeps running), a lost connection is exit 3."""
+    record = result.record
+    executor = Executor(conn, record, plan, say=say, progress_factory=progress_factory, recipe=recipe,
+                        facts=report.facts)
+    try:
+        executor.apply()
+    except KeyboardInterrupt:
+        record.event("detached", reason="interrupted (Ctrl-C)")
+        record.set_status("detached", note="controller interrupted; training keeps running on the host")
+        say(f"[yellow]Stopped following; the training container {plan.job} keeps running on {host}.[/]\n"
+            f"  ktdeploy status --host {host}   |   ktdeploy logs -f --host {host}   |   ktdeploy up (same args) to go on")
+        result.state = "detached"
+        return result
+    except ConnectError as e:
+        if "keeps running" not in (e.fix or ""):
+            e.fix = (e.fix or "") + " Training (if started) keeps running on the host; re-run `ktdeploy up` " \
+                                    "(same arguments) to follow it."
+        e.fix = (e.fix or "") + f" See it now: `ktdeploy status --host {host}`."
+        raise _fail(record, "detached", e) from None
+    except StepError as e:
+        cur = record.status().get("state")
+        raise _fail(record, "crashed" if cur == "crashed" else "failed", e) from None
+    if detach:
+        record.set_status("detached", note="--detach: training runs on the host")
+        result.state = "detached"
+        say(f"[green]Training started in {plan.job} on {host}.[/] Follow it: ktdeploy status --host {host}; "
+            f"ktdeploy logs -f --host {host}")
+    else:
+        record.set_status("finished")
+        result.state = "finished"
+        say(f"[green bold]done:[/] adapter {plan.adapter_dir}; run record {record.path}")
+    return result
 
 
 def load_facts_file(path) -> HostFacts:
