@@ -6,60 +6,53 @@ record folder on the controller (ktdeploy.controller.runs)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ktdeploy.controller.connectors import connect
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
-from ktdeploy.controller.executor import Executor
+from ktdeploy.controller.executor import Executor, container_logs, snapshot
+from ktdeploy.controller.follow import TRAINER_LOG
 from ktdeploy.controller.runs import RunRecord, latest_run
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
+from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
+from ktdeploy.core.recipe import builtin_recipe, load_recipe, require_valid, validate
 from ktdeploy.core.recipe import render as render_recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.safeio import redact_host
-
-if TYPE_CHECKING:
-    from ktdeploy.core.facts.host import HostFacts
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
 WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
 
 
 def check(recipe_path, overrides=()):
-    from ktdeploy.core.recipe import load_recipe, validate
-
     return validate(load_recipe(recipe_path, overrides))
 
 
 def render(recipe_path, out_dir, overrides=()):
-    from ktdeploy.core.recipe import load_recipe, require_valid
-    from ktdeploy.core.recipe import render as _render
-
     r = load_recipe(recipe_path, overrides)
     require_valid(r)
-    return _render(r).write(out_dir)
+    return render_recipe(r).write(out_dir)
 
 
 def doctor(host: str = "localhost", recipe=None, **ssh):
     host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
-    from ktdeploy.controller.connectors import connect
-    from ktdeploy.controller.doctor import doctor as _doctor
 
     conn = connect(host, **ssh)
     try:
-        return _doctor(conn, recipe)
+        return run_doctor(conn, recipe)
     finally:
         conn.close()
 
@@ -81,8 +74,6 @@ def _say_default(msg: str) -> None:
 
 
 def load_up_recipe(recipe_path=None, overrides=()):
-    from ktdeploy.core.recipe import builtin_recipe, load_recipe, require_valid
-
     path = Path(str(recipe_path)) if recipe_path else Path(str(builtin_recipe()))
     if not path.exists():
         raise UsageError(f"recipe {path} does not exist", key="RECIPE", fix="Give a recipe file, e.g. recipes/tiny-moe-lora.yaml.")
@@ -302,11 +293,7 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
 def load_facts_file(path) -> HostFacts:
     """Host facts recorded earlier: `ktdeploy doctor --json` output ({"facts": ...}) or a bare facts.json
     (HostFacts, as tests/golden/*/facts.json). Bad input is a UsageError naming the file."""
-    import json
-
     from pydantic import ValidationError
-
-    from ktdeploy.core.facts.host import HostFacts
 
     p = Path(str(path))
     try:
@@ -330,15 +317,11 @@ def load_facts_file(path) -> HostFacts:
 
 # -- status / logs / down ------------------------------------------------------------------------
 def _connect_for(rec: RunRecord, ssh: dict | None):
-    from ktdeploy.controller.connectors import connect
-
     return connect(rec.status()["host"], **(ssh or {}))
 
 
 def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None, live: bool = True) -> dict:
     host = redact_host(host)
-    from ktdeploy.controller.executor import snapshot
-    from ktdeploy.controller.follow import TRAINER_LOG
 
     rec = latest_run(host, run_id=run_id)
     st = dict(rec.status())
@@ -366,7 +349,6 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
 def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = False, tail: int = 100,
          ssh: dict | None = None, write: Callable[[str], None] = print, poll_s: float = 2.0) -> None:
     host = redact_host(host)
-    from ktdeploy.controller.executor import snapshot
 
     rec = latest_run(host, run_id=run_id)
     name = rec.status()["container"]
@@ -405,8 +387,6 @@ def _emit(text: str, after: str | None, write) -> str | None:
 def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None) -> dict:
     host = redact_host(host)
     """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
-    from ktdeploy.controller.executor import container_logs
-
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
     conn = _connect_for(rec, ssh)

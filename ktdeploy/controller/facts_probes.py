@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from importlib import resources
 
@@ -156,8 +157,6 @@ def gather_probes(connector, machine: str | None) -> tuple[Probes, dict[str, str
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m ktdeploy.controller.facts_probes build DIR`: compile the probes into DIR (used at image build time)."""
-    import sys
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "build":
         sys.stderr.write("usage: python -m ktdeploy.controller.facts_probes build DIR\n")

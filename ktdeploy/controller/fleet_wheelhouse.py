@@ -20,6 +20,7 @@ import io
 import subprocess
 import sys
 import tarfile
+from importlib.metadata import version
 from pathlib import Path
 
 from ktdeploy.controller.images.lockfile import Lock, read_lock
@@ -60,8 +61,6 @@ def _download(wheels: Path, args: list[str], target: list[str]) -> None:
 
 
 def pip_version() -> str:
-    from importlib.metadata import version
-
     return version("pip")
 
 

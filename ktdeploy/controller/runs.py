@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ktdeploy.core.errors import RunRecordError
+from ktdeploy.core.safeio import append_line, redact, write_file
 
 STATES = ("planned", "running", "training", "detached", "finished", "failed", "crashed", "stopped", "dry-run")
 
@@ -51,8 +52,6 @@ def new_run_id(recipe_name: str, now: float | None = None) -> str:
 
 
 def _dump(path: Path, data: Any) -> None:
-    from ktdeploy.core.safeio import redact, write_file
-
     write_file(path.parent, path.name, json.dumps(redact(data), indent=2, sort_keys=False, default=str) + "\n",
                overwrite=True)
 
@@ -79,7 +78,6 @@ class RunRecord:
 
     def write_text(self, name: str, text: str) -> Path:
         p = self.path / name
-        from ktdeploy.core.safeio import redact, write_file
 
         return write_file(p.parent, p.name, redact(text), overwrite=True)
 
@@ -90,7 +88,6 @@ class RunRecord:
 
     def event(self, kind: str, **data: Any) -> dict:
         ev = {"ts": round(time.time(), 3), "event": kind, **data}
-        from ktdeploy.core.safeio import append_line, redact
 
         append_line(self.path / "events.jsonl", json.dumps(redact(ev), default=str))
         return ev

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import ktdeploy
 from ktdeploy.controller.images import docker_cli
+from ktdeploy.controller.images.identity import write_sidecar
 from ktdeploy.controller.images.lockfile import Lock, read_lock
 from ktdeploy.controller.images.variants import DEFAULT_REPO, ISA_VARIANTS, LABELLED_DISTRIBUTIONS, STACKS, image_tag
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
@@ -316,7 +317,6 @@ def save(tags: list[str], output: Path) -> int:
     if proc.returncode != 0:
         output.unlink(missing_ok=True)
         raise ImageError(f"docker save failed: {proc.stderr.strip()[-400:]}", fix="Check free disk space.")
-    from ktdeploy.controller.images.identity import write_sidecar
 
     ids: dict[str, str] = {}
     for t in tags:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ktdeploy.core.facts.host import PathFacts
 from ktdeploy.core.facts.limits import parse_df_line
+from ktdeploy.core.safeio import norm_path
 
 # Run as: sh -c PATHS_SCRIPT ktdeploy PATH...  For each path: a tab-separated header line, then df -Pk
 # of the path (or its nearest existing parent) and du -sk when it is a directory (bounded by timeout).
@@ -27,8 +28,6 @@ done
 
 def real_path(path: str, checked: str, checked_real: str) -> str:
     """The host's real spelling of ``path``: the resolved nearest existing parent plus the missing tail."""
-    from ktdeploy.core.safeio import norm_path
-
     path, checked = norm_path(path), norm_path(checked)
     tail = path[len(checked):].lstrip("/") if path.startswith(checked) else ""
     return norm_path(checked_real.rstrip("/") + "/" + tail) if tail else norm_path(checked_real)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ktdeploy.core.facts.host import LimitsFacts
 
 SECTIONS = {
@@ -71,8 +73,6 @@ def parse_cgroup(text: str) -> dict:
 
 def parse_df_line(text: str) -> dict | None:
     """Last data line of `df -Pk PATH` -> total/free bytes and mount point."""
-    import re
-
     lines = [ln for ln in (text or "").splitlines() if ln.strip() and not ln.startswith("Filesystem")]
     if not lines:
         return None

@@ -1,5 +1,7 @@
 """Recipes: parse (with line numbers), validate against every cookbook / LlamaFactory / kt-kernel rule, render."""
 
+from importlib.resources import files
+
 from ktdeploy.core.recipe.document import Recipe, load_native, load_recipe
 from ktdeploy.core.recipe.finding import Finding, errors
 from ktdeploy.core.recipe.render import Rendered, render
@@ -9,8 +11,6 @@ from ktdeploy.core.recipe.validate import require_valid, validate
 
 def builtin_recipe(name: str = "tiny-moe-lora"):
     """Path of a recipe shipped with ktdeploy (recipes/<name>.yaml)."""
-    from importlib.resources import files
-
     return files("ktdeploy").joinpath("builtin_recipes", f"{name}.yaml")
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.recipe.loader import RawRecipe, apply_overrides, read_native, read_recipe
 from ktdeploy.core.recipe.schema import Deploy
 
@@ -43,8 +44,6 @@ class Recipe:
 
     def weight_setup(self) -> str:
         """The expert-weight setup of the cookbook: bf16, fp8, int8 or int4 (AMXINT4)."""
-        from ktdeploy.core.recipe.expert_format import expert_setup
-
         return expert_setup(self.kt_config)
 
     def to_document(self) -> dict[str, Any]:

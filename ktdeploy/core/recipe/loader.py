@@ -26,6 +26,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.recipe.finding import Finding
+from ktdeploy.core.safeio import read_bytes
 
 SECTIONS = ("train", "accelerate", "deploy")
 MAX_BYTES = 1 << 20  # a recipe is a small text file; refuse anything larger before parsing
@@ -215,8 +216,6 @@ def _parse_text(text: str, file: str, prefix: str, locs: dict[str, tuple[str, in
 
 def _read(path: Path) -> str:
     """Bounded, regular files only (a FIFO or /dev/zero is refused before a byte is read)."""
-    from ktdeploy.core.safeio import read_bytes
-
     data = read_bytes(path, MAX_BYTES, "recipe YAML file")
     try:
         return data.decode("utf-8")

@@ -18,8 +18,9 @@ from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.representer import SafeRepresenter
 from ruamel.yaml.resolver import VersionedResolver
 
+from ktdeploy.core.errors import RunRecordError
 from ktdeploy.core.recipe.document import Recipe
-from ktdeploy.core.safeio import printable
+from ktdeploy.core.safeio import printable, write_file
 
 # YAML and sh both end a comment at any of these; user text in a header comment must not contain them.
 _BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
@@ -79,9 +80,6 @@ class Rendered:
     def write(self, directory: str | Path, *, overwrite: bool = False) -> dict[str, Path]:
         """Write the three files with ktdeploy.core.safeio.write_file: never through a link, never over an existing
         file unless ``overwrite`` (all three are checked before the first is written)."""
-        from ktdeploy.core.errors import RunRecordError
-        from ktdeploy.core.safeio import write_file
-
         files = ((TRAIN_FILE, self.train_yaml, 0o644), (ACCELERATE_FILE, self.accelerate_yaml, 0o644),
                  (LAUNCH_FILE, self.launch_sh, 0o755))
         d = Path(directory) if str(directory) else None

@@ -19,6 +19,8 @@ from ktdeploy.core.recipe import catalog as cat
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.loader import SECTIONS
+from ktdeploy.core.recipe.schema import Deploy, Serve, Volumes
+from ktdeploy.core.recipe.types import type_error
 from ktdeploy.core.safeio import inside as _inside
 from ktdeploy.core.safeio import norm_path
 
@@ -229,8 +231,6 @@ def deploy_schema(ctx: Ctx) -> None:
     Cookbook: — (ktdeploy's own section).
     Code: ktdeploy/core/recipe/schema.py Deploy.
     """
-    from ktdeploy.core.recipe.schema import Deploy, Serve, Volumes
-
     fields_by_prefix = {(): Deploy.model_fields, ("volumes",): Volumes.model_fields, ("serve",): Serve.model_fields}
     for e in ctx.recipe.deploy_errors:
         loc = tuple(str(x) for x in e.get("loc", ()))
@@ -837,8 +837,6 @@ def catalog_types(ctx: Ctx) -> None:
     Cookbook: —.
     Code: LF hparams/parser.py parse_dict (no type conversion); annotations from the locked wheels via tools/gen_key_catalog.py -> catalog_data.KEY_TYPES; ktdeploy/core/recipe/types.py.
     """
-    from ktdeploy.core.recipe.types import type_error
-
     flagged = {f.path for f in ctx.findings if f.severity == "error"}
     for sec, values in (("train", ctx.t), ("accelerate", ctx.a)):
         for key, value in values.items():

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from ktdeploy.core.safeio import norm_path
+
 ISA_VARIANTS = ("amx", "avx512", "avx2")
 
 
@@ -23,7 +25,6 @@ def _absolute(value: str, what: str) -> str:
         raise ValueError(f"{what} must be an absolute path on the training host, got {value!r}")
     if "\x00" in value or "\n" in value:
         raise ValueError(f"{what} must not contain NUL or newline characters")
-    from ktdeploy.core.safeio import norm_path
 
     return norm_path(value)  # '//srv/m/./' -> '/srv/m': the spelling docker and the kernel resolve
 

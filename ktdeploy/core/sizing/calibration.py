@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ktdeploy.core.sizing.anchors import ANCHORS
 from ktdeploy.core.sizing.estimate import Measured, estimate
 from ktdeploy.core.sizing.model_config import MoEArchitecture, parse_model_config
 
@@ -62,7 +63,6 @@ def gpu_peak_points(data: dict) -> list[Point]:
 
 
 def calibration_points(peaks_file: Path = PEAKS_FILE) -> list[Point]:
-    from ktdeploy.core.sizing.anchors import ANCHORS
     pts = [Point(name=a.name, arch=a.arch(), train=a.train, accelerate=a.accelerate, host_gib=a.peak_host_rss_gib,
                  gpu_gib=a.peak_gpu_mem_gib, source=a.source, fitted=True) for a in ANCHORS]
     if peaks_file.is_file():

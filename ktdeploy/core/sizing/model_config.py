@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ktdeploy.core.errors import RecipeError, UsageError
+from ktdeploy.core.safeio import read_text
 
 # Fields every family needs: the routed-expert tensors, how often MoE layers occur, and the attention shape.
 _COMMON = ("hidden_size", "num_hidden_layers", "moe_intermediate_size", "num_experts_per_tok", "vocab_size")
@@ -349,7 +350,6 @@ def load_model_config(path: str | Path) -> MoEArchitecture:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    from ktdeploy.core.safeio import read_text
 
     text = read_text(p, 16 << 20, "model config.json")  # bounded; a FIFO or device is refused
     try:
