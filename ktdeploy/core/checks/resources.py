@@ -13,6 +13,7 @@ from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe.expert_format import expert_setup
+from ktdeploy.core.safeio import overlaps
 from ktdeploy.core.sizing import plan_recipe
 from ktdeploy.core.sizing.calibration import upper_edges
 
@@ -366,16 +367,13 @@ def path_checks(facts: HostFacts, recipe, req: Requirements) -> list[CheckResult
     mp = paths.get("model")
     pf = facts.path(mp) if mp else None
     opf = facts.path(op) if op else None
-    if pf is not None and opf is not None and pf.real and opf.real:
-        from ktdeploy.core.safeio import overlaps
-
-        if overlaps(pf.real, opf.real):
-            # the recipe's spellings were apart (deploy.paths), but symlinks on the host join them
-            out.append(CheckResult(name="path.model_readonly", status="fail", layer=facts.layer,
-                                   detail=f"on the host the output volume {op} is {opf.real} and the read-only model "
-                                          f"volume {mp} is {pf.real}: one lies inside the other (a symlink)",
-                                   fix="Point deploy.volumes.output and deploy.volumes.model at separate real "
-                                       "directories (resolve the symlink)."))
+    if pf is not None and opf is not None and pf.real and opf.real and overlaps(pf.real, opf.real):
+        # the recipe's spellings were apart (deploy.paths), but symlinks on the host join them
+        out.append(CheckResult(name="path.model_readonly", status="fail", layer=facts.layer,
+                               detail=f"on the host the output volume {op} is {opf.real} and the read-only model "
+                                      f"volume {mp} is {pf.real}: one lies inside the other (a symlink)",
+                               fix="Point deploy.volumes.output and deploy.volumes.model at separate real "
+                                   "directories (resolve the symlink)."))
     if pf is not None and pf.exists:
         out.append(CheckResult(name="disk.model", status="pass", layer=facts.layer,
                                detail=f"{mp} on {pf.mount} ({_g(pf.free_bytes)} free); mounted read-only"))
