@@ -221,3 +221,20 @@ def hide_cpu_flags(cpuinfo: str, flags) -> str:
             line = head + ": " + " ".join(f for f in rest.split() if f not in drop)
         out.append(line)
     return "\n".join(out) + "\n"
+
+
+def machine_cpu_flags() -> set[str]:
+    """This machine's CPU flags (test hosts share its CPU; a hidden flag is only hidden where it exists)."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def variant_without_amx() -> str:
+    """The image variant a test host with AMX hidden resolves to here: avx512 on an AVX512 machine, else avx2
+    (CI machines differ: AMX Xeons, AVX512 without AMX, and AVX2-only EPYCs all run this tier)."""
+    from ktdeploy.core.checks.isa import AMX_FLAGS, isa_level
+    from ktdeploy.core.facts.host import CpuFacts
+
+    return isa_level(CpuFacts(flags=sorted(machine_cpu_flags() - set(AMX_FLAGS)))) or "avx2"

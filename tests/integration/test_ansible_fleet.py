@@ -26,12 +26,14 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.controller.images.identity import write_sidecar
-from tests.integration.hosts import docker
+from tests.integration.hosts import docker, machine_cpu_flags, variant_without_amx
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"
 BIN = Path(sys.executable).parent
+# the variant the healthy hosts (AMX hidden) resolve to on this machine: avx512, or avx2 on an AVX2-only CPU
+V = variant_without_amx()
 AVX512 = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512_bf16", "avx512_vnni", "avx512vbmi",
           "avx512_vbmi2", "avx512ifma", "avx512_bitalg", "avx512_vpopcntdq", "avx512_fp16", "avx512_vp2intersect")
 AMX = ("amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "amx_complex")
@@ -108,7 +110,7 @@ def recap(out: str) -> dict[str, dict[str, int]]:
 def fleet(host_pool, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fleet")
     repo = f"ktfleet-{host_pool.tag}/ktsft"
-    archive_dir = make_image_archive(tmp, repo, "avx512")
+    archive_dir = make_image_archive(tmp, repo, V)
     hosts = {
         "fleet-ok": (host_pool.start("fleet-ok", extra=HEALTHY, hide_flags=AMX), {}),
         "fleet-noavx": (host_pool.start("fleet-noavx", extra=HEALTHY, hide_flags=AVX512 + AMX),
@@ -118,7 +120,7 @@ def fleet(host_pool, tmp_path_factory):
     inv = write_inventory(tmp / "inventory.yml", host_pool, hosts, ktdeploy_image_repo=repo,
                           ktsft_image_archive_dir=str(archive_dir))
     yield {"tmp": tmp, "inv": inv, "hosts": {k: v[0] for k, v in hosts.items()}, "repo": repo}
-    docker("rmi", "-f", f"{repo}:avx512", check=False)
+    docker("rmi", "-f", f"{repo}:{V}", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -144,11 +146,11 @@ def test_healthy_host_passes_preflight_and_gets_its_image(first_run, fleet):
     r = recap(out)
     assert r["fleet-ok"]["failed"] == 0 and r["fleet-ok"]["unreachable"] == 0, out[-4000:]
     ok = rows["fleet-ok"]
-    assert ok["status"] == "ok" and ok["variant"] == "avx512" and ok["gpus"] == 0, ok
-    assert ok["isa"].startswith("avx512"), ok
+    assert ok["status"] == "ok" and ok["variant"] == V and ok["gpus"] == 0, ok
+    assert ok["isa"].startswith(V), ok
     label = docker("image", "inspect", "--format", '{{ index .Config.Labels "io.ktdeploy.isa" }}',
-                   f"{fleet['repo']}:avx512").stdout.strip()
-    assert label == "avx512"  # loaded through the host (its docker socket is this machine's engine)
+                   f"{fleet['repo']}:{V}").stdout.strip()
+    assert label == V  # loaded through the host (its docker socket is this machine's engine)
     # ktdeploy went into a venv on the host from the controller's wheelhouse
     v = fleet["hosts"]["fleet-ok"].exec("/opt/ktdeploy/venv/bin/ktdeploy", "--help", check=False)
     assert v.returncode == 0 and "doctor" in v.stdout
@@ -176,16 +178,16 @@ def test_host_stopped_mid_play_is_reported_unreachable(first_run):
     row = rows["fleet-gone"]
     # it passed preflight (so it has facts) and dropped out in a later stage
     assert row["status"] in ("UNREACHABLE during container_runtime", "UNREACHABLE during ktsft_image"), row
-    assert row["variant"] == "avx512"
+    assert row["variant"] == V
 
 
 def test_summary_table_names_every_host(first_run):
     rc, out, rows = first_run
     table = out[out.rindex("TASK [Fleet summary]"):]
     assert re.search(r"HOST\s+ISA\s+VARIANT\s+GPUS\s+STATUS", table)
-    assert re.search(r"fleet-ok\s+avx512\S*\s+avx512\s+0\s+ok", table), table
+    assert re.search(rf"fleet-ok\s+{V}\S*\s+{V}\s+0\s+ok", table), table
     assert re.search(r"fleet-noavx\s+avx2\s+avx512\s+0\s+FAILED preflight: .*image\.variant", table), table
-    assert re.search(r"fleet-gone\s+avx512\S*\s+avx512\s+0\s+UNREACHABLE during", table), table
+    assert re.search(rf"fleet-gone\s+{V}\S*\s+{V}\s+0\s+UNREACHABLE during", table), table
 
 
 def test_second_run_changes_nothing_on_the_healthy_host(first_run, fleet):
@@ -253,8 +255,8 @@ def test_preflight_in_image_mode(first_run, fleet):
     """preflight_mode=image: doctor runs as the ktsft image's agent (docker run IMAGE doctor --json) instead of
     the venv; the auto variant uses the avx2 image, which runs on any x86_64 host. The image's container sees
     this machine's own /proc/cpuinfo (the host's hidden flags stay in the host container), so the variant it
-    picks is this machine's: amx where AMX is listed, else avx512."""
-    machine_variant = "amx" if re.search(r"\bamx_tile\b", Path("/proc/cpuinfo").read_text()) else "avx512"
+    picks is this machine's: amx where AMX is listed, else avx512 or avx2."""
+    machine_variant = "amx" if "amx_tile" in machine_cpu_flags() and V == "avx512" else V
     if docker("image", "inspect", "ktsft-reduced:avx2", check=False).returncode != 0:
         # the same idempotent build test_image.py's fixture runs (it then finds the images cached)
         b = subprocess.run(["bash", str(REPO / "docker" / "ci-build-reduced.sh")], capture_output=True, text=True,

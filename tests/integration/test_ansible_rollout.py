@@ -20,7 +20,7 @@ import pytest
 
 from ktdeploy.controller.images.identity import read_sidecar, write_sidecar
 from tests.integration.hosts import docker
-from tests.integration.test_ansible_fleet import AMX, HEALTHY, WAIVE, make_image_archive, recap, write_inventory
+from tests.integration.test_ansible_fleet import AMX, HEALTHY, WAIVE, V, make_image_archive, recap, write_inventory
 from tests.integration.test_ansible_fleet import playbook as _playbook
 
 pytestmark = pytest.mark.docker
@@ -76,16 +76,16 @@ def playbook(inv, *extra, summary, ansible=BIN, **kw):
 def rollout(host_pool, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rollout")
     repo = f"ktroll-{host_pool.tag}/ktsft"
-    archive_dir = make_image_archive(tmp, repo, "avx512")
+    archive_dir = make_image_archive(tmp, repo, V)
     h = host_pool.start("roll-ok", extra=HEALTHY, hide_flags=AMX)
     inv = write_inventory(tmp / "inventory.yml", host_pool, {"roll-ok": (h, {})}, ktdeploy_image_repo=repo,
                           ktsft_image_archive_dir=str(archive_dir))
     rc, out, rows = playbook(inv, summary=tmp / "s0.json")
     assert rc == 0 and rows["roll-ok"]["status"] == "ok", out[-4000:]
-    archive = archive_dir / "ktsft-avx512.tar"
-    yield {"tmp": tmp, "inv": inv, "host": h, "repo": repo, "ref": f"{repo}:avx512", "archive": archive,
-           "id": read_sidecar(archive)["images"][f"{repo}:avx512"]}
-    docker("rmi", "-f", f"{repo}:avx512", f"{repo}:other", f"{repo}:other2", check=False)
+    archive = archive_dir / f"ktsft-{V}.tar"
+    yield {"tmp": tmp, "inv": inv, "host": h, "repo": repo, "ref": f"{repo}:{V}", "archive": archive,
+           "id": read_sidecar(archive)["images"][f"{repo}:{V}"]}
+    docker("rmi", "-f", f"{repo}:{V}", f"{repo}:other", f"{repo}:other2", check=False)
 
 
 def other_image(tmp: Path, ref: str, text: str) -> str:
@@ -94,7 +94,7 @@ def other_image(tmp: Path, ref: str, text: str) -> str:
     payload.write_text(text)
     with tarfile.open(src, "w") as t:
         t.add(payload, arcname="VARIANT")
-    docker("import", "--change", "LABEL io.ktdeploy.isa=avx512", str(src), ref)
+    docker("import", "--change", f"LABEL io.ktdeploy.isa={V}", str(src), ref)
     return docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
 
 
@@ -171,7 +171,7 @@ def test_docker_is_installed_from_local_debs_on_a_host_without_it(host_pool, tmp
     h = host_pool.start(f"nodocker-{ansible_bin.parent.name[-4:].replace('.', '')}", extra=HEALTHY, hide_flags=AMX)
     h.exec("dpkg", "--remove", "docker.io")                              # no docker CLI (its deps stay)
     assert h.exec("sh", "-c", "command -v docker", check=False).returncode != 0
-    archive_dir = make_image_archive(tmp_path, f"ktdeb-{host_pool.tag}/ktsft", "avx512")
+    archive_dir = make_image_archive(tmp_path, f"ktdeb-{host_pool.tag}/ktsft", V)
     inv = write_inventory(tmp_path / "inv.yml", host_pool, {"nodocker": (h, {})},
                           ktdeploy_image_repo=f"ktdeb-{host_pool.tag}/ktsft", ktsft_image_archive_dir=str(archive_dir),
                           # a box being provisioned: docker is what this play installs
@@ -187,5 +187,5 @@ def test_docker_is_installed_from_local_debs_on_a_host_without_it(host_pool, tmp
                                  ansible=ansible_bin)
         assert rc == 0 and recap(out)["nodocker"]["changed"] == 0, out[-4000:]
     finally:
-        docker("rmi", "-f", f"ktdeb-{host_pool.tag}/ktsft:avx512", check=False)
+        docker("rmi", "-f", f"ktdeb-{host_pool.tag}/ktsft:{V}", check=False)
         h.stop()
