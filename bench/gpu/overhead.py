@@ -50,6 +50,26 @@ def direct_train(name: str, like: dict, logs: Path, timeout: float) -> dict:
                        {"CUDA_VISIBLE_DEVICES": "0", "KTDEPLOY_METRICS": str(d / "metrics.jsonl")})
 
 
+def real_adapter(out: Path) -> dict:
+    """After the pairs (P1_THEN_PROOF=1): the tiny "small" model's proof run (train with held-out logits,
+    the real convert, the adapter checked against the trainer's own logits) and its real KT output copied
+    to $OUT/real/ so the serve-side loading (bench/serve/load_adapter.py --kt-output) runs on real tensors."""
+    import shutil
+
+    work = Path("/tmp/ktdeploy-p1-proof")
+    work.mkdir(parents=True, exist_ok=True)
+    r = gb.proof(work, steps=40, timeout=150)
+    real = out / "real"
+    real.mkdir(parents=True, exist_ok=True)
+    src = gb.OUTPUT / "proof-small"
+    for f in ("fused_expert_lora.safetensors", "adapter_model.safetensors", "adapter_config.json",
+              "kt_adapter_manifest.json"):
+        if (src / f).is_file():
+            shutil.copy2(src / f, real / f)
+    return {k: v for k, v in r.items() if k != "train" or not isinstance(v, dict)} | \
+        {"train": {k: v for k, v in (r.get("train") or {}).items() if k not in ("train_yaml", "accelerate_yaml")}}
+
+
 def main() -> int:
     budget = float(os.environ.get("P1_BUDGET_S", "540"))
     out = Path(os.environ.get("OUT", "/tmp/ktdeploy-gpu-out"))
@@ -116,6 +136,8 @@ def main() -> int:
                 res["hand"].append({k: v for k, v in r.items() if k != "train"})
             res["order"].append(name)
             save()
+        if os.environ.get("P1_THEN_PROOF"):
+            res["proof"] = real_adapter(out)
     except Exception:
         import traceback
 
