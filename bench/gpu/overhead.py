@@ -9,7 +9,7 @@ metrics callback, summary) and the same LlamaFactory run launched by hand (Llama
 YAMLs the first ktdeploy run rendered), interleaved after a short warm-up run so drift on the machine falls on
 every side alike; to bisect, also `ktdeploy train --skip-doctor` (S), the agent's exact argv and env without
 the `ktdeploy train` parent (D), and `ktdeploy train --exec` (E, the default since this bench: the process
-becomes the launcher, the trainer writes the record); K is `ktdeploy train --watch` (the watching parent). P1_ORDER picks the sequence (default HEKHEKHEK). Both are timed the same way from outside: the arrival time of each
+becomes the launcher, the trainer writes the record), X (`--exec --skip-doctor`: is it the doctor run just before?); K is `ktdeploy train --watch` (the watching parent). P1_ORDER picks the sequence (default HEKHEKHEK). Both are timed the same way from outside: the arrival time of each
 line LlamaFactory appends to trainer_log.jsonl (gpu_bench.GpuSampler), steady tokens/s after the first step.
 Writes $OUT/p1_overhead.json (per run and the ratios; key `train_over_hand_median`) and $OUT/p1_log.txt.
 """
@@ -79,13 +79,14 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     gb.GPU_POLL_S = 5.0   # nvidia-smi every 5 s, not 0.2 s: this bench measures CPU contention on both sides
     res: dict = {"how": "bash bench/gpu/overhead.sh (device tool); bench/gpu/overhead.py", "steps": STEPS,
-                 "order": [], "ktdeploy": [], "hand": [], "skip_doctor": [], "direct": [], "exec": []}
+                 "order": [], "ktdeploy": [], "hand": [], "skip_doctor": [], "direct": [], "exec": [],
+                 "exec_skip_doctor": []}
 
     def save() -> None:
         k = [r["steady_tokens_per_s"] for r in res["ktdeploy"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         h = [r["steady_tokens_per_s"] for r in res["hand"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         res["ktdeploy_tokens_per_s"], res["hand_tokens_per_s"] = k, h
-        for key in ("skip_doctor", "direct", "exec"):
+        for key in ("skip_doctor", "direct", "exec", "exec_skip_doctor"):
             v = [r["steady_tokens_per_s"] for r in res[key] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
             res[f"{key}_tokens_per_s"] = v
             if v and h:
@@ -120,10 +121,10 @@ def main() -> int:
                 gb.say(f"stopped before run {i}: budget")
                 break
             name = f"p1-{side}{i}"
-            if side in "KSE":
-                r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side == "S",
-                                      args=["--exec"] if side == "E" else ["--watch"])
-                res[{"K": "ktdeploy", "S": "skip_doctor", "E": "exec"}[side]].append(
+            if side in "KSEX":
+                r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side in "SX",
+                                      args=["--exec"] if side in "EX" else ["--watch"])
+                res[{"K": "ktdeploy", "S": "skip_doctor", "E": "exec", "X": "exec_skip_doctor"}[side]].append(
                     {k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
             elif side == "D":
                 if like is None:
