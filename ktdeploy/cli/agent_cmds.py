@@ -23,7 +23,7 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate, doctor and render; print what would run."),
     resume: Optional[str] = typer.Option(None, "--resume", help="'auto' (last checkpoint-* of output_dir) or a "
                                                                 "checkpoint-N path."),
-    skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not check this host first (not recommended)."),
+    skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not run the host checks first (not recommended); kt threads are still derived from this host's topology."),
     run_root: Optional[str] = typer.Option(None, "--run-root", help="Where run records go (default: "
                                                                      "<output_dir's parent>/.ktdeploy-runs/<name>)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan (dry run) or the summary as JSON."),
@@ -45,10 +45,10 @@ def train(
         choice = tuned_choice(tuned)
         set_ = list(set_) + tuned_overrides(tuned)
 
-    from ktdeploy.controller.local_host import local_doctor
+    from ktdeploy.controller.local_host import local_doctor, local_facts
 
     plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root, tuned=choice,
-                      diagnose=local_doctor)
+                      diagnose=local_doctor, topology=lambda: local_facts(probes=False))
     for w in plan.warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
     if plan.derived:

@@ -150,6 +150,37 @@ def test_cli_dry_run_json(tmp_path):
     plan = json.loads(p.stdout)
     assert plan["argv"][-2:] == ["ktdeploy.agent.lf_entry", plan["run_dir"] + "/train.yaml"]
     assert "doctor skipped" in p.stderr
+    # skipping the checks keeps the threads derived from this host's topology (kt-kernel's default ran the
+    # GPU machine's medium tiny MoE 5x slower); the value is this machine's own: cores minus the reserve
+    from ktdeploy.controller.local_host import local_facts
+    from ktdeploy.core.checks.threads import derive_threads
+
+    threads, pools = derive_threads(local_facts(probes=False), 2)
+    assert plan["derived"] == {"kt_config.kt_num_threads": threads, "kt_config.kt_threadpool_count": pools}
+    assert f"kt_num_threads: {threads}" in plan["train_yaml"]
+
+
+def test_skip_doctor_still_derives_threads_from_the_topology(tmp_path):
+    from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
+
+    facts = HostFacts(cpu=CpuFacts(logical_cpus=32, physical_cores=16,
+                                   numa_nodes=[NumaNode(id=0, cpus=list(range(16)))]),
+                      memory=MemoryFacts(total_bytes=128 << 30, available_bytes=120 << 30))
+    recipe, _ = _recipe_copy(tmp_path)
+    seen = []
+    plan = T.plan_train(str(recipe), skip_doctor=True, topology=lambda: seen.append(1) or facts)
+    assert seen == [1] and plan.doctor is None
+    assert plan.derived == {"kt_config.kt_num_threads": 14, "kt_config.kt_threadpool_count": 1}
+    assert "kt_num_threads: 14" in plan.train_yaml
+    assert not any("left to kt-kernel's default" in w for w in plan.warnings)
+    # the recipe's own value still wins, and then the topology is not even read
+    seen.clear()
+    plan = T.plan_train(str(recipe), ["train.kt_config.kt_num_threads=6", "train.kt_config.kt_threadpool_count=2"],
+                        skip_doctor=True, topology=lambda: seen.append(1) or facts)
+    assert seen == [] and plan.derived == {} and "kt_num_threads: 6" in plan.train_yaml
+    # without a topology (a caller that cannot read the host) the warning says what happens
+    plan = T.plan_train(str(recipe), skip_doctor=True)
+    assert plan.derived == {} and any("left to kt-kernel's default" in w for w in plan.warnings)
 
 
 def test_cli_bad_recipe_is_one_screen(tmp_path):
