@@ -6,9 +6,13 @@ Run in the full image (sglang-kt 0.7.2; writes bench/results/serve/load_adapter.
     docker run --rm -v "$PWD:/w" -w /w -e PYTHONPATH=/w --entrypoint python3 ktsft:amx \\
         bench/serve/load_adapter.py --out bench/results/serve/load_adapter.json
 
-Input: the KT LoRA output of the GPU machine's tiny "small" run. Its tensors were not committed (only the
-manifest, bench/results/gpu/proof/output), so tests/fakes/kt_layout.py writes the same layout (names, dtypes,
-shapes and byte sizes of that run; values are a fixed pattern), or pass a real output with --kt-output DIR.
+Input: the KT LoRA output of the GPU machine's tiny "small" run. By default tests/fakes/kt_layout.py writes
+its layout (names, dtypes, shapes and byte sizes of that run; values are a fixed pattern); with --kt-output DIR
+a real output (the four files bench/gpu/overhead.py's P1_THEN_PROOF returns from the GPU machine; their sizes
+and sha256s go into the report, and the real convert checks them against the run's own manifest):
+
+    docker run ... ktsft:amx bench/serve/load_adapter.py --kt-output bench/results/serve/real-kt-output \\
+        --out bench/results/serve/load_adapter-real.json
 The real `ktdeploy convert` (ktdeploy.agent.convert) turns it into the adapter sglang-kt serves.
 
 Steps (each outcome recorded; the first failure stops the run and says where):
@@ -119,7 +123,12 @@ def main() -> int:
                 kt_layout.write_lora_adapter(str(src), base="/srv/ktdeploy/models/tiny-qwen3-moe")
                 report["input"] = "tests/fakes/kt_layout.py (the GPU machine's 'small' run layout; fixed values)"
             else:
+                import hashlib
+
                 report["input"] = str(src)
+                report["input_files"] = {f.name: {"size": f.stat().st_size,
+                                                  "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}
+                                         for f in sorted(src.iterdir()) if f.is_file()}
             adapter = work / "out-sglang"
             s = kt_convert(src, adapter)
             report["convert"] = dataclasses.asdict(s) if dataclasses.is_dataclass(s) else str(s)
