@@ -31,7 +31,7 @@ floor_before=$(floor)
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-git ls-files -z --cached --others --exclude-standard | rsync -a --from0 --files-from=- ./ "$ctx/"
+git ls-files -z --cached --others --exclude-standard | tar -cf - --null -T - | tar -xf - -C "$ctx"
 echo "# p4 code-only change $(date +%s)" >> "$ctx/ktdeploy/probes/__init__.py"
 t0=$(now)
 $PY -m ktdeploy image build --stack full --isa amx -q --context "$ctx" --wheelhouse .wheelhouse/full >>"$LOG" 2>&1

@@ -207,8 +207,10 @@ def _fail(what: str, proc: subprocess.CompletedProcess) -> ImageError:
                           "`python docker/lock.py`.")
 
 
-def _copy_stage(light_id: str, container: str) -> None:
-    """Copy light's /stage/* to / of the container: one tar stream, the `stage/` prefix stripped."""
+def _copy_stage(light_id: str, container: str) -> list[str]:
+    """Copy light's /stage/* to / of the container: one tar stream, the `stage/` prefix stripped.
+    Returns the absolute paths of the files and links copied."""
+    copied: list[str] = []
     src_ctr = docker_cli.run(["create", light_id]).stdout.strip()
     if not src_ctr:
         raise ImageError(f"docker create {light_id} failed", fix="Check `docker info` and free disk space.")
@@ -228,6 +230,8 @@ def _copy_stage(light_id: str, container: str) -> None:
                     if m.islnk():
                         m.linkname = m.linkname.lstrip("./").removeprefix("stage/")
                     dst.addfile(m, src.extractfile(m) if m.isreg() else None)
+                    if not m.isdir():
+                        copied.append("/" + m.name)
             inp.stdin.close()
             err = inp.stderr.read().decode() if inp.stderr else ""
             if out.wait() != 0 or inp.wait() != 0:
@@ -235,6 +239,26 @@ def _copy_stage(light_id: str, container: str) -> None:
                                  fix="Check free disk space and `docker info`.")
     finally:
         docker_cli.run(["rm", "-f", src_ctr])
+    return copied
+
+
+def manifest_cache_dir(deps_id: str) -> Path | None:
+    """The content manifest's hash cache for one dependency image (its ID names the folder: an image ID is
+    its content, so the cached hashes of its files stay true); caches of other dependency images are
+    dropped. None when the cache folder cannot be made (the build then hashes everything, as before)."""
+    digest = deps_id.split(":")[-1]
+    if not re.fullmatch(r"[0-9a-f]{12,64}", digest):
+        return None
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ktdeploy" / "image-manifest"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for old in root.iterdir():
+            if old.name != digest and old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+        (root / digest).mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return root / digest
 
 
 def build(opts: BuildOptions, on_line=None) -> BuildReport:
@@ -259,13 +283,20 @@ def build(opts: BuildOptions, on_line=None) -> BuildReport:
         verify = ["-B", "/opt/ktdeploy/verify/verify_stack.py", "--stack", opts.stack, "--stage", "agent",
                   "--stack-file", "/opt/ktdeploy/verify/stack.toml", "--lock", "/opt/ktdeploy/requirements.lock",
                   "--manifest"]
-        created = docker_cli.run(["create", "--network", "none", "--entrypoint", "/opt/venv/bin/python",
+        mounts: list[str] = []
+        cache = None if opts.no_cache else manifest_cache_dir(report.stage_ids["deps"])
+        if cache is not None:
+            # bind-mounted on the image's empty /mnt: nothing of it enters the committed image
+            mounts, verify = ["-v", f"{cache}:/mnt"], [*verify, "--manifest-cache", "/mnt"]
+        created = docker_cli.run(["create", "--network", "none", *mounts, "--entrypoint", "/opt/venv/bin/python",
                                   report.stage_ids["deps"], *verify])
         ctr = created.stdout.strip()
         if created.returncode != 0 or not ctr:
             raise _fail("docker create of the deps image", created)
         try:
-            _copy_stage(report.stage_ids["light"], ctr)
+            copied = _copy_stage(report.stage_ids["light"], ctr)
+            if cache is not None:   # light's files are hashed every time (see verify_stack.manifest_lines)
+                (cache / "fresh-paths.txt").write_text("".join(p + "\n" for p in copied if "\n" not in p))
             proc = docker_cli.run(["start", "--attach", ctr])
             line(proc.stdout.rstrip())
             if proc.returncode != 0:

@@ -115,3 +115,15 @@ def test_serve_refuses_a_busy_port(tmp_path):
         with pytest.raises(ImageError) as err, serve(tmp_path, s.getsockname()[1]):
             pass
     assert "--wheelhouse-port" in err.value.fix
+
+
+def test_manifest_cache_is_one_folder_per_dependency_image(tmp_path, monkeypatch):
+    from ktdeploy.controller.images.build import manifest_cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    a = manifest_cache_dir("sha256:" + "a" * 64)
+    assert a == tmp_path / "ktdeploy/image-manifest" / ("a" * 64) and a.is_dir()
+    (a / "manifest-cache.tsv").write_text("1 2 " + "0" * 64 + " /opt/venv/x\n")
+    b = manifest_cache_dir("sha256:" + "b" * 64)
+    assert b is not None and b.is_dir() and not a.exists()       # another stack: the old hashes go
+    assert manifest_cache_dir("sha256:../../etc") is None           # never a path from a bad ID

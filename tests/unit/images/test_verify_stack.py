@@ -64,3 +64,58 @@ def test_version_table_is_asserted_against_what_python_imports():
 def test_missing_distribution_fails():
     errors, _ = vs.check_expectations({"dist": {"sglang-kt": "0.7.2"}}, {}, {"torch": "2.9.1"})
     assert errors == ["distribution sglang-kt: installed nothing, want 0.7.2"]
+
+
+def test_manifest_cache_gives_the_same_lines_and_skips_unchanged_files(tmp_path):
+    import os
+
+    root = tmp_path / "venv"
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / "a.py").write_text("a = 1\n")
+    (root / "lib" / "b file.bin").write_bytes(b"\0" * 4096)
+    os.symlink("a.py", root / "lib" / "link.py")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    plain = vs.manifest_lines((root,))
+    assert vs.manifest_lines((root,), cache=cache) == plain          # first run fills the cache
+    rows = (cache / "manifest-cache.tsv").read_text().splitlines()
+    assert len(rows) == 2 and all(r.endswith(("a.py", "b file.bin")) for r in rows)
+    # a cached hash is trusted while size and mtime match: plant a false one to see it is not re-read
+    fake = "f" * 64
+    (cache / "manifest-cache.tsv").write_text("".join(
+        " ".join([*r.split(" ", 3)[:2], fake, r.split(" ", 3)[3]]) + "\n" for r in rows))
+    assert all(ln.startswith(fake) for ln in vs.manifest_lines((root,), cache=cache) if not ln.startswith("link"))
+    # ... and a file the light stage rewrote (new mtime) is hashed again
+    (cache / "manifest-cache.tsv").write_text("".join(
+        " ".join([*r.split(" ", 3)[:2], fake, r.split(" ", 3)[3]]) + "\n" for r in rows))
+    st = (root / "lib" / "a.py").stat()
+    os.utime(root / "lib" / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    got = {ln.split(" ", 2)[2]: ln for ln in vs.manifest_lines((root,), cache=cache) if not ln.startswith("link")}
+    assert got[str(root / "lib" / "a.py")] in plain and got[str(root / "lib" / "b file.bin")].startswith(fake)
+
+
+def test_unwritable_manifest_cache_is_not_an_error(tmp_path):
+    root = tmp_path / "venv"
+    root.mkdir()
+    (root / "x").write_text("x")
+    missing = tmp_path / "no-such-dir"
+    assert vs.manifest_lines((root,), cache=missing) == vs.manifest_lines((root,))
+
+
+def test_files_the_light_stage_brought_are_always_hashed(tmp_path):
+    """light is built reproducibly: its RECORD or an unchecked-hash .pyc can change with size and mtime kept,
+    so the build lists its files in fresh-paths.txt and they never come from the cache."""
+    root = tmp_path / "venv"
+    root.mkdir()
+    (root / "RECORD").write_text("one\n")
+    (root / "torch.so").write_text("stack\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    plain = vs.manifest_lines((root,))
+    st = (root / "RECORD").stat()
+    fake = "f" * 64
+    (cache / "manifest-cache.tsv").write_text(f"{st.st_size} {st.st_mtime_ns} {fake} {root / 'RECORD'}\n")
+    (cache / "fresh-paths.txt").write_text(f"{root / 'RECORD'}\n")
+    assert vs.manifest_lines((root,), cache=cache) == plain
+    assert [r.split(" ", 3)[3] for r in (cache / "manifest-cache.tsv").read_text().splitlines()] == \
+        [str(root / "torch.so")]                                     # only the stack's file is kept
