@@ -13,23 +13,18 @@ from pathlib import Path
 
 from ktdeploy.controller.follow import LogEntry, describe, latest
 from ktdeploy.controller.runs import RunRecord
+from ktdeploy.core import markers
 from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.safeio import write_file
 
-# Every part is framed, and the script ends with '@@end': output cut short (the connection dropped mid-command)
-# is told apart from a complete answer. docker inspect's own exit status and message come back too, so only a
-# positive "No such container" from a live connection reads as "the container is gone".
-FOLLOW_SCRIPT = r"""
-st=$(docker inspect --type container --format '{{json .State}}' -- "$1" 2>&1); rc=$?
-printf '@@inspect\t%s\n' "$rc"
-printf '%s\n' "$st"
-echo '@@log'
-tail -n 5 -- "$2" 2>/dev/null
-echo '@@end'
-"""
+# The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
+# script ends with '@@end', so output cut short (the connection dropped mid-command) is told apart from a
+# complete answer. docker inspect's own exit status and message come back too, so only a positive
+# "No such container" from a live connection reads as "the container is gone".
+FOLLOW_SCRIPT = markers.FOLLOW_SH
 
 NO_SUCH_CONTAINER = ("no such container", "no such object")
 
@@ -48,21 +43,19 @@ def parse_snapshot(rc: int, stdout: str, stderr: str = "", *, host: str = "the h
     when docker could not answer about the container (daemon down, permission): training may well still run,
     so neither is ever read as "the container was removed"."""
     lost_fix = "Training (if started) keeps running on the host; re-run `ktdeploy up` (same arguments) to follow it."
-    if rc == 124 and "@@end" not in stdout:
+    if rc == 124 and not markers.is_complete(stdout):
         raise ConnectError(f"{host} did not answer within {timeout or 0:.0f}s (connection lost?)", fix=lost_fix)
-    lines = stdout.splitlines()
-    if rc != 0 or "@@end" not in lines or not lines or not lines[0].startswith("@@inspect\t"):
+    frame = markers.parse_follow(stdout)
+    if rc != 0 or frame is None:
         why = (stderr.strip().splitlines() or [f"exit status {rc}, {len(stdout)} bytes of output"])[-1]
         raise ConnectError(f"connection to {host} lost while reading the training container's state ({why})",
                            fix=lost_fix)
     try:
-        inspect_rc = int(lines[0].split("\t", 1)[1])
+        inspect_rc = int(frame.inspect_rc)
     except ValueError:
-        raise ConnectError(f"unreadable answer from {host}: {lines[0][:80]!r}", fix=lost_fix) from None
-    body = lines[1:lines.index("@@log")] if "@@log" in lines else []
-    tail = lines[lines.index("@@log") + 1:lines.index("@@end")] if "@@log" in lines else []
-    text = "\n".join(body).strip()
-    entry = latest("\n".join(tail))
+        raise ConnectError(f"unreadable answer from {host}: {stdout.splitlines()[0][:80]!r}", fix=lost_fix) from None
+    text = "\n".join(frame.inspect).strip()
+    entry = latest("\n".join(frame.log))
     if inspect_rc == 0:
         state = parse_container_state(text.splitlines()[0] if text else "")
         if state is None:

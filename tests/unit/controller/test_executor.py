@@ -214,7 +214,7 @@ def _golden_host(folder: str) -> FakeConnector:
             .on(("sh", "-c", facts_probes._PREPARE_SCRIPT), fail())
             .on(("sh", "-c", disk.PATHS_SCRIPT), ok(""))
             .on(("sh", "-c", DATA_SCRIPT), lambda argv: ok("".join(
-                f"==ktd:{k}:missing:0:{p}==\n" for k, p in zip(argv[4::2], argv[5::2], strict=False))))
+                f"@@KTD-DATA\t{k}\tmissing\t0\t{p}\n" for k, p in zip(argv[4::2], argv[5::2], strict=False))))
             .on(("sh", "-c", STATE_SCRIPT), ok("@@home\t/home/u\n@@user\t1000:1000\n@@container\t\n@@image\t\n"
                                                "@@output_exists\tno\n@@adapter\tno\n@@listing\n@@end\n")))
 
