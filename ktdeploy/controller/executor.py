@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import tempfile
 import time
 from collections.abc import Callable
@@ -14,7 +15,8 @@ from pathlib import Path
 from ktdeploy.controller.follow import LogEntry, describe, latest
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core import markers
-from ktdeploy.core.errors import ConnectError, StepError
+from ktdeploy.core import run_record as rr
+from ktdeploy.core.errors import ConnectError, KtdeployError, StepError
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
@@ -74,6 +76,19 @@ def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Sn
     timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
     r = conn.run(["sh", "-c", FOLLOW_SCRIPT, "ktdeploy-follow", container, log], timeout=timeout)
     return parse_snapshot(r.rc, r.stdout, r.stderr, host=conn.name, timeout=timeout)
+
+
+def agent_record(conn, output_dir: str, timeout: float = 60) -> tuple[str, rr.AgentRecord] | None:
+    """The newest agent run record of ``output_dir`` (``ktdeploy train``'s, in the image: on the host when the
+    output dir's parent is on the output volume) read through the connector: (its folder, the record), or None
+    when there is none or the answer was cut short."""
+    r = conn.run(["sh", "-c", markers.FILES_SH, "ktdeploy-files", rr.agent_runs_base(output_dir), *rr.AGENT_FILES],
+                 timeout=timeout)
+    got = markers.parse_files(r.stdout) if r.rc == 0 else None
+    if got is None:
+        return None
+    folder, files = got
+    return folder, rr.read_agent_record(files)
 
 
 def container_logs(conn, name: str, tail: int | None = 200) -> str:
@@ -254,6 +269,21 @@ class Executor:
         self.conn.get_file(s.remote, str(dst))
         self.say(f"[green]✓[/green] {stage.name}: fetched {os.path.basename(self._path(s, 'remote'))} -> {dst}")
 
+    def _fetch_agent_record(self, output_dir: str) -> None:
+        """Best effort: the agent's own record of the run (state, rc, summary) into the run record."""
+        try:
+            got = agent_record(self.conn, output_dir)
+        except (KtdeployError, OSError):
+            return
+        if got is None:
+            return
+        folder, rec = got
+        data = {"dir": folder, "state": rec.state, "rc": rec.rc, "launch_mode": rec.launch_mode,
+                "summary": rec.summary, "ranks": rec.ranks}
+        self.record.write_json(f"{rr.ARTIFACTS}/agent_record.json", data)
+        self.record.event("agent_record", dir=folder, state=rec.state, rc=rec.rc,
+                          steady_tokens_per_s=rec.summary.get("steady_tokens_per_s"))
+
     def _do_wait_running(self, stage: Stage, s: Step) -> None:
         name = s.params["container"]
         time.sleep(float(s.params.get("seconds", 5)))
@@ -292,7 +322,8 @@ class Executor:
             raise StepError(f"FOLLOW: the training container {name} disappeared", step=s.id,
                             fix="Someone removed it (docker rm); re-run ktdeploy up --resume auto.")
         self.record.event("train_exited", exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status)
-        write_file(self.record.path / "artifacts", "container.log", container_logs(self.conn, name, tail=None),
+        self._fetch_agent_record(posixpath.dirname(log))
+        write_file(self.record.path / rr.ARTIFACTS, "container.log", container_logs(self.conn, name, tail=None),
                    overwrite=True)
         if not st.succeeded:
             raise StepError(f"FOLLOW: {self._crash_details(name, st)}", step=s.id, rc=st.exit_code,

@@ -11,7 +11,10 @@ with one (they are command output after a marker line, or follow a tab).
 - the follow snapshot (``controller/executor.snapshot``): ``FOLLOW_SH`` prints ``@@inspect<TAB>RC``, docker
   inspect's answer, ``@@log``, the trainer_log tail and a closing ``@@end``; ``parse_follow`` returns None for
   an answer that is cut short (no ``@@end``: the connection dropped) or malformed, so only a complete answer
-  from a live connection is ever read.
+  from a live connection is ever read;
+- files (the agent's run record read from the host, ``controller/executor``): ``FILES_SH`` prints
+  ``@@dir<TAB>DIR``, then ``@@file<TAB>NAME`` and the file's first bytes for each name, and ``@@end``;
+  ``parse_files`` reads it back.
 
 Every emitter here prints ``@@`` + a name from this module, and every parser reads the same names back.
 """
@@ -151,3 +154,42 @@ def parse_follow(text: str) -> FollowFrame | None:
     body = lines[1:log_at] if log_at is not None else []
     tail = lines[log_at + 1:end_at] if log_at is not None else []
     return FollowFrame("\t".join(head), body, tail)
+
+
+# -- files: the newest folder under a directory, and the first bytes of named files in it --------------------------
+# Run as: sh -c FILES_SH ktdeploy-files PARENT NAME...  (the newest folder by mtime; nothing when there is none)
+FILES_SH = "\n".join([
+    "",
+    'p=$1; shift; d=$(ls -1dt -- "$p"/*/ 2>/dev/null | head -n 1)',
+    '[ -n "$d" ] || exit 0',
+    sh_fields("dir", '"${d%/}"'),
+    'for f in "$@"; do',
+    "  " + sh_fields("file", '"$f"') + '; head -c 65536 -- "$d$f" 2>/dev/null; echo',
+    "done",
+    sh_block("end"),
+    ""])
+
+
+def parse_files(text: str) -> tuple[str, dict[str, str]] | None:
+    """A FILES_SH answer -> (the folder, {name: text}); None when there was no folder or the answer was cut
+    short. A missing file reads as ""."""
+    if not is_complete(text):
+        return None
+    folder: str | None = None
+    files: dict[str, str] = {}
+    cur: str | None = None
+    body: list[str] = []
+    for line in text.split("\n"):
+        d, f = field_values(line, "dir"), field_values(line, "file")
+        if d is not None:
+            folder = "\t".join(d)
+        elif f is not None or line == END:
+            if cur is not None:
+                text_ = "\n".join(body)
+                files[cur] = text_[:-1] if text_.endswith("\n") else text_
+            if line == END:
+                break
+            cur, body = "\t".join(f or []), []
+        elif cur is not None:
+            body.append(line)
+    return (folder, files) if folder is not None else None

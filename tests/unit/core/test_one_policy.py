@@ -218,3 +218,67 @@ def test_up_and_train_choose_the_same_checkpoint(tmp_path, listing, resume):
     assert up_choice == train_choice
     assert ckpt.choose_resume(listing, resume, 1).checkpoint is None or up_choice in (
         None, ckpt.choose_resume(listing, resume, 1).checkpoint.name)
+
+
+# -- one run-record format (core/run_record.py) --------------------------------------------------------------------
+def test_agent_record_written_by_the_agent_is_read_by_the_controller(tmp_path):
+    """ktdeploy train's record (agent/train.write_record + finish_record, lf_entry's ranks line) read back through
+    the controller's reader (executor.agent_record: FILES_SH over a connector) and core's read_agent_record."""
+    from ktdeploy.agent import lf_entry
+    from ktdeploy.controller.connectors.local import LocalConnector
+    from ktdeploy.controller.executor import agent_record
+    from ktdeploy.core import run_record as rr
+
+    out = tmp_path / "vol" / "run1"
+    out.mkdir(parents=True)
+    (out / "train_results.json").write_text('{"train_loss": 1.25}')
+    run_dir = Path(T._run_dir(out, None))
+    assert str(run_dir.parent) == rr.agent_runs_base(str(out))
+    plan = T.TrainPlan(recipe_path="r.yaml", output_dir=str(out), run_dir=str(run_dir), argv=["true"],
+                       env={}, derived={}, resume_from=None, train_yaml="a: 1\n", accelerate_yaml="b: 2\n",
+                       launch_sh="#!/bin/sh\n")
+    d = T.write_record(plan)
+    (d / rr.LAUNCH_MODE).write_text(rr.LAUNCH_EXEC + "\n")
+    (d / rr.RANKS).write_text(rr.rank_line(0, 0, 2 << 30))
+    assert lf_entry._rank0()   # lf_entry's RunMetrics writes these lines (rank 0) with rr.metrics_line
+    (d / rr.METRICS).write_text("".join(rr.metrics_line({"step": i + 1, "step_s": 0.5, "tokens_seen": t,
+                                                         "loss": 2.0 - i / 4})
+                                        for i, t in enumerate((10, 110, 210, 310))))
+    summary = T.finish_record(d, out, 0, 12.5, 3 << 30, 2 << 30)
+
+    folder, rec = agent_record(LocalConnector(), str(out))
+    assert folder == str(d)
+    assert rec.state == "succeeded" and rec.finished and rec.rc == 0 and rec.launch_mode == "exec"
+    assert rec.summary["schema"] == rr.SCHEMA_VERSION and set(rr.SUMMARY_KEYS) <= set(rec.summary)
+    assert {k: rec.summary[k] for k in summary} == summary
+    assert rec.summary["steady_tokens_per_s"] == 200.0 and rec.summary["train_results"] == {"train_loss": 1.25}
+    assert rec.ranks == [{"rank": 0, "rc": 0, "hwm_bytes": 2 << 30}]
+    files = {n: (d / n).read_text() for n in rr.AGENT_FILES if (d / n).exists()}
+    assert rr.read_agent_record(files) == rec
+
+
+def test_agent_record_states_and_a_killed_run(tmp_path):
+    from ktdeploy.core import run_record as rr
+
+    assert rr.read_agent_record({rr.STATUS: rr.status_text("running")}).state == "running"  # SIGKILLed: no rc
+    assert rr.read_agent_record({rr.STATUS: "bogus\n", rr.SUMMARY: "[1]"}) == rr.AgentRecord()
+    with pytest.raises(ValueError):
+        rr.status_text("finished")           # the controller's word, not the agent's
+    assert rr.final_state(0) == "succeeded" and rr.final_state(3) == "failed"
+
+
+def test_controller_record_uses_the_one_format(tmp_path):
+    from ktdeploy.controller import runs
+    from ktdeploy.core import run_record as rr
+
+    rec = runs.RunRecord.create("r", root=tmp_path)
+    assert runs.STATES is rr.RUN_STATES
+    assert {p.name for p in rec.path.iterdir()} == {rr.RENDERED, rr.ARTIFACTS}
+    rec.set_status("running", host="h")
+    rec.event("stage_start", stage="TRAIN")
+    st = rr.parse_status_json((rec.path / rr.STATUS_JSON).read_text())
+    assert st == rec.status() and st["schema"] == rr.SCHEMA_VERSION and st["state"] == "running" and st["id"] == rec.id
+    assert rr.parse_events((rec.path / rr.EVENTS).read_text() + '{"torn') == rec.events()
+    assert rec.events()[0]["event"] == "stage_start"
+    with pytest.raises(ValueError):
+        rr.status_update({}, "succeeded", rec.id, 0.0)   # the agent's word, not the controller's
