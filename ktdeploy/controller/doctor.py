@@ -18,9 +18,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
 from ktdeploy.core.checks.gate import gate
-from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.facts.data import DATA_SCRIPT, DataFacts, parse_data_output
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
 from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.sizing.calibration import upper_edges
 from ktdeploy.core.sizing.estimate import GIB, ResourcePlan, estimate, setup_from
 from ktdeploy.core.sizing.model_config import MoEArchitecture

@@ -8,7 +8,7 @@ kt_max_cache_depth, INT8/AMXINT4 weights, more GPUs, save_total_limit, ...) brin
 
 from __future__ import annotations
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.sizing.advice import plan_checks
 from ktdeploy.core.sizing.model_config import MoEArchitecture, resolve_model_config

@@ -190,7 +190,7 @@ def test_runtime_stage_installs_docker_only_when_its_probe_fails(tmp_path):
 def test_up_doctor_phase_blocks_waives_and_defers(tmp_path):
     from ktdeploy.controller.api import doctor_phase
     from ktdeploy.controller.doctor import DoctorReport
-    from ktdeploy.core.checks.result import CheckResult
+    from ktdeploy.core.check_result import CheckResult
 
     checks = [CheckResult(name=n, status="fail", detail=n) for n in ("gpu.present", "docker.present", "disk.output")]
     record = RunRecord.create("r", root=tmp_path / "runs")

@@ -9,8 +9,8 @@ import pytest
 from ktdeploy.agent import train as T
 from ktdeploy.controller.doctor import DoctorReport
 from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, RUNTIME_FIXABLE, gate
-from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.checks.threads import derive_threads, derived_kt_threads, kt_threads
 from ktdeploy.core.errors import CheckFailed, RunRecordError
 from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
