@@ -282,3 +282,44 @@ def test_controller_record_uses_the_one_format(tmp_path):
     assert rec.events()[0]["event"] == "stage_start"
     with pytest.raises(ValueError):
         rr.status_update({}, "succeeded", rec.id, 0.0)   # the agent's word, not the controller's
+
+
+# -- facts gathered once per container start; the planner run once per doctor run ----------------------------------
+def test_facts_are_gathered_once_per_container_start(monkeypatch):
+    """The image's entrypoint gathers the host facts for its ISA gate; train's doctor (and serve, tune) reuse them."""
+    from ktdeploy.cli import image_entry
+    from ktdeploy.controller import facts_gather, local_host
+
+    calls: list[str] = []
+    real_shell = facts_gather.gather_script
+
+    def counting_script(*a, **kw):
+        calls.append("gather")
+        return real_shell(*a, **kw)
+
+    monkeypatch.setattr(facts_gather, "gather_script", counting_script)
+    monkeypatch.setattr(local_host, "_RAW", {})
+    image_entry.isa_gate("avx2", ["train", "r.yaml"])            # the entrypoint's gate (no probes for avx2)
+    report = local_host.local_doctor(load_recipe(RECIPE))        # train's doctor
+    local_host.local_threads(load_recipe(RECIPE))                # serve's threads
+    assert calls == ["gather"]
+    assert report.facts.cpu.logical_cpus and report.facts.paths   # the doctor still looked at the recipe's paths
+
+
+def test_the_planner_runs_once_per_doctor_run(monkeypatch):
+    from ktdeploy.controller import doctor as D
+    from ktdeploy.core.checks import resources
+    from ktdeploy.core.sizing import advice
+
+    recipe = load_recipe(RECIPE)
+    before = {c.name: (c.status, c.detail) for c in D.run_checks(_facts(), recipe)}
+    runs: list[int] = []
+    real = resources.plan_recipe
+    monkeypatch.setattr(resources, "plan_recipe", lambda *a, **kw: runs.append(1) or real(*a, **kw))
+    monkeypatch.setattr(advice, "estimate", lambda *a, **kw: pytest.fail("plan.* checks planned again"))
+    facts = _facts()
+    facts.memory.available_bytes = 1 << 50      # no shortfall: no knob search (which does estimate, on purpose)
+    D.run_checks(facts, recipe)
+    assert runs == [1]
+    monkeypatch.undo()
+    assert {c.name: (c.status, c.detail) for c in D.run_checks(_facts(), recipe)} == before
