@@ -19,6 +19,8 @@ import json
 import os
 import time
 
+from ktdeploy.core import run_record as rr
+
 PROBE_TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -60,7 +62,7 @@ def _callbacks() -> list:
         def _write(self, row: dict) -> None:
             if _rank0():
                 with open(self.path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                    f.write(rr.metrics_line(row))
 
     class ProbeLogits(TrainerCallback):
         def __init__(self, prompts_path: str, out_path: str):
@@ -127,13 +129,13 @@ def finish(rc: int) -> None:
         return
     d = Path(run_dir)
     hwm = _vm_hwm_bytes()
-    with open(d / "ranks.jsonl", "a") as f:
-        f.write(json.dumps({"rank": int(os.environ.get("RANK", "0")), "rc": rc, "hwm_bytes": hwm}) + "\n")
+    with open(d / rr.RANKS, "a") as f:
+        f.write(rr.rank_line(int(os.environ.get("RANK", "0")), rc, hwm))
     if not _rank0():
         return
     from ktdeploy.agent.train import finish_record
 
-    rows = [json.loads(x) for x in (d / "ranks.jsonl").read_text().splitlines() if x.strip()]
+    rows = rr.parse_ranks((d / rr.RANKS).read_text())
     t0 = float(os.environ.get("KTDEPLOY_T0") or time.time())
     finish_record(d, Path(os.environ.get("KTDEPLOY_OUTPUT_DIR") or "."), rc, time.time() - t0,
                   resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, sum(r["hwm_bytes"] for r in rows))

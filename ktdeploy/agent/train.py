@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ktdeploy.core import run_record as rr
 from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_resume, finished_markers
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
@@ -166,7 +167,7 @@ def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
 
 def _run_dir(output_dir: Path, root: str | None) -> Path:
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
-    base = Path(root) if root else output_dir.parent / ".ktdeploy-runs" / output_dir.name
+    base = Path(root) if root else Path(rr.agent_runs_base(str(output_dir)))
     d = base / stamp
     n = 1
     while d.exists():
@@ -204,9 +205,9 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
     rendered = render(recipe, derived=derived, header=f"rendered by ktdeploy train from {printable(path.name)}")
     run_dir = _run_dir(out_dir, run_root)
     argv = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", "0",
-            "--config_file", str(run_dir / "accelerate.yaml"), "-m", ENTRY_MODULE, str(run_dir / "train.yaml")]
+            "--config_file", str(run_dir / rr.ACCELERATE_YAML), "-m", ENTRY_MODULE, str(run_dir / rr.TRAIN_YAML)]
     env = dict(rendered.env)
-    env["KTDEPLOY_METRICS"] = str(run_dir / "metrics.jsonl")
+    env["KTDEPLOY_METRICS"] = str(run_dir / rr.METRICS)
     return TrainPlan(recipe_path=str(path.resolve()), output_dir=str(out_dir), run_dir=str(run_dir), argv=argv,
                      env=env, derived=derived, resume_from=resume_from, train_yaml=rendered.train_yaml,
                      accelerate_yaml=rendered.accelerate_yaml, launch_sh=rendered.launch_sh, warnings=warnings,
@@ -216,31 +217,27 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
 def write_record(plan: TrainPlan) -> Path:
     d = Path(plan.run_dir)
     d.mkdir(parents=True, exist_ok=False)
-    write_file(d, "train.yaml", plan.train_yaml)
-    write_file(d, "accelerate.yaml", plan.accelerate_yaml)
-    write_file(d, "launch.sh", plan.launch_sh, mode=0o755)
-    (d / "launch.sh").chmod(0o755)
-    (d / "command.json").write_text(json.dumps({"argv": plan.argv, "env": plan.env, "derived": plan.derived,
+    write_file(d, rr.TRAIN_YAML, plan.train_yaml)
+    write_file(d, rr.ACCELERATE_YAML, plan.accelerate_yaml)
+    write_file(d, rr.LAUNCH_SH, plan.launch_sh, mode=0o755)
+    (d / rr.LAUNCH_SH).chmod(0o755)
+    (d / rr.COMMAND).write_text(json.dumps({"argv": plan.argv, "env": plan.env, "derived": plan.derived,
                                                 "resume_from": plan.resume_from, "recipe": plan.recipe_path,
                                                 "tuned": plan.tuned},
                                                indent=2) + "\n")
     if plan.tuned is not None:
-        (d / "tuned.json").write_text(json.dumps(plan.tuned, indent=2) + "\n")
+        (d / rr.TUNED).write_text(json.dumps(plan.tuned, indent=2) + "\n")
     if plan.doctor is not None:
-        (d / "doctor.json").write_text(json.dumps(plan.doctor, indent=2, default=str) + "\n")
-    (d / "status").write_text("starting\n")
+        (d / rr.AGENT_DOCTOR).write_text(json.dumps(plan.doctor, indent=2, default=str) + "\n")
+    (d / rr.STATUS).write_text(rr.status_text("starting"))
     return d
 
 
 def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
     steps, losses, peak_gpu = [], [], 0
-    mp = run_dir / "metrics.jsonl"
+    mp = run_dir / rr.METRICS
     if mp.exists():
-        for line in mp.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for row in rr.parse_metrics(mp.read_text()):
             if "loss" in row and "step_s" not in row:
                 losses.append((row["step"], row["loss"]))
             if "step_s" in row:
@@ -271,10 +268,10 @@ def finish_record(run_dir: Path, output_dir: Path, rc: int, wall_s: float, peak_
     from ktdeploy.agent.monitor import RunOutcome
 
     outcome = RunOutcome(rc=rc, wall_s=wall_s, peak_rss_bytes=peak_rss_bytes, hwm_rss_bytes=hwm_rss_bytes)
-    (run_dir / "rc").write_text(f"{rc}\n")
+    (run_dir / rr.RC).write_text(rr.rc_text(rc))
     summary = _summarise(run_dir, outcome, output_dir)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (run_dir / "status").write_text(("succeeded" if rc == 0 else "failed") + "\n")
+    (run_dir / rr.SUMMARY).write_text(rr.summary_text(summary))
+    (run_dir / rr.STATUS).write_text(rr.status_text(rr.final_state(rc)))
     return summary
 
 
@@ -287,8 +284,8 @@ def exec_trainer(plan: TrainPlan, run_dir: Path, env: dict[str, str]) -> None:
 
     env = {**env, "KTDEPLOY_RUN_DIR": str(run_dir), "KTDEPLOY_OUTPUT_DIR": plan.output_dir,
            "KTDEPLOY_T0": repr(time.time())}
-    (run_dir / "launch_mode").write_text("exec\n")
-    (run_dir / "status").write_text("running\n")
+    (run_dir / rr.LAUNCH_MODE).write_text(rr.LAUNCH_EXEC + "\n")
+    (run_dir / rr.STATUS).write_text(rr.status_text("running"))
     sys.stdout.flush()
     sys.stderr.flush()
     os.chdir(run_dir)
@@ -305,19 +302,19 @@ def execute(plan: TrainPlan, echo=sys.stdout, *, exec_launch: bool = False) -> d
     env.setdefault("PYTHONUNBUFFERED", "1")
     if exec_launch:
         exec_trainer(plan, d, env)
-    (d / "status").write_text("running\n")
+    (d / rr.STATUS).write_text(rr.status_text("running"))
     try:
         # The trainer writes stdout.log itself; this process samples RSS and echoes the log once a second at
         # SCHED_IDLE (a line relay at nice +5 cost ~10 % tokens/s against a hand launch on the GPU machine).
-        outcome = run_streaming(plan.argv, env=env, cwd=str(d), log_path=d / "stdout.log", echo=echo,
+        outcome = run_streaming(plan.argv, env=env, cwd=str(d), log_path=d / rr.STDOUT_LOG, echo=echo,
                                 interval=1.0, yield_cpu=True)
     except KeyboardInterrupt:
-        (d / "status").write_text("interrupted\n")
+        (d / rr.STATUS).write_text(rr.status_text("interrupted"))
         raise
     summary = finish_record(d, Path(plan.output_dir), outcome.rc, outcome.wall_s, outcome.peak_rss_bytes,
                             outcome.hwm_rss_bytes)
     if outcome.rc != 0:
-        raise StepError(f"training exited with code {outcome.rc} (log: {d / 'stdout.log'})", step="train",
+        raise StepError(f"training exited with code {outcome.rc} (log: {d / rr.STDOUT_LOG})", step="train",
                         rc=outcome.rc, output="\n".join(outcome.tail[-15:]),
                         fix="read the last lines of the log above; fix the cause and rerun with --resume auto")
     return summary

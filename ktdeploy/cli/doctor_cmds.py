@@ -66,7 +66,11 @@ def doctor_cmd(
         if container:
             via = None if host in ("localhost", "local") else conn
             inner = DockerExecConnector(container, via=via)
-        report = doctor(conn, rec, container=inner)
+        # this host: the facts the image's entrypoint already gathered for its ISA gate (gathered here otherwise)
+        local = host in ("localhost", "local", "")
+        if local:
+            from ktdeploy.controller.local_host import local_raw
+        report = doctor(conn, rec, container=inner, host_raw=local_raw() if local else None)
         if image:
             from ktdeploy.core.checks.isa import variant_check
 

@@ -19,6 +19,7 @@ from ktdeploy.controller.doctor import doctor as run_doctor
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
 from ktdeploy.controller.follow import TRAINER_LOG
 from ktdeploy.controller.runs import RunRecord, latest_run
+from ktdeploy.core import run_record as rr
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
@@ -187,13 +188,13 @@ def _check_api_key(recipe, *, detach: bool, dry_run: bool) -> None:
 def _new_record(recipe, host: str, waive: tuple[str, ...], dry_run: bool, facts_file: str | None,
                 say: Callable[[str], None]) -> RunRecord:
     record = RunRecord.create(recipe.name)
-    record.write_text("recipe.yaml", dump_yaml(recipe.to_document()))
+    record.write_text(rr.RECIPE, dump_yaml(recipe.to_document()))
     record.set_status("planned", host=host, recipe=recipe.name, recipe_path=str(recipe.path), created=time.time(),
                       container=job_name(recipe), serve_container=f"{job_name(recipe)}-serve",
                       output_dir=output_dir_of(recipe), waived=list(waive), dry_run=dry_run,
                       **({"facts_file": str(facts_file)} if facts_file is not None else {}))
     if waive:
-        say(f"[bold yellow]WARNING: waiving checks {', '.join(waive)} — recorded in {record.path}/status.json[/]")
+        say(f"[bold yellow]WARNING: waiving checks {', '.join(waive)} — recorded in {record.path}/{rr.STATUS_JSON}[/]")
         record.event("waived", checks=list(waive))
     return record
 
@@ -228,8 +229,8 @@ def _doctor_phase(conn, recipe, recorded_facts, where: str, waive, record: RunRe
         report = DoctorReport(recorded_facts, run_checks(recorded_facts, recipe))
     else:
         report = run_doctor(conn, recipe)
-    record.write_json("facts.json", report.facts.model_dump(mode="json"))
-    record.write_json("doctor.json", report.to_json())
+    record.write_json(rr.FACTS, report.facts.model_dump(mode="json"))
+    record.write_json(rr.DOCTOR, report.to_json())
     blocking, doc_line = doctor_phase(report, where, waive, record, say)
     return report, blocking, doc_line
 
@@ -240,15 +241,15 @@ def _plan_phase(conn, recipe, report, opts: UpOptions, record: RunRecord):
     image, _variant, _how = resolve_image(recipe.deploy, report.facts)
     # with recorded facts nothing is known about the host's containers, image and output dir: a first run
     state = JobState(home="<home>") if conn is None else gather_job_state(conn, recipe, image)
-    record.write_json("job_state.json", state.to_json())
+    record.write_json(rr.JOB_STATE, state.to_json())
     plan = build_plan(recipe, report.facts, state, opts)
     derived = derived_kt_threads(recipe.train, report.facts, recipe.deploy.reserve_cores)
-    rendered = render_recipe(recipe, derived).write(record.path / "rendered")
-    ship = record.write_text("rendered/ship/recipe.yaml", dump_yaml(shipped_recipe(recipe, plan.resume_from)))
+    rendered = render_recipe(recipe, derived).write(record.path / rr.RENDERED)
+    ship = record.write_text(f"{rr.RENDERED}/ship/recipe.yaml", dump_yaml(shipped_recipe(recipe, plan.resume_from)))
     files = {k: str(v) for k, v in rendered.items()}
     files["ship/recipe.yaml"] = str(ship)
     plan = dataclasses.replace(plan, rendered=files)
-    record.write_json("plan.json", plan.to_json())
+    record.write_json(rr.PLAN, plan.to_json())
     record.set_status("planned", job_dir=plan.job_dir, image=plan.image, adapter_dir=plan.adapter_dir,
                       resume_from=plan.resume_from)
     return plan
@@ -399,8 +400,8 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None
             if conn.run(dk.exists_probe(name), timeout=60).rc != 0:
                 done[name] = "absent"
                 continue
-            (rec.path / "artifacts").mkdir(exist_ok=True)
-            (rec.path / "artifacts" / f"{name}.log").write_text(container_logs(conn, name, tail=None), encoding="utf-8")
+            (rec.path / rr.ARTIFACTS).mkdir(exist_ok=True)
+            (rec.path / rr.ARTIFACTS / f"{name}.log").write_text(container_logs(conn, name, tail=None), encoding="utf-8")
             conn.run(dk.stop(name), timeout=120)
             r = conn.run(dk.remove(name), timeout=120)
             if r.rc != 0:

@@ -18,9 +18,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
 from ktdeploy.core.checks.gate import gate
-from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.facts.data import DATA_SCRIPT, DataFacts, parse_data_output
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
 from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
@@ -58,7 +58,8 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
                data_facts: DataFacts | None = None) -> list[CheckResult]:
     """Pure: every check on the host facts (+ the container's and the layer comparison, + the recipe's data and
     weights when given)."""
-    req = resources.recipe_requirements(recipe, facts) if recipe is not None else None
+    planned = resources.recipe_plan(recipe) if recipe is not None else None   # the planner runs once per doctor run
+    req = resources.recipe_requirements(recipe, facts, planned) if recipe is not None else None
     if req is not None and str(req.basis.get("host_memory", "")).startswith("planner"):
         # plan.host_memory / plan.gpu_memory / plan.disk gate on the planner's figures (with the knob that brings a
         # shortfall under); the capacity checks then only report capacity, so one shortfall fails once.
@@ -68,7 +69,7 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
     if recipe is not None and req is not None:
         out += resources.path_checks(facts, recipe, req)
     if recipe is not None:
-        out += plan_check_results(recipe, facts)
+        out += plan_check_results(recipe, facts, planned=planned)
     if container_facts is not None:
         inner = _runtime_checks(container_facts, recipe, req)
         for r in inner:
@@ -153,10 +154,12 @@ class DoctorReport:
         }
 
 
-def doctor(connector, recipe=None, container=None) -> DoctorReport:
-    """Gather facts through ``connector`` (and ``container``, a connector into the training container) and check."""
+def doctor(connector, recipe=None, container=None, *, host_raw=None) -> DoctorReport:
+    """Gather facts through ``connector`` (and ``container``, a connector into the training container) and check.
+    ``host_raw``: the host's raw facts already gathered by this process (reused; only the recipe's paths and data
+    are looked at)."""
     paths = list(resources.recipe_paths(recipe).values()) if recipe is not None else []
-    facts = gather_facts(connector, paths=list(dict.fromkeys(paths)))
+    facts = gather_facts(connector, paths=list(dict.fromkeys(paths)), base=host_raw)
     cfacts = gather_facts(container) if container is not None else None
     dfacts = gather_data(connector, dict(recipe.train)) if recipe is not None else None
     return DoctorReport(facts, run_checks(facts, recipe, cfacts, dfacts), cfacts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import tempfile
 import time
 from collections.abc import Callable
@@ -13,23 +14,19 @@ from pathlib import Path
 
 from ktdeploy.controller.follow import LogEntry, describe, latest
 from ktdeploy.controller.runs import RunRecord
-from ktdeploy.core.errors import ConnectError, StepError
+from ktdeploy.core import markers
+from ktdeploy.core import run_record as rr
+from ktdeploy.core.errors import ConnectError, KtdeployError, StepError
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.safeio import write_file
 
-# Every part is framed, and the script ends with '@@end': output cut short (the connection dropped mid-command)
-# is told apart from a complete answer. docker inspect's own exit status and message come back too, so only a
-# positive "No such container" from a live connection reads as "the container is gone".
-FOLLOW_SCRIPT = r"""
-st=$(docker inspect --type container --format '{{json .State}}' -- "$1" 2>&1); rc=$?
-printf '@@inspect\t%s\n' "$rc"
-printf '%s\n' "$st"
-echo '@@log'
-tail -n 5 -- "$2" 2>/dev/null
-echo '@@end'
-"""
+# The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
+# script ends with '@@end', so output cut short (the connection dropped mid-command) is told apart from a
+# complete answer. docker inspect's own exit status and message come back too, so only a positive
+# "No such container" from a live connection reads as "the container is gone".
+FOLLOW_SCRIPT = markers.FOLLOW_SH
 
 NO_SUCH_CONTAINER = ("no such container", "no such object")
 
@@ -48,21 +45,19 @@ def parse_snapshot(rc: int, stdout: str, stderr: str = "", *, host: str = "the h
     when docker could not answer about the container (daemon down, permission): training may well still run,
     so neither is ever read as "the container was removed"."""
     lost_fix = "Training (if started) keeps running on the host; re-run `ktdeploy up` (same arguments) to follow it."
-    if rc == 124 and "@@end" not in stdout:
+    if rc == 124 and not markers.is_complete(stdout):
         raise ConnectError(f"{host} did not answer within {timeout or 0:.0f}s (connection lost?)", fix=lost_fix)
-    lines = stdout.splitlines()
-    if rc != 0 or "@@end" not in lines or not lines or not lines[0].startswith("@@inspect\t"):
+    frame = markers.parse_follow(stdout)
+    if rc != 0 or frame is None:
         why = (stderr.strip().splitlines() or [f"exit status {rc}, {len(stdout)} bytes of output"])[-1]
         raise ConnectError(f"connection to {host} lost while reading the training container's state ({why})",
                            fix=lost_fix)
     try:
-        inspect_rc = int(lines[0].split("\t", 1)[1])
+        inspect_rc = int(frame.inspect_rc)
     except ValueError:
-        raise ConnectError(f"unreadable answer from {host}: {lines[0][:80]!r}", fix=lost_fix) from None
-    body = lines[1:lines.index("@@log")] if "@@log" in lines else []
-    tail = lines[lines.index("@@log") + 1:lines.index("@@end")] if "@@log" in lines else []
-    text = "\n".join(body).strip()
-    entry = latest("\n".join(tail))
+        raise ConnectError(f"unreadable answer from {host}: {stdout.splitlines()[0][:80]!r}", fix=lost_fix) from None
+    text = "\n".join(frame.inspect).strip()
+    entry = latest("\n".join(frame.log))
     if inspect_rc == 0:
         state = parse_container_state(text.splitlines()[0] if text else "")
         if state is None:
@@ -81,6 +76,19 @@ def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Sn
     timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
     r = conn.run(["sh", "-c", FOLLOW_SCRIPT, "ktdeploy-follow", container, log], timeout=timeout)
     return parse_snapshot(r.rc, r.stdout, r.stderr, host=conn.name, timeout=timeout)
+
+
+def agent_record(conn, output_dir: str, timeout: float = 60) -> tuple[str, rr.AgentRecord] | None:
+    """The newest agent run record of ``output_dir`` (``ktdeploy train``'s, in the image: on the host when the
+    output dir's parent is on the output volume) read through the connector: (its folder, the record), or None
+    when there is none or the answer was cut short."""
+    r = conn.run(["sh", "-c", markers.FILES_SH, "ktdeploy-files", rr.agent_runs_base(output_dir), *rr.AGENT_FILES],
+                 timeout=timeout)
+    got = markers.parse_files(r.stdout) if r.rc == 0 else None
+    if got is None:
+        return None
+    folder, files = got
+    return folder, rr.read_agent_record(files)
 
 
 def container_logs(conn, name: str, tail: int | None = 200) -> str:
@@ -261,6 +269,21 @@ class Executor:
         self.conn.get_file(s.remote, str(dst))
         self.say(f"[green]✓[/green] {stage.name}: fetched {os.path.basename(self._path(s, 'remote'))} -> {dst}")
 
+    def _fetch_agent_record(self, output_dir: str) -> None:
+        """Best effort: the agent's own record of the run (state, rc, summary) into the run record."""
+        try:
+            got = agent_record(self.conn, output_dir)
+        except (KtdeployError, OSError):
+            return
+        if got is None:
+            return
+        folder, rec = got
+        data = {"dir": folder, "state": rec.state, "rc": rec.rc, "launch_mode": rec.launch_mode,
+                "summary": rec.summary, "ranks": rec.ranks}
+        self.record.write_json(f"{rr.ARTIFACTS}/agent_record.json", data)
+        self.record.event("agent_record", dir=folder, state=rec.state, rc=rec.rc,
+                          steady_tokens_per_s=rec.summary.get("steady_tokens_per_s"))
+
     def _do_wait_running(self, stage: Stage, s: Step) -> None:
         name = s.params["container"]
         time.sleep(float(s.params.get("seconds", 5)))
@@ -299,7 +322,8 @@ class Executor:
             raise StepError(f"FOLLOW: the training container {name} disappeared", step=s.id,
                             fix="Someone removed it (docker rm); re-run ktdeploy up --resume auto.")
         self.record.event("train_exited", exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status)
-        write_file(self.record.path / "artifacts", "container.log", container_logs(self.conn, name, tail=None),
+        self._fetch_agent_record(posixpath.dirname(log))
+        write_file(self.record.path / rr.ARTIFACTS, "container.log", container_logs(self.conn, name, tail=None),
                    overwrite=True)
         if not st.succeeded:
             raise StepError(f"FOLLOW: {self._crash_details(name, st)}", step=s.id, rc=st.exit_code,

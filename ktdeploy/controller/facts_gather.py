@@ -52,21 +52,34 @@ class RawFacts:
 
 
 
-def gather_raw(connector, paths=(), *, probes: bool = True) -> RawFacts:
-    res = connector.run_shell(gather_script(), timeout=120)
-    raw = RawFacts(host=connector.name, sections=parse_sections(res.stdout))
+def gather_raw(connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> RawFacts:
+    """The host's raw facts through ``connector``. With ``base`` (facts this process already gathered on the same
+    host, e.g. by the image's entrypoint), its sections and probe outputs are reused and only ``paths`` are
+    looked at: facts are gathered once per container start."""
+    if base is not None:
+        raw = RawFacts(host=base.host, sections=base.sections, probes=dict(base.probes),
+                       probe_skips=dict(base.probe_skips))
+    else:
+        res = connector.run_shell(gather_script(), timeout=120)
+        raw = RawFacts(host=connector.name, sections=parse_sections(res.stdout))
     if paths:
         p = connector.run(["sh", "-c", disk.PATHS_SCRIPT, "ktdeploy-paths", *paths], env={"KTD_DU": "1"},
                           timeout=120)
         raw.paths = p.stdout
-    if probes:
-        machine = (raw.sections.get("uname") and kernel.build_kernel(raw.sections["uname"].stdout).machine) or None
-        parsed, outputs = gather_probes(connector, machine)
-        raw.probes = outputs
-        if parsed.amx.skipped:
-            raw.probe_skips["amx_probe"] = parsed.amx.skipped
-        if parsed.mempolicy.skipped:
-            raw.probe_skips["numa_probe"] = parsed.mempolicy.skipped
+    if probes and base is None:
+        add_probes(connector, raw)
+    return raw
+
+
+def add_probes(connector, raw: RawFacts) -> RawFacts:
+    """Run the probes (AMX tile multiply, NUMA mempolicy) and add their outputs to ``raw``."""
+    machine = (raw.sections.get("uname") and kernel.build_kernel(raw.sections["uname"].stdout).machine) or None
+    parsed, outputs = gather_probes(connector, machine)
+    raw.probes = outputs
+    if parsed.amx.skipped:
+        raw.probe_skips["amx_probe"] = parsed.amx.skipped
+    if parsed.mempolicy.skipped:
+        raw.probe_skips["numa_probe"] = parsed.mempolicy.skipped
     return raw
 
 
@@ -127,10 +140,11 @@ def build_facts(raw: RawFacts) -> HostFacts:
     return facts
 
 
-def gather_facts(connector, paths=(), *, probes: bool = True) -> HostFacts:
-    """Run every fact command (and the probes) through ``connector`` and build HostFacts."""
+def gather_facts(connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> HostFacts:
+    """Run every fact command (and the probes) through ``connector`` and build HostFacts (``base``: see
+    gather_raw)."""
     paths = [p.rstrip("/") or "/" for p in paths]
-    return build_facts(gather_raw(connector, paths, probes=probes))
+    return build_facts(gather_raw(connector, paths, probes=probes, base=base))
 
 
 # -- golden folders ----------------------------------------------------------------------------

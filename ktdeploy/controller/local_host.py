@@ -1,27 +1,49 @@
-"""This host's CPU facts for the agent commands, through the doctor's own fact gathering (one source of truth)."""
+"""This host's facts for the agent commands, through the doctor's own fact gathering (one source of truth).
+
+Facts are gathered once per process (so once per container start): the image's entrypoint gathers them for its
+ISA gate (``local_raw``), and ``train``'s doctor, ``serve``'s thread count and ``tune`` reuse them."""
 
 from __future__ import annotations
 
 from ktdeploy.controller.connectors import LocalConnector
 from ktdeploy.controller.doctor import doctor
-from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.controller.facts_gather import RawFacts, add_probes, build_facts, gather_raw
 from ktdeploy.core.checks.threads import kt_threads
+from ktdeploy.core.facts.host import HostFacts
+
+_RAW: dict[str, RawFacts] = {}     # this process's host facts: "host" (sections), "probed" once the probes ran
+
+
+def local_raw(probes: bool = True) -> RawFacts:
+    """This host's raw facts, gathered at most once per process (the probes added the first time they are asked
+    for)."""
+    if "host" not in _RAW:
+        _RAW["host"] = gather_raw(LocalConnector(), probes=probes)
+        if probes:
+            _RAW["probed"] = _RAW["host"]
+    elif probes and "probed" not in _RAW:
+        _RAW["probed"] = _RAW["host"] = add_probes(LocalConnector(), _RAW["host"])
+    return _RAW["host"]
+
+
+def local_host_facts(probes: bool = True) -> HostFacts:
+    return build_facts(local_raw(probes))
 
 
 def local_threads(recipe) -> tuple[int, int, bool]:
     """(kt threads, threadpools, AMX proven usable) for ``recipe`` on this host."""
-    facts = gather_facts(LocalConnector())
+    facts = local_host_facts()
     reserve = recipe.deploy.reserve_cores if recipe.deploy is not None else 2
     threads, pools = kt_threads(recipe.train, facts, reserve)   # what `ktdeploy train` used on this host
     amx = bool(facts.probes.amx.tile_exec and facts.probes.amx.correct)
     return threads, pools, amx
 
 
-def local_facts(probes: bool = True):
+def local_facts(probes: bool = True) -> HostFacts:
     """This host's facts (``ktdeploy tune`` hands them to the agent)."""
-    return gather_facts(LocalConnector(), probes=probes)
+    return local_host_facts(probes)
 
 
 def local_doctor(recipe):
     """The doctor's report for ``recipe`` on this host (``ktdeploy train`` hands it to the agent)."""
-    return doctor(LocalConnector(), recipe)
+    return doctor(LocalConnector(), recipe, host_raw=local_raw(probes=True))

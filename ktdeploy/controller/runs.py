@@ -10,7 +10,8 @@
       rendered/       train.yaml, accelerate.yaml, launch.sh, the shipped recipe
       artifacts/      files fetched back (training_loss.png, all_results.json, logs)
 
-``status``, ``logs``, ``down`` and ``up --resume`` read them back.
+``status``, ``logs``, ``down`` and ``up --resume`` read them back. The format is core/run_record.py's (shared with
+the agent's in-image training record); this module does the file I/O.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ktdeploy.core import run_record as rr
 from ktdeploy.core.errors import RunRecordError
 from ktdeploy.core.safeio import append_line, redact, write_file
 
-STATES = ("planned", "running", "training", "detached", "finished", "failed", "crashed", "stopped", "dry-run")
+STATES = rr.RUN_STATES   # the format (file names, states, keys, schema version) is core/run_record.py's
 
 
 def home() -> Path:
@@ -72,8 +74,8 @@ class RunRecord:
         rid = new_run_id(recipe_name)
         p = root / rid
         p.mkdir()
-        (p / "rendered").mkdir()
-        (p / "artifacts").mkdir()
+        (p / rr.RENDERED).mkdir()
+        (p / rr.ARTIFACTS).mkdir()
         return cls(p)
 
     def write_text(self, name: str, text: str) -> Path:
@@ -87,18 +89,16 @@ class RunRecord:
         return p
 
     def event(self, kind: str, **data: Any) -> dict:
-        ev = {"ts": round(time.time(), 3), "event": kind, **data}
-
-        append_line(self.path / "events.jsonl", json.dumps(redact(ev), default=str))
+        ev = rr.event(kind, time.time(), **data)
+        append_line(self.path / rr.EVENTS, json.dumps(redact(ev), default=str))
         return ev
 
     def set_status(self, state: str, **data: Any) -> dict:
         if state not in STATES:
             raise ValueError(f"unknown run state {state!r}")
-        cur = self.status() if (self.path / "status.json").exists() else {}
-        cur.update(data)
-        cur.update(state=state, updated=round(time.time(), 3), id=self.id)
-        _dump(self.path / "status.json", cur)
+        cur = self.status() if (self.path / rr.STATUS_JSON).exists() else {}
+        cur = rr.status_update(cur, state, self.id, time.time(), **data)
+        _dump(self.path / rr.STATUS_JSON, cur)
         return cur
 
     # -- reading --------------------------------------------------------------------------------
@@ -106,10 +106,8 @@ class RunRecord:
         p = self.path / name
         try:
             with open(p, "rb") as f:
-                data = json.loads(f.read(16 << 20))
-            if name == "status.json" and not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            return data
+                raw = f.read(16 << 20)
+            return rr.parse_status_json(raw) if name == rr.STATUS_JSON else json.loads(raw)
         except FileNotFoundError:
             raise RunRecordError(f"run record {self.id} has no {name}", fix=f"Look inside {self.path}.") from None
         except (ValueError, RecursionError, OSError) as e:
@@ -117,19 +115,13 @@ class RunRecord:
                                  fix=f"Inspect or remove {self.path}.") from None
 
     def status(self) -> dict:
-        return self.read_json("status.json")
+        return self.read_json(rr.STATUS_JSON)
 
     def events(self) -> list[dict]:
-        p = self.path / "events.jsonl"
+        p = self.path / rr.EVENTS
         if not p.exists():
             return []
-        out = []
-        for line in p.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue  # a torn last line from a killed controller
-        return out
+        return rr.parse_events(p.read_text(encoding="utf-8"))  # a torn last line from a killed controller: left out
 
 
 def all_runs(root: Path | None = None) -> list[RunRecord]:
@@ -139,7 +131,7 @@ def all_runs(root: Path | None = None) -> list[RunRecord]:
         return []
     recs = []
     for p in root.iterdir():
-        if not p.is_dir() or not (p / "status.json").exists():
+        if not p.is_dir() or not (p / rr.STATUS_JSON).exists():
             continue
         r = RunRecord(p)
         try:
@@ -175,7 +167,7 @@ def latest_run(host: str | None = None, *, run_id: str | None = None, root: Path
 
         run_id_name(run_id)  # a name, never a path: '../../x' is refused before any file is looked at
         exact = root / run_id
-        if (exact / "status.json").exists():
+        if (exact / rr.STATUS_JSON).exists():
             return RunRecord(exact)
         matches = [r for r in all_runs(root) if r.id.startswith(run_id)]
         if len(matches) == 1:

@@ -7,8 +7,8 @@ unusable" (a failure: kt-kernel would pick its AMX library from the flags and di
 
 from __future__ import annotations
 
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.isa import AMX_FLAGS
-from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.facts.host import HostFacts
 
 _PASSTHROUGH = ("In a VM expose AMX: libvirt <cpu mode='host-passthrough'/> or qemu -cpu host (or a CPU model "

@@ -16,7 +16,7 @@ import json
 import posixpath
 from typing import Any
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.facts.data import READ_LIMIT, DataFacts, first_rows
 
 PLACEHOLDERS = {"your_dataset", "your-dataset", "my_dataset"}

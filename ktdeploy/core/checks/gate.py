@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 
 # `up` repairs these in its RUNTIME stage (installs docker / the NVIDIA container toolkit).
 RUNTIME_FIXABLE = ("docker.present", "docker.nvidia_runtime")

@@ -7,7 +7,7 @@ probe ran and found tiles unusable, AMX does not count (see checks/amx.py).
 
 from __future__ import annotations
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.facts.host import CpuFacts, HostFacts
 
 AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")

@@ -6,8 +6,8 @@ that layer and the fix. (The VM layer shows in the host's own facts: hypervisor 
 
 from __future__ import annotations
 
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.isa import AMX_FLAGS, AVX2_FLAGS, FP8_FLAGS, amx_usable
-from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.facts.host import HostFacts
 
 WATCHED_FLAGS = tuple(dict.fromkeys(AMX_FLAGS + AVX2_FLAGS + FP8_FLAGS + (

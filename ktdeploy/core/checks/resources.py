@@ -8,8 +8,9 @@ check's detail so nobody mistakes them for a measurement.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe.expert_format import expert_setup
@@ -60,14 +61,25 @@ def recipe_paths(recipe) -> dict[str, str]:
     return out
 
 
-def recipe_requirements(recipe, facts: HostFacts) -> Requirements:
-    """What the recipe needs. The planner (ktdeploy.core.sizing.plan_recipe, from the model's config.json) is
-    the source; when it cannot run (no config.json known for the model) explicit thresholds are used."""
+def recipe_plan(recipe):
+    """The planner's one run for a doctor run (ktdeploy.core.sizing.plan_recipe, from the model's config.json):
+    (ResourcePlan, MoEArchitecture, where), or the KtdeployError saying why there is none, or None when it failed
+    otherwise. ``recipe_requirements`` and the plan.* checks both read this one answer."""
     gpus = len(getattr(getattr(recipe, "deploy", None), "gpus", None) or []) or None
     try:
-        plan, _arch, where = plan_recipe(recipe, gpus=gpus)
-    except (KtdeployError, ValueError, KeyError, TypeError):
-        plan = None
+        return plan_recipe(recipe, gpus=gpus)
+    except KtdeployError as err:
+        return err
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def recipe_requirements(recipe, facts: HostFacts, planned: Any = ...) -> Requirements:
+    """What the recipe needs. The planner (``recipe_plan``; ``planned``: its answer when already made) is the
+    source; when it cannot run (no config.json known for the model) explicit thresholds are used."""
+    if planned is ...:
+        planned = recipe_plan(recipe)
+    plan, where = (planned[0], planned[2]) if isinstance(planned, tuple) else (None, "")
     if plan is not None:
         edges = upper_edges(plan)   # the same upper edge doctor's plan.* gate uses: one policy
         src = f"planner ({where}), upper edge of its calibration band"

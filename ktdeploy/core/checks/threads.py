@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.facts.host import HostFacts
 
 

@@ -3,7 +3,8 @@ file, the model's config.json, the listing of kt_weight_path. Pure parsers of th
 (run by controller/doctor.py through a connector; every read is bounded by `head -c`).
 
 DATA_SCRIPT args: pairs of KIND PATH. KIND is `read` (first READ_LIMIT bytes) or `ls` (first 200 names).
-Output: for each pair a header line `==ktd:KIND:STATUS:SIZE:PATH==` then the content.
+Output: for each pair a header line `@@KTD-DATA<TAB>KIND<TAB>STATUS<TAB>SIZE<TAB>PATH` (a record of
+core/markers.py) then the content.
 """
 
 from __future__ import annotations
@@ -12,22 +13,32 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ktdeploy.core.markers import field_values, sh_fields
+
 READ_LIMIT = 65536
 
-DATA_SCRIPT = r'''
-while [ $# -ge 2 ]; do
-  kind=$1; p=$2; shift 2
-  if [ "$kind" = ls ]; then
-    if [ -d "$p" ]; then echo "==ktd:ls:ok:0:$p=="; ls -1 "$p" 2>/dev/null | head -n 200
-    else echo "==ktd:ls:missing:0:$p=="; fi
-  else
-    if [ -f "$p" ] && [ -r "$p" ]; then
-      size=$(wc -c < "$p" 2>/dev/null | tr -d ' ')
-      echo "==ktd:read:ok:${size:-0}:$p=="; head -c 65536 "$p"; echo
-    else echo "==ktd:read:missing:0:$p=="; fi
-  fi
-done
-'''
+DATA_KEY = "KTD-DATA"
+
+
+def _head(kind: str, status: str, size: str) -> str:
+    return sh_fields(DATA_KEY, kind, status, size, '"$p"')
+
+
+DATA_SCRIPT = "\n".join([
+    "",
+    "while [ $# -ge 2 ]; do",
+    "  kind=$1; p=$2; shift 2",
+    '  if [ "$kind" = ls ]; then',
+    f'    if [ -d "$p" ]; then {_head("ls", "ok", "0")}; ls -1 "$p" 2>/dev/null | head -n 200',
+    f'    else {_head("ls", "missing", "0")}; fi',
+    "  else",
+    '    if [ -f "$p" ] && [ -r "$p" ]; then',
+    """      size=$(wc -c < "$p" 2>/dev/null | tr -d ' ')""",
+    f'      {_head("read", "ok", "${size:-0}")}; head -c {READ_LIMIT} "$p"; echo',
+    f'    else {_head("read", "missing", "0")}; fi',
+    "  fi",
+    "done",
+    ""])
 
 
 @dataclass
@@ -61,14 +72,13 @@ def parse_data_output(text: str) -> DataFacts:
             facts.entries[(cur.kind, cur.path)] = cur
 
     for line in text.split("\n"):
-        if line.startswith("==ktd:") and line.endswith("=="):
+        head = field_values(line, DATA_KEY)
+        if head is not None and len(head) >= 4:
             close()
-            parts = line[6:-2].split(":", 3)
-            if len(parts) == 4:
-                kind, status, size, path = parts
-                cur = Entry(kind, path, status == "ok", int(size) if size.isdigit() else 0, "")
-                body = []
-                continue
+            kind, status, size, path = head[0], head[1], head[2], "\t".join(head[3:])
+            cur = Entry(kind, path, status == "ok", int(size) if size.isdigit() else 0, "")
+            body = []
+            continue
         body.append(line)
     close()
     return facts

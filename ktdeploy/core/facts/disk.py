@@ -7,23 +7,28 @@ from __future__ import annotations
 
 from ktdeploy.core.facts.host import PathFacts
 from ktdeploy.core.facts.limits import parse_df_line
+from ktdeploy.core.markers import field_values, sh_fields
 from ktdeploy.core.safeio import norm_path
 
 # Run as: sh -c PATHS_SCRIPT ktdeploy PATH...  For each path: a tab-separated header line, then df -Pk
 # of the path (or its nearest existing parent) and du -sk when it is a directory (bounded by timeout).
-PATHS_SCRIPT = r"""
-for p in "$@"; do
-  q=$p
-  while [ ! -e "$q" ] && [ "$q" != / ]; do q=$(dirname -- "$q"); done
-  e=no; [ -e "$p" ] && e=yes
-  d=no; [ -d "$p" ] && d=yes
-  w=no; [ -w "$q" ] && w=yes
-  r=$(readlink -f -- "$q" 2>/dev/null || echo)
-  printf '@@KTD-PATH\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$e" "$d" "$w" "$q" "$r"
-  df -Pk -- "$q" 2>/dev/null | tail -n 1
-  if [ "$d" = yes ] && [ -n "$KTD_DU" ]; then printf '@@KTD-DU\t'; timeout 20 du -sk -- "$p" 2>/dev/null | cut -f1; fi
-done
-"""
+# The ``@@KTD-PATH`` / ``@@KTD-DU`` lines are core/markers.py's records.
+PATH_KEY, DU_KEY = "KTD-PATH", "KTD-DU"
+PATHS_SCRIPT = "\n".join([
+    "",
+    'for p in "$@"; do',
+    '  q=$p',
+    '  while [ ! -e "$q" ] && [ "$q" != / ]; do q=$(dirname -- "$q"); done',
+    '  e=no; [ -e "$p" ] && e=yes',
+    '  d=no; [ -d "$p" ] && d=yes',
+    '  w=no; [ -w "$q" ] && w=yes',
+    '  r=$(readlink -f -- "$q" 2>/dev/null || echo)',
+    "  " + sh_fields(PATH_KEY, '"$p"', '"$e"', '"$d"', '"$w"', '"$q"', '"$r"'),
+    '  df -Pk -- "$q" 2>/dev/null | tail -n 1',
+    '  if [ "$d" = yes ] && [ -n "$KTD_DU" ]; then ' + sh_fields(DU_KEY, newline=False)
+    + '; timeout 20 du -sk -- "$p" 2>/dev/null | cut -f1; fi',
+    "done",
+    ""])
 
 
 def real_path(path: str, checked: str, checked_real: str) -> str:
@@ -47,14 +52,15 @@ def parse_paths(text: str) -> list[PathFacts]:
                              free_bytes=df["free_bytes"] if df else None))
 
     for line in text.splitlines():
-        if line.startswith("@@KTD-PATH\t"):
+        head, du = field_values(line, PATH_KEY), field_values(line, DU_KEY)
+        if head is not None:
             flush()
-            _, path, e, d, w, q, *rest = line.split("\t")
+            path, e, d, w, q, *rest = head
             cur = {"path": path, "exists": e == "yes", "is_dir": d == "yes", "writable": w == "yes", "checked": q,
                    "real": real_path(path, q, rest[0]) if rest and rest[0] else None}
             df_lines = []
-        elif line.startswith("@@KTD-DU\t") and cur is not None:
-            v = line.split("\t", 1)[1].strip()
+        elif du is not None and cur is not None:
+            v = du[0].strip()
             cur["used_bytes"] = int(v) * 1024 if v.isdigit() else None
         elif cur is not None:
             df_lines.append(line)

@@ -10,22 +10,27 @@ import re
 from dataclasses import dataclass, field
 
 from ktdeploy.core import checkpoints as ckpt
-from ktdeploy.core.markers import parse_fields
+from ktdeploy.core.markers import parse_fields, sh_block, sh_fields
 
-STATE_SCRIPT = r"""
-c=$1 s=$2 img=$3 out=$4 ad=$5
-printf '@@home\t%s\n' "$HOME"
-printf '@@user\t%s:%s\n' "$(id -u)" "$(id -g)"
-printf '@@container\t'; docker inspect --type container --format '{{json .State}}' -- "$c" 2>/dev/null || echo
-printf '@@container_image\t'; docker inspect --type container --format '{{.Config.Image}}' -- "$c" 2>/dev/null || echo
-printf '@@serve\t'; docker inspect --type container --format '{{json .State}}' -- "$s" 2>/dev/null || echo
-printf '@@image\t'; docker image inspect --format '{{.Id}}' -- "$img" 2>/dev/null || echo
-e=no; [ -e "$out" ] && e=yes; printf '@@output_exists\t%s\n' "$e"
-a=no; { [ -f "$ad/adapter_config.json" ] || [ -f "$ad/ktdeploy_convert.json" ]; } && a=yes; printf '@@adapter\t%s\n' "$a"
-echo '@@listing'
-[ -d "$out" ] && find "$out" -mindepth 1 -maxdepth 3 -printf '%P\n' 2>/dev/null | head -n 20000
-echo '@@end'
-"""
+STATE_SCRIPT = "\n".join([
+    "",
+    "c=$1 s=$2 img=$3 out=$4 ad=$5",
+    sh_fields("home", '"$HOME"'),
+    sh_fields("user", '"$(id -u):$(id -g)"'),
+    sh_fields("container", newline=False)
+    + "; docker inspect --type container --format '{{json .State}}' -- \"$c\" 2>/dev/null || echo",
+    sh_fields("container_image", newline=False)
+    + "; docker inspect --type container --format '{{.Config.Image}}' -- \"$c\" 2>/dev/null || echo",
+    sh_fields("serve", newline=False)
+    + "; docker inspect --type container --format '{{json .State}}' -- \"$s\" 2>/dev/null || echo",
+    sh_fields("image", newline=False) + "; docker image inspect --format '{{.Id}}' -- \"$img\" 2>/dev/null || echo",
+    'e=no; [ -e "$out" ] && e=yes; ' + sh_fields("output_exists", '"$e"'),
+    'a=no; { [ -f "$ad/adapter_config.json" ] || [ -f "$ad/ktdeploy_convert.json" ]; } && a=yes; '
+    + sh_fields("adapter", '"$a"'),
+    sh_block("listing"),
+    "[ -d \"$out\" ] && find \"$out\" -mindepth 1 -maxdepth 3 -printf '%P\\n' 2>/dev/null | head -n 20000",
+    sh_block("end"),
+    ""])
 
 FINISHED_MARKERS = ckpt.FINISHED_MARKERS   # re-exported; defined once in core/checkpoints
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.sizing.calibration import upper_edges
 from ktdeploy.core.sizing.estimate import GIB, ResourcePlan, estimate, setup_from
 from ktdeploy.core.sizing.model_config import MoEArchitecture
@@ -161,10 +161,11 @@ def fix_text(advice: list[Advice], short_gib: float, resource: str) -> str:
 
 def plan_checks(recipe_dicts: Dicts, arch: MoEArchitecture, *, host_available_bytes: int | None,
                 gpu_free_mib: list[int] | None, disk_free_bytes: int | None,
-                gpus: int | None = None, where: str = "") -> list[CheckResult]:
+                gpus: int | None = None, where: str = "", plan: ResourcePlan | None = None) -> list[CheckResult]:
     """plan.host_memory, plan.gpu_memory, plan.disk: fail when the host has less than the plan needs,
-    naming the shortfall and the knob that brings the plan under. ``None`` capacity -> skip."""
-    plan = estimate(recipe_dicts, arch, gpus)
+    naming the shortfall and the knob that brings the plan under. ``None`` capacity -> skip. ``plan``: the
+    estimate already made for this recipe (doctor plans once per run)."""
+    plan = plan if plan is not None else estimate(recipe_dicts, arch, gpus)
     edges = upper_edges(plan)
     results = []
     gpu_cap = min(gpu_free_mib) / 1024 if gpu_free_mib else None

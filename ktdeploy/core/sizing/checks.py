@@ -8,7 +8,7 @@ kt_max_cache_depth, INT8/AMXINT4 weights, more GPUs, save_total_limit, ...) brin
 
 from __future__ import annotations
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.sizing.advice import plan_checks
 from ktdeploy.core.sizing.model_config import MoEArchitecture, resolve_model_config
@@ -43,15 +43,23 @@ def _disk_free(facts, recipe) -> int | None:
     return pf.free_bytes if pf else None
 
 
-def plan_check_results(recipe, facts, model_config=None) -> list[CheckResult]:
-    """plan.host_memory / plan.gpu_memory / plan.disk against the host's free memory, GPU memory and disk."""
+def plan_check_results(recipe, facts, model_config=None, planned=None) -> list[CheckResult]:
+    """plan.host_memory / plan.gpu_memory / plan.disk against the host's free memory, GPU memory and disk.
+    ``planned``: the doctor run's one planner answer (``checks.resources.recipe_plan``): (plan, arch, where), or
+    the KtdeployError saying why there is none; None: plan here."""
+    plan = None
     try:
-        arch, where = _arch(recipe, model_config)
+        if isinstance(planned, KtdeployError):
+            raise planned
+        if planned is not None:
+            plan, arch, where = planned
+        else:
+            arch, where = _arch(recipe, model_config)
     except KtdeployError as err:
         return [CheckResult(name=f"plan.{r}", status="skip", layer=facts.layer,
                             detail=f"no resource plan: {err.message}", fix=err.fix or "")
                 for r in ("host_memory", "gpu_memory", "disk")]
     results = plan_checks(_dicts(recipe), arch, host_available_bytes=_host_available(facts),
                           gpu_free_mib=_gpu_free_mib(facts, recipe), disk_free_bytes=_disk_free(facts, recipe),
-                          where=where)
+                          where=where, plan=plan)
     return [r.model_copy(update={"layer": facts.layer}) for r in results]

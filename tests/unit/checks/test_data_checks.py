@@ -10,7 +10,7 @@ TRAIN = {"dataset": "demo,bad", "dataset_dir": "/d", "model_name_or_path": "/m/M
 
 
 def _out(*blocks: tuple[str, str, int, str, str]) -> str:
-    return "".join(f"==ktd:{k}:{s}:{n}:{p}==\n{c}\n" for k, s, n, p, c in blocks)
+    return "".join(f"@@KTD-DATA\t{k}\t{s}\t{n}\t{p}\n{c}\n" for k, s, n, p, c in blocks)
 
 
 INFO = '{"demo": {"file_name": "demo.jsonl"}, "bad": {"file_name": "bad.json"}}'

@@ -10,6 +10,7 @@ from ktdeploy.controller.executor import FOLLOW_SCRIPT, Executor
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.errors import StepError
 from ktdeploy.core.facts.host import CpuFacts, DockerFacts, HostFacts
+from ktdeploy.core.markers import FILES_SH
 from ktdeploy.core.plan import UpOptions, build_plan
 from ktdeploy.core.plan.state import STATE_SCRIPT, ContainerState, JobState
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
@@ -88,9 +89,15 @@ def test_follow_records_each_new_step_and_finishes_on_exit_0(tmp_path):
     conn = (FakeConnector()
             .on(("sh", "-c", FOLLOW_SCRIPT), [_snap("running"), _snap("running", 1), _snap("running", 1, 2),
                                               _snap("running", 1, 2), _snap("exited", 1, 2, 3)])
-            .on(("docker", "logs"), ok("training log\n")))
+            .on(("docker", "logs"), ok("training log\n"))
+            .on(("sh", "-c", FILES_SH), ok("@@dir\t/.ktdeploy-runs/out/20260101T000000\n@@file\tstatus\nsucceeded\n\n"
+                                           '@@file\trc\n0\n\n@@file\tsummary.json\n{"steady_tokens_per_s": 9.5}\n'
+                                           "@@end\n")))
     ex = _executor(conn, _follow_plan(), tmp_path)
     ex.apply()
+    assert conn.ran("sh", "-c", FILES_SH)[0][4] == "/.ktdeploy-runs/out"   # the agent's record of /out
+    agent = json.loads((ex.record.path / "artifacts" / "agent_record.json").read_text())
+    assert agent["state"] == "succeeded" and agent["rc"] == 0 and agent["summary"]["steady_tokens_per_s"] == 9.5
     progress = [ev["current_steps"] for ev in ex.record.events() if ev.get("current_steps") is not None
                 and "total_steps" in ev and "exit_code" not in ev]
     assert progress == [1, 2, 3]           # step 2 seen twice is recorded once
@@ -101,7 +108,8 @@ def test_follow_records_each_new_step_and_finishes_on_exit_0(tmp_path):
 def test_follow_reports_an_oom_kill_with_advice_and_the_last_lines(tmp_path):
     conn = (FakeConnector()
             .on(("sh", "-c", FOLLOW_SCRIPT), [_snap("running", 1), _snap("exited", 1, exit_code=137, oom=True)])
-            .on(("docker", "logs"), ok("step 1\nKilled\n")))
+            .on(("docker", "logs"), ok("step 1\nKilled\n"))
+            .on(("sh", "-c", FILES_SH), ok("")))          # no agent record (killed before it wrote one)
     ex = _executor(conn, _follow_plan(), tmp_path)
     with pytest.raises(StepError) as e:
         ex.apply()
@@ -182,7 +190,7 @@ def test_runtime_stage_installs_docker_only_when_its_probe_fails(tmp_path):
 def test_up_doctor_phase_blocks_waives_and_defers(tmp_path):
     from ktdeploy.controller.api import doctor_phase
     from ktdeploy.controller.doctor import DoctorReport
-    from ktdeploy.core.checks.result import CheckResult
+    from ktdeploy.core.check_result import CheckResult
 
     checks = [CheckResult(name=n, status="fail", detail=n) for n in ("gpu.present", "docker.present", "disk.output")]
     record = RunRecord.create("r", root=tmp_path / "runs")
@@ -214,7 +222,7 @@ def _golden_host(folder: str) -> FakeConnector:
             .on(("sh", "-c", facts_probes._PREPARE_SCRIPT), fail())
             .on(("sh", "-c", disk.PATHS_SCRIPT), ok(""))
             .on(("sh", "-c", DATA_SCRIPT), lambda argv: ok("".join(
-                f"==ktd:{k}:missing:0:{p}==\n" for k, p in zip(argv[4::2], argv[5::2], strict=False))))
+                f"@@KTD-DATA\t{k}\tmissing\t0\t{p}\n" for k, p in zip(argv[4::2], argv[5::2], strict=False))))
             .on(("sh", "-c", STATE_SCRIPT), ok("@@home\t/home/u\n@@user\t1000:1000\n@@container\t\n@@image\t\n"
                                                "@@output_exists\tno\n@@adapter\tno\n@@listing\n@@end\n")))
 

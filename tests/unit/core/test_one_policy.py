@@ -9,8 +9,8 @@ import pytest
 from ktdeploy.agent import train as T
 from ktdeploy.controller.doctor import DoctorReport
 from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, RUNTIME_FIXABLE, gate
-from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.checks.threads import derive_threads, derived_kt_threads, kt_threads
 from ktdeploy.core.errors import CheckFailed, RunRecordError
 from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
@@ -218,3 +218,108 @@ def test_up_and_train_choose_the_same_checkpoint(tmp_path, listing, resume):
     assert up_choice == train_choice
     assert ckpt.choose_resume(listing, resume, 1).checkpoint is None or up_choice in (
         None, ckpt.choose_resume(listing, resume, 1).checkpoint.name)
+
+
+# -- one run-record format (core/run_record.py) --------------------------------------------------------------------
+def test_agent_record_written_by_the_agent_is_read_by_the_controller(tmp_path):
+    """ktdeploy train's record (agent/train.write_record + finish_record, lf_entry's ranks line) read back through
+    the controller's reader (executor.agent_record: FILES_SH over a connector) and core's read_agent_record."""
+    from ktdeploy.agent import lf_entry
+    from ktdeploy.controller.connectors.local import LocalConnector
+    from ktdeploy.controller.executor import agent_record
+    from ktdeploy.core import run_record as rr
+
+    out = tmp_path / "vol" / "run1"
+    out.mkdir(parents=True)
+    (out / "train_results.json").write_text('{"train_loss": 1.25}')
+    run_dir = Path(T._run_dir(out, None))
+    assert str(run_dir.parent) == rr.agent_runs_base(str(out))
+    plan = T.TrainPlan(recipe_path="r.yaml", output_dir=str(out), run_dir=str(run_dir), argv=["true"],
+                       env={}, derived={}, resume_from=None, train_yaml="a: 1\n", accelerate_yaml="b: 2\n",
+                       launch_sh="#!/bin/sh\n")
+    d = T.write_record(plan)
+    (d / rr.LAUNCH_MODE).write_text(rr.LAUNCH_EXEC + "\n")
+    (d / rr.RANKS).write_text(rr.rank_line(0, 0, 2 << 30))
+    assert lf_entry._rank0()   # lf_entry's RunMetrics writes these lines (rank 0) with rr.metrics_line
+    (d / rr.METRICS).write_text("".join(rr.metrics_line({"step": i + 1, "step_s": 0.5, "tokens_seen": t,
+                                                         "loss": 2.0 - i / 4})
+                                        for i, t in enumerate((10, 110, 210, 310))))
+    summary = T.finish_record(d, out, 0, 12.5, 3 << 30, 2 << 30)
+
+    folder, rec = agent_record(LocalConnector(), str(out))
+    assert folder == str(d)
+    assert rec.state == "succeeded" and rec.finished and rec.rc == 0 and rec.launch_mode == "exec"
+    assert rec.summary["schema"] == rr.SCHEMA_VERSION and set(rr.SUMMARY_KEYS) <= set(rec.summary)
+    assert {k: rec.summary[k] for k in summary} == summary
+    assert rec.summary["steady_tokens_per_s"] == 200.0 and rec.summary["train_results"] == {"train_loss": 1.25}
+    assert rec.ranks == [{"rank": 0, "rc": 0, "hwm_bytes": 2 << 30}]
+    files = {n: (d / n).read_text() for n in rr.AGENT_FILES if (d / n).exists()}
+    assert rr.read_agent_record(files) == rec
+
+
+def test_agent_record_states_and_a_killed_run(tmp_path):
+    from ktdeploy.core import run_record as rr
+
+    assert rr.read_agent_record({rr.STATUS: rr.status_text("running")}).state == "running"  # SIGKILLed: no rc
+    assert rr.read_agent_record({rr.STATUS: "bogus\n", rr.SUMMARY: "[1]"}) == rr.AgentRecord()
+    with pytest.raises(ValueError):
+        rr.status_text("finished")           # the controller's word, not the agent's
+    assert rr.final_state(0) == "succeeded" and rr.final_state(3) == "failed"
+
+
+def test_controller_record_uses_the_one_format(tmp_path):
+    from ktdeploy.controller import runs
+    from ktdeploy.core import run_record as rr
+
+    rec = runs.RunRecord.create("r", root=tmp_path)
+    assert runs.STATES is rr.RUN_STATES
+    assert {p.name for p in rec.path.iterdir()} == {rr.RENDERED, rr.ARTIFACTS}
+    rec.set_status("running", host="h")
+    rec.event("stage_start", stage="TRAIN")
+    st = rr.parse_status_json((rec.path / rr.STATUS_JSON).read_text())
+    assert st == rec.status() and st["schema"] == rr.SCHEMA_VERSION and st["state"] == "running" and st["id"] == rec.id
+    assert rr.parse_events((rec.path / rr.EVENTS).read_text() + '{"torn') == rec.events()
+    assert rec.events()[0]["event"] == "stage_start"
+    with pytest.raises(ValueError):
+        rr.status_update({}, "succeeded", rec.id, 0.0)   # the agent's word, not the controller's
+
+
+# -- facts gathered once per container start; the planner run once per doctor run ----------------------------------
+def test_facts_are_gathered_once_per_container_start(monkeypatch):
+    """The image's entrypoint gathers the host facts for its ISA gate; train's doctor (and serve, tune) reuse them."""
+    from ktdeploy.cli import image_entry
+    from ktdeploy.controller import facts_gather, local_host
+
+    calls: list[str] = []
+    real_shell = facts_gather.gather_script
+
+    def counting_script(*a, **kw):
+        calls.append("gather")
+        return real_shell(*a, **kw)
+
+    monkeypatch.setattr(facts_gather, "gather_script", counting_script)
+    monkeypatch.setattr(local_host, "_RAW", {})
+    image_entry.isa_gate("avx2", ["train", "r.yaml"])            # the entrypoint's gate (no probes for avx2)
+    report = local_host.local_doctor(load_recipe(RECIPE))        # train's doctor
+    local_host.local_threads(load_recipe(RECIPE))                # serve's threads
+    assert calls == ["gather"]
+    assert report.facts.cpu.logical_cpus and report.facts.paths   # the doctor still looked at the recipe's paths
+
+
+def test_the_planner_runs_once_per_doctor_run(monkeypatch):
+    from ktdeploy.controller import doctor as D
+    from ktdeploy.core.checks import resources
+    from ktdeploy.core.sizing import advice
+
+    recipe = load_recipe(RECIPE)
+    before = {c.name: (c.status, c.detail) for c in D.run_checks(_facts(), recipe)}
+    runs: list[int] = []
+    real = resources.plan_recipe
+    monkeypatch.setattr(resources, "plan_recipe", lambda *a, **kw: runs.append(1) or real(*a, **kw))
+    monkeypatch.setattr(advice, "estimate", lambda *a, **kw: pytest.fail("plan.* checks planned again"))
+    facts = _facts()
+    facts.memory.available_bytes = 1 << 50      # no shortfall: no knob search (which does estimate, on purpose)
+    D.run_checks(facts, recipe)
+    assert runs == [1]
+    monkeypatch.undo()
+    assert {c.name: (c.status, c.detail) for c in D.run_checks(_facts(), recipe)} == before

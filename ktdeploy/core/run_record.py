@@ -1,0 +1,177 @@
+"""The run-record formats, in one place (pure: names, states, serialize / parse; no file I/O).
+
+Two records, one schema version, written and read only through this module:
+
+- the **controller's record**, one folder per ``ktdeploy up`` under ``$KTDEPLOY_HOME/runs/<id>/``
+  (``controller/runs.RunRecord`` writes and reads it; ``status``, ``logs``, ``down``, ``up --resume`` read it):
+  ``status.json`` (a JSON object, rewritten on each change: ``state`` one of ``RUN_STATES``, ``id``,
+  ``updated``, ``schema``, host/container/...), ``events.jsonl`` (one ``{"ts", "event", ...}`` per line,
+  appended), ``recipe.yaml``, ``plan.json``, ``facts.json``, ``doctor.json``, ``job_state.json``,
+  ``rendered/``, ``artifacts/``;
+- the **agent's record**, one folder per ``ktdeploy train`` (in the image, beside the output dir:
+  ``<dirname(output_dir)>/.ktdeploy-runs/<basename(output_dir)>/<UTC time>/``; ``agent/train.py`` writes it,
+  ``agent/lf_entry.py`` adds ``ranks.jsonl`` / ``metrics.jsonl`` and, on rank 0, the final files):
+  ``status`` (one line: one of ``AGENT_STATES``), ``rc`` (one line: the exit status), ``summary.json``
+  (a JSON object with ``schema`` and ``SUMMARY_KEYS``), ``launch_mode`` (``exec`` when ``--exec`` launched it),
+  ``ranks.jsonl`` (``{"rank", "rc", "hwm_bytes"}`` per finished rank), ``metrics.jsonl`` (per step),
+  ``command.json``, ``tuned.json``, ``doctor.json``, ``train.yaml``, ``accelerate.yaml``, ``launch.sh``,
+  ``stdout.log``. ``read_agent_record`` reads it back from the files' texts.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# -- the controller's record ---------------------------------------------------------------------------------------
+RUN_STATES = ("planned", "running", "training", "detached", "finished", "failed", "crashed", "stopped", "dry-run")
+STATUS_JSON = "status.json"
+EVENTS = "events.jsonl"
+RECIPE = "recipe.yaml"
+PLAN = "plan.json"
+FACTS = "facts.json"
+DOCTOR = "doctor.json"
+JOB_STATE = "job_state.json"
+RENDERED = "rendered"
+ARTIFACTS = "artifacts"
+
+
+def status_update(current: Mapping[str, Any], state: str, run_id: str, now: float, **data: Any) -> dict:
+    """The next status.json object: ``current`` updated with ``data``, then state / updated / id / schema."""
+    if state not in RUN_STATES:
+        raise ValueError(f"unknown run state {state!r}")
+    cur = dict(current)
+    cur.update(data)
+    cur.update(state=state, updated=round(now, 3), id=run_id, schema=SCHEMA_VERSION)
+    return cur
+
+
+def parse_status_json(text: str | bytes) -> dict:
+    """status.json -> its object; ValueError when it is not a JSON object."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def event(kind: str, now: float, **data: Any) -> dict:
+    return {"ts": round(now, 3), "event": kind, **data}
+
+
+def parse_events(text: str) -> list[dict]:
+    """events.jsonl -> its events; a torn or unreadable line (a controller killed mid-write) is left out."""
+    out = []
+    for line in text.splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict):
+            out.append(ev)
+    return out
+
+
+# -- the agent's record --------------------------------------------------------------------------------------------
+RUNS_DIRNAME = ".ktdeploy-runs"
+STATUS = "status"
+RC = "rc"
+SUMMARY = "summary.json"
+LAUNCH_MODE = "launch_mode"
+RANKS = "ranks.jsonl"
+METRICS = "metrics.jsonl"
+COMMAND = "command.json"
+TUNED = "tuned.json"
+STDOUT_LOG = "stdout.log"
+TRAIN_YAML = "train.yaml"
+ACCELERATE_YAML = "accelerate.yaml"
+LAUNCH_SH = "launch.sh"
+AGENT_DOCTOR = DOCTOR
+
+AGENT_STATES = ("starting", "running", "interrupted", "succeeded", "failed")
+LAUNCH_EXEC = "exec"
+SUMMARY_KEYS = ("rc", "wall_s", "peak_host_rss_gib", "peak_host_rss_hwm_gib", "peak_gpu_mem_gib",
+                "steady_tokens_per_s", "loss_first", "loss_last", "steps", "train_results", "artifacts")
+
+
+def agent_runs_base(output_dir: str) -> str:
+    """Where ``ktdeploy train`` keeps the records of runs into ``output_dir`` (outside it: LlamaFactory refuses a
+    non-empty output dir it did not write)."""
+    out = posixpath.normpath(output_dir)
+    return posixpath.join(posixpath.dirname(out), RUNS_DIRNAME, posixpath.basename(out))
+
+
+def status_text(state: str) -> str:
+    if state not in AGENT_STATES:
+        raise ValueError(f"unknown training state {state!r}")
+    return state + "\n"
+
+
+def final_state(rc: int) -> str:
+    return "succeeded" if rc == 0 else "failed"
+
+
+def rc_text(rc: int) -> str:
+    return f"{rc}\n"
+
+
+def summary_text(summary: Mapping[str, Any]) -> str:
+    return json.dumps({"schema": SCHEMA_VERSION, **summary}, indent=2) + "\n"
+
+
+def rank_line(rank: int, rc: int, hwm_bytes: int) -> str:
+    return json.dumps({"rank": rank, "rc": rc, "hwm_bytes": hwm_bytes}) + "\n"
+
+
+def parse_ranks(text: str) -> list[dict]:
+    """ranks.jsonl -> one {"rank", "rc", "hwm_bytes"} per finished rank (torn lines left out)."""
+    return [r for r in parse_events(text) if "rank" in r]
+
+
+def metrics_line(row: Mapping[str, Any]) -> str:
+    return json.dumps(dict(row)) + "\n"
+
+
+def parse_metrics(text: str) -> list[dict]:
+    """metrics.jsonl -> its rows (torn lines left out)."""
+    return parse_events(text)
+
+
+@dataclass
+class AgentRecord:
+    """An agent record as read back: ``state`` None when there is no (readable) status file."""
+
+    state: str | None = None
+    rc: int | None = None
+    summary: dict = field(default_factory=dict)
+    launch_mode: str | None = None
+    ranks: list[dict] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("succeeded", "failed")
+
+
+def read_agent_record(files: Mapping[str, str | None]) -> AgentRecord:
+    """An agent record from its files' texts ({file name: text, None or absent when missing}). A record whose
+    trainer was killed outright (OOM killer, SIGKILL) reads as state ``running`` with no rc."""
+    rec = AgentRecord()
+    st = (files.get(STATUS) or "").strip()
+    rec.state = st if st in AGENT_STATES else None
+    rc = (files.get(RC) or "").strip()
+    rec.rc = int(rc) if rc.lstrip("-").isdigit() else None
+    try:
+        summary = json.loads(files.get(SUMMARY) or "{}")
+    except ValueError:
+        summary = {}
+    rec.summary = summary if isinstance(summary, dict) else {}
+    rec.launch_mode = (files.get(LAUNCH_MODE) or "").strip() or None
+    rec.ranks = parse_ranks(files.get(RANKS) or "")
+    return rec
+
+
+AGENT_FILES = (STATUS, RC, SUMMARY, LAUNCH_MODE, RANKS)   # what read_agent_record reads
