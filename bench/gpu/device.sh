@@ -7,4 +7,8 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export OUT="${OUT:-/tmp/ktdeploy-gpu-out}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-exec python3 bench/gpu/gpu_bench.py "${1:-full}" --out "$OUT" ${2:+--budget "$2"}
+mode="${1:-full}"
+case "$mode" in   # smoke lives in gpu_bench.py; full and repeat in full_runs.py, which imports gpu_bench
+  full|repeat) exec python3 bench/gpu/full_runs.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
+  *) exec python3 bench/gpu/gpu_bench.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
+esac

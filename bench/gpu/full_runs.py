@@ -1,4 +1,4 @@
-"""The full GPU experiment (imported by gpu_bench.py in `full` mode): every figure in one device call.
+"""The full GPU experiment (`python3 bench/gpu/full_runs.py full|repeat`, via bench/gpu/device.sh): every figure in one device call.
 
 (proof)  small tiny model: ktdeploy train -> ktdeploy convert -> numeric check of the adapter
 (a)      medium model: `ktdeploy train` vs the same LlamaFactory run launched by hand (LlamaFactory's own
@@ -104,3 +104,9 @@ def run_repeat(work, budget: float, t0: float) -> dict:
                                                               "train.kt_config.kt_threadpool_count=1"]))
     out["model_configs"] = cfg
     return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(gb.main({"full": run, "repeat": run_repeat}))

@@ -359,9 +359,12 @@ def proof(work: Path, steps: int, timeout: float) -> dict:
 
 
 # ---------------------------------------------------------------- main
-def main() -> int:
+def main(experiments: dict | None = None) -> int:
+    """``experiments`` maps further modes to ``fn(work, budget, t0) -> dict``: bench/gpu/full_runs.py passes
+    its full and repeat runs (it imports this module, never the other way round)."""
+    experiments = experiments or {}
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["smoke", "full", "repeat"])
+    ap.add_argument("mode", choices=["smoke", *experiments])
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/ktdeploy-gpu-out"))
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole command")
     args = ap.parse_args()
@@ -393,12 +396,7 @@ def main() -> int:
                                                    "train.kt_config.kt_threadpool_count=1"], skip_doctor=True))
             results["thread_probe"] = sweep
         else:
-            sys.path.insert(0, str(REPO / "bench/gpu"))
-            sys.modules.setdefault("gpu_bench", sys.modules[__name__])  # one module: one log, one clock
-            import full_runs  # the full experiment, beside this file
-
-            fn = full_runs.run if args.mode == "full" else full_runs.run_repeat
-            results.update(fn(work, args.budget, T0))
+            results.update(experiments[args.mode](work, args.budget, T0))
     except Exception as err:  # keep whatever was measured
         import traceback
 
