@@ -82,12 +82,12 @@ class HostSettings(BaseModel):
 
     def doctor_argv(self, recipe: str | None) -> list[str]:
         """`ktdeploy doctor` arguments (after the program): JSON report, the recipe with this host's overrides
-        (or, without a recipe, the ISA override as --image) and this host's waivers."""
+        (or, without a recipe, the ISA override as --variant) and this host's waivers."""
         argv = ["doctor", "--json"]
         if recipe:
             argv += ["--recipe", str(recipe), *self.set_args()]
         elif self.isa != "auto":
-            argv += ["--image", self.isa]
+            argv += ["--variant", self.isa]
         return argv + self.waive_args()
 
     def up_argv(self, recipe: str, *, detach: bool = False, extra: list[str] | tuple[str, ...] = ()) -> list[str]:

@@ -37,7 +37,7 @@ def test_overrides_apply_to_a_real_recipe(tmp_path):
 
 
 def test_without_recipe_doctor_checks_the_isa_override():
-    assert HostSettings(isa="amx").doctor_argv(None) == ["doctor", "--json", "--image", "amx"]
+    assert HostSettings(isa="amx").doctor_argv(None) == ["doctor", "--json", "--variant", "amx"]
     assert HostSettings().doctor_argv("") == ["doctor", "--json"]
 
 
