@@ -10,7 +10,6 @@ import typer
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_checks, print_json
 
-
 VARIANTS = ("amx", "avx512", "avx2")
 
 

@@ -15,15 +15,15 @@ import secrets
 
 from ktdeploy.controller.connectors.docker import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
-from ktdeploy.controller.doctor import DoctorReport, gather_data, run_checks
+from ktdeploy.controller.doctor import DoctorReport, container_checks, gather_data, run_checks
 from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.core.checks import resources
 from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.checks.stack import stack_checks
 from ktdeploy.core.errors import ConnectError
 from ktdeploy.core.facts.stack import TRITON_TIMEOUT_S, StackFacts, parse_stack_output, probe_argv
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import MEMLOCK_WAIVER
-from ktdeploy.core.checks import resources
 
 RUN_TIMEOUT_S = 120          # docker run --detach (the image is already on the host)
 PROBE_TIMEOUT_S = TRITON_TIMEOUT_S + 120   # the stack probe: torch import + CUDA init + one Triton kernel
@@ -40,20 +40,22 @@ def _fail(name: str, detail: str, fix: str) -> CheckResult:
 
 
 def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None = None, user: str | None = None,
-                 memlock: bool = True, host_facts=None) -> DoctorReport:
+                 memlock: bool = True, name: str | None = None, host_facts=None,
+                 host_checks: bool = True) -> DoctorReport:
     """doctor on the host and inside ``image`` started there with the training flags. ``gpus``: the GPUs the
     training container gets (default: the recipe's deploy.gpus, else every GPU the host has); ``user``: uid:gid
-    it runs as (default: the connecting user's, as up does)."""
+    it runs as (default: the connecting user's, as up does). ``host_checks=False`` (up's image.check, after its
+    PREFLIGHT doctor): only the container's checks, against ``host_facts``."""
     paths = list(dict.fromkeys(resources.recipe_paths(recipe).values())) if recipe is not None else []
     facts = host_facts if host_facts is not None else gather_facts(connector, paths=paths)
-    dfacts = gather_data(connector, dict(recipe.train)) if recipe is not None else None
+    dfacts = gather_data(connector, dict(recipe.train)) if recipe is not None and host_checks else None
     if gpus is None:
         deploy = getattr(recipe, "deploy", None)
         gpus = list(deploy.gpus) if deploy is not None and getattr(deploy, "gpus", None) else \
             [g.index for g in facts.gpu.gpus]
     if user is None:
         user = host_user(connector)
-    name = f"ktdeploy-imgcheck-{secrets.token_hex(4)}"
+    name = name or f"ktdeploy-imgcheck-{secrets.token_hex(4)}"
     argv = dk.image_check(image, name=name, gpus=gpus, memlock=memlock, user=user)
     extra: list[CheckResult] = []
     cfacts = None
@@ -86,7 +88,10 @@ def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None =
                 stack = parse_stack_output(p.stdout, p.rc, p.stderr)
     finally:
         connector.run(dk.remove(name), timeout=60)
-    checks = run_checks(facts, recipe, cfacts, dfacts) + extra
+    if host_checks:
+        checks = run_checks(facts, recipe, cfacts, dfacts) + extra
+    else:
+        checks = (container_checks(facts, cfacts, recipe) if cfacts is not None else []) + extra
     if cfacts is not None:
         checks += stack_checks(stack)
     return DoctorReport(facts, checks, cfacts)

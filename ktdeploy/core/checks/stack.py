@@ -49,7 +49,7 @@ def torch_check(s: StackFacts) -> CheckResult:
         return _c(name, "pass", f"torch {s.torch.version} imports (built for CUDA {s.torch.cuda_version or 'none'})",
                   version=s.torch.version, cuda=s.torch.cuda_version)
     return _c(name, "fail", f"torch does not import in the image: {s.torch.error or 'not installed'}",
-              f"Use a ktsft image (`ktdeploy image build`): the training stack is torch + kt-kernel.")
+              "Use a ktsft image (`ktdeploy image build`): the training stack is torch + kt-kernel.")
 
 
 def cuda_check(s: StackFacts) -> CheckResult:
