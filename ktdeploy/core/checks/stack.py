@@ -7,6 +7,8 @@ fail with that reason (waive them on a CPU-only box like ``gpu.present``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.facts.stack import StackFacts
 
@@ -56,7 +58,7 @@ def cuda_check(s: StackFacts) -> CheckResult:
     name = "stack.cuda"
     if not s.ran or not s.torch.present:
         return _c(name, "skip", "skipped: " + ("the stack probe gave no report" if not s.ran else "no torch"))
-    data = {"asked": s.gpus_asked, "device_count": s.cuda.device_count, "cuda": s.torch.cuda_version}
+    data: dict[str, Any] = {"asked": s.gpus_asked, "device_count": s.cuda.device_count, "cuda": s.torch.cuda_version}
     if not s.cuda.available:
         why = s.cuda.error or ("no GPU visible in the container" if not s.cuda.device_count else "is_available() False")
         fix = ("Run on a GPU host with the NVIDIA container runtime (docker.nvidia_runtime) and give the container "

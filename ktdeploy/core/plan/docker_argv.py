@@ -87,8 +87,10 @@ IMAGE_CHECK_SECONDS = 1200   # the check container stops itself after this, even
 def image_check(image: str, *, name: str, gpus: list[int] | None, memlock: bool = True, user: str | None = None,
                 seconds: int = IMAGE_CHECK_SECONDS) -> list[str]:
     """``docker run --detach --rm`` of ``image`` with the training container's flags (``training_flags``), idle
-    (``sleep``) so that doctor can look inside it (facts, probes, the stack probe) and then remove it."""
-    return ["docker", "run", "--detach", "--rm", "--name", name, "--label", "ktdeploy.role=image-check",
+    (``sleep``) so that doctor can look inside it (facts, probes, the stack probe) and then remove it. Never pulls:
+    the image is checked where it already is."""
+    return ["docker", "run", "--detach", "--rm", "--pull", "never", "--name", name,
+            "--label", "ktdeploy.role=image-check",
             *training_flags(gpus=gpus, memlock=memlock, user=user), "--env", "PYTHONUNBUFFERED=1",
             "--entrypoint", "sleep", "--", image, str(seconds)]
 
