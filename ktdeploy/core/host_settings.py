@@ -90,6 +90,12 @@ class HostSettings(BaseModel):
             argv += ["--variant", self.isa]
         return argv + self.waive_args()
 
+    def image_check_argv(self, image: str) -> list[str]:
+        """`ktdeploy doctor --image IMAGE` arguments (the container readiness check, ansible's ktsft_image role):
+        JSON report, this host's GPUs (the training container's) and waivers."""
+        gpus = ["--gpus", ",".join(str(g) for g in self.gpus)] if self.gpus else []
+        return ["doctor", "--json", "--image", image, *gpus, *self.waive_args()]
+
     def up_argv(self, recipe: str, *, detach: bool = False, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
         """`ktdeploy up` arguments on the host itself: the same overrides and waivers doctor was given."""
         return ["up", "--host", "localhost", "--no-progress", *(["--detach"] if detach else []), str(recipe),

@@ -367,9 +367,15 @@ def _image_check_step(j: _Job) -> Step:
     the layer checks, Python.h, torch, CUDA, one Triton kernel. Its failures (less --waive) stop `up` (exit 1)."""
     name = f"{j.name}-imgcheck"
     params = {"image": j.image, "name": name, "gpus": list(j.gpus or []), "memlock": j.memlock, "user": j.user}
+    c = j.state.container
+    # a training container that runs (or ran to the end) on this host: the image has shown it works here, and a
+    # second container on its GPUs would disturb it
+    ran = c is not None and (c.running or c.succeeded)
     return Step("image.check", f"{j.image} ready in a training container", action=StepAction.IMAGE_CHECK,
                 argv=tuple(dk.image_check(j.image, name=name, gpus=j.gpus, memlock=j.memlock, user=j.user)),
-                why="doctor inside the image with the training flags: AMX/ISA, shm, memlock, GPUs, driver, Python.h, "
+                satisfied=ran,
+                why=f"the training container {c.describe()}" if ran and c is not None else
+                    "doctor inside the image with the training flags: AMX/ISA, shm, memlock, GPUs, driver, Python.h, "
                     "torch, CUDA, one Triton kernel", timeout=600, params=params,
                 fix="Fix the image (`ktdeploy image build`) or the host, or --waive the check by name.")
 
