@@ -1,11 +1,10 @@
 """up's IMAGE image.check step: the executor runs controller/image_check.image_doctor with the step's parameters
 (the training container's GPUs, user, memlock) and the plan's waivers; a failed check stops up (CheckFailed,
-exit 1). The host side is a FakeConnector that scripts docker and the container's answers."""
+exit 1). image_doctor itself is proven against real images in tests/integration/test_image_check.py."""
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,6 @@ from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.errors import CheckFailed
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
-
-DATA = Path(__file__).resolve().parents[1] / "facts" / "data" / "stack"
 
 
 def _plan(waived=()) -> tuple[Plan, Step]:
@@ -68,12 +65,12 @@ def test_waived_checks_pass_and_the_step_parameters_are_the_training_containers(
 
 def test_plan_argv_is_what_image_doctor_runs():
     """The dry-run plan shows the docker run that image_doctor starts: both from docker_argv.image_check."""
-    from ktdeploy.core.plan import docker_argv as dk
     from ktdeploy.core.plan import UpOptions, build_plan
+    from ktdeploy.core.plan import docker_argv as dk
     from tests.unit.plan.test_build import facts, recipe, state
 
     p = build_plan(recipe(), facts(), state(), UpOptions())
-    s = dict((st.id, st) for _, st in p.steps())["image.check"]
+    s = {st.id: st for _, st in p.steps()}["image.check"]
     pr = s.params
     assert list(s.argv) == dk.image_check(pr["image"], name=pr["name"], gpus=pr["gpus"] or None,
                                           memlock=pr["memlock"], user=pr["user"])
