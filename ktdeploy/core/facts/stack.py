@@ -19,6 +19,17 @@ TRITON_TIMEOUT_S = 240      # one Triton kernel: compile (gcc on driver.c, ptxas
 STACK_PROBE = r'''
 import json, os, signal, sys, sysconfig
 MARK = "KTDEPLOY_STACK "
+KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(o_ptr + i, tl.load(x_ptr + i, mask=m) + tl.load(y_ptr + i, mask=m), mask=m)
+"""
 out = {"python": sys.version.split()[0], "executable": sys.executable, "gpus_asked": int(sys.argv[1])}
 def err(e):
     return (type(e).__name__ + ": " + str(e)).strip()[:600]
@@ -48,9 +59,11 @@ if t["present"]:
     except Exception as e:
         c["available"] = False
         c["error"] = err(e)
+    import shutil, tempfile
+    d = tempfile.mkdtemp(prefix="ktdeploy-stack-")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(d, "cache")   # a fresh cache: Triton really compiles
     try:
         import triton
-        import triton.language as tl
         tr.update(present=True, version=triton.__version__)
     except Exception as e:
         tr["error"] = err(e)
@@ -60,14 +73,18 @@ if t["present"]:
         signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(int(float(sys.argv[2])))
         try:
-            @triton.jit
-            def _add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
-                i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-                m = i < n
-                tl.store(o_ptr + i, tl.load(x_ptr + i, mask=m) + tl.load(y_ptr + i, mask=m), mask=m)
+            # @triton.jit reads its function's source: the kernel lives in a file (not `python -c`); compiling it
+            # builds Triton's launcher (driver.c, which includes Python.h)
+            import importlib.util
+            src = os.path.join(d, "ktdeploy_stack_kernel.py")
+            with open(src, "w") as f:
+                f.write(KERNEL)
+            spec = importlib.util.spec_from_file_location("ktdeploy_stack_kernel", src)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
             x = torch.arange(1000, device="cuda", dtype=torch.float32)
             o = torch.empty_like(x)
-            _add[(4,)](x, x, o, 1000, BLOCK=256)
+            mod.add[(4,)](x, x, o, 1000, BLOCK=256)
             torch.cuda.synchronize()
             tr["ran"] = bool(torch.equal(o, x * 2))
             if not tr["ran"]:
@@ -76,6 +93,7 @@ if t["present"]:
             tr["error"] = err(e)
         finally:
             signal.alarm(0)
+    shutil.rmtree(d, ignore_errors=True)
 print(MARK + json.dumps(out, sort_keys=True), flush=True)
 '''
 
