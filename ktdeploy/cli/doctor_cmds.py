@@ -85,6 +85,9 @@ def doctor_cmd(
     if gpus is not None:
         from ktdeploy.core.errors import UsageError
 
+        if not image:
+            raise UsageError("--gpus is the GPUs the --image container gets", fix="Pass --image IMAGE with it.")
+
         try:
             gpu_list = [int(g) for g in gpus.split(",") if g.strip()]
         except ValueError:
