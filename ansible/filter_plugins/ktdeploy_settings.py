@@ -58,6 +58,10 @@ def ktdeploy_doctor_argv(settings, recipe=None) -> list[str]:
     return _settings(settings).doctor_argv(recipe or None)
 
 
+def ktdeploy_image_check_argv(settings, image) -> list[str]:
+    return _settings(settings).image_check_argv(str(image))
+
+
 def ktdeploy_up_argv(settings, recipe, detach=False, extra=()) -> list[str]:
     return _settings(settings).up_argv(recipe, detach=bool(detach), extra=list(extra or ()))
 
@@ -70,4 +74,5 @@ def ktdeploy_launch_record(settings, recipe) -> str:
 class FilterModule:
     def filters(self):
         return {"ktdeploy_settings": ktdeploy_settings, "ktdeploy_doctor_argv": ktdeploy_doctor_argv,
+                "ktdeploy_image_check_argv": ktdeploy_image_check_argv,
                 "ktdeploy_up_argv": ktdeploy_up_argv, "ktdeploy_launch_record": ktdeploy_launch_record}

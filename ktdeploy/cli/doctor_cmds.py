@@ -10,6 +10,8 @@ import typer
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_checks, print_json
 
+VARIANTS = ("amx", "avx512", "avx2")
+
 
 def _summary_line(report) -> str:
     f = report.facts
@@ -27,8 +29,16 @@ def doctor_cmd(
     recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="Also check the host against this recipe."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE (with --recipe), "
                                                      "repeatable; e.g. --set deploy.image=avx512."),
-    image: Optional[str] = typer.Option(None, "--image", help="Also check that this image variant (amx, avx512, "
-                                                              "avx2) runs here (image.variant); ansible's ktsft_isa."),
+    image: Optional[str] = typer.Option(None, "--image", help="Container readiness: run this image (e.g. ktsft:amx) "
+                                                              "on the host with the training container's flags and "
+                                                              "check inside it (layer checks + stack.*: Python.h, "
+                                                              "torch, CUDA, one Triton kernel). A bare amx, avx512 "
+                                                              "or avx2 means --variant (kept for compatibility)."),
+    variant: Optional[str] = typer.Option(None, "--variant", help="Also check that this image variant (amx, avx512, "
+                                                                  "avx2) runs here (image.variant); ansible's "
+                                                                  "ktsft_isa."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="With --image: the GPUs the container gets, e.g. 0,1 "
+                                                            "(default: the recipe's deploy.gpus, else every GPU)."),
     container: Optional[str] = typer.Option(None, "--container",
                                             help="A running container on that host to compare with it (layer.* checks)."),
     as_json: bool = typer.Option(False, "--json", help="Print {schema_version, facts, checks, ...} as JSON."),
@@ -60,21 +70,49 @@ def doctor_cmd(
     if not host.startswith("docker://") and host not in ("localhost", "local"):
         opts = {"key": str(ssh_key) if ssh_key else None, "known_hosts": str(known_hosts) if known_hosts else None,
                 "accept_new_host_key": accept_new_host_key or None}
+    if image in VARIANTS:   # the former meaning of --image: an ISA variant
+        variant, image = variant or image, None
+    if variant is not None and variant not in VARIANTS:
+        from ktdeploy.core.errors import UsageError
+
+        raise UsageError(f"--variant {variant!r} is not a variant", fix="Use amx, avx512 or avx2.")
+    if image and container:
+        from ktdeploy.core.errors import UsageError
+
+        raise UsageError("--image and --container both name the container to check",
+                         fix="Pass --image IMAGE (started for the check) or --container NAME (already running).")
+    gpu_list = None
+    if gpus is not None:
+        from ktdeploy.core.errors import UsageError
+
+        if not image:
+            raise UsageError("--gpus is the GPUs the --image container gets", fix="Pass --image IMAGE with it.")
+
+        try:
+            gpu_list = [int(g) for g in gpus.split(",") if g.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus {gpus!r} is not a list of GPU indices", fix="e.g. --gpus 0,1") from None
     conn = connect(host, **opts)
     inner = None
     try:
         if container:
             via = None if host in ("localhost", "local") else conn
             inner = DockerExecConnector(container, via=via)
-        # this host: the facts the image's entrypoint already gathered for its ISA gate (gathered here otherwise)
-        local = host in ("localhost", "local", "")
-        if local:
-            from ktdeploy.controller.local_host import local_raw
-        report = doctor(conn, rec, container=inner, host_raw=local_raw() if local else None)
         if image:
+            from ktdeploy.controller.image_check import image_doctor
+            from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+
+            report = image_doctor(conn, image, recipe=rec, gpus=gpu_list, memlock=MEMLOCK_WAIVER not in waive)
+        else:
+            # this host: the facts the image's entrypoint already gathered for its ISA gate (gathered here otherwise)
+            local = host in ("localhost", "local", "")
+            if local:
+                from ktdeploy.controller.local_host import local_raw
+            report = doctor(conn, rec, container=inner, host_raw=local_raw() if local else None)
+        if variant:
             from ktdeploy.core.checks.isa import variant_check
 
-            vc = variant_check(report.facts, image)
+            vc = variant_check(report.facts, variant)
             vc.name, vc.layer = "image.variant", report.facts.layer
             report.checks.append(vc)
     finally:

@@ -276,6 +276,8 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
                                     "(same arguments) to follow it."
         e.fix = (e.fix or "") + f" See it now: `ktdeploy status --host {host}`."
         raise _fail(record, "detached", e) from None
+    except CheckFailed as e:   # IMAGE's image.check: doctor in the image failed (exit 1, like PREFLIGHT's)
+        raise _fail(record, "failed", e) from None
     except StepError as e:
         cur = record.status().get("state")
         raise _fail(record, "crashed" if cur == "crashed" else "failed", e) from None

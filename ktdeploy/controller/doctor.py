@@ -54,16 +54,30 @@ def _runtime_checks(facts: HostFacts, recipe=None, req=None) -> list[CheckResult
     return out
 
 
-def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None = None,
-               data_facts: DataFacts | None = None) -> list[CheckResult]:
-    """Pure: every check on the host facts (+ the container's and the layer comparison, + the recipe's data and
-    weights when given)."""
-    planned = resources.recipe_plan(recipe) if recipe is not None else None   # the planner runs once per doctor run
+def _requirements(facts: HostFacts, recipe, planned=...):
     req = resources.recipe_requirements(recipe, facts, planned) if recipe is not None else None
     if req is not None and str(req.basis.get("host_memory", "")).startswith("planner"):
         # plan.host_memory / plan.gpu_memory / plan.disk gate on the planner's figures (with the knob that brings a
         # shortfall under); the capacity checks then only report capacity, so one shortfall fails once.
         req = dataclasses.replace(req, host_memory_bytes=None, gpu_memory_mib=None, output_disk_bytes=None)
+    return req
+
+
+def container_checks(facts: HostFacts, container_facts: HostFacts, recipe=None, req=None) -> list[CheckResult]:
+    """Pure: the runtime checks on the training container's facts (layer "container") and the layer comparison
+    with its host's."""
+    inner = _runtime_checks(container_facts, recipe, req if req is not None else _requirements(facts, recipe))
+    for r in inner:
+        r.layer = "container"
+    return inner + layers.layer_checks(facts, container_facts)
+
+
+def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None = None,
+               data_facts: DataFacts | None = None) -> list[CheckResult]:
+    """Pure: every check on the host facts (+ the container's and the layer comparison, + the recipe's data and
+    weights when given)."""
+    planned = resources.recipe_plan(recipe) if recipe is not None else None   # the planner runs once per doctor run
+    req = _requirements(facts, recipe, planned)
     out = _runtime_checks(facts, recipe, req)
     out += resources.docker_checks(facts)
     if recipe is not None and req is not None:
@@ -71,11 +85,7 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
     if recipe is not None:
         out += plan_check_results(recipe, facts, planned=planned)
     if container_facts is not None:
-        inner = _runtime_checks(container_facts, recipe, req)
-        for r in inner:
-            r.layer = "container"
-        out += inner
-        out += layers.layer_checks(facts, container_facts)
+        out += container_checks(facts, container_facts, recipe, req)
     if recipe is not None and data_facts is not None:
         for r in data.data_checks(dict(recipe.train), recipe.weight_setup(), data_facts):
             r.layer = r.layer or facts.layer

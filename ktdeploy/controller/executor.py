@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ktdeploy.controller.follow import LogEntry, describe, latest
+from ktdeploy.controller.image_check import image_doctor
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core import markers
 from ktdeploy.core import run_record as rr
-from ktdeploy.core.errors import ConnectError, KtdeployError, StepError
+from ktdeploy.core.checks.gate import gate
+from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, StepError
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
@@ -171,11 +173,36 @@ class Executor:
         self.record.event("step_done", stage=stage.name, step=s.id, seconds=round(time.monotonic() - t0, 3))
 
     # -- actions --------------------------------------------------------------------------------
+    def _do_image_check(self, stage: Stage, s: Step) -> None:
+        """doctor in the image with the training flags (the one implementation: controller/image_check.py); its
+        failed checks, less the plan's waivers, stop `up` with doctor's report (CheckFailed: exit 1)."""
+        p = s.params
+        report = image_doctor(self.conn, p["image"], recipe=self.recipe, gpus=list(p.get("gpus") or []),
+                              user=p.get("user") or "", memlock=bool(p.get("memlock", True)), name=p.get("name"),
+                              host_facts=self.facts, host_checks=False)
+        report.waived = tuple(self.plan.waived)
+        g = gate(report.checks, self.plan.waived)
+        self.record.event("image_check", image=p["image"], summary=report.summary(),
+                          failed=[c.name for c in g.blocking], waived=[c.name for c in g.waived],
+                          checks=[c.model_dump(mode="json") for c in report.checks])
+        for c in g.waived:
+            self.say(f"  [yellow]waived[/yellow] {c.name} ({c.layer}): {c.detail}")
+        if g.blocking:
+            self.record.event("step_failed", stage=stage.name, step=s.id,
+                              message=f"{len(g.blocking)} check(s) failed in {p['image']}")
+            raise CheckFailed(f"{stage.name}: {p['image']} is not ready on {self.plan.host}: "
+                              f"{report.summary_text()}; nothing was trained",
+                              results=g.blocking, key="image.check",
+                              fix="Fix the checks listed below (the image: `ktdeploy image build`; the host: "
+                                  "`ktdeploy doctor --image " + p["image"] + "`), or --waive NAME.")
+        self.say(f"  image check: {report.summary_text()}")
+
     def handlers(self) -> dict[StepAction, Callable[[Stage, Step], None]]:
         """One handler per StepAction (a test checks none is missing)."""
         return {StepAction.RUN: self._do_run, StepAction.PUT: self._do_put, StepAction.PUT_SECRET: self._do_put_secret,
                 StepAction.FETCH: self._do_fetch, StepAction.FOLLOW: self._do_follow, StepAction.FAIL: self._do_fail,
-                StepAction.WAIT_RUNNING: self._do_wait_running, StepAction.WAIT_HTTP: self._do_wait_http}
+                StepAction.WAIT_RUNNING: self._do_wait_running, StepAction.WAIT_HTTP: self._do_wait_http,
+                StepAction.IMAGE_CHECK: self._do_image_check}
 
     @staticmethod
     def _argv(s: Step) -> list[str]:

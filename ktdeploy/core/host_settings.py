@@ -82,13 +82,19 @@ class HostSettings(BaseModel):
 
     def doctor_argv(self, recipe: str | None) -> list[str]:
         """`ktdeploy doctor` arguments (after the program): JSON report, the recipe with this host's overrides
-        (or, without a recipe, the ISA override as --image) and this host's waivers."""
+        (or, without a recipe, the ISA override as --variant) and this host's waivers."""
         argv = ["doctor", "--json"]
         if recipe:
             argv += ["--recipe", str(recipe), *self.set_args()]
         elif self.isa != "auto":
-            argv += ["--image", self.isa]
+            argv += ["--variant", self.isa]
         return argv + self.waive_args()
+
+    def image_check_argv(self, image: str) -> list[str]:
+        """`ktdeploy doctor --image IMAGE` arguments (the container readiness check, ansible's ktsft_image role):
+        JSON report, this host's GPUs (the training container's) and waivers."""
+        gpus = ["--gpus", ",".join(str(g) for g in self.gpus)] if self.gpus else []
+        return ["doctor", "--json", "--image", image, *gpus, *self.waive_args()]
 
     def up_argv(self, recipe: str, *, detach: bool = False, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
         """`ktdeploy up` arguments on the host itself: the same overrides and waivers doctor was given."""

@@ -16,7 +16,6 @@ ktdeploy_waive_checks, ktdeploy_recipe_set) are applied exactly as the fleet's p
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -64,32 +63,24 @@ def run_doctor(host, config) -> dict:
     conn = TestinfraConnector(host)
     recipe = config.getoption("--kt-recipe")
     image = config.getoption("--kt-image")
-    if image:
-        from ktdeploy.core.plan.docker_argv import gpu_flags, runtime_flags
+    from ktdeploy.core.recipe import load_recipe
 
-        argv = ["docker", "run", "--rm", "--network", "none", *runtime_flags(memlock=False),
-                *gpu_flags(list(settings.gpus))]
-        inner = None
-        if recipe:
-            remote = f"/tmp/ktdeploy-infra-{Path(recipe).name}"
-            conn.put_file(recipe, remote, 0o644)
-            inner = f"/recipe/{Path(recipe).name}"
-            argv += ["-v", f"{remote}:{inner}:ro"]
-        argv += [image, *settings.doctor_argv(inner)]
-        r = conn.run(argv, timeout=timeout)
-        if not r.stdout.strip().startswith("{"):
-            raise pytest.UsageError(f"doctor in {image} on {key} gave no report (exit {r.rc}): "
-                                    f"{(r.stderr or r.stdout).strip()[-800:]}")
-        report = json.loads(r.stdout)
+    rec = load_recipe(recipe, settings.overrides()) if recipe else None
+    conn.default_timeout = timeout
+    if image:
+        # the one container readiness check (`ktdeploy doctor --image`, up's image.check, ansible's ktsft_image):
+        # the image started with the training container's flags (core/plan/docker_argv.image_check)
+        from ktdeploy.controller.image_check import image_doctor
+        from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+
+        rep = image_doctor(conn, image, recipe=rec, gpus=list(settings.gpus) or None,
+                           memlock=MEMLOCK_WAIVER not in settings.waive)
     else:
         from ktdeploy.controller.doctor import doctor
-        from ktdeploy.core.recipe import load_recipe
 
-        rec = load_recipe(recipe, settings.overrides()) if recipe else None
-        conn.default_timeout = timeout
         rep = doctor(conn, rec)
-        rep.waived = settings.waive
-        report = rep.to_json()
+    rep.waived = settings.waive
+    report = rep.to_json()
     _REPORTS[key] = report
     return report
 

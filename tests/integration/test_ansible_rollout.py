@@ -9,6 +9,7 @@ cpu.amx.cpuid (which sees through the hidden AMX on an AMX machine).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -150,6 +151,21 @@ def test_a_stale_image_is_updated_then_left_alone(rollout):
     assert host_id(rollout["ref"]) == rollout["id"]
     rc, out, rows = playbook(rollout["inv"], "-e", "preflight_wheelhouse_build=false", summary=rollout["tmp"] / "u2.json")
     assert rc == 0 and recap(out)["roll-ok"]["changed"] == 0, out[-4000:]
+
+
+def test_the_image_check_fails_a_host_whose_image_cannot_run(rollout):
+    """ktsft_image runs `ktdeploy doctor --image REF --json` on the host after the rollout (the training flags,
+    the host's waivers): the rolled-out tarball image holds no program (not even `sleep`), so image.run fails the
+    host with doctor's detail; waived (ktdeploy_waive_checks, as doctor's --waive) the host passes."""
+    rc, out, rows = playbook(rollout["inv"], "-e", "preflight_wheelhouse_build=false", "-e", "ktsft_image_check=true",
+                             summary=rollout["tmp"] / "chk1.json")
+    assert rc != 0 and "is not ready on roll-ok" in out and "image.run (container)" in out, out[-4000:]
+    assert rows["roll-ok"]["status"].startswith("FAILED ktsft_image"), rows
+    waive = json.dumps({"ktdeploy_waive_checks": [*WAIVE, "image.run"], "ktsft_image_check": True})
+    rc, out, rows = playbook(rollout["inv"], "-e", "preflight_wheelhouse_build=false", "-e", waive,
+                             summary=rollout["tmp"] / "chk2.json")
+    assert rc == 0, out[-4000:]
+    assert "ok: [roll-ok]" in out.split("TASK [ktsft_image : Check the image in a training container")[1].split("TASK [")[0]
 
 
 def local_debs() -> list[Path]:

@@ -30,7 +30,8 @@ from tests.integration.hosts import docker, host_pool  # noqa: E402, F401  (fixt
 pytestmark = pytest.mark.docker
 
 SHM = ["--shm-size", "2g"]  # a training host's /dev/shm (doctor's memory.shm wants >= 1 GiB)
-WAIVE = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime", "docker.memlock")
+# stack.torch: the fake trainer image (a test double FROM the base image) has no torch; IMAGE's image.check says so
+WAIVE = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime", "docker.memlock", "stack.torch")
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +110,11 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     rec = res.record
     st = rec.status()
     assert st["state"] == "finished" and st["waived"] == list(WAIVE)
+    # IMAGE ran the container readiness check in the image with the training flags (waivers applied)
+    (chk,) = events(rec, "image_check")
+    by = {c["name"]: c["status"] for c in chk["checks"]}
+    assert chk["failed"] == [] and set(chk["waived"]) == {"gpu.present", "gpu.count_vs_recipe", "stack.torch"}, chk
+    assert by["image.run"] == "pass" and by["stack.python_headers"] == "pass" and by["memory.shm"] == "pass"
     assert not list(root.glob("pwned*")) and not (REPO / "pwned4").exists()
     # training ran in the container through the real docker engine, LlamaFactory's files are on the volume
     lines = [json.loads(x) for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
@@ -210,6 +216,19 @@ def test_docker_without_nvidia_runtime_fails_clearly_unless_waived(env):
     assert r.returncode == 4, (r.stdout, r.stderr)
     assert "nvidia-container-toolkit" in r.stderr and "Traceback" not in r.stderr
     assert not Path(out).exists()
+
+
+def test_image_check_stops_up_before_training(env):
+    """Without the stack.torch waiver the fake trainer image (no torch) fails IMAGE's image.check: up stops with
+    doctor's report and exit 1, and no training container is created."""
+    host = env["hosts"]["second"]
+    out = f"{env['root']}/out/imgcheck"
+    r = cli("up", "--host", host.target, *[a for w in WAIVE if w != "stack.torch" for a in ("--waive", w)],
+            *[a for s in sets(env, out) for a in ("--set", s)], *ssh_args(env))
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "stack.torch" in r.stderr and "not ready" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    ps = docker("ps", "-a", "--filter", f"label=ktdeploy.output={out}", "--format", "{{.ID}}", check=False).stdout
+    assert ps.strip() == "" and not Path(out, "trainer_log.jsonl").exists()
 
 
 def test_missing_model_and_full_disk_stop_at_doctor(env):

@@ -37,7 +37,7 @@ def test_overrides_apply_to_a_real_recipe(tmp_path):
 
 
 def test_without_recipe_doctor_checks_the_isa_override():
-    assert HostSettings(isa="amx").doctor_argv(None) == ["doctor", "--json", "--image", "amx"]
+    assert HostSettings(isa="amx").doctor_argv(None) == ["doctor", "--json", "--variant", "amx"]
     assert HostSettings().doctor_argv("") == ["doctor", "--json"]
 
 
@@ -57,3 +57,10 @@ def test_launch_record_is_keyed_on_recipe_content_and_settings(tmp_path):
     assert launch_record_name(r, HostSettings(gpus=(0, 1))) != base        # other GPUs: a new launch
     r.write_text("a: 2\n")
     assert launch_record_name(r, HostSettings(gpus=(0,))) != base          # edited recipe: a new launch
+
+
+def test_image_check_argv_carries_the_hosts_gpus_and_waivers():
+    s = HostSettings(gpus=(0, 1), waive=("gpu.present", "stack.cuda"))
+    assert s.image_check_argv("ktsft:amx") == ["doctor", "--json", "--image", "ktsft:amx", "--gpus", "0,1",
+                                               "--waive=gpu.present", "--waive=stack.cuda"]
+    assert HostSettings().image_check_argv("r/x@sha256:ab") == ["doctor", "--json", "--image", "r/x@sha256:ab"]

@@ -351,6 +351,8 @@ def _image_stage(j: _Job) -> Stage:
         im.append(Step("image.verify", f"{image} is present after loading", action=StepAction.FAIL, probe=probe,
                        why=f"the tarball did not hold {image}",
                        fix=f"Make the tarball with `ktdeploy image save` including {image}."))
+    if j.state.image_id or (j.deploy.registry and j.variant is not None) or opts.image_tar:
+        im.append(_image_check_step(j))
     else:
         im.append(Step("image.present", f"image {image}", action=StepAction.FAIL,
                        why=f"{image} is not on the host and there is no way to get it there ({j.image_how})",
@@ -358,6 +360,24 @@ def _image_stage(j: _Job) -> Stage:
                            f"it), pass --image-tar FILE made by `ktdeploy image save`, or set deploy.registry to a "
                            f"registry the host can pull {image} from."))
     return Stage("IMAGE", f"image {image}", tuple(im))
+
+
+def _image_check_step(j: _Job) -> Step:
+    """doctor in the image on the host, started with the training container's flags (the same GPUs, user, memlock):
+    the layer checks, Python.h, torch, CUDA, one Triton kernel. Its failures (less --waive) stop `up` (exit 1)."""
+    name = f"{j.name}-imgcheck"
+    params = {"image": j.image, "name": name, "gpus": list(j.gpus or []), "memlock": j.memlock, "user": j.user}
+    c = j.state.container
+    # a training container that runs (or ran to the end) on this host: the image has shown it works here, and a
+    # second container on its GPUs would disturb it
+    ran = c is not None and (c.running or c.succeeded)
+    return Step("image.check", f"{j.image} ready in a training container", action=StepAction.IMAGE_CHECK,
+                argv=tuple(dk.image_check(j.image, name=name, gpus=j.gpus, memlock=j.memlock, user=j.user)),
+                satisfied=ran,
+                why=f"the training container {c.describe()}" if ran and c is not None else
+                    "doctor inside the image with the training flags: AMX/ISA, shm, memlock, GPUs, driver, Python.h, "
+                    "torch, CUDA, one Triton kernel", timeout=600, params=params,
+                fix="Fix the image (`ktdeploy image build`) or the host, or --waive the check by name.")
 
 
 def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:

@@ -51,11 +51,17 @@ def labels(job: str, run_id: str, role: str, output_dir: str) -> list[str]:
             "--label", f"ktdeploy.output={output_dir}"]
 
 
+def training_flags(*, gpus: list[int] | None, memlock: bool = True, user: str | None = None) -> list[str]:
+    """The flags that make a container a training container (user, GPUs, IPC/SYS_NICE/memlock): the training run,
+    the tune trials and the image readiness check (``image_check``) all take them from here."""
+    return [*user_flags(user), *gpu_flags(gpus), *runtime_flags(memlock)]
+
+
 def _create_trainer(role: str, *, name: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
                     memlock: bool, user: str | None) -> list[str]:
     """`docker create` up to the image: what every container that trains (the run, the tune trials) needs."""
-    return ["docker", "create", "--name", name, *labels(name, run_id, role, output_dir), *user_flags(user),
-            *gpu_flags(gpus), *runtime_flags(memlock),
+    return ["docker", "create", "--name", name, *labels(name, run_id, role, output_dir),
+            *training_flags(gpus=gpus, memlock=memlock, user=user),
             *mount(volumes.model, readonly=True), *mount(volumes.data), *mount(volumes.output),
             "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1"]
 
@@ -73,6 +79,20 @@ def create_tune(*, name: str, image: str, run_id: str, volumes, output_dir: str,
     return [*_create_trainer("tune", name=name, run_id=run_id, volumes=volumes, output_dir=output_dir, gpus=gpus,
                              memlock=memlock, user=user),
             "--", image, "tune", CONTAINER_RECIPE, "--workdir", workdir, "--budget-minutes", f"{budget_minutes:g}"]
+
+
+IMAGE_CHECK_SECONDS = 1200   # the check container stops itself after this, even if the controller is gone
+
+
+def image_check(image: str, *, name: str, gpus: list[int] | None, memlock: bool = True, user: str | None = None,
+                seconds: int = IMAGE_CHECK_SECONDS) -> list[str]:
+    """``docker run --detach --rm`` of ``image`` with the training container's flags (``training_flags``), idle
+    (``sleep``) so that doctor can look inside it (facts, probes, the stack probe) and then remove it. Never pulls:
+    the image is checked where it already is."""
+    return ["docker", "run", "--detach", "--rm", "--pull", "never", "--name", name,
+            "--label", "ktdeploy.role=image-check",
+            *training_flags(gpus=gpus, memlock=memlock, user=user), "--env", "PYTHONUNBUFFERED=1",
+            "--entrypoint", "sleep", "--", image, str(seconds)]
 
 
 def start_attached(name: str) -> list[str]:

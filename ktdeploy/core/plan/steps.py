@@ -24,6 +24,7 @@ class StepAction(StrEnum):
     FAIL = "fail"                  # stop `up` with the step's why/fix
     WAIT_RUNNING = "wait_running"  # the container is still running a few seconds after start
     WAIT_HTTP = "wait_http"        # poll a readiness probe
+    IMAGE_CHECK = "image_check"    # doctor inside the image started with the training flags (controller/image_check)
 
 
 Action = StepAction   # the former Literal's name

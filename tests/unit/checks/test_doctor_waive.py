@@ -44,3 +44,10 @@ def test_set_without_recipe_is_a_usage_error():
     r = subprocess.run([sys.executable, "-m", "ktdeploy", "doctor", "--set", "deploy.image=avx512"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "--set needs --recipe" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_image_options_are_checked_before_reaching_a_host():
+    for args, words in ((["--gpus", "0,1"], "--image"), (["--image", "ktsft:amx", "--gpus", "a,b"], "GPU indices"),
+                        (["--variant", "sse4"], "not a variant")):
+        r = _doctor(*args)
+        assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
