@@ -17,8 +17,8 @@ from ktdeploy.controller.connectors.docker import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.controller.doctor import DoctorReport, container_checks, gather_data, run_checks
 from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import resources
-from ktdeploy.core.checks.result import CheckResult
 from ktdeploy.core.checks.stack import stack_checks
 from ktdeploy.core.errors import ConnectError
 from ktdeploy.core.facts.stack import TRITON_TIMEOUT_S, StackFacts, parse_stack_output, probe_argv

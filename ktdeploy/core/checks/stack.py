@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.facts.stack import StackFacts
 
 LAYER = "container"

@@ -12,7 +12,7 @@ from ktdeploy.controller import executor as executor_mod
 from ktdeploy.controller.doctor import DoctorReport
 from ktdeploy.controller.executor import Executor
 from ktdeploy.controller.runs import RunRecord
-from ktdeploy.core.checks.result import CheckResult
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import CheckFailed
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
