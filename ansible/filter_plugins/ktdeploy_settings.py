@@ -62,6 +62,13 @@ def ktdeploy_image_check_argv(settings, image) -> list[str]:
     return _settings(settings).image_check_argv(str(image))
 
 
+def ktdeploy_doctor_in_image_argv(settings, image, recipe=None) -> list[str]:
+    """The whole `docker run … IMAGE doctor --json …` (preflight in image mode): the training container's flags
+    from ktdeploy.core.plan.docker_argv; ``recipe`` = [host path, container path] or none."""
+    pair = (str(recipe[0]), str(recipe[1])) if recipe else None
+    return _settings(settings).doctor_in_image_argv(str(image), pair)
+
+
 def ktdeploy_up_argv(settings, recipe, detach=False, extra=()) -> list[str]:
     return _settings(settings).up_argv(recipe, detach=bool(detach), extra=list(extra or ()))
 
@@ -75,4 +82,5 @@ class FilterModule:
     def filters(self):
         return {"ktdeploy_settings": ktdeploy_settings, "ktdeploy_doctor_argv": ktdeploy_doctor_argv,
                 "ktdeploy_image_check_argv": ktdeploy_image_check_argv,
+                "ktdeploy_doctor_in_image_argv": ktdeploy_doctor_in_image_argv,
                 "ktdeploy_up_argv": ktdeploy_up_argv, "ktdeploy_launch_record": ktdeploy_launch_record}

@@ -22,6 +22,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+from ktdeploy.core.plan.docker_argv import doctor_in_image
+
 ISA = Literal["auto", "amx", "avx512", "avx2"]
 VOLUMES = ("model", "data", "output")
 
@@ -95,6 +98,13 @@ class HostSettings(BaseModel):
         JSON report, this host's GPUs (the training container's) and waivers."""
         gpus = ["--gpus", ",".join(str(g) for g in self.gpus)] if self.gpus else []
         return ["doctor", "--json", "--image", image, *gpus, *self.waive_args()]
+
+    def doctor_in_image_argv(self, image: str, recipe: tuple[str, str] | None = None) -> list[str]:
+        """The whole `docker run … IMAGE doctor --json …` command for a host without a ktdeploy of its own (preflight
+        in image mode): the training container's flags with this host's GPUs (memlock unless docker.memlock is
+        waived, as `up` does), ``recipe`` = (host path, container path) mounted read-only, doctor_argv after."""
+        return doctor_in_image(image, self.doctor_argv(recipe[1] if recipe else None), gpus=list(self.gpus) or None,
+                               memlock=MEMLOCK_WAIVER not in self.waive, recipe=recipe)
 
     def up_argv(self, recipe: str, *, detach: bool = False, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
         """`ktdeploy up` arguments on the host itself: the same overrides and waivers doctor was given."""

@@ -64,3 +64,27 @@ def test_image_check_argv_carries_the_hosts_gpus_and_waivers():
     assert s.image_check_argv("ktsft:amx") == ["doctor", "--json", "--image", "ktsft:amx", "--gpus", "0,1",
                                                "--waive=gpu.present", "--waive=stack.cuda"]
     assert HostSettings().image_check_argv("r/x@sha256:ab") == ["doctor", "--json", "--image", "r/x@sha256:ab"]
+
+
+def test_preflight_in_image_mode_runs_doctor_with_the_training_containers_flags():
+    """ansible's preflight (image mode) starts the image's doctor with the flags `up` gives the training
+    container: the same GPUs, IPC, SYS_NICE and memlock (dropped only when docker.memlock is waived, as up does)."""
+    from ktdeploy.core.plan import docker_argv as dk
+    from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+
+    for waive, memlock in (([], True), ([MEMLOCK_WAIVER], False)):
+        s = HostSettings(gpus=[0, 2], waive=waive)
+        argv = s.doctor_in_image_argv("ktsft:amx", ("/srv/r.yaml", "/recipe/r.yaml"))
+        flags = dk.training_flags(gpus=[0, 2], memlock=memlock)
+        assert argv[:2] == ["docker", "run"] and argv[argv.index("--network") + 2:][:len(flags)] == flags
+        assert ("--ulimit" in argv) is memlock
+        train = dk.create_train(name="j", image="ktsft:amx", run_id="r", volumes=_Vols(), output_dir="/o",
+                                gpus=[0, 2], memlock=memlock)
+        assert all(f in train for f in flags)                       # the launched container has each flag
+        tail = argv[argv.index("--") + 1:]
+        assert tail == ["ktsft:amx", *s.doctor_argv("/recipe/r.yaml")]
+        assert "type=bind,source=/srv/r.yaml,target=/recipe/r.yaml,readonly" in argv
+
+
+class _Vols:
+    model, data, output = "/srv/models", "/srv/data", "/srv/output"

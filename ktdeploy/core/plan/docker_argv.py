@@ -95,6 +95,16 @@ def image_check(image: str, *, name: str, gpus: list[int] | None, memlock: bool 
             "--entrypoint", "sleep", "--", image, str(seconds)]
 
 
+def doctor_in_image(image: str, doctor_args: list[str], *, gpus: list[int] | None, memlock: bool = True,
+                    recipe: tuple[str, str] | None = None) -> list[str]:
+    """``docker run --rm`` of the image's own doctor (``IMAGE doctor --json …``) with the training container's
+    flags (``training_flags``), for a host that has docker and the image but no ktdeploy of its own (ansible's
+    preflight in image mode); ``recipe`` = (host path, container path), mounted read-only."""
+    mounts = mount(recipe[0], recipe[1], readonly=True) if recipe else []
+    return ["docker", "run", "--rm", "--pull", "never", "--network", "none",
+            *training_flags(gpus=gpus, memlock=memlock), *mounts, "--", image, *doctor_args]
+
+
 def start_attached(name: str) -> list[str]:
     """Start and wait: docker's exit code is the container's."""
     return ["docker", "start", "--attach", "--", name]
