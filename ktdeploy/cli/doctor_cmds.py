@@ -39,6 +39,10 @@ def doctor_cmd(
                                                                   "ktsft_isa."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="With --image: the GPUs the container gets, e.g. 0,1 "
                                                             "(default: the recipe's deploy.gpus, else every GPU)."),
+    stack: bool = typer.Option(False, "--stack", help="Also run the stack probe where doctor runs (stack.*: Python.h, "
+                                                       "torch, CUDA vs the GPUs, one Triton kernel): inside an image "
+                                                       "on a host without ktdeploy (ansible preflight, image mode); "
+                                                       "--image runs it in the container for you."),
     container: Optional[str] = typer.Option(None, "--container",
                                             help="A running container on that host to compare with it (layer.* checks)."),
     as_json: bool = typer.Option(False, "--json", help="Print {schema_version, facts, checks, ...} as JSON."),
@@ -109,6 +113,15 @@ def doctor_cmd(
             if local:
                 from ktdeploy.controller.local_host import local_raw
             report = doctor(conn, rec, container=inner, host_raw=local_raw() if local else None)
+        if stack and not image:   # --image already ran it inside the container
+            from ktdeploy.controller.image_check import PROBE_TIMEOUT_S
+            from ktdeploy.core.checks.stack import stack_checks
+            from ktdeploy.core.facts.stack import parse_stack_output, probe_argv
+
+            p = conn.run(probe_argv(report.facts.gpu.count), timeout=PROBE_TIMEOUT_S)
+            for c in stack_checks(parse_stack_output(p.stdout, p.rc, p.stderr)):
+                c.layer = report.facts.layer
+                report.checks.append(c)
         if variant:
             from ktdeploy.core.checks.isa import variant_check
 

@@ -102,8 +102,11 @@ class HostSettings(BaseModel):
     def doctor_in_image_argv(self, image: str, recipe: tuple[str, str] | None = None) -> list[str]:
         """The whole `docker run … IMAGE doctor --json …` command for a host without a ktdeploy of its own (preflight
         in image mode): the training container's flags with this host's GPUs (memlock unless docker.memlock is
-        waived, as `up` does), ``recipe`` = (host path, container path) mounted read-only, doctor_argv after."""
-        return doctor_in_image(image, self.doctor_argv(recipe[1] if recipe else None), gpus=list(self.gpus) or None,
+        waived, as `up` does), ``recipe`` = (host path, container path) mounted read-only, doctor_argv + --stack after."""
+        # --stack: the image's own doctor also runs the stack probe (Python.h, torch, CUDA, one Triton kernel), so
+        # image mode checks what `ktdeploy doctor --image` checks
+        return doctor_in_image(image, [*self.doctor_argv(recipe[1] if recipe else None), "--stack"],
+                               gpus=list(self.gpus) or None,
                                memlock=MEMLOCK_WAIVER not in self.waive, recipe=recipe)
 
     def up_argv(self, recipe: str, *, detach: bool = False, extra: list[str] | tuple[str, ...] = ()) -> list[str]:

@@ -267,13 +267,14 @@ def test_preflight_in_image_mode(first_run, fleet):
         assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
     # the training container's flags include --ulimit memlock=-1, which this machine's engine may refuse (as for
     # up's test hosts): waived here, so the flag is left out as `up` leaves it out
-    waive = json.dumps({"ktdeploy_waive_checks": [*WAIVE, "docker.memlock"]})
+    # the reduced image is ktdeploy's CI image, without torch: the in-image stack probe says so (waived)
+    waive = json.dumps({"ktdeploy_waive_checks": [*WAIVE, "docker.memlock", "stack.torch"]})
     rc, out, rows = playbook(fleet["inv"], "--limit", "fleet-ok,localhost", "-e", "preflight_mode=image",
                              "-e", "ktdeploy_image_repo=ktsft-reduced", "-e", waive, "-v",
                              summary=fleet["tmp"] / "summary4.json", playbook_file="preflight.yml")
     assert rc == 0, out[-3000:]
     task = out.split("TASK [preflight : Run ktdeploy doctor]", 1)[1].split("TASK [", 1)[0]
-    assert "ktsft-reduced:avx2" in task and "SYS_NICE" in task and "--pull" in task, task[:2000]
+    assert "ktsft-reduced:avx2" in task and "SYS_NICE" in task and "--pull" in task and "--stack" in task, task[:2000]
     ship = out.split("TASK [preflight : Read the installed wheelhouse digest and the venv state]", 1)[1].split("TASK [", 1)[0]
     assert "skipping: [fleet-ok]" in ship  # nothing installed on the host in image mode
     assert rows["fleet-ok"]["status"] == "ok" and rows["fleet-ok"]["variant"] == machine_variant, rows

@@ -82,7 +82,7 @@ def test_preflight_in_image_mode_runs_doctor_with_the_training_containers_flags(
                                 gpus=[0, 2], memlock=memlock)
         assert all(f in train for f in flags)                       # the launched container has each flag
         tail = argv[argv.index("--") + 1:]
-        assert tail == ["ktsft:amx", *s.doctor_argv("/recipe/r.yaml")]
+        assert tail == ["ktsft:amx", *s.doctor_argv("/recipe/r.yaml"), "--stack"]
         assert "type=bind,source=/srv/r.yaml,target=/recipe/r.yaml,readonly" in argv
 
 
