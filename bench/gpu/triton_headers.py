@@ -19,17 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-KERNEL = """
-import torch, triton, triton.language as tl
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from ktdeploy.core.facts.stack import TRITON_KERNEL  # noqa: E402  (the kernel the stack probe runs)
 
-@triton.jit
-def add(x, y, o, n, B: tl.constexpr):
-    i = tl.program_id(0) * B + tl.arange(0, B)
-    m = i < n
-    tl.store(o + i, tl.load(x + i, mask=m) + tl.load(y + i, mask=m), mask=m)
-
+KERNEL = "import torch\n" + TRITON_KERNEL + """
 x = torch.randn(4096, device="cuda"); y = torch.randn_like(x); o = torch.empty_like(x)
-add[(4,)](x, y, o, 4096, B=1024)
+add[(4,)](x, y, o, 4096, BLOCK=1024)
 torch.cuda.synchronize()
 assert torch.allclose(o, x + y)
 print("TRITON_OK", triton.__version__)

@@ -15,11 +15,7 @@ from pydantic import BaseModel, Field
 MARKER = "KTDEPLOY_STACK "
 TRITON_TIMEOUT_S = 240      # one Triton kernel: compile (gcc on driver.c, ptxas) and run
 
-# argv[1]: the number of GPUs the container was given; argv[2]: seconds the Triton step may take.
-STACK_PROBE = r'''
-import json, os, signal, sys, sysconfig
-MARK = "KTDEPLOY_STACK "
-KERNEL = """
+TRITON_KERNEL = """
 import triton
 import triton.language as tl
 
@@ -30,6 +26,13 @@ def add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
     m = i < n
     tl.store(o_ptr + i, tl.load(x_ptr + i, mask=m) + tl.load(y_ptr + i, mask=m), mask=m)
 """
+"""The one Triton kernel the stack probe compiles and runs (also bench/gpu/triton_headers.py's)."""
+
+# argv[1]: the number of GPUs the container was given; argv[2]: seconds the Triton step may take.
+_PROBE = r'''
+import json, os, signal, sys, sysconfig
+MARK = "KTDEPLOY_STACK "
+KERNEL = __KERNEL__
 out = {"python": sys.version.split()[0], "executable": sys.executable, "gpus_asked": int(sys.argv[1])}
 def err(e):
     return (type(e).__name__ + ": " + str(e)).strip()[:600]
@@ -96,6 +99,7 @@ if t["present"]:
     shutil.rmtree(d, ignore_errors=True)
 print(MARK + json.dumps(out, sort_keys=True), flush=True)
 '''
+STACK_PROBE = _PROBE.replace("__KERNEL__", repr(TRITON_KERNEL), 1)
 
 
 class TorchFacts(BaseModel):
