@@ -114,12 +114,9 @@ def doctor_cmd(
                 from ktdeploy.controller.local_host import local_raw
             report = doctor(conn, rec, container=inner, host_raw=local_raw() if local else None)
         if stack and not image:   # --image already ran it inside the container
-            from ktdeploy.controller.image_check import PROBE_TIMEOUT_S
-            from ktdeploy.core.checks.stack import stack_checks
-            from ktdeploy.core.facts.stack import parse_stack_output, probe_argv
+            from ktdeploy.controller.image_check import stack_probe_checks
 
-            p = conn.run(probe_argv(report.facts.gpu.count), timeout=PROBE_TIMEOUT_S)
-            for c in stack_checks(parse_stack_output(p.stdout, p.rc, p.stderr)):
+            for c in stack_probe_checks(conn, report.facts.gpu.count):
                 c.layer = report.facts.layer
                 report.checks.append(c)
         if variant:

@@ -20,12 +20,12 @@ def isa_gate(variant: str | None, argv: list[str]):
     """The CheckResult that refuses or admits this run, or None when no check applies."""
     if not variant or (argv and argv[0] in NO_ISA_COMMANDS):
         return None
-    from ktdeploy.controller.local_host import local_host_facts
+    from ktdeploy.controller.local_host import local_facts
     from ktdeploy.core.checks.isa import variant_check
 
     # The AMX probe (a real tile multiply) only decides for the amx variant; flags decide the rest. The facts
     # are gathered once for the process: the command that follows (train's doctor, serve, tune) reuses them.
-    facts = local_host_facts(probes=(variant == "amx"))
+    facts = local_facts(probes=(variant == "amx"))
     return variant_check(facts, variant)
 
 

@@ -17,7 +17,6 @@ from ktdeploy.controller.image_check import image_doctor
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core import markers
 from ktdeploy.core import run_record as rr
-from ktdeploy.core.checks.gate import gate
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, StepError
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
@@ -181,18 +180,18 @@ class Executor:
                               user=p.get("user") or "", memlock=bool(p.get("memlock", True)), name=p.get("name"),
                               host_facts=self.facts, host_checks=False)
         report.waived = tuple(self.plan.waived)
-        g = gate(report.checks, self.plan.waived)
+        failed, waived = report.failed, report.waived_failures
         self.record.event("image_check", image=p["image"], summary=report.summary(),
-                          failed=[c.name for c in g.blocking], waived=[c.name for c in g.waived],
+                          failed=[c.name for c in failed], waived=[c.name for c in waived],
                           checks=[c.model_dump(mode="json") for c in report.checks])
-        for c in g.waived:
+        for c in waived:
             self.say(f"  [yellow]waived[/yellow] {c.name} ({c.layer}): {c.detail}")
-        if g.blocking:
+        if failed:
             self.record.event("step_failed", stage=stage.name, step=s.id,
-                              message=f"{len(g.blocking)} check(s) failed in {p['image']}")
+                              message=f"{len(failed)} check(s) failed in {p['image']}")
             raise CheckFailed(f"{stage.name}: {p['image']} is not ready on {self.plan.host}: "
                               f"{report.summary_text()}; nothing was trained",
-                              results=g.blocking, key="image.check",
+                              results=failed, key="image.check",
                               fix="Fix the checks listed below (the image: `ktdeploy image build`; the host: "
                                   "`ktdeploy doctor --image " + p["image"] + "`), or --waive NAME.")
         self.say(f"  image check: {report.summary_text()}")

@@ -21,7 +21,7 @@ from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import resources
 from ktdeploy.core.checks.stack import stack_checks
 from ktdeploy.core.errors import ConnectError
-from ktdeploy.core.facts.stack import TRITON_TIMEOUT_S, StackFacts, parse_stack_output, probe_argv
+from ktdeploy.core.facts.stack import TRITON_TIMEOUT_S, parse_stack_output, probe_argv
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import MEMLOCK_WAIVER
 
@@ -33,6 +33,13 @@ def host_user(connector) -> str | None:
     """uid:gid of the connecting user: the training container runs as it (``create_train``'s ``user``)."""
     r = connector.run(["sh", "-c", 'printf "%s:%s" "$(id -u)" "$(id -g)"'], timeout=30)
     return r.stdout.strip() if r.rc == 0 and re.fullmatch(r"\d+:\d+", r.stdout.strip()) else None
+
+
+def stack_probe_checks(connector, gpus_asked: int) -> list[CheckResult]:
+    """The stack probe run through ``connector`` (inside the image's container, or where doctor itself runs:
+    ``doctor --stack``) and judged: stack.probe, python_headers, torch, cuda, triton."""
+    p = connector.run(probe_argv(gpus_asked), timeout=PROBE_TIMEOUT_S)
+    return stack_checks(parse_stack_output(p.stdout, p.rc, p.stderr))
 
 
 def _fail(name: str, detail: str, fix: str) -> CheckResult:
@@ -59,7 +66,7 @@ def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None =
     argv = dk.image_check(image, name=name, gpus=gpus, memlock=memlock, user=user)
     extra: list[CheckResult] = []
     cfacts = None
-    stack = StackFacts(error="the container did not start")
+    stack: list[CheckResult] = []
     r = connector.run(argv, timeout=RUN_TIMEOUT_S)
     try:
         if r.rc != 0:
@@ -84,14 +91,11 @@ def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None =
                                    "Run it by hand: " + " ".join(argv)))
             else:
                 cfacts = gather_facts(inner)
-                p = inner.run(probe_argv(len(gpus)), timeout=PROBE_TIMEOUT_S)
-                stack = parse_stack_output(p.stdout, p.rc, p.stderr)
+                stack = stack_probe_checks(inner, len(gpus))
     finally:
         connector.run(dk.remove(name), timeout=60)
     if host_checks:
         checks = run_checks(facts, recipe, cfacts, dfacts) + extra
     else:
         checks = (container_checks(facts, cfacts, recipe) if cfacts is not None else []) + extra
-    if cfacts is not None:
-        checks += stack_checks(stack)
-    return DoctorReport(facts, checks, cfacts)
+    return DoctorReport(facts, checks + stack, cfacts)

@@ -26,22 +26,18 @@ def local_raw(probes: bool = True) -> RawFacts:
     return _RAW["host"]
 
 
-def local_host_facts(probes: bool = True) -> HostFacts:
+def local_facts(probes: bool = True) -> HostFacts:
+    """This host's facts, from ``local_raw`` (the agent commands: the ISA gate, ``tune``, ``train --skip-doctor``)."""
     return build_facts(local_raw(probes))
 
 
 def local_threads(recipe) -> tuple[int, int, bool]:
     """(kt threads, threadpools, AMX proven usable) for ``recipe`` on this host."""
-    facts = local_host_facts()
+    facts = local_facts()
     reserve = recipe.deploy.reserve_cores if recipe.deploy is not None else 2
     threads, pools = kt_threads(recipe.train, facts, reserve)   # what `ktdeploy train` used on this host
     amx = bool(facts.probes.amx.tile_exec and facts.probes.amx.correct)
     return threads, pools, amx
-
-
-def local_facts(probes: bool = True) -> HostFacts:
-    """This host's facts (``ktdeploy tune`` hands them to the agent)."""
-    return local_host_facts(probes)
 
 
 def local_doctor(recipe):
