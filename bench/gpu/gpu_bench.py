@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import glob
+import itertools
 import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -192,6 +194,13 @@ class GpuSampler(threading.Thread):
         (t0, s0, k0), (t1, s1, k1) = rows[0], rows[-1]
         return (round((k1 - k0) / (t1 - t0), 1) if t1 > t0 else None), s1 - s0
 
+    def median_step_tokens_per_s(self, skip: int = 1):
+        """Tokens per step over the median step interval: one stalled step (a GC, a neighbour on the VM)
+        moves it far less than the first-to-last rate."""
+        rows = [r for r in self.log_rows if r[1] is not None and r[2] and r[1] > skip]
+        rates = [(b[2] - a[2]) / (b[0] - a[0]) for a, b in itertools.pairwise(rows) if b[0] > a[0] and b[2] > a[2]]
+        return round(statistics.median(rates), 1) if len(rates) >= 2 else None
+
     def stop(self) -> float:
         self._halt.set()
         self.join(5)
@@ -227,20 +236,81 @@ def read_outputs(out_dir: Path) -> dict:
     return res
 
 
-def measured(name: str, argv: list[str], out_dir: Path, log_dir: Path, timeout: float, env=None) -> dict:
+SNAPSHOT_AT_S: float | None = None   # a bench that hunts a launcher difference sets it (overhead.py: P1_SNAPSHOT)
+
+
+def _trainer_snapshot() -> dict:
+    """What a process inherits across exec and what runs beside it: the process table (CPU, nice, class) and,
+    for each training process (lf_entry / llamafactory.launcher, not accelerate's launcher), its /proc status
+    lines, scheduling, limits, cgroup, timer slack and environment names."""
+    snap: dict = {"ps": sh("ps -eo pid,ppid,ni,cls,pri,psr,pcpu,rss,nlwp,stat,args --sort=-pcpu | head -30").stdout}
+    keys = ("Cpus_allowed_list", "Mems_allowed_list", "THP_enabled", "NoNewPrivs", "Seccomp", "Threads",
+            "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches", "SigIgn", "SigBlk", "CapEff", "VmRSS")
+    for pid in [d.name for d in Path("/proc").iterdir() if d.name.isdigit()]:
+        try:
+            cmd = (Path("/proc") / pid / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = b" ".join(cmd).decode(errors="replace")
+        if ("lf_entry" not in text and "llamafactory.launcher" not in text) or "accelerate.commands.launch" in text:
+            continue
+        d = Path("/proc") / pid
+        info: dict = {"cmd": text[:200]}
+        try:
+            info["status"] = {ln.split(":", 1)[0]: ln.split(":", 1)[1].strip()
+                              for ln in (d / "status").read_text().splitlines() if ln.split(":", 1)[0] in keys}
+            info["sched"] = [ln for ln in (d / "sched").read_text().splitlines()
+                             if ln.startswith(("policy", "prio", "nr_involuntary", "nr_voluntary", "nr_migrations"))]
+            info["limits"] = (d / "limits").read_text()
+            info["cgroup"] = (d / "cgroup").read_text()
+            info["timerslack_ns"] = (d / "timerslack_ns").read_text().strip()
+            info["oom_score_adj"] = (d / "oom_score_adj").read_text().strip()
+            info["cwd"] = os.readlink(d / "cwd")
+            info["env"] = sorted({e.split(b"=", 1)[0].decode(errors="replace")
+                                  for e in (d / "environ").read_bytes().split(b"\0") if e})
+            info["fds"] = len(list((d / "fd").iterdir()))
+            info["numa_maps_policies"] = sorted({ln.split()[1] for ln in (d / "numa_maps").read_text().splitlines()
+                                                 if len(ln.split()) > 1})
+        except OSError as err:
+            info["error"] = str(err)
+        snap[pid] = info
+    snap["meminfo"] = {ln.split(":")[0]: ln.split(":")[1].strip() for ln in Path("/proc/meminfo").read_text().splitlines()
+                       if ln.split(":")[0] in ("MemFree", "Cached", "Dirty", "Writeback", "AnonHugePages",
+                                               "HugePages_Total", "HugePages_Free")}
+    snap["loadavg"] = Path("/proc/loadavg").read_text().strip()
+    return snap
+
+
+def measured(name: str, argv: list[str], out_dir: Path, log_dir: Path, timeout: float, env=None,
+             cwd: Path = REPO) -> dict:
     say(f"run {name}: {' '.join(argv)[:300]}")
     log_dir.mkdir(parents=True, exist_ok=True)
     gpu = GpuSampler(out_dir / "trainer_log.jsonl", interval=GPU_POLL_S)
     gpu.start()
+    snapshot: dict = {}
+    if SNAPSHOT_AT_S is not None:
+        def take() -> None:
+            if not done.wait(SNAPSHOT_AT_S):
+                snapshot.update(_trainer_snapshot())
+        done = threading.Event()
+        threading.Thread(target=take, daemon=True).start()
     full_env = {**os.environ, "RECORD_VRAM": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    o = run_streaming(argv, env=full_env, cwd=str(REPO), log_path=log_dir / f"{name}.log", echo=None,
+    o = run_streaming(argv, env=full_env, cwd=str(cwd), log_path=log_dir / f"{name}.log", echo=None,
                       timeout=timeout)
+    if SNAPSHOT_AT_S is not None:
+        done.set()
     gpu_peak = gpu.stop()
     gpu._poll_log()
     steady, nsteps = gpu.steady_tokens_per_s()
+    median_step = gpu.median_step_tokens_per_s()
     res = {"name": name, "rc": o.rc, "wall_s": round(o.wall_s, 1), "peak_host_rss_gib": round(o.peak_rss_gib, 3),
            "peak_gpu_used_gib_nvsmi": round(gpu_peak, 3), "steady_tokens_per_s": steady, "steady_steps": nsteps,
+           "median_step_tokens_per_s": median_step,
+           "step_arrivals": [(round(t - gpu.log_rows[0][0], 3), st, tok) for t, st, tok in gpu.log_rows][:64]
+           if gpu.log_rows else [],
            **read_outputs(out_dir)}
+    if snapshot:
+        res["snapshot"] = snapshot
     if o.rc != 0:
         res["tail"] = o.tail[-25:]
     say(f"  -> rc={o.rc} wall={o.wall_s:.0f}s tok/s steady={steady} whole={res.get('tokens_per_s')} rss={o.peak_rss_gib:.2f}GiB "
@@ -278,6 +348,7 @@ def ktdeploy_train(name: str, model: Path, steps: int, log_dir: Path, timeout: f
     if runs:
         rd = runs[-1]
         res["run_dir"] = str(rd)
+        res["run_dir_files"] = sorted(f"{p.relative_to(rd)} {p.stat().st_size}" for p in rd.rglob("*") if p.is_file())
         for f in ("command.json", "summary.json"):
             if (rd / f).exists():
                 res[f.split(".")[0]] = json.loads((rd / f).read_text())
