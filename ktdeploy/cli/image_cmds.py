@@ -32,6 +32,10 @@ def build_cmd(
                              help="Loopback port the wheelhouse is served on (default 38711 full, 38712 reduced)."),
     context: Path = typer.Option(None, "--context", help="Repo folder with the Dockerfile."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild every layer."),
+    method: str = typer.Option("auto", "--method",
+                               help="How ktdeploy's layer joins the dependency image: layer (docker load of that "
+                                    "one layer, no commit of the big tree), commit (docker commit per variant), "
+                                    "auto (layer; commit where the engine refuses the archive)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the step lines of docker build."),
     as_json: bool = typer.Option(False, "--json", help="Print the build report as JSON."),
 ) -> None:
@@ -42,7 +46,8 @@ def build_cmd(
     from ktdeploy.controller.images.variants import expand_isa
 
     opts = BuildOptions(context=find_context(context), isas=expand_isa(isa), stack=stack, repo=repo,
-                        base_image=base_image, wheelhouse=wheelhouse, port=port, no_cache=no_cache)
+                        base_image=base_image, wheelhouse=wheelhouse, port=port, no_cache=no_cache,
+                        method=method)
 
     def show(line: str) -> None:
         if not quiet or line.startswith(("Step ", "verify_stack", "Successfully")):
@@ -57,7 +62,8 @@ def build_cmd(
                       f"{report.seconds[tag]:.0f}s", highlight=False)
     extra = {t: len(v) for t, v in report.extra_layers.items()}
     console.print(f"variants share {report.shared_layers} filesystem layers; extra layers per variant: "
-                  f"{extra or 'n/a'}; lock sha256 {report.lock_sha256[:16]}…", highlight=False)
+                  f"{extra or 'n/a'}; lock sha256 {report.lock_sha256[:16]}…; added by {report.method}",
+                  highlight=False)
 
 
 @image_app.command("save")

@@ -105,11 +105,70 @@ def test_a_version_bump_keeps_every_dependency_layer(images):
         bumped = inspect(f"{repo}:avx2")
         before = inspect(images["avx2"])
         assert bumped["Config"]["Labels"]["org.opencontainers.image.version"] == "0.0.0+bump"
-        assert bumped["RootFS"]["Layers"][:-1] == before["RootFS"]["Layers"][:-1]
+        # every layer, ktdeploy's own too: the same light stage gives the same layer tar (same diff ID)
+        assert bumped["RootFS"]["Layers"] == before["RootFS"]["Layers"]
+        assert report.method == "layer"
+        # the untagged image the verification ran in is gone; its layers live on in the tagged ones
+        assert report.verified_image and docker("image", "inspect", report.verified_image).returncode != 0
         # Same sources, same bytes: the content manifest does not move either.
         assert report.manifest_sha256 == before["Config"]["Labels"]["io.ktdeploy.content.manifest.sha256"]
     finally:
         docker("rmi", f"{repo}:avx2")
+
+
+def test_the_variants_are_loaded_on_top_of_the_dependency_layers_with_their_history(images):
+    """No commit of the big tree: light's layer arrives by `docker load`, and `docker history` still tells each
+    dependency layer's instruction (not an anonymous import)."""
+    from ktdeploy.controller.images.image_config import LAYER_COMMENT
+
+    out = docker("history", "--no-trunc", "--human=false", "--format", "{{json .}}", images["amx"]).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rows[0]["CreatedBy"] == LAYER_COMMENT and int(rows[0]["Size"]) > 0
+    assert any("lockpart.py" in r["CreatedBy"] for r in rows)
+    assert not any("(dependency image layer" in r["CreatedBy"] for r in rows)
+    assert rows[-1]["Comment"].startswith("debootstrap")
+
+
+def test_the_tagged_image_holds_exactly_what_was_verified(images):
+    """The content manifest computed again inside the tagged image (as its kt user, no cache) equals the label
+    the verification wrote before the tag existed."""
+    ref = images["avx2"]
+    proc = docker("run", "--rm", "--network", "none", "--entrypoint", "/opt/venv/bin/python", ref, "-B",
+                  "/opt/ktdeploy/verify/verify_stack.py", "--stack", "reduced", "--stage", "agent", "--stack-file",
+                  "/opt/ktdeploy/verify/stack.toml", "--lock", "/opt/ktdeploy/requirements.lock", "--manifest")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    found = re.search(r"manifest sha256=([0-9a-f]{64})", proc.stdout)
+    assert found and found.group(1) == inspect(ref)["Config"]["Labels"]["io.ktdeploy.content.manifest.sha256"]
+
+
+def test_an_engine_refusing_the_sparse_archive_gets_the_same_image_by_commit(images, monkeypatch):
+    """Where `docker load` wants every layer (an image store that keeps blobs), the build commits instead: same
+    files (content manifest), same config, same dependency layers."""
+    from ktdeploy.controller.images import build as build_mod
+    from ktdeploy.controller.images.layer_load import LayerLoadUnsupported
+
+    def refuse(_archive):
+        raise LayerLoadUnsupported("this engine wants every layer in a loaded archive", fix="commit")
+
+    monkeypatch.setattr(build_mod, "load_archive", refuse)
+    repo = f"{REPO}-commit"
+    try:
+        report = build_mod.build(build_mod.BuildOptions(context=ROOT, isas=["avx2"], stack="reduced", repo=repo,
+                                                        base_image=BASE))
+        assert report.method == "commit"
+        got, want = inspect(f"{repo}:avx2"), inspect(images["avx2"])
+        assert got["RootFS"]["Layers"][:-1] == want["RootFS"]["Layers"][:-1]
+        assert len(got["RootFS"]["Layers"]) == len(want["RootFS"]["Layers"])
+        for key in ("Env", "User", "WorkingDir", "Entrypoint", "Cmd"):
+            assert got["Config"][key] == want["Config"][key], key
+        skip = {"org.opencontainers.image.created"}
+        assert {k: v for k, v in got["Config"]["Labels"].items() if k not in skip} == \
+            {k: v for k, v in want["Config"]["Labels"].items() if k not in skip}
+    finally:
+        docker("rmi", f"{repo}:avx2")
+    with pytest.raises(LayerLoadUnsupported):   # --method layer does not fall back
+        build_mod.build(build_mod.BuildOptions(context=ROOT, isas=["avx2"], stack="reduced", repo=repo,
+                                               base_image=BASE, method="layer"))
 
 
 def test_runs_as_the_unprivileged_kt_user(images):

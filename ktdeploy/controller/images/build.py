@@ -4,12 +4,16 @@ build(): checks the base image and the wheelhouse, serves the wheelhouse on loop
 1. `docker build --target deps` (base -> deps-cuda -> deps: the dependency layers; no ktdeploy file
    or version reaches them, so a code change or a version bump hits the cache);
 2. `docker build --target light` (ktdeploy + probes + verifier staged under /stage, built on the base);
-3. creates one container of deps, copies light's /stage into it, and runs the stack verification
-   and the content manifest in it (docker/verify_stack.py): a failure leaves no image and no tag;
-4. commits that container once per ISA with the variant's ENV/LABEL/USER/ENTRYPOINT changes.
-A code-only rebuild thus costs one commit of the big tree per ISA (fuse-overlayfs diffs the whole
-tree at each commit, whatever the instruction). The variants are commits of the same container, so
-their filesystem layers are identical (build() verifies that and reports it).
+3. writes light's /stage as one layer tar and `docker load`s deps + that layer as an untagged image
+   (layer_load: the archive names deps' layers without carrying them, so the engine only untars the new one);
+4. runs the stack verification and the content manifest in a container of that image
+   (docker/verify_stack.py): a failure leaves no tag;
+5. `docker load`s every ISA variant at once: the same layers, the variant's ENV/LABEL/USER/ENTRYPOINT
+   (image_config), then drops the untagged image.
+No commit of the big tree: on this engine (fuse-overlayfs diffs the whole tree at each commit) a code-only
+rebuild costs light's build, the verification and two small loads. An engine that refuses such an archive gets
+the older way (``method="commit"``): a container of deps with the layer copied in, verified, committed per ISA.
+The variants' filesystem layers are identical either way (build() verifies that and reports it).
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -28,8 +31,17 @@ from pathlib import Path
 import ktdeploy
 from ktdeploy.controller.images import docker_cli
 from ktdeploy.controller.images.identity import write_sidecar
+from ktdeploy.controller.images.image_config import commit_changes, history_entries, image_config, variant_settings
+from ktdeploy.controller.images.layer_load import (
+    LayerFile,
+    LayerLoadUnsupported,
+    history_rows,
+    load_archive,
+    write_archive,
+    write_layer,
+)
 from ktdeploy.controller.images.lockfile import Lock, read_lock
-from ktdeploy.controller.images.variants import DEFAULT_REPO, ISA_VARIANTS, LABELLED_DISTRIBUTIONS, STACKS, image_tag
+from ktdeploy.controller.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
 from ktdeploy.core.errors import ImageError, UsageError
 
@@ -46,6 +58,7 @@ class BuildOptions:
     wheelhouse: Path | None = None
     port: int | None = None   # default: DEFAULT_PORTS[stack]
     no_cache: bool = False
+    method: str = "auto"      # auto: load the light layer (commit when the engine refuses); layer; commit
     version: str = ktdeploy.__version__   # recorded as a label only; never a build argument
 
     @property
@@ -73,6 +86,9 @@ class BuildReport:
     stage_ids: dict[str, str] = field(default_factory=dict)   # deps/light -> image id
     manifest_sha256: str = ""
     labels: dict[str, str] = field(default_factory=dict)      # identity labels (without the ISA's)
+    method: str = ""                                          # how light's layer was added: layer or commit
+    verified_image: str = ""                                  # layer: the untagged image verified (then removed)
+    phases: dict[str, float] = field(default_factory=dict)    # wall seconds per phase (stages, layer, verify, images)
 
 
 def find_context(explicit: Path | None = None) -> Path:
@@ -104,27 +120,6 @@ def stage_argv(opts: BuildOptions, target: str, lock: Lock, wheelhouse_url: str,
         argv.append("--no-cache")
     argv.append(str(opts.context))
     return argv
-
-
-ENTRYPOINT = '["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.cli.image_entry"]'
-
-
-def _label_value(v: str) -> str:
-    return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def commit_changes(isa: str, labels: dict[str, str]) -> list[str]:
-    """`docker commit --change` list for one variant (pure): the same config the Dockerfile's
-    variant stage gives, plus the identity labels. One commit, whatever the number of changes."""
-    all_labels = {**labels, "io.ktdeploy.isa": isa, "io.ktdeploy.kt_kernel_variant": ISA_VARIANTS[isa]}
-    return [
-        f"ENV KTSFT_VARIANT={isa} KT_KERNEL_CPU_VARIANT={ISA_VARIANTS[isa]}",
-        "USER kt",
-        "WORKDIR /workspace",
-        f"ENTRYPOINT {ENTRYPOINT}",
-        'CMD ["doctor"]',
-        "LABEL " + " ".join(f"{k}={_label_value(v)}" for k, v in sorted(all_labels.items())),
-    ]
 
 
 def identity_labels(opts: BuildOptions, lock: Lock, base_id: str, manifest: str, *, revision: str,
@@ -207,39 +202,14 @@ def _fail(what: str, proc: subprocess.CompletedProcess) -> ImageError:
                           "`python docker/lock.py`.")
 
 
-def _copy_stage(light_id: str, container: str) -> list[str]:
-    """Copy light's /stage/* to / of the container: one tar stream, the `stage/` prefix stripped.
-    Returns the absolute paths of the files and links copied."""
-    copied: list[str] = []
-    src_ctr = docker_cli.run(["create", light_id]).stdout.strip()
-    if not src_ctr:
-        raise ImageError(f"docker create {light_id} failed", fix="Check `docker info` and free disk space.")
-    try:
-        exe = docker_cli.docker_bin()
-        with subprocess.Popen([exe, "cp", f"{src_ctr}:/stage", "-"], stdout=subprocess.PIPE) as out, \
-                subprocess.Popen([exe, "cp", "-", f"{container}:/"], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) as inp:
-            assert out.stdout is not None and inp.stdin is not None
-            with tarfile.open(fileobj=out.stdout, mode="r|") as src, \
-                    tarfile.open(fileobj=inp.stdin, mode="w|", format=tarfile.PAX_FORMAT) as dst:
-                for m in src:
-                    name = m.name.lstrip("./")
-                    if name in ("stage", ""):
-                        continue
-                    m.name = name.removeprefix("stage/")
-                    if m.islnk():
-                        m.linkname = m.linkname.lstrip("./").removeprefix("stage/")
-                    dst.addfile(m, src.extractfile(m) if m.isreg() else None)
-                    if not m.isdir():
-                        copied.append("/" + m.name)
-            inp.stdin.close()
-            err = inp.stderr.read().decode() if inp.stderr else ""
-            if out.wait() != 0 or inp.wait() != 0:
-                raise ImageError(f"copying the light stage into the image failed: {err.strip()[-400:]}",
-                                 fix="Check free disk space and `docker info`.")
-    finally:
-        docker_cli.run(["rm", "-f", src_ctr])
-    return copied
+def _copy_layer(layer: LayerFile, container: str) -> None:
+    """Copy the layer tar's files to / of a container (the commit way)."""
+    with open(layer.path, "rb") as f:
+        proc = subprocess.run([docker_cli.docker_bin(), "cp", "-", f"{container}:/"], stdin=f, capture_output=True,
+                              text=True)
+    if proc.returncode != 0:
+        raise ImageError(f"copying the light stage into the image failed: {proc.stderr.strip()[-400:]}",
+                         fix="Check free disk space and `docker info`.")
 
 
 def manifest_cache_dir(deps_id: str) -> Path | None:
@@ -261,7 +231,44 @@ def manifest_cache_dir(deps_id: str) -> Path | None:
     return root / digest
 
 
+def _verify_argv(opts: BuildOptions, cache: Path | None) -> tuple[list[str], list[str]]:
+    """(docker create options, python argv) of the stack verification (python -B: it writes no .pyc into the
+    tree it checks); the manifest's hash cache is bind-mounted on the image's empty /mnt (nothing of it enters
+    an image)."""
+    verify = ["-B", "/opt/ktdeploy/verify/verify_stack.py", "--stack", opts.stack, "--stage", "agent",
+              "--stack-file", "/opt/ktdeploy/verify/stack.toml", "--lock", "/opt/ktdeploy/requirements.lock",
+              "--manifest"]
+    if cache is None:
+        return [], verify
+    return ["-v", f"{cache}:/mnt"], [*verify, "--manifest-cache", "/mnt"]
+
+
+def _run_verification(ctr: str, line) -> str:
+    """Start the verification container; returns the content manifest's sha256."""
+    proc = docker_cli.run(["start", "--attach", ctr])
+    line(proc.stdout.rstrip())
+    if proc.returncode != 0:
+        raise _fail("the stack verification (docker/verify_stack.py)", proc)
+    m = re.search(r"manifest sha256=([0-9a-f]{64})", proc.stdout)
+    return m.group(1) if m else ""
+
+
+def _create(image: str, mounts: list[str], verify: list[str]) -> str:
+    created = docker_cli.run(["create", "--network", "none", *mounts, "--entrypoint", "/opt/venv/bin/python",
+                              image, *verify])
+    ctr = created.stdout.strip()
+    if created.returncode != 0 or not ctr:
+        raise _fail(f"docker create of {image}", created)
+    return ctr
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def build(opts: BuildOptions, on_line=None) -> BuildReport:
+    if opts.method not in ("auto", "layer", "commit"):
+        raise UsageError(f"unknown build method {opts.method!r}", key="--method", fix="Use auto, layer or commit.")
     lock = preflight(opts)
     report = BuildReport(stack=opts.stack, lock_sha256=lock.sha256)
     port = opts.port or DEFAULT_PORTS[opts.stack]
@@ -278,51 +285,102 @@ def build(opts: BuildOptions, on_line=None) -> BuildReport:
             if proc.returncode != 0:
                 raise _fail(f"docker build --target {target}", proc)
             report.stage_ids[target] = iid.read_text().strip()
-        # One container of deps + light's files; the verification runs in it before anything is
-        # tagged (python -B: it writes no .pyc into the tree it checks).
-        verify = ["-B", "/opt/ktdeploy/verify/verify_stack.py", "--stack", opts.stack, "--stage", "agent",
-                  "--stack-file", "/opt/ktdeploy/verify/stack.toml", "--lock", "/opt/ktdeploy/requirements.lock",
-                  "--manifest"]
-        mounts: list[str] = []
+        report.phases["stages"] = round(time.monotonic() - t0, 1)
+        t1 = time.monotonic()
+        layer = write_layer(report.stage_ids["light"], Path(tmp) / "light-layer.tar")
+        report.phases["layer"] = round(time.monotonic() - t1, 1)
         cache = None if opts.no_cache else manifest_cache_dir(report.stage_ids["deps"])
-        if cache is not None:
-            # bind-mounted on the image's empty /mnt: nothing of it enters the committed image
-            mounts, verify = ["-v", f"{cache}:/mnt"], [*verify, "--manifest-cache", "/mnt"]
-        created = docker_cli.run(["create", "--network", "none", *mounts, "--entrypoint", "/opt/venv/bin/python",
-                                  report.stage_ids["deps"], *verify])
-        ctr = created.stdout.strip()
-        if created.returncode != 0 or not ctr:
-            raise _fail("docker create of the deps image", created)
-        try:
-            copied = _copy_stage(report.stage_ids["light"], ctr)
-            if cache is not None:   # light's files are hashed every time (see verify_stack.manifest_lines)
-                (cache / "fresh-paths.txt").write_text("".join(p + "\n" for p in copied if "\n" not in p))
-            proc = docker_cli.run(["start", "--attach", ctr])
-            line(proc.stdout.rstrip())
-            if proc.returncode != 0:
-                raise _fail("the stack verification (docker/verify_stack.py)", proc)
-            m = re.search(r"manifest sha256=([0-9a-f]{64})", proc.stdout)
-            report.manifest_sha256 = m.group(1) if m else ""
-            report.labels = identity_labels(
-                opts, lock, base_id, report.manifest_sha256, revision=revision, source=source,
-                created=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-            for isa in opts.isas:
-                tag = image_tag(opts.image_repo, isa)
-                argv = ["commit", "--pause=false"]
-                for change in commit_changes(isa, report.labels):
-                    argv += ["--change", change]
-                proc = docker_cli.run([*argv, ctr, tag])
-                if proc.returncode != 0:
-                    raise _fail(f"docker commit of {tag}", proc)
-                info = docker_cli.inspect_image(tag) or {}
-                report.images[tag] = info.get("Id", "")
-                report.sizes[tag] = int(info.get("Size", 0))
-                report.seconds[tag] = round(time.monotonic() - t0, 1)
-                t0 = time.monotonic()
-        finally:
-            docker_cli.run(["rm", "-f", ctr])
+        if cache is not None:   # light's files are hashed every time (see verify_stack.manifest_lines)
+            (cache / "fresh-paths.txt").write_text("".join(p + "\n" for p in layer.paths if "\n" not in p))
+
+        def labels(manifest: str, created: str) -> dict[str, str]:
+            report.manifest_sha256 = manifest
+            report.labels = identity_labels(opts, lock, base_id, manifest, revision=revision, source=source,
+                                            created=created)
+            return report.labels
+
+        method = opts.method
+        if method in ("auto", "layer"):
+            try:
+                _images_by_load(opts, report, layer, cache, Path(tmp), labels, line)
+                method = "layer"
+            except LayerLoadUnsupported as err:
+                if method == "layer":
+                    raise
+                line(f"{err.message} -> one docker commit per variant instead")
+                method = "commit"
+        if method == "commit":
+            _images_by_commit(opts, report, layer, cache, labels, line)
+        report.method = method
+        report.seconds = dict.fromkeys(report.images, round(time.monotonic() - t0, 1))
     _compare_layers(report)
     return report
+
+
+def _images_by_load(opts: BuildOptions, report: BuildReport, layer: LayerFile, cache: Path | None, tmp: Path,
+                    labels, line) -> None:
+    deps = docker_cli.inspect_image(report.stage_ids["deps"])
+    if deps is None:
+        raise ImageError("the dependency image vanished during the build", fix="Run the build again.")
+    history = history_entries(history_rows(report.stage_ids["deps"]), len(deps["RootFS"]["Layers"]))
+    created = _now()
+    t = time.monotonic()
+    # 1. deps + light's layer, untagged: the image the verification runs in (the same layer the variants get)
+    (provisional,) = write_archive(tmp / "verify.tar", layer, [(image_config(deps, history, layer.diff_id, created), [])])
+    load_archive(tmp / "verify.tar")
+    report.verified_image = provisional
+    report.phases["load_verify_image"] = round(time.monotonic() - t, 1)
+    try:
+        t = time.monotonic()
+        mounts, verify = _verify_argv(opts, cache)
+        ctr = _create(provisional, mounts, verify)
+        try:
+            manifest = _run_verification(ctr, line)
+        finally:
+            docker_cli.run(["rm", "-f", ctr])
+        report.phases["verify"] = round(time.monotonic() - t, 1)
+        # 2. every variant in one archive: same layers, the variant's config
+        t = time.monotonic()
+        lab = labels(manifest, created)
+        tags = [image_tag(opts.image_repo, isa) for isa in opts.isas]
+        images = [(image_config(deps, history, layer.diff_id, created, variant_settings(isa, lab)), [tag])
+                  for isa, tag in zip(opts.isas, tags, strict=True)]
+        write_archive(tmp / "variants.tar", layer, images)
+        load_archive(tmp / "variants.tar")
+        report.phases["load_variants"] = round(time.monotonic() - t, 1)
+        for tag in tags:
+            info = docker_cli.inspect_image(tag) or {}
+            report.images[tag] = info.get("Id", "")
+            report.sizes[tag] = int(info.get("Size", 0))
+    finally:
+        if provisional not in report.images.values():
+            docker_cli.run(["rmi", provisional])
+
+
+def _images_by_commit(opts: BuildOptions, report: BuildReport, layer: LayerFile, cache: Path | None,
+                      labels, line) -> None:
+    mounts, verify = _verify_argv(opts, cache)
+    ctr = _create(report.stage_ids["deps"], mounts, verify)
+    try:
+        _copy_layer(layer, ctr)
+        t = time.monotonic()
+        lab = labels(_run_verification(ctr, line), _now())
+        report.phases["verify"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
+        for isa in opts.isas:
+            tag = image_tag(opts.image_repo, isa)
+            argv = ["commit", "--pause=false"]
+            for change in commit_changes(isa, lab):
+                argv += ["--change", change]
+            proc = docker_cli.run([*argv, ctr, tag])
+            if proc.returncode != 0:
+                raise _fail(f"docker commit of {tag}", proc)
+            info = docker_cli.inspect_image(tag) or {}
+            report.images[tag] = info.get("Id", "")
+            report.sizes[tag] = int(info.get("Size", 0))
+        report.phases["commit"] = round(time.monotonic() - t, 1)
+    finally:
+        docker_cli.run(["rm", "-f", ctr])
 
 
 def _compare_layers(report: BuildReport) -> None:
