@@ -235,9 +235,12 @@ def write_record(plan: TrainPlan) -> Path:
 
 def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
     steps, losses, peak_gpu = [], [], 0
+    gc_frozen = None
     mp = run_dir / rr.METRICS
     if mp.exists():
         for row in rr.parse_metrics(mp.read_text()):
+            if "gc_frozen" in row:
+                gc_frozen = bool(row["gc_frozen"])
             if "loss" in row and "step_s" not in row:
                 losses.append((row["step"], row["loss"]))
             if "step_s" in row:
@@ -259,6 +262,9 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
             "steady_tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
             "loss_first": losses[0][1] if losses else None, "loss_last": losses[-1][1] if losses else None,
             "steps": len(steps), "train_results": results,
+            # the garbage collector's share of the steps (lf_entry's GcClock); frozen: the heap before step 1
+            "gc_s": round(sum(r.get("gc_s", 0.0) for r in steps), 3), "gc_full": sum(r.get("gc_full", 0) for r in steps),
+            "gc_frozen": gc_frozen,
             "artifacts": sorted(p.name for p in output_dir.iterdir()) if output_dir.is_dir() else []}
 
 
