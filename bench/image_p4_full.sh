@@ -30,20 +30,24 @@ first_s=$(python3 -c "print(round($t1-$t0,1))")
 floor_before=$(floor)
 
 ctx=$(mktemp -d)
-trap 'rm -rf "$ctx"' EXIT
+trap 'rm -rf "$ctx" "$ctx.report.json"' EXIT
 git ls-files -z --cached --others --exclude-standard | tar -cf - --null -T - | tar -xf - -C "$ctx"
 echo "# p4 code-only change $(date +%s)" >> "$ctx/ktdeploy/probes/__init__.py"
 t0=$(now)
-$PY -m ktdeploy image build --stack full --isa amx -q --context "$ctx" --wheelhouse .wheelhouse/full >>"$LOG" 2>&1
+$PY -m ktdeploy image build --stack full --isa amx -q --context "$ctx" --wheelhouse .wheelhouse/full --json \
+  >"$ctx.report.json" 2>>"$LOG"
 t1=$(now)
 rebuild_s=$(python3 -c "print(round($t1-$t0,1))")
 floor_after=$(floor)
 
-python3 - "$OUT/image-p4-full.json" <<PY
+python3 - "$OUT/image-p4-full.json" "$ctx.report.json" <<PY
 import json, statistics, sys, platform, os
 floor = statistics.median([$floor_before, $floor_after])
+report = json.load(open(sys.argv[2]))
 r = {"command": "bash bench/image_p4_full.sh", "image": "full (ktsft:amx, the KT stack)",
-     "engine": "docker on this machine: fuse-overlayfs, no BuildKit, 2 cores (other work running)",
+     "engine": "docker on this machine: fuse-overlayfs, no BuildKit, 2 cores",
+     "loadavg_at_end": open("/proc/loadavg").read().split()[:3],
+     "rebuild_method": report.get("method"), "rebuild_phases_s": report.get("phases"),
      "first_build_s": $first_s, "code_rebuild_s": $rebuild_s,
      "commit_floor_s": [$floor_before, $floor_after], "commit_floor_median_s": floor,
      "code_rebuild_over_commit_floor": round($rebuild_s / floor, 2), "nproc": os.cpu_count()}
