@@ -8,17 +8,25 @@ testinfra suite), so the doctor that checks a host and the `ktdeploy up` that la
 
 from __future__ import annotations
 
+import functools
 import json
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from ktdeploy.core.host_settings import HostSettings, launch_record_name
-except ImportError as e:  # pragma: no cover - controller without ktdeploy
-    HostSettings = None
-    _IMPORT_ERROR = e
-
 KEYS = ("ktdeploy_gpus", "ktdeploy_volumes", "ktsft_isa", "ktdeploy_waive_checks", "ktdeploy_recipe_set")
+
+
+@functools.cache
+def _host_settings():
+    """ktdeploy.core.host_settings, imported when a filter is first called, not when this file is loaded: ansible
+    loads every filter plugin in each forked worker of each task that templates anything, and importing ktdeploy's
+    pydantic models there was half of the controller's CPU per host (py-spy over a 16-host preflight)."""
+    try:
+        from ktdeploy.core import host_settings
+    except ImportError as e:  # pragma: no cover - controller without ktdeploy
+        raise AnsibleFilterError(f"ktdeploy is not importable on the controller ({e}): run ansible from the venv "
+                                 "where ktdeploy is installed (pip install '.[fleet]')") from None
+    return host_settings
 
 
 def _plain(value):
@@ -26,10 +34,8 @@ def _plain(value):
     return json.loads(json.dumps(value, default=str))
 
 
-def _settings(value) -> HostSettings:
-    if HostSettings is None:
-        raise AnsibleFilterError(f"ktdeploy is not importable on the controller ({_IMPORT_ERROR}): "
-                                 "run ansible from the venv where ktdeploy is installed (pip install '.[fleet]')")
+def _settings(value):
+    HostSettings = _host_settings().HostSettings
     try:
         if isinstance(value, HostSettings):
             return value
@@ -75,7 +81,7 @@ def ktdeploy_up_argv(settings, recipe, detach=False, extra=()) -> list[str]:
 
 def ktdeploy_launch_record(settings, recipe) -> str:
     """train-<stem>-<key>.json for the controller's recipe file and these settings."""
-    return launch_record_name(recipe, _settings(settings))
+    return _host_settings().launch_record_name(recipe, _settings(settings))
 
 
 class FilterModule:
