@@ -22,6 +22,7 @@ import os
 import platform
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,9 +86,12 @@ def main() -> int:
                          "before the warm run (the cold run is then not quota-measured)")
     ap.add_argument("--cpus", default="0.1", help="CPU quota of every host container (docker run --cpus); "
                                                   "'none' = unlimited (hosts share this machine's cores)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="Measure the sizes this many times, interleaved (1,4,16,1,4,16,...); the ratios use each "
+                         "size's median warm time")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "fleet-preflight.json"))
     args = ap.parse_args()
-    sizes = [int(x) for x in args.sizes.split(",")]
+    sizes = [int(x) for x in args.sizes.split(",")] * max(1, args.repeat)
     if not docker_available():
         print("no docker engine reachable", file=sys.stderr)
         return 2
@@ -173,6 +177,10 @@ def main() -> int:
     for r in rows:
         r["cold_ratio_vs_1"] = round(r["cold_s"] / base["cold_s"], 2) if base["cold_s"] else None
         r["warm_ratio_vs_1"] = round(r["warm_s"] / base["warm_s"], 2)
+    # several measurements per size (--repeat): the ratios below use each size's median warm time
+    medians = {n: statistics.median(r["warm_s"] for r in rows if r["hosts"] == n) for n in dict.fromkeys(sizes)}
+    cpu_medians = {n: round(statistics.median(r["warm_controller_cpu_s_per_host"] for r in rows if r["hosts"] == n), 2)
+                   for n in dict.fromkeys(sizes)}
     print()
     print(f"{'hosts':>5}  {'cold s':>7}  {'warm s':>7}  {'cold/1':>6}  {'warm/1':>6}  {'ctl cpu/host cold':>17}  {'warm':>5}")
     for r in rows:
@@ -183,15 +191,18 @@ def main() -> int:
     print(f"\n{last['hosts']}-host time / {base['hosts']}-host time: cold {last['cold_ratio_vs_1'] or 0:.2f}, "
           f"warm {last['warm_ratio_vs_1']:.2f}")
     by = {r["hosts"]: r for r in rows}
-    ratios = {}
+    ratios: dict = {}
     for n, key in ((16, "sixteen"), (4, "four")):
-        if n in by and 1 in by:
-            ratios[f"{key}_over_one_quota"] = by[n]["warm_ratio_vs_1"]
-            if by[n]["cold_ratio_vs_1"] is not None:
+        if n in medians and 1 in medians:
+            ratios[f"{key}_over_one_quota"] = round(medians[n] / medians[1], 2)
+            if by[n]["cold_ratio_vs_1"] is not None and args.repeat == 1:
                 ratios[f"{key}_over_one_quota_cold"] = by[n]["cold_ratio_vs_1"]
+    ratios["warm_s_median"] = {str(n): round(v, 1) for n, v in medians.items()}
+    ratios["controller_cpu_s_per_host_median"] = {str(n): v for n, v in cpu_medians.items()}
     print("ratios:", ratios)
     result = {"benchmark": "fleet preflight (ansible/preflight.yml: ktdeploy doctor on every host)",
               "command": f"python bench/fleet_preflight.py --sizes {args.sizes} --cpus {args.cpus}"
+                         + (f" --repeat {args.repeat}" if args.repeat > 1 else "")
                          + (" --docker-socket" if args.docker_socket else "") + f" --quota-from {args.quota_from}"
                          + (" --seed" if args.seed else ""),
               "host_cpu_quota": args.cpus, "quota_from": args.quota_from,
