@@ -9,7 +9,7 @@ metrics callback, summary) and the same LlamaFactory run launched by hand (Llama
 YAMLs the first ktdeploy run rendered), interleaved after a short warm-up run so drift on the machine falls on
 every side alike; to bisect, also `ktdeploy train --skip-doctor` (S), the agent's exact argv and env without
 the `ktdeploy train` parent (D), and `ktdeploy train --exec` (E, the default since this bench: the process
-becomes the launcher, the trainer writes the record), X (`--exec --skip-doctor`: is it the doctor run just before?); K is `ktdeploy train --watch` (the watching parent). P1_ORDER picks the sequence (default EHHEEHHEEHHE: ABBA blocks). Both are timed the same way from outside: the arrival time of each
+becomes the launcher, the trainer writes the record), X (`--exec --skip-doctor`: is it the doctor run just before?); K is `ktdeploy train --watch` (the watching parent). F is E with KTDEPLOY_GC_FREEZE=0 (the collector as LlamaFactory leaves it; each E/F run's summary carries gc_s/gc_full). P1_ORDER picks the sequence (default EHHEEHHEEHHE: ABBA blocks; next stall hunt: EFHHFEEFHHFE). Both are timed the same way from outside: the arrival time of each
 line LlamaFactory appends to trainer_log.jsonl (gpu_bench.GpuSampler), steady tokens/s after the first step.
 Writes $OUT/p1_overhead.json (per run and the ratios; key `train_over_hand_median`) and $OUT/p1_log.txt.
 """
@@ -111,13 +111,14 @@ def main() -> int:
     res: dict = {"how": "bash bench/gpu/overhead.sh (device tool); bench/gpu/overhead.py", "steps": STEPS,
                  "order": [], "ktdeploy": [], "hand": [], "skip_doctor": [], "direct": [], "exec": [],
                  "exec_skip_doctor": [], "doctor_then_hand": [],
-                 "direct_cwd_record": []}
+                 "direct_cwd_record": [], "exec_gc_unfrozen": []}
 
     def save() -> None:
         k = [r["steady_tokens_per_s"] for r in res["ktdeploy"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         h = [r["steady_tokens_per_s"] for r in res["hand"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         res["ktdeploy_tokens_per_s"], res["hand_tokens_per_s"] = k, h
-        for key in ("skip_doctor", "direct", "exec", "exec_skip_doctor", "doctor_then_hand", "direct_cwd_record"):
+        for key in ("skip_doctor", "direct", "exec", "exec_skip_doctor", "doctor_then_hand", "direct_cwd_record",
+                    "exec_gc_unfrozen"):
             v = [r["steady_tokens_per_s"] for r in res[key] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
             res[f"{key}_tokens_per_s"] = v
             if v and h:
@@ -163,10 +164,12 @@ def main() -> int:
                 gb.say(f"stopped before run {i}: budget")
                 break
             name = f"p1-{side}{i}"
-            if side in "KSEX":
+            if side in "KSEXF":   # F: E with the heap left unfrozen (KTDEPLOY_GC_FREEZE=0), the stall hunt
                 r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side in "SX",
-                                      args=["--exec"] if side in "EX" else ["--watch"])
-                res[{"K": "ktdeploy", "S": "skip_doctor", "E": "exec", "X": "exec_skip_doctor"}[side]].append(
+                                      args=["--exec"] if side in "EXF" else ["--watch"],
+                                      env_extra={"KTDEPLOY_GC_FREEZE": "0"} if side == "F" else None)
+                res[{"K": "ktdeploy", "S": "skip_doctor", "E": "exec", "X": "exec_skip_doctor",
+                     "F": "exec_gc_unfrozen"}[side]].append(
                     {k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
             elif side == "P":   # the doctor alone first (not measured), then a hand run: residue of the doctor?
                 if like is None:
