@@ -15,16 +15,20 @@ def _cycles(n: int) -> None:
 
 def test_the_clock_times_collections_and_counts_full_ones():
     clock = lf_entry.GcClock()
+    was_enabled = gc.isenabled()
+    gc.disable()       # only the collections this test asks for (an automatic one may come at any allocation)
     gc.callbacks.append(clock)
     try:
         _cycles(20_000)
-        gc.collect(0)
+        gc.collect(0)      # a young collection: timed, not full
         gc.collect()       # a full (generation 2) collection
         seconds, full = clock.take()
         assert seconds > 0 and full == 1
         assert clock.take() == (0.0, 0)     # take() starts the next interval
     finally:
         gc.callbacks.remove(clock)
+        if was_enabled:
+            gc.enable()
 
 
 def test_freeze_moves_the_heap_out_of_reach_of_the_collector(monkeypatch):
@@ -41,6 +45,8 @@ def test_freeze_moves_the_heap_out_of_reach_of_the_collector(monkeypatch):
 
 
 def test_a_full_collection_walks_less_after_the_freeze():
+    was_enabled = gc.isenabled()
+    gc.disable()
     keep = [[i] for i in range(300_000)]      # a large live heap, like a trainer's libraries and dataset
     clock = lf_entry.GcClock()
     gc.callbacks.append(clock)
@@ -55,3 +61,5 @@ def test_a_full_collection_walks_less_after_the_freeze():
         gc.unfreeze()
         gc.callbacks.remove(clock)
         del keep
+        if was_enabled:
+            gc.enable()
