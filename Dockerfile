@@ -90,9 +90,9 @@ RUN pip install --no-index --no-deps --no-build-isolation --no-compile --root /s
  && find /stage -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +
 
 ############################################################################################
-# `ktdeploy image build` does not use the stages below: it creates a container of `deps`, copies
-# /stage of `light` into it, runs the verification in it (docker/verify_stack.py, which gates the
-# tag) and commits it once per ISA with the variant's ENV/LABEL/USER: one commit of the big tree.
+# `ktdeploy image build` does not use the stages below: it turns /stage of `light` into one layer, `docker load`s
+# `deps` + that layer (no commit of the big tree), runs the verification in it (docker/verify_stack.py, which
+# gates the tags) and loads every ISA variant with its ENV/LABEL/USER (controller/images/image_config.py).
 # They stay for a plain `docker build --target amx .` and show what each variant is.
 FROM deps AS agent
 COPY --from=light /stage/ /
