@@ -79,7 +79,7 @@ class BuildReport:
     stack: str
     lock_sha256: str
     images: dict[str, str] = field(default_factory=dict)      # tag -> image id
-    seconds: dict[str, float] = field(default_factory=dict)   # tag -> wall seconds of its `docker build`
+    seconds: dict[str, float] = field(default_factory=dict)   # tag -> wall seconds of the build that made it
     sizes: dict[str, int] = field(default_factory=dict)       # tag -> bytes
     shared_layers: int = 0                                    # filesystem layers common to every variant
     extra_layers: dict[str, list[str]] = field(default_factory=dict)  # tag -> layers the first tag lacks
@@ -262,6 +262,13 @@ def _create(image: str, mounts: list[str], verify: list[str]) -> str:
     return ctr
 
 
+def _record_image(report: BuildReport, tag: str) -> None:
+    """The tagged image's ID and size into the report (both ways of adding light's layer end here)."""
+    info = docker_cli.inspect_image(tag) or {}
+    report.images[tag] = info.get("Id", "")
+    report.sizes[tag] = int(info.get("Size", 0))
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -349,9 +356,7 @@ def _images_by_load(opts: BuildOptions, report: BuildReport, layer: LayerFile, c
         load_archive(tmp / "variants.tar")
         report.phases["load_variants"] = round(time.monotonic() - t, 1)
         for tag in tags:
-            info = docker_cli.inspect_image(tag) or {}
-            report.images[tag] = info.get("Id", "")
-            report.sizes[tag] = int(info.get("Size", 0))
+            _record_image(report, tag)
     finally:
         if provisional not in report.images.values():
             docker_cli.run(["rmi", provisional])
@@ -375,9 +380,7 @@ def _images_by_commit(opts: BuildOptions, report: BuildReport, layer: LayerFile,
             proc = docker_cli.run([*argv, ctr, tag])
             if proc.returncode != 0:
                 raise _fail(f"docker commit of {tag}", proc)
-            info = docker_cli.inspect_image(tag) or {}
-            report.images[tag] = info.get("Id", "")
-            report.sizes[tag] = int(info.get("Size", 0))
+            _record_image(report, tag)
         report.phases["commit"] = round(time.monotonic() - t, 1)
     finally:
         docker_cli.run(["rm", "-f", ctr])
