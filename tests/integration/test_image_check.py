@@ -74,9 +74,12 @@ def test_image_with_headers_passes_the_header_check(base_image):
     assert c["memory.shm"]["status"] == "pass"          # --ipc=host: the host's /dev/shm, not docker's 64 MiB
     assert c["numa.mempolicy"]["status"] in ("pass", "warn")   # SYS_NICE given
     assert set(rep["failed"]) >= {"gpu.present", "stack.torch"} and "stack.python_headers" not in rep["failed"]
-    # nothing left behind
-    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=ktdeploy.role=image-check"],
-                          capture_output=True, text=True).stdout.split()
+    # nothing left behind: this run's container (its name is in the argv the report records; any other
+    # image-check container on the engine belongs to another run, e.g. a concurrent `up`)
+    argv = c["image.run"]["data"]["argv"]
+    name = argv[argv.index("--name") + 1]
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"name=^{name}$", "--filter",
+                           "label=ktdeploy.role=image-check"], capture_output=True, text=True).stdout.split()
     assert not left
 
 
