@@ -123,7 +123,9 @@ FOLLOW_SH = "\n".join([
     sh_fields(FOLLOW_INSPECT, '"$rc"'),
     "printf '%s\\n' \"$st\"",
     sh_block(FOLLOW_LOG),
-    'tail -n 5 -- "$2" 2>/dev/null',
+    # the trainer may be mid-line: $(...) drops the torn line's missing newline and printf ends it, so '@@end'
+    # always stands on its own line (the parser skips the torn line until it is finished)
+    'lt=$(tail -n 5 -- "$2" 2>/dev/null); [ -z "$lt" ] || printf \'%s\\n\' "$lt"',
     sh_block("end"),
     ""])
 

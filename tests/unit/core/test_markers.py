@@ -98,3 +98,19 @@ def test_state_paths_and_data_scripts_round_trip(tmp_path):
     assert facts.get("read", str(f)).content == '[{"a": 1}]' and facts.get("read", str(f)).size == 10
     assert facts.get("ls", str(out_dir)).content == "checkpoint-5"
     assert not facts.get("read", "/nonexistent").ok
+
+
+def test_follow_frame_while_the_trainer_is_writing_a_line(tmp_path):
+    """The trainer appends trainer_log.jsonl while FOLLOW reads it: a tail whose last line has no newline yet must
+    still give a complete frame (an '@@end' glued to the torn line read as a lost connection: a flaky real up), and
+    the entry is the last finished line."""
+    log = tmp_path / "trainer_log.jsonl"
+    log.write_text('{"current_steps": 3, "total_steps": 10, "loss": 1.5}\n{"current_steps": 4, "tot')
+    out = _sh(FOLLOW_SCRIPT, "job", str(log), docker=f"echo '{RUNNING}'", tmp=tmp_path)
+    assert markers.parse_follow(out) is not None
+    snap = parse_snapshot(0, out)
+    assert snap.entry is not None and snap.entry.current_steps == 3
+    # a finished log is read as before (no line added, none lost)
+    log.write_text('{"current_steps": 4, "total_steps": 10, "loss": 1.4}\n')
+    frame = markers.parse_follow(_sh(FOLLOW_SCRIPT, "job", str(log), docker=f"echo '{RUNNING}'", tmp=tmp_path))
+    assert frame is not None and frame.log == ['{"current_steps": 4, "total_steps": 10, "loss": 1.4}']
