@@ -333,8 +333,9 @@ def common_sets(name: str, model: Path, steps: int, extra: list[str] = ()) -> li
 
 def ktdeploy_train(name: str, model: Path, steps: int, log_dir: Path, timeout: float, extra: list[str] = (),
                    probe: bool = False, skip_doctor: bool = False, args: list[str] = (),
-                   env_extra: dict | None = None) -> dict:
-    """`ktdeploy train` measured; ``extra`` are --set values, ``args`` further options (e.g. --tuned FILE)."""
+                   env_extra: dict | None = None, wrap: list[str] = ()) -> dict:
+    """`ktdeploy train` measured; ``extra`` are --set values, ``args`` further options (e.g. --tuned FILE);
+    ``wrap`` goes before the argv (a profiler)."""
     env = dict(env_extra or {})
     if probe:
         env.update({"KTDEPLOY_PROBE_PROMPTS": str(DATA / "heldout_prompts.json"),
@@ -343,7 +344,7 @@ def ktdeploy_train(name: str, model: Path, steps: int, log_dir: Path, timeout: f
             "--run-root", str(OUTPUT / ".runs" / name)]
     if skip_doctor:
         argv.append("--skip-doctor")
-    argv += list(args)
+    argv = [*wrap, *argv, *args]
     res = measured(name, argv, OUTPUT / name, log_dir, timeout, env)
     runs = sorted((OUTPUT / ".runs" / name).glob("*"))
     if runs:
@@ -359,7 +360,8 @@ def ktdeploy_train(name: str, model: Path, steps: int, log_dir: Path, timeout: f
     return res
 
 
-def hand_train(name: str, like: dict, log_dir: Path, timeout: float, plain: bool = False) -> dict:
+def hand_train(name: str, like: dict, log_dir: Path, timeout: float, plain: bool = False,
+               cwd: Path = REPO) -> dict:
     """The same LlamaFactory run launched by hand: the rendered YAMLs, LlamaFactory's own launcher."""
     from ruamel.yaml import YAML
 
@@ -377,7 +379,7 @@ def hand_train(name: str, like: dict, log_dir: Path, timeout: float, plain: bool
     (d / "accelerate.yaml").write_text(like["accelerate_yaml"])
     argv = [PY, "-m", "accelerate.commands.launch", "--main_process_port", "0", "--config_file",
             str(d / "accelerate.yaml"), "-m", "llamafactory.launcher", str(d / "train.yaml")]
-    res = measured(name, argv, OUTPUT / name, log_dir, timeout, {"CUDA_VISIBLE_DEVICES": "0"})
+    res = measured(name, argv, OUTPUT / name, log_dir, timeout, {"CUDA_VISIBLE_DEVICES": "0"}, cwd=cwd)
     res["train"] = train
     return res
 

@@ -9,7 +9,9 @@ metrics callback, summary) and the same LlamaFactory run launched by hand (Llama
 YAMLs the first ktdeploy run rendered), interleaved after a short warm-up run so drift on the machine falls on
 every side alike; to bisect, also `ktdeploy train --skip-doctor` (S), the agent's exact argv and env without
 the `ktdeploy train` parent (D), and `ktdeploy train --exec` (E, the default since this bench: the process
-becomes the launcher, the trainer writes the record), X (`--exec --skip-doctor`: is it the doctor run just before?); K is `ktdeploy train --watch` (the watching parent). F is E with KTDEPLOY_GC_FREEZE=0 (the collector as LlamaFactory leaves it; each E/F run's summary carries gc_s/gc_full). P1_ORDER picks the sequence (default EHHEEHHEEHHE: ABBA blocks; next stall hunt: EFHHFEEFHHFE). Both are timed the same way from outside: the arrival time of each
+becomes the launcher, the trainer writes the record), X (`--exec --skip-doctor`: is it the doctor run just before?); K is `ktdeploy train --watch` (the watching parent). F is E with KTDEPLOY_GC_FREEZE=0 (the collector as LlamaFactory leaves it; each E/F run's summary carries gc_s/gc_full). G is a hand run from a fresh empty directory (E runs from a fresh record folder), Q is E under py-spy (speedscope
+to $OUT). P1_NEWFILES=1 lists the files each run wrote outside the outputs. P1_ORDER picks the sequence
+(default EHHEEHHEEHHE: ABBA blocks). Both are timed the same way from outside: the arrival time of each
 line LlamaFactory appends to trainer_log.jsonl (gpu_bench.GpuSampler), steady tokens/s after the first step.
 Writes $OUT/p1_overhead.json (per run and the ratios; key `train_over_hand_median`) and $OUT/p1_log.txt.
 """
@@ -71,6 +73,61 @@ def real_adapter(out: Path) -> dict:
         {"train": {k: v for k, v in (r.get("train") or {}).items() if k not in ("train_yaml", "accelerate_yaml")}}
 
 
+def new_files(marker: Path) -> dict:
+    """Files written anywhere on the root filesystem since ``marker`` (outside the run outputs and this bench's
+    own logs): where a run leaves state that a later run in the same place could find (the stall hunt)."""
+    skip = (str(gb.OUTPUT), str(marker.parent), os.environ.get("OUT", "/tmp/ktdeploy-gpu-out"))
+    p = gb.sh(["find", "/", "(", "-path", "/proc", "-o", "-path", "/sys", "-o", "-path", "/dev", "-o", "-path", "/run",
+               ")", "-prune", "-o", "-newer", str(marker), "-type", "f", "-print"], timeout=120)
+    paths = [ln for ln in p.stdout.splitlines() if ln and (not ln.startswith(skip) or "/.cuda-cache/" in ln)]
+    tops: dict[str, int] = {}
+    for ln in paths:
+        top = "/".join(ln.split("/")[:4])
+        tops[top] = tops.get(top, 0) + 1
+    return {"count": len(paths), "by_dir": tops, "first": paths[:120]}
+
+
+def pyspy_attach(name: str, out: Path) -> None:
+    """py-spy (carried in bench/gpu/.carry/tools) attached to the training process (lf_entry) as soon as it
+    appears, until it exits, speedscope format: the samples keep their order, so a stalled step's stacks can
+    be found. Runs in a thread beside the measured run."""
+    import subprocess
+    import threading
+
+    wheels = sorted((gb.REPO / "bench" / "gpu" / ".carry" / "tools").glob("py_spy-*.whl"))
+    if not wheels:
+        gb.say("  no py-spy wheel carried")
+        return
+    gb.sh([gb.PY, "-m", "pip", "install", "--no-deps", "--no-index", str(wheels[0])], timeout=120)
+    exe = str(Path(gb.PY).parent / "py-spy")
+
+    def trainer_pid() -> str | None:
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"lf_entry" in cmd and b"accelerate.commands.launch" not in cmd:
+                return d.name
+        return None
+
+    def attach() -> None:
+        t_end = time.monotonic() + 120
+        while time.monotonic() < t_end:
+            pid = trainer_pid()
+            if pid:
+                p = subprocess.run([exe, "record", "--pid", pid, "--rate", "200", "--format", "speedscope",
+                                    "--output", str(out / f"pyspy-{name}.json"), "--nonblocking"],
+                                   capture_output=True, text=True)
+                gb.say(f"  py-spy on {pid}: rc={p.returncode} {p.stderr.strip()[-300:]}")
+                return
+            time.sleep(0.2)
+
+    threading.Thread(target=attach, daemon=True).start()
+
+
 def neighbour_ratios(res: dict) -> list[float]:
     """For each exec run: its steady tokens/s over the mean of the hand runs just before and after it in the
     order (one when it is first or last): a paired ratio, so a drift over the call falls on both sides."""
@@ -111,14 +168,14 @@ def main() -> int:
     res: dict = {"how": "bash bench/gpu/overhead.sh (device tool); bench/gpu/overhead.py", "steps": STEPS,
                  "order": [], "ktdeploy": [], "hand": [], "skip_doctor": [], "direct": [], "exec": [],
                  "exec_skip_doctor": [], "doctor_then_hand": [],
-                 "direct_cwd_record": [], "exec_gc_unfrozen": []}
+                 "direct_cwd_record": [], "exec_gc_unfrozen": [], "hand_fresh_cwd": [], "exec_pyspy": []}
 
     def save() -> None:
         k = [r["steady_tokens_per_s"] for r in res["ktdeploy"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         h = [r["steady_tokens_per_s"] for r in res["hand"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         res["ktdeploy_tokens_per_s"], res["hand_tokens_per_s"] = k, h
         for key in ("skip_doctor", "direct", "exec", "exec_skip_doctor", "doctor_then_hand", "direct_cwd_record",
-                    "exec_gc_unfrozen"):
+                    "exec_gc_unfrozen", "hand_fresh_cwd"):
             v = [r["steady_tokens_per_s"] for r in res[key] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
             res[f"{key}_tokens_per_s"] = v
             if v and h:
@@ -157,6 +214,11 @@ def main() -> int:
         warm = gb.ktdeploy_train("p1-warmup", medium, STEPS, logs, 150, extra=PERF)
         like = dict(warm) if warm.get("train_yaml") else None
         res["warmup"] = {k: v for k, v in warm.items() if k not in ("train_yaml", "accelerate_yaml")}
+        if like is not None and os.environ.get("P1_WARM_HAND", "1") == "1":
+            # the hand side pays its first-run costs too (CUDA's JIT cache is per working directory: the first
+            # run in a directory compiles cuDNN's attention kernels for each new sequence length)
+            wh = gb.hand_train("p1-warmup-hand", like, logs, 150)
+            res["warmup_hand"] = {k: v for k, v in wh.items() if k != "train"}
         # K = ktdeploy train, S = ktdeploy train --skip-doctor, D = the agent's argv+env without the ktdeploy
         # parent, H = hand launch (LlamaFactory's launcher); ABBA-style order
         for i, side in enumerate(os.environ.get("P1_ORDER", "EHHEEHHEEHHE")):
@@ -164,6 +226,8 @@ def main() -> int:
                 gb.say(f"stopped before run {i}: budget")
                 break
             name = f"p1-{side}{i}"
+            marker = work / f"marker-{name}"
+            marker.touch()
             if side in "KSEXF":   # F: E with the heap left unfrozen (KTDEPLOY_GC_FREEZE=0), the stall hunt
                 r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side in "SX",
                                       args=["--exec"] if side in "EXF" else ["--watch"],
@@ -179,6 +243,17 @@ def main() -> int:
                 gb.say(f"  doctor before {name}: rc={doc.returncode}")
                 r = gb.hand_train(name, like, logs, 150)
                 res["doctor_then_hand"].append({k: v for k, v in r.items() if k != "train"})
+            elif side == "Q":   # E under py-spy (not in any ratio: the sampler costs CPU)
+                pyspy_attach(name, out)
+                r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, args=["--exec"])
+                res["exec_pyspy"].append({k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
+            elif side == "G":   # a hand run from a fresh empty directory (as --exec runs from a fresh record folder)
+                if like is None:
+                    continue
+                cwd = work / "cwd" / name
+                cwd.mkdir(parents=True, exist_ok=True)
+                r = gb.hand_train(name, like, logs, 150, cwd=cwd)
+                res["hand_fresh_cwd"].append({k: v for k, v in r.items() if k != "train"})
             elif side == "D":
                 if like is None:
                     continue
@@ -193,6 +268,8 @@ def main() -> int:
                 r = gb.hand_train(name, like, logs, 150)
                 res["hand"].append({k: v for k, v in r.items() if k != "train"})
             res["order"].append(name)
+            if os.environ.get("P1_NEWFILES"):
+                res.setdefault("new_files", {})[name] = new_files(marker)
             save()
         if os.environ.get("P1_THEN_PROOF"):
             res["proof"] = real_adapter(out)

@@ -294,8 +294,25 @@ def exec_trainer(plan: TrainPlan, run_dir: Path, env: dict[str, str]) -> None:
     (run_dir / rr.STATUS).write_text(rr.status_text("running"))
     sys.stdout.flush()
     sys.stderr.flush()
-    os.chdir(run_dir)
+    os.chdir(trainer_workdir(plan))
     os.execve(plan.argv[0], plan.argv, env)
+
+
+def trainer_workdir(plan: TrainPlan) -> Path:
+    """The trainer's working directory (the same for every run into this output root: rr.trainer_workdir says
+    why), made when missing; a run given its own ``--run-root`` still runs there."""
+    d = Path(rr.trainer_workdir(plan.output_dir))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def trainer_env(plan: TrainPlan) -> dict[str, str]:
+    """The trainer's environment: this process's, the plan's, unbuffered output, and CUDA's JIT cache on the
+    output volume unless the environment already names one."""
+    env = {**os.environ, **plan.env}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("CUDA_CACHE_PATH", rr.cuda_jit_cache(plan.output_dir))
+    return env
 
 
 def execute(plan: TrainPlan, echo=sys.stdout, *, exec_launch: bool = False) -> dict:
@@ -304,15 +321,14 @@ def execute(plan: TrainPlan, echo=sys.stdout, *, exec_launch: bool = False) -> d
     from ktdeploy.agent.monitor import run_streaming
 
     d = write_record(plan)
-    env = {**os.environ, **plan.env}
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    env = trainer_env(plan)
     if exec_launch:
         exec_trainer(plan, d, env)
     (d / rr.STATUS).write_text(rr.status_text("running"))
     try:
         # The trainer writes stdout.log itself; this process samples RSS and echoes the log once a second at
         # SCHED_IDLE (a line relay at nice +5 cost ~10 % tokens/s against a hand launch on the GPU machine).
-        outcome = run_streaming(plan.argv, env=env, cwd=str(d), log_path=d / rr.STDOUT_LOG, echo=echo,
+        outcome = run_streaming(plan.argv, env=env, cwd=str(trainer_workdir(plan)), log_path=d / rr.STDOUT_LOG, echo=echo,
                                 interval=1.0, yield_cpu=True)
     except KeyboardInterrupt:
         (d / rr.STATUS).write_text(rr.status_text("interrupted"))

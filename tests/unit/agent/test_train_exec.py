@@ -19,7 +19,8 @@ TRAINER = textwrap.dedent("""
     from pathlib import Path
     from ktdeploy.agent import lf_entry
     d = Path(os.environ["KTDEPLOY_RUN_DIR"])
-    Path(sys.argv[1]).write_text(json.dumps({"pid": os.getpid(), "cwd": os.getcwd()}))
+    Path(sys.argv[1]).write_text(json.dumps({"pid": os.getpid(), "cwd": os.getcwd(),
+                                             "cuda_cache": os.environ.get("CUDA_CACHE_PATH")}))
     with open(os.environ["KTDEPLOY_METRICS"], "a") as f:
         for i in range(1, 5):
             f.write(json.dumps({"step": i, "time": i, "step_s": 0.5, "tokens_seen": 100 * i}) + "\\n")
@@ -45,8 +46,11 @@ LAUNCH = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path: Path, rc: int) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, rc: int, cuda_cache: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("CUDA_CACHE_PATH", None)
+    if cuda_cache:
+        env["CUDA_CACHE_PATH"] = cuda_cache
     return subprocess.run([sys.executable, "-c", LAUNCH, str(tmp_path), TRAINER, str(rc)], env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -58,7 +62,10 @@ def test_exec_replaces_the_ktdeploy_process_and_the_trainer_writes_the_record(tm
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen["pid"] == launcher["pid"]  # the same process: nothing of ktdeploy stays beside the trainer
     d = tmp_path / "runs" / "r1"
-    assert seen["cwd"] == str(d)
+    # the trainer runs in the output root's records directory (the same for every run), not in its own record
+    # folder, and CUDA's JIT cache sits there too: a fresh directory per run recompiled run-time kernels each run
+    assert seen["cwd"] == str(tmp_path / ".ktdeploy-runs")
+    assert seen["cuda_cache"] == str(tmp_path / ".ktdeploy-runs" / ".cuda-cache")
     assert (d / "launch_mode").read_text() == "exec\n"
     assert (d / "status").read_text() == "succeeded\n" and (d / "rc").read_text() == "0\n"
     summary = json.loads((d / "summary.json").read_text())
@@ -74,3 +81,9 @@ def test_a_failed_exec_run_is_recorded_as_failed(tmp_path):
     d = tmp_path / "runs" / "r1"
     assert (d / "status").read_text() == "failed\n" and (d / "rc").read_text() == "1\n"
     assert json.loads((d / "summary.json").read_text())["rc"] == 1
+
+
+def test_a_cuda_cache_path_the_environment_names_is_kept(tmp_path):
+    p = _run(tmp_path, 0, cuda_cache=str(tmp_path / "mine"))
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "seen.json").read_text())["cuda_cache"] == str(tmp_path / "mine")

@@ -323,3 +323,15 @@ def test_the_planner_runs_once_per_doctor_run(monkeypatch):
     assert runs == [1]
     monkeypatch.undo()
     assert {c.name: (c.status, c.detail) for c in D.run_checks(_facts(), recipe)} == before
+
+
+def test_every_run_into_one_output_root_shares_one_trainer_directory():
+    """The trainer's working directory is one per output root (CUDA's JIT cache keys run-time kernels by it: a
+    fresh one per run recompiled them at every run), holds the records, and its JIT cache sits inside it."""
+    from ktdeploy.core import run_record as rr
+
+    a, b = rr.trainer_workdir("/vol/out/run-a"), rr.trainer_workdir("/vol/out//run-b/")
+    assert a == b == "/vol/out/.ktdeploy-runs"
+    assert rr.agent_runs_base("/vol/out/run-a") == "/vol/out/.ktdeploy-runs/run-a"
+    assert rr.cuda_jit_cache("/vol/out/run-b").startswith(a + "/")
+    assert rr.trainer_workdir("/vol/other/run-a") != a
