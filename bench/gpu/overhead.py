@@ -9,7 +9,8 @@ metrics callback, summary) and the same LlamaFactory run launched by hand (Llama
 YAMLs the first ktdeploy run rendered), interleaved after a short warm-up run so drift on the machine falls on
 every side alike; to bisect, also `ktdeploy train --skip-doctor` (S), the agent's exact argv and env without
 the `ktdeploy train` parent (D), and `ktdeploy train --exec` (E, the default since this bench: the process
-becomes the launcher, the trainer writes the record), X (`--exec --skip-doctor`: is it the doctor run just before?); K is `ktdeploy train --watch` (the watching parent). F is E with KTDEPLOY_GC_FREEZE=0 (the collector as LlamaFactory leaves it; each E/F run's summary carries gc_s/gc_full). G is a hand run from a fresh empty directory (E runs from a fresh record folder), Q is E under py-spy (speedscope
+becomes the launcher, the trainer writes the record), X (`--exec --skip-doctor`: is it the doctor run just before?); K is `ktdeploy train --watch` (the watching parent). F is E with KTDEPLOY_GC_FREEZE=1 (the heap frozen before step 1; each E/F run's summary carries gc_s/gc_full;
+p1_overhead-gcfreeze.json was measured when E froze by default and F set it to 0). G is a hand run from a fresh empty directory (E runs from a fresh record folder), Q is E under py-spy (speedscope
 to $OUT). P1_NEWFILES=1 lists the files each run wrote outside the outputs. P1_ORDER picks the sequence
 (default EHHEEHHEEHHE: ABBA blocks). Both are timed the same way from outside: the arrival time of each
 line LlamaFactory appends to trainer_log.jsonl (gpu_bench.GpuSampler), steady tokens/s after the first step.
@@ -168,14 +169,14 @@ def main() -> int:
     res: dict = {"how": "bash bench/gpu/overhead.sh (device tool); bench/gpu/overhead.py", "steps": STEPS,
                  "order": [], "ktdeploy": [], "hand": [], "skip_doctor": [], "direct": [], "exec": [],
                  "exec_skip_doctor": [], "doctor_then_hand": [],
-                 "direct_cwd_record": [], "exec_gc_unfrozen": [], "hand_fresh_cwd": [], "exec_pyspy": []}
+                 "direct_cwd_record": [], "exec_gc_frozen": [], "hand_fresh_cwd": [], "exec_pyspy": []}
 
     def save() -> None:
         k = [r["steady_tokens_per_s"] for r in res["ktdeploy"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         h = [r["steady_tokens_per_s"] for r in res["hand"] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
         res["ktdeploy_tokens_per_s"], res["hand_tokens_per_s"] = k, h
         for key in ("skip_doctor", "direct", "exec", "exec_skip_doctor", "doctor_then_hand", "direct_cwd_record",
-                    "exec_gc_unfrozen", "hand_fresh_cwd"):
+                    "exec_gc_frozen", "hand_fresh_cwd"):
             v = [r["steady_tokens_per_s"] for r in res[key] if r.get("rc") == 0 and r.get("steady_tokens_per_s")]
             res[f"{key}_tokens_per_s"] = v
             if v and h:
@@ -228,12 +229,12 @@ def main() -> int:
             name = f"p1-{side}{i}"
             marker = work / f"marker-{name}"
             marker.touch()
-            if side in "KSEXF":   # F: E with the heap left unfrozen (KTDEPLOY_GC_FREEZE=0), the stall hunt
+            if side in "KSEXF":   # F: E with the heap frozen (KTDEPLOY_GC_FREEZE=1)
                 r = gb.ktdeploy_train(name, medium, STEPS, logs, 150, extra=PERF, skip_doctor=side in "SX",
                                       args=["--exec"] if side in "EXF" else ["--watch"],
-                                      env_extra={"KTDEPLOY_GC_FREEZE": "0"} if side == "F" else None)
+                                      env_extra={"KTDEPLOY_GC_FREEZE": "1"} if side == "F" else None)
                 res[{"K": "ktdeploy", "S": "skip_doctor", "E": "exec", "X": "exec_skip_doctor",
-                     "F": "exec_gc_unfrozen"}[side]].append(
+                     "F": "exec_gc_frozen"}[side]].append(
                     {k: v for k, v in r.items() if k not in ("train_yaml", "accelerate_yaml")})
             elif side == "P":   # the doctor alone first (not measured), then a hand run: residue of the doctor?
                 if like is None:

@@ -1,4 +1,4 @@
-"""lf_entry's garbage-collector clock and heap freeze (pure Python: no transformers needed)."""
+"""lf_entry's garbage-collector clock and its opt-in heap freeze (pure Python: no transformers needed)."""
 
 from __future__ import annotations
 
@@ -31,15 +31,15 @@ def test_the_clock_times_collections_and_counts_full_ones():
             gc.enable()
 
 
-def test_freeze_moves_the_heap_out_of_reach_of_the_collector(monkeypatch):
+def test_the_heap_is_frozen_only_when_asked(monkeypatch):
+    """Off by default since the GPU machine measured the collector at <= 0.021 s per 14-step run, no full
+    collection, frozen or not (bench/results/p1/p1_overhead-gcfreeze.json); KTDEPLOY_GC_FREEZE=1 turns it on."""
     try:
         monkeypatch.delenv("KTDEPLOY_GC_FREEZE", raising=False)
-        assert lf_entry.freeze_heap() is True
-        frozen = gc.get_freeze_count()
-        assert frozen > 1000          # the interpreter's and pytest's objects, at least
-        gc.unfreeze()
-        monkeypatch.setenv("KTDEPLOY_GC_FREEZE", "0")
         assert lf_entry.freeze_heap() is False and gc.get_freeze_count() == 0
+        monkeypatch.setenv("KTDEPLOY_GC_FREEZE", "1")
+        assert lf_entry.freeze_heap() is True
+        assert gc.get_freeze_count() > 1000          # the interpreter's and pytest's objects, at least
     finally:
         gc.unfreeze()
 
