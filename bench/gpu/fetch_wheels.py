@@ -59,6 +59,10 @@ PINS: dict[str, str] = {
     "ruamel.yaml": "==0.18.16",
 }
 
+# Tools the benches use but the trainer never imports: downloaded into .carry/tools/, which setup() does not install
+# (bench/gpu/overhead.py installs py-spy there for its Q runs).
+TOOLS = {"py-spy": "==0.4.3"}
+
 # Wheels whose non-import payload we strip.
 SLIM = {"transformers-kt", "accelerate-kt", "kt-kernel"}
 
@@ -180,6 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         total += target.stat().st_size
         print(f"{target.stat().st_size / 2**20:7.1f} MiB  {whl.name}  ({note})")
     print(f"{total / 2**20:7.1f} MiB in {args.out}")
+    tools = args.out.parent / "tools"
+    for old in tools.glob("*.whl"):
+        old.unlink()
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+                    "3.12", "--platform", "manylinux_2_5_x86_64", "--platform", "manylinux1_x86_64", "-d", str(tools),
+                    *[n + v for n, v in TOOLS.items()]], check=True)
+    print(f"tools: {sorted(p.name for p in tools.glob('*.whl'))}")
     return 0
 
 

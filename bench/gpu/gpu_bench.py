@@ -239,6 +239,21 @@ def read_outputs(out_dir: Path) -> dict:
 SNAPSHOT_AT_S: float | None = None   # a bench that hunts a launcher difference sets it (overhead.py: P1_SNAPSHOT)
 
 
+def trainer_processes(marks: tuple[str, ...] = ("lf_entry", "llamafactory.launcher")) -> list[tuple[str, str]]:
+    """(pid, command line) of each training process: one whose command names a mark, not accelerate's launcher."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            text = b" ".join((d / "cmdline").read_bytes().split(b"\0")).decode(errors="replace")
+        except OSError:
+            continue
+        if any(m in text for m in marks) and "accelerate.commands.launch" not in text:
+            found.append((d.name, text))
+    return found
+
+
 def _trainer_snapshot() -> dict:
     """What a process inherits across exec and what runs beside it: the process table (CPU, nice, class) and,
     for each training process (lf_entry / llamafactory.launcher, not accelerate's launcher), its /proc status
@@ -246,14 +261,7 @@ def _trainer_snapshot() -> dict:
     snap: dict = {"ps": sh("ps -eo pid,ppid,ni,cls,pri,psr,pcpu,rss,nlwp,stat,args --sort=-pcpu | head -30").stdout}
     keys = ("Cpus_allowed_list", "Mems_allowed_list", "THP_enabled", "NoNewPrivs", "Seccomp", "Threads",
             "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches", "SigIgn", "SigBlk", "CapEff", "VmRSS")
-    for pid in [d.name for d in Path("/proc").iterdir() if d.name.isdigit()]:
-        try:
-            cmd = (Path("/proc") / pid / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        text = b" ".join(cmd).decode(errors="replace")
-        if ("lf_entry" not in text and "llamafactory.launcher" not in text) or "accelerate.commands.launch" in text:
-            continue
+    for pid, text in trainer_processes():
         d = Path("/proc") / pid
         info: dict = {"cmd": text[:200]}
         try:

@@ -102,23 +102,12 @@ def pyspy_attach(name: str, out: Path) -> None:
     gb.sh([gb.PY, "-m", "pip", "install", "--no-deps", "--no-index", str(wheels[0])], timeout=120)
     exe = str(Path(gb.PY).parent / "py-spy")
 
-    def trainer_pid() -> str | None:
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"lf_entry" in cmd and b"accelerate.commands.launch" not in cmd:
-                return d.name
-        return None
-
     def attach() -> None:
         t_end = time.monotonic() + 120
         while time.monotonic() < t_end:
-            pid = trainer_pid()
-            if pid:
+            found = gb.trainer_processes(("lf_entry",))
+            if found:
+                pid = found[0][0]
                 p = subprocess.run([exe, "record", "--pid", pid, "--rate", "200", "--format", "speedscope",
                                     "--output", str(out / f"pyspy-{name}.json"), "--nonblocking"],
                                    capture_output=True, text=True)
