@@ -310,6 +310,10 @@ def test_crash_at_step_is_reported_with_log_lines(env):
     assert "--resume auto" in ei.value.fix
 
 
+CTRL_C_ABLE = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "sys.argv[0] = 'ktdeploy'; runpy.run_module('ktdeploy', run_name='__main__', alter_sys=True)")
+
+
 def test_ctrl_c_leaves_training_running_then_logs_and_up_finish_it(env):
     import signal
 
@@ -320,7 +324,10 @@ def test_ctrl_c_leaves_training_running_then_logs_and_up_finish_it(env):
             *ssh_args(env)]
     (env["root"] / "data" / "fake_step_seconds").write_text("0.15")
     try:
-        p = subprocess.Popen([sys.executable, "-m", "ktdeploy", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # A Ctrl-C at a terminal: SIGINT handled as Python does by default. Started from a background job of a
+        # non-interactive shell (`.ci/run &`), this process and its children inherit SIGINT *ignored*, and Python
+        # keeps an inherited ignore (so does ktdeploy, as any Unix tool started with `&`): set the handler first.
+        p = subprocess.Popen([sys.executable, "-c", CTRL_C_ABLE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=REPO)
         deadline = time.monotonic() + 600   # image start + doctor on 2 loaded cores: slow, not a failure
         while not Path(out, "trainer_log.jsonl").exists():
