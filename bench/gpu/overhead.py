@@ -74,10 +74,10 @@ def real_adapter(out: Path) -> dict:
         {"train": {k: v for k, v in (r.get("train") or {}).items() if k not in ("train_yaml", "accelerate_yaml")}}
 
 
-def new_files(marker: Path) -> dict:
+def new_files(marker: Path, out: Path) -> dict:
     """Files written anywhere on the root filesystem since ``marker`` (outside the run outputs and this bench's
     own logs): where a run leaves state that a later run in the same place could find (the stall hunt)."""
-    skip = (str(gb.OUTPUT), str(marker.parent), os.environ.get("OUT", "/tmp/ktdeploy-gpu-out"))
+    skip = (str(gb.OUTPUT), str(marker.parent), str(out))
     p = gb.sh(["find", "/", "(", "-path", "/proc", "-o", "-path", "/sys", "-o", "-path", "/dev", "-o", "-path", "/run",
                ")", "-prune", "-o", "-newer", str(marker), "-type", "f", "-print"], timeout=120)
     paths = [ln for ln in p.stdout.splitlines() if ln and (not ln.startswith(skip) or "/.cuda-cache/" in ln)]
@@ -206,7 +206,7 @@ def main() -> int:
         res["warmup"] = {k: v for k, v in warm.items() if k not in ("train_yaml", "accelerate_yaml")}
         if like is not None and os.environ.get("P1_WARM_HAND", "1") == "1":
             # the hand side pays its first-run costs too (CUDA's JIT cache is per working directory: the first
-            # run in a directory compiles cuDNN's attention kernels for each new sequence length)
+            # run in a directory compiles the attention's run-time kernels for each new sequence length)
             wh = gb.hand_train("p1-warmup-hand", like, logs, 150)
             res["warmup_hand"] = {k: v for k, v in wh.items() if k != "train"}
         # K = ktdeploy train, S = ktdeploy train --skip-doctor, D = the agent's argv+env without the ktdeploy
@@ -259,7 +259,7 @@ def main() -> int:
                 res["hand"].append({k: v for k, v in r.items() if k != "train"})
             res["order"].append(name)
             if os.environ.get("P1_NEWFILES"):
-                res.setdefault("new_files", {})[name] = new_files(marker)
+                res.setdefault("new_files", {})[name] = new_files(marker, out)
             save()
         if os.environ.get("P1_THEN_PROOF"):
             res["proof"] = real_adapter(out)

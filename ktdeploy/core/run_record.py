@@ -108,7 +108,7 @@ def agent_runs_base(output_dir: str) -> str:
 def trainer_workdir(output_dir: str) -> str:
     """The working directory of every trainer writing beside ``output_dir``: ``<dirname>/.ktdeploy-runs``, the
     same for every run into that output root. Not the run's own record folder: kernels compiled at run time
-    (cuDNN's attention at each new sequence length, on the GPU machine) go through CUDA's JIT cache under a key
+    (inside torch's attention, at each new sequence length, on the GPU machine) go through CUDA's JIT cache under a key
     that changes with the working directory, so a fresh directory per run compiled them again at every run
     (8 kernels, a 1-2 s stalled step; issue 18, bench/results/p1/)."""
     return posixpath.join(posixpath.dirname(posixpath.normpath(output_dir)), RUNS_DIRNAME)
