@@ -166,7 +166,9 @@ def test_an_engine_refusing_the_sparse_archive_gets_the_same_image_by_commit(ima
         assert {k: v for k, v in got["Config"]["Labels"].items() if k not in skip} == \
             {k: v for k, v in want["Config"]["Labels"].items() if k not in skip}
     finally:
-        docker("rmi", f"{repo}:avx2")
+        # --no-prune: a committed image's parent is the deps stage's image; a plain rmi also deleted that untagged
+        # chain (the build cache), so the next build of the deps stage made new layers (found looping this test)
+        docker("rmi", "--no-prune", f"{repo}:avx2")
     with pytest.raises(LayerLoadUnsupported):   # --method layer does not fall back
         build_mod.build(build_mod.BuildOptions(context=ROOT, isas=["avx2"], stack="reduced", repo=repo,
                                                base_image=BASE, method="layer"))
