@@ -27,7 +27,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from ktdeploy.agent import safetensors_io as st
 from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.hashing import sha256_file
+from ktdeploy.core.safeio import redact, staging_dir
 
 FUSED = "fused_expert_lora.safetensors"
 MANIFEST = "kt_adapter_manifest.json"
@@ -100,6 +100,20 @@ def _load_json(path: Path, what: str) -> dict:
     return data
 
 
+MAX_EXPERT_TENSORS = 1 << 20  # Qwen3.5-397B: 60 layers x 512 experts x 6 = 184k; a crafted header must not ask 16M
+
+
+def _plain_file(p: Path) -> bool:
+    """A regular file that is not a symbolic link (a link in a training output could publish a file from elsewhere)."""
+    return p.is_file() and not p.is_symlink()
+
+
+def _count_slices(items: list, more: int, path: Path) -> None:
+    if len(items) + more > MAX_EXPERT_TENSORS:
+        raise ConvertError(f"{path}: more than {MAX_EXPERT_TENSORS} per-expert tensors (layers x experts x 6)",
+                           fix="the file is damaged or not a KT output; no MoE model has that many experts")
+
+
 def check_manifest(src: Path, manifest: dict) -> list[str]:
     """The KT manifest says 'ready' and every artifact's size and SHA-256 still match."""
     notes = []
@@ -111,7 +125,10 @@ def check_manifest(src: Path, manifest: dict) -> list[str]:
         raise ConvertError(f"{src / MANIFEST} does not list {FUSED}", fix="re-save the adapter with kt-kernel >= 0.7")
     for name, rec in arts.items():
         p = src / name
-        if name != os.path.basename(name) or not p.is_file():
+        if p.is_symlink():
+            raise ConvertError(f"artifact {name!r} in {src} is a symbolic link; ktdeploy never publishes a file "
+                               "through a link", fix="replace the link with the file itself and convert again")
+        if name != os.path.basename(name) or not _plain_file(p):
             raise ConvertError(f"artifact {name!r} named by the manifest is missing from {src}",
                                fix="copy the whole output directory, not single files")
         if isinstance(rec, dict) and rec.get("size") is not None and rec["size"] != p.stat().st_size:
@@ -150,9 +167,13 @@ def _fused_slices(path: Path) -> tuple[list[tuple[str, st.Slice]], int, int, int
             if a.shape[0] != b.shape[0] or a.shape[1] != b.shape[2]:
                 raise ConvertError(f"{path}: layer {layer} {proj}: lora_a {list(a.shape)} and lora_b {list(b.shape)} "
                                    "do not fit together", fix="the file is damaged")
+            if a.shape[1] < 1 or a.shape[0] < 1:
+                raise ConvertError(f"{path}: layer {layer} {proj}: lora_a {list(a.shape)} has no rank or no experts",
+                                   fix="the file is damaged")
             ranks.add(a.shape[1])
             experts.add(a.shape[0])
             for which, info in (("A", a), ("B", b)):
+                _count_slices(items, info.shape[0], path)
                 for e, s in enumerate(st.split_first_axis(path, info)):
                     items.append((f"{{layers}}.{layer}.mlp.experts.{e}.{proj}_proj.lora_{which}.weight", s))
     if len(ranks) != 1 or len(experts) != 1:
@@ -264,13 +285,14 @@ def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     items = nonexpert + [(k.replace("{layers}", layers_key), s) for k, s in expert_items]
 
     base = base_model or config.get("base_model_name_or_path") or (manifest.get("base") or {}).get("model_name_or_path")
+    base = redact(base) if isinstance(base, str) else base  # a URL's password never enters the published adapter
     out_config = dict(config)
     out_config.update(peft_type="LORA", r=rank, lora_alpha=alpha, target_modules=_ordered(targets),
                       base_model_name_or_path=base, bias=config.get("bias", "none"),
                       task_type=config.get("task_type", "CAUSAL_LM"))
 
     dst.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    stage = staging_dir(dst.parent, f".{dst.name}.")
     try:
         written = st.write(stage / ADAPTER, items, metadata={"format": "pt", "converted_by": "ktdeploy"})
         (stage / CONFIG).write_text(json.dumps(out_config, indent=2, sort_keys=True) + "\n")
@@ -349,7 +371,7 @@ def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) ->
     layers = index.get("layers")
     if not isinstance(layers, dict) or not layers:
         raise ConvertError(f"{src / FULL_INDEX} lists no layers", fix="the save was interrupted; use an earlier checkpoint")
-    if not (src / "config.json").is_file():
+    if not _plain_file(src / "config.json"):
         raise ConvertError(f"{src} has no config.json next to {FULL_INDEX}", fix="copy the whole output directory")
     items: list[tuple[str, st.Slice]] = []
     experts: set[int] = set()
@@ -358,7 +380,7 @@ def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) ->
         if not str(key).isdigit() or not isinstance(ent, dict):
             raise ConvertError(f"{src / FULL_INDEX}: bad layer entry {key!r}", fix="the index is damaged")
         fname = ent.get("file")
-        if not isinstance(fname, str) or os.path.basename(fname) != fname or not (src / fname).is_file():
+        if not isinstance(fname, str) or os.path.basename(fname) != fname or not _plain_file(src / fname):
             raise ConvertError(f"layer {key}: shard {fname!r} is missing from {src}",
                                fix="copy the whole output directory, not single files")
         shard = src / fname
@@ -375,13 +397,14 @@ def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) ->
                 raise ConvertError(f"{shard}: {proj} is {info.dtype} {list(info.shape)}, the index says "
                                    f"{(ent.get('shapes') or {}).get(proj)}", fix="the file is damaged")
             experts.add(info.shape[0])
+            _count_slices(items, info.shape[0], shard)
             for e, s in enumerate(st.split_first_axis(shard, info)):
                 items.append((f"model.layers.{int(key)}.mlp.experts.{e}.{proj}.weight", s))
     if len(experts) != 1:
         raise ConvertError(f"{src}: layers disagree on the expert count {sorted(experts)}", fix="the output is damaged")
 
     dst.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    stage = staging_dir(dst.parent, f".{dst.name}.")
     try:
         linked: list[str] = []
         weight_map: dict[str, str] = {}
@@ -389,6 +412,9 @@ def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) ->
         if hf_index.is_file():
             weight_map.update(_load_json(hf_index, "HF weight index").get("weight_map") or {})
         for p in sorted(src.iterdir()):
+            if p.is_symlink():
+                raise ConvertError(f"{p} is a symbolic link; ktdeploy never publishes a file through a link",
+                                   fix="replace the link with the file itself (or remove it) and convert again")
             if not p.is_file() or p.name.startswith("kt_full_experts") or p.name == "model.safetensors.index.json":
                 continue
             if p.name.startswith(("optimizer", "scheduler", "rng_state", "training_args", "trainer_state")):

@@ -23,7 +23,7 @@ from typing import BinaryIO
 ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
             "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 _CHUNK = 16 << 20
-_MAX_HEADER = 100 << 20
+_MAX_HEADER = 16 << 20   # a 5,000-tensor shard's header is < 1 MB; 100 MB of '[[],[],...' took 2.6 GB to parse
 MAX_SPLIT = 1 << 16   # experts per layer; no MoE has more. A zero-size tensor [2e6, 0, 64] must not explode.
 MAX_DIM = 1 << 40
 
@@ -59,7 +59,10 @@ class Slice:
 def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Tensor index and ``__metadata__`` of a safetensors file; validates offsets against the file size."""
     path = Path(path)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:  # never through a link: a training output holds none, and one could publish a file from elsewhere
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
+    except OSError as err:
+        raise SafetensorsFormatError(f"{path}: cannot be read ({err.strerror}; a symbolic link?)") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -74,8 +77,8 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[st
             raise SafetensorsFormatError(f"{path}: header length {n} is impossible for a {size}-byte file")
         try:
             header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise SafetensorsFormatError(f"{path}: header is not JSON ({err})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            raise SafetensorsFormatError(f"{path}: header is not JSON ({type(err).__name__}: {str(err)[:120]})") from None
     if not isinstance(header, dict):
         raise SafetensorsFormatError(f"{path}: header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}

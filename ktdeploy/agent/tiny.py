@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from ktdeploy.core.errors import UsageError
+from ktdeploy.core.safeio import MAX_JSON, load_json, staging_dir, write_file
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 CHAT_TEMPLATE = (
@@ -88,23 +89,50 @@ def _sample(rng: random.Random, lo: int = 3, hi: int = 12) -> dict:
     return {"instruction": f"Sort the words: {text}", "input": "", "output": " ".join(sorted(words))}
 
 
-def build_dataset(data_dir: Path, num_samples: int, seed: int = 0, heldout: int = 8) -> Path:
-    """Write ``tiny_sft.json`` (alpaca format), its ``dataset_info.json`` entry and held-out prompts."""
-    rng = random.Random(seed)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    rows = [_sample(rng) for _ in range(num_samples)]
-    (data_dir / f"{DATASET_NAME}.json").write_text(json.dumps(rows, indent=1))
-    long_rows = [_sample(rng, 90, 200) for _ in range(num_samples)]
-    (data_dir / f"{LONG_DATASET_NAME}.json").write_text(json.dumps(long_rows, indent=1))
+DATASET_FILES = (f"{DATASET_NAME}.json", f"{LONG_DATASET_NAME}.json", "heldout_prompts.json")
+
+
+def _dataset_info(data_dir: Path) -> dict:
+    """The folder's dataset_info.json (LlamaFactory's registry, which the tiny datasets are added to), or {}."""
     info_path = data_dir / "dataset_info.json"
-    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    if not info_path.exists() and not info_path.is_symlink():
+        return {}
+    info = load_json(info_path, MAX_JSON, "dataset_info.json")
+    if not isinstance(info, dict):
+        raise UsageError(f"{info_path}: not a JSON object", fix="fix or remove dataset_info.json, or choose another --data")
+    return info
+
+
+def check_dataset_target(data_dir: Path, overwrite: bool) -> None:
+    """Before anything is built: the dataset files are new (or --overwrite) and dataset_info.json is readable."""
+    for name in DATASET_FILES + ("dataset_info.json",):
+        p = data_dir / name
+        if p.is_symlink():
+            raise UsageError(f"{p} is a symbolic link; ktdeploy never writes through a link",
+                             fix="remove the link or choose another --data folder")
+    present = [n for n in DATASET_FILES if (data_dir / n).exists()]
+    if present and not overwrite:
+        raise UsageError(f"{data_dir} already holds {', '.join(present)}",
+                         fix="choose another --data folder or pass --overwrite")
+    _dataset_info(data_dir)
+
+
+def build_dataset(data_dir: Path, num_samples: int, seed: int = 0, heldout: int = 8, overwrite: bool = False) -> Path:
+    """Write ``tiny_sft.json`` (alpaca format), its ``dataset_info.json`` entry and held-out prompts."""
+    data_dir = Path(data_dir)
+    check_dataset_target(data_dir, overwrite)
+    rng = random.Random(seed)
+    rows = [_sample(rng) for _ in range(num_samples)]
+    write_file(data_dir, f"{DATASET_NAME}.json", json.dumps(rows, indent=1), overwrite=overwrite)
+    long_rows = [_sample(rng, 90, 200) for _ in range(num_samples)]
+    write_file(data_dir, f"{LONG_DATASET_NAME}.json", json.dumps(long_rows, indent=1), overwrite=overwrite)
+    info = _dataset_info(data_dir)
     info[DATASET_NAME] = {"file_name": f"{DATASET_NAME}.json"}
     info[LONG_DATASET_NAME] = {"file_name": f"{LONG_DATASET_NAME}.json"}
-    info_path.write_text(json.dumps(info, indent=2))
+    write_file(data_dir, "dataset_info.json", json.dumps(info, indent=2), overwrite=True)  # a registry: entries added
     held = [_sample(random.Random(10_000 + seed + i)) for i in range(heldout)]
-    out = data_dir / "heldout_prompts.json"
-    out.write_text(json.dumps([h["instruction"] for h in held], indent=1))
-    return out
+    return write_file(data_dir, "heldout_prompts.json", json.dumps([h["instruction"] for h in held], indent=1),
+                      overwrite=overwrite)
 
 
 def _corpus(n: int, seed: int) -> list[str]:
@@ -165,6 +193,7 @@ def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", 
     missing = [m for m in ("torch", "transformers", "tokenizers") if _find_spec(importlib.util, m) is None]
     if missing:  # before anything is written: a controller without the ML stack leaves no folder behind
         raise ImportError(f"No module named {', '.join(repr(m) for m in missing)}")
+    check_dataset_target(data_dir, overwrite)  # before the model is built: a refusal leaves nothing behind
     spec = SIZES[size]
     with _staged(model_dir) as tmp:   # built in a temp sibling, moved into model_dir only when complete
         tok = build_tokenizer(tmp, spec.vocab_size, seed)
@@ -178,7 +207,7 @@ def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", 
             g = json.loads(gen.read_text())
             g.update(eos_token_id=config["eos_token_id"], pad_token_id=config["pad_token_id"])
             gen.write_text(json.dumps(g, indent=2))
-    heldout = build_dataset(data_dir, num_samples, seed)
+    heldout = build_dataset(data_dir, num_samples, seed, overwrite=overwrite)
     return TinyResult(str(model_dir), str(data_dir), size, config, num_samples, str(heldout))
 
 
@@ -198,9 +227,6 @@ class _staged:
         self.target = Path(target)
 
     def __enter__(self) -> Path:
-        import os
-        import tempfile
-
         parent = self.target.parent
         self.created = []
         p = parent
@@ -208,10 +234,7 @@ class _staged:
             self.created.append(p)
             p = p.parent
         parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.partial-", dir=parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from the training user
+        self.tmp = staging_dir(parent, f".{self.target.name}.partial-")
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:

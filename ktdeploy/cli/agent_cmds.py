@@ -14,6 +14,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.core.errors import UsageError
+from ktdeploy.core.markup import esc
 
 
 @app.command()
@@ -50,9 +51,9 @@ def train(
     plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root, tuned=choice,
                       diagnose=local_doctor, topology=lambda: local_facts(probes=False))
     for w in plan.warnings:
-        err_console.print(f"[yellow]warning:[/] {w}")
+        err_console.print(f"[yellow]warning:[/] {esc(w)}")
     if plan.derived:
-        err_console.print("derived from this host: " + ", ".join(f"{k}={v}" for k, v in plan.derived.items()))
+        err_console.print("derived from this host: " + ", ".join(f"{esc(k)}={esc(v)}" for k, v in plan.derived.items()))
     if dry_run:
         if as_json:
             print_json(plan.to_json())
@@ -70,7 +71,7 @@ def train(
     if as_json:
         print_json({"run_dir": plan.run_dir, **summary})
     else:
-        err_console.print(f"[green]training finished[/]: {plan.output_dir}  (record: {plan.run_dir})")
+        err_console.print(f"[green]training finished[/]: {esc(plan.output_dir)}  (record: {esc(plan.run_dir)})")
         if summary.get("loss_first") is not None:
             err_console.print(f"loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f}, "
                               f"peak host RSS {summary['peak_host_rss_gib']:.2f} GiB")
@@ -95,12 +96,12 @@ def convert(
         print_json(asdict(s))
         return
     if isinstance(s, FullConvertSummary):
-        console.print(f"[green]model written[/]: {s.output_dir}")
-        console.print(f"{s.expert_tensors} expert tensors ({s.num_layers} layers x {s.num_experts} experts) regrouped; "
+        console.print(f"[green]model written[/]: {esc(s.output_dir)}")
+        console.print(f"{esc(s.expert_tensors)} expert tensors ({esc(s.num_layers)} layers x {esc(s.num_experts)} experts) regrouped; "
                       f"{len(s.linked_files)} HF files linked", highlight=False)
         return
-    console.print(f"[green]adapter written[/]: {s.output_dir}")
-    console.print(f"rank {s.rank}, alpha {s.lora_alpha:g}; {s.nonexpert_tensors} non-expert + {s.expert_tensors} "
+    console.print(f"[green]adapter written[/]: {esc(s.output_dir)}")
+    console.print(f"rank {esc(s.rank)}, alpha {s.lora_alpha:g}; {esc(s.nonexpert_tensors)} non-expert + {esc(s.expert_tensors)} "
                   f"expert tensors ({s.num_layers} layers x {s.num_experts} experts); "
                   f"targets: {', '.join(s.target_modules)}", highlight=False)
 

@@ -9,6 +9,7 @@ import typer
 
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_checks, print_json
+from ktdeploy.core.markup import esc
 
 VARIANTS = ("amx", "avx512", "avx2")
 
@@ -94,7 +95,7 @@ def doctor_cmd(
 
         try:
             gpu_list = [int(g) for g in gpus.split(",") if g.strip()]
-        except ValueError:
+        except (ValueError, RecursionError):
             raise UsageError(f"--gpus {gpus!r} is not a list of GPU indices", fix="e.g. --gpus 0,1") from None
     conn = connect(host, **opts)
     inner = None
@@ -131,13 +132,13 @@ def doctor_cmd(
     if as_json:
         print_json(report.to_json())
     else:
-        console.print(_summary_line(report), highlight=False)
+        console.print(_summary_line(report), markup=False, highlight=False)
         print_checks(report.checks, title=f"ktdeploy doctor: {report.facts.host}")
         for c in report.waived_failures:
-            console.print(f"[bold yellow]WAIVED[/] {c.name}: {c.detail}", highlight=False)
+            console.print(f"[bold yellow]WAIVED[/] {esc(c.name)}: {esc(c.detail)}", highlight=False)
         if report.failed:
             names = [c.name + (f" ({c.layer})" if [d.name for d in report.failed].count(c.name) > 1 else "")
                      for c in report.failed]
-            console.print(f"[red]{report.summary()['fail']} check(s) failed:[/] " + ", ".join(names), highlight=False)
+            console.print(f"[red]{esc(report.summary()['fail'])} check(s) failed:[/] " + ", ".join(names), highlight=False)
     if report.failed:
         raise typer.Exit(1)

@@ -8,6 +8,7 @@ import typer
 
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json
+from ktdeploy.core.markup import esc
 
 image_app = typer.Typer(help="Build, save and load the ktsft images (one per CPU ISA), offline.",
                         no_args_is_help=True)
@@ -58,10 +59,10 @@ def build_cmd(
         print_json(asdict(report))
         return
     for tag, image_id in report.images.items():
-        console.print(f"[green]built[/green] {tag}  {image_id[7:19]}  {report.sizes[tag] / 1e9:.2f} GB  "
+        console.print(f"[green]built[/green] {esc(tag)}  {esc(image_id[7:19])}  {report.sizes[tag] / 1e9:.2f} GB  "
                       f"{report.seconds[tag]:.0f}s", highlight=False)
     extra = {t: len(v) for t, v in report.extra_layers.items()}
-    console.print(f"variants share {report.shared_layers} filesystem layers; extra layers per variant: "
+    console.print(f"variants share {esc(report.shared_layers)} filesystem layers; extra layers per variant: "
                   f"{extra or 'n/a'}; lock sha256 {report.lock_sha256[:16]}…; added by {report.method}",
                   highlight=False)
 
@@ -77,7 +78,7 @@ def save_cmd(
 
     tags = _tags(repo, isa)
     size = save(tags, output)
-    console.print(f"saved {', '.join(tags)} -> {output} ({size / 1e9:.2f} GB); on the target host: "
+    console.print(f"saved {esc(', '.join(tags))} -> {esc(output)} ({size / 1e9:.2f} GB); on the target host: "
                   f"ktdeploy image load {output.name}", highlight=False)
 
 
@@ -87,7 +88,7 @@ def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdep
     from ktdeploy.controller.images.build import load
 
     for ref in load(archive):
-        console.print(f"loaded {ref}", highlight=False)
+        console.print(f"loaded {esc(ref)}", highlight=False)
 
 
 @image_app.command("layers")
@@ -106,4 +107,4 @@ def layers_cmd(
     first = next(iter(data.values()))
     for tag, ls in data.items():
         shared = sum(1 for layer in ls if layer in first)
-        console.print(f"{tag}: {len(ls)} layers, {shared} shared with {next(iter(data))}", highlight=False)
+        console.print(f"{esc(tag)}: {esc(len(ls))} layers, {esc(shared)} shared with {esc(next(iter(data)))}", highlight=False)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ktdeploy.core.markup import esc
+
 # Pure recipe work never touches kt-kernel: it runs on any CPU, whatever the variant.
 NO_ISA_COMMANDS = {"check", "render", "--help", "-h", "help", "--version"}
 
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
             fix=result.fix, key=result.name, results=[result]))
         sys.exit(CheckFailed.exit_code)
     if result is not None and result.status == "warn":
-        err_console.print(f"[yellow]note:[/yellow] {result.detail}. {result.fix}", highlight=False)
+        err_console.print(f"[yellow]note:[/yellow] {esc(result.detail)}. {esc(result.fix)}", highlight=False)
     cli_main(argv)
 
 

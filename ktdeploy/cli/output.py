@@ -22,20 +22,30 @@ def _redact(text: str) -> str:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """Every --json output: passwords in URLs dropped (a recipe or record value may hold one)."""
+    sys.stdout.write(json.dumps(_redact(data), indent=2, sort_keys=False, default=str) + "\n")
+
+
+MAX_FINDINGS = 50        # one screen: a recipe with 60,000 unknown keys gets the first ones and a count
+MAX_FINDING_TEXT = 600   # a value echoed in a message (a 900 KB template) is cut, with its length
+MAX_ERROR_TEXT = 1500    # an error quoting a YAML line or a host's stderr stays one screen
+
+
+def _clip(text: str, limit: int = MAX_FINDING_TEXT) -> str:
+    text = _redact(str(text))
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def print_error(err) -> None:
     """One screen: what went wrong, the key or check it concerns, and the fix."""
-    from ktdeploy.core.safeio import redact
 
     body = Text()
     if getattr(err, "key", None):
-        body.append(f"{redact(str(err.key))}: ", style="bold")
-    body.append(redact(str(err.message)))
+        body.append(f"{_clip(err.key, 200)}: ", style="bold")
+    body.append(_clip(err.message, MAX_ERROR_TEXT))
     if getattr(err, "fix", None):
         body.append("\nfix: ", style="bold green")
-        body.append(redact(str(err.fix)))
+        body.append(_clip(err.fix, MAX_ERROR_TEXT))
     err_console.print(Panel(body, title=f"[red]{type(err).__name__}", border_style="red", expand=False))
     findings = getattr(err, "findings", None)
     if findings:
@@ -69,14 +79,19 @@ def print_internal_error(err: BaseException) -> None:
 def print_findings(findings, stream: Console | None = None) -> None:
     """One block per finding: severity, key path and location, then the problem and the fix."""
     stream = stream or console
-    for f in findings:
+    findings = list(findings)
+    for f in findings[:MAX_FINDINGS]:
         mark = "[red]error[/red]" if f.severity == "error" else "[yellow]warn [/yellow]"
         loc = f"{f.file}:{f.line}" if f.file and f.line else (f.file or "")
-        where = f" [dim]({escape(loc)})[/dim]" if loc else ""
-        stream.print(f"{mark} [bold]{escape(f.path)}[/bold]{where}", highlight=False)
-        stream.print(Text("      " + f.message), highlight=False)
+        where = f" [dim]({escape(_clip(loc, 200))})[/dim]" if loc else ""
+        stream.print(f"{mark} [bold]{escape(_clip(f.path, 200))}[/bold]{where}", highlight=False)
+        stream.print(Text("      " + _clip(f.message)), highlight=False)
         if f.fix:
-            stream.print(Text("      fix: " + f.fix, style="green"), highlight=False)
+            stream.print(Text("      fix: " + _clip(f.fix), style="green"), highlight=False)
+    if len(findings) > MAX_FINDINGS:
+        errors = sum(1 for f in findings[MAX_FINDINGS:] if f.severity == "error")
+        stream.print(Text(f"... and {len(findings) - MAX_FINDINGS} more ({errors} errors); `--json` lists them all"),
+                      highlight=False)
 
 
 _STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}

@@ -11,6 +11,7 @@ from rich.table import Table
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_json
 from ktdeploy.core.errors import UsageError
+from ktdeploy.core.markup import esc
 
 _TITLES = {"host": "host memory (peak RSS, rank 0 owns the experts)", "gpu": "GPU memory (peak, per GPU)",
            "disk": "disk (output volume)"}
@@ -47,10 +48,10 @@ def plan_cmd(
                         "non_expert_params": arch.non_expert_params, "total_params": arch.total_params}
         print_json(out)
         return
-    console.print(f"[bold]{recipe}[/bold]  model config: {where}  ({arch.family}, "
+    console.print(f"[bold]{esc(recipe)}[/bold]  model config: {esc(where)}  ({esc(arch.family)}, "
                   f"{arch.total_params / 1e9:.1f} B params, {arch.routed_expert_params / 1e9:.1f} B in routed experts)")
     s = plan.setup
-    console.print(f"setup: {s['finetuning']} · experts {s['expert_format']} · {s['num_processes']} GPU(s) · "
+    console.print(f"setup: {esc(s['finetuning'])} · experts {esc(s['expert_format'])} · {esc(s['num_processes'])} GPU(s) · "
                   f"cutoff {s['cutoff_len']} x batch {s['batch']} · cache depth {s['cache_depth']} · "
                   f"KT rows {s['kt_max_len']}")
     for resource, total in (("host", plan.host_memory_gib), ("gpu", plan.gpu_memory_gib_per_gpu),
@@ -65,9 +66,9 @@ def plan_cmd(
         t.add_column("GiB", justify="right", no_wrap=True)
         t.add_column("why", overflow="fold")
         for term in plan.terms(resource):
-            t.add_row(term.name, f"{term.gib:.2f}", term.explanation)
+            t.add_row(esc(term.name), f"{term.gib:.2f}", esc(term.explanation))
         console.print(t)
     for n in plan.notes:
-        console.print(f"[yellow]note[/yellow] {n}")
+        console.print(f"[yellow]note[/yellow] {esc(n)}")
     console.print("Figures are predicted peaks (GiB = 2^30 B) without a safety margin; "
                   "bench/results/planner-calibration.md compares them with measured runs.")

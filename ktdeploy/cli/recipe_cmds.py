@@ -10,6 +10,7 @@ import typer
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_findings, print_json
 from ktdeploy.core.errors import RecipeError, UsageError
+from ktdeploy.core.markup import esc
 from ktdeploy.core.recipe import errors, load_native, load_recipe, render, require_valid, validate
 
 SET_HELP = "Override a recipe value: SECTION.KEY=VALUE (VALUE parsed as YAML), repeatable."
@@ -59,9 +60,9 @@ def check(
         if findings:
             print_findings(findings)
         if errs:
-            console.print(f"[red]✗ {name}: {len(errs)} error(s), {len(findings) - len(errs)} warning(s)")
+            console.print(f"[red]✗ {esc(name)}: {esc(len(errs))} error(s), {esc(len(findings) - len(errs))} warning(s)")
         else:
-            console.print(f"[green]✓ {name} is valid[/green]" + (f" ({len(findings)} warning(s))" if findings else ""))
+            console.print(f"[green]✓ {esc(name)} is valid[/green]" + (f" ({esc(len(findings))} warning(s))" if findings else ""))
     if errs:
         raise typer.Exit(2)
 
@@ -85,6 +86,6 @@ def render_cmd(
         raise UsageError(f"{out} exists and is not a directory", fix="give a directory for -o")
     files = render(r).write(out, overwrite=force)
     for f in warnings:
-        console.print(f"[yellow]warn[/yellow] {f.path}: {f.message}")
+        console.print(f"[yellow]warn[/yellow] {esc(f.path)}: {esc(f.message)}")
     for _name, p in files.items():
-        console.print(f"wrote {p}")
+        console.print(f"wrote {esc(p)}")

@@ -11,6 +11,7 @@ from rich.table import Table
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
+from ktdeploy.core.markup import esc
 
 
 @app.command()
@@ -33,7 +34,7 @@ def tune(
             rate = f"{trial.tokens_per_s:.0f} tok/s" if trial.tokens_per_s else "-"
             err_console.print(f"  {trial.candidate.label():40s} {trial.status:14s} {rate:>12s}  ({trial.seconds:.0f} s)")
         elif kind == "start" and trial is not None:
-            err_console.print(f"trial {trial.candidate.label()} …")
+            err_console.print(f"trial {esc(trial.candidate.label())} …")
 
     result = run_tune(str(recipe), set_, budget_minutes=budget_minutes, workdir=str(workdir) if workdir else None,
                       warmup_steps=warmup_steps, measure_steps=measure_steps, on_event=event,
@@ -42,14 +43,14 @@ def tune(
     if as_json:
         print_json(data)
         return
-    table = Table(title=f"ktdeploy tune — {recipe.name}")
+    table = Table(title=f"ktdeploy tune — {esc(recipe.name)}")
     for col in ("setting", "status", "tokens/s", "peak host RSS GiB", "peak GPU GiB", "seconds"):
         table.add_column(col)
     for t in result.trials:
         mark = "[bold green]▶ " if t is result.chosen else ""
-        table.add_row(mark + t.candidate.label(), t.status, f"{t.tokens_per_s:.0f}" if t.tokens_per_s else "-",
+        table.add_row(mark + esc(t.candidate.label()), esc(t.status), f"{t.tokens_per_s:.0f}" if t.tokens_per_s else "-",
                       f"{t.peak_host_rss_gib:.2f}" if t.peak_host_rss_gib else "-",
                       f"{t.peak_gpu_gib:.2f}" if t.peak_gpu_gib else "-", f"{t.seconds:.0f}")
     console.print(table)
     if data["speedup_vs_all_cores"] and result.chosen is not None:
-        console.print(f"chosen {result.chosen.candidate.label()}: {data['speedup_vs_all_cores']:.2f}× the all-cores setting")
+        console.print(f"chosen {esc(result.chosen.candidate.label())}: {data['speedup_vs_all_cores']:.2f}× the all-cores setting")

@@ -9,6 +9,7 @@ import typer
 
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_json
+from ktdeploy.core.markup import esc
 
 HOST_HELP = "Target host: localhost (no SSH), host, user@host, ssh://user@host:port, docker://CONTAINER."
 
@@ -94,14 +95,14 @@ def status(
         widths = [max([len(str(s.get(k, ""))) for s in rows] + [len(k)]) for k in keys]
         if sum(widths) + 3 * len(keys) + 1 > console.width:
             for s in rows:
-                console.print(s.get("id", ""), style="bold", highlight=False, crop=False, overflow="ignore")
+                console.print(s.get("id", ""), style="bold", markup=False, highlight=False, crop=False, overflow="ignore")
                 for k in keys[1:]:
-                    console.print(f"  {k:<9} {s.get(k, '')}", highlight=False, crop=False, overflow="ignore")
+                    console.print(f"  {k:<9} {esc(s.get(k, ''))}", highlight=False, crop=False, overflow="ignore")
             return
         t = Table(*[Column("run" if k == "id" else k, no_wrap=True, overflow="ignore", min_width=w)
                     for k, w in zip(keys, widths, strict=False)])
         for s in rows:
-            t.add_row(*[str(s.get(k, "")) for k in keys])
+            t.add_row(*[esc(s.get(k, "")) for k in keys])
         console.print(t)
         return
     st = api.status(host, run, ssh=_ssh(ssh_key, known_hosts, False))
@@ -109,24 +110,24 @@ def status(
         print_json(st)
         return
     live: dict = st.get("live") or {}
-    console.print(f"[bold]{st['id']}[/]  host {st['host']}  recipe {st['recipe']}  recorded state [bold]{st['state']}[/]",
+    console.print(f"[bold]{esc(st['id'])}[/]  host {esc(st['host'])}  recipe {esc(st['recipe'])}  recorded state [bold]{esc(st['state'])}[/]",
                   highlight=False)
-    console.print(f"  container {st['container']}: ", end="", highlight=False)
+    console.print(f"  container {esc(st['container'])}: ", end="", highlight=False)
     c = live.get("container")
     if live.get("error"):
-        console.print(f"[red]host unreachable[/] ({live['error']})", highlight=False)
+        console.print(f"[red]host unreachable[/] ({esc(live['error'])})", highlight=False)
     elif c is None:
         console.print("absent", highlight=False)
     else:
         code = "" if c["status"] == "running" else f" exit {c['exit_code']}" + (" OOM-killed" if c["oom_killed"] else "")
-        console.print(f"{c['status']}{code}", highlight=False)
+        console.print(f"{esc(c['status'])}{esc(code)}", highlight=False)
     p = live.get("progress")
     if p:
-        console.print("  " + describe(LogEntry(**p)), highlight=False)
+        console.print("  " + describe(LogEntry(**p)), markup=False, highlight=False)
     serve = live.get("serve")
     if serve:
-        console.print(f"  serving {st['serve_container']}: {serve['status']}", highlight=False)
-    console.print(f"  record {st['record']}", highlight=False)
+        console.print(f"  serving {esc(st['serve_container'])}: {esc(serve['status'])}", highlight=False)
+    console.print(f"  record {esc(st['record'])}", highlight=False)
 
 
 @app.command()
@@ -157,4 +158,4 @@ def down(
 
     done = api.down(host, run, ssh=_ssh(ssh_key, known_hosts, False))
     for name, what in done.items():
-        console.print(f"{name}: {what}", highlight=False)
+        console.print(f"{esc(name)}: {esc(what)}", highlight=False)

@@ -6,8 +6,8 @@ record folder on the controller (ktdeploy.controller.runs)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
@@ -32,7 +33,7 @@ from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.core.recipe import builtin_recipe, load_recipe, require_valid, validate
 from ktdeploy.core.recipe import render as render_recipe
 from ktdeploy.core.recipe.render import dump_yaml
-from ktdeploy.core.safeio import redact_host
+from ktdeploy.core.safeio import MAX_JSON, load_json, printable, redact, redact_host, write_file
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
 WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
@@ -103,11 +104,11 @@ def doctor_phase(report, where: str, waive, record: RunRecord, say: Callable[[st
     summary = report.summary(RUNTIME_FIXABLE)
     doc_line = report.summary_text(RUNTIME_FIXABLE)  # the same count as `ktdeploy doctor` and the panel below
     record.event("doctor", summary=summary, failed=[c.name for c in failed], waived=[c.name for c in waived])
-    say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {where}: {doc_line}")
+    say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {esc(where)}: {esc(doc_line)}")
     for c in waived:
-        say(f"  [yellow]waived[/yellow] {c.name}: {c.detail}")
+        say(f"  [yellow]waived[/yellow] {esc(c.name)}: {esc(c.detail)}")
     for c in deferred:
-        say(f"  [yellow]to repair[/yellow] {c.name}: {c.detail} -> the RUNTIME stage installs what is missing")
+        say(f"  [yellow]to repair[/yellow] {esc(c.name)}: {esc(c.detail)} -> the RUNTIME stage installs what is missing")
     return blocking, doc_line
 
 
@@ -194,7 +195,7 @@ def _new_record(recipe, host: str, waive: tuple[str, ...], dry_run: bool, facts_
                       output_dir=output_dir_of(recipe), waived=list(waive), dry_run=dry_run,
                       **({"facts_file": str(facts_file)} if facts_file is not None else {}))
     if waive:
-        say(f"[bold yellow]WARNING: waiving checks {', '.join(waive)} — recorded in {record.path}/{rr.STATUS_JSON}[/]")
+        say(f"[bold yellow]WARNING: waiving checks {esc(', '.join(waive))} — recorded in {esc(record.path)}/{esc(rr.STATUS_JSON)}[/]")
         record.event("waived", checks=list(waive))
     return record
 
@@ -211,14 +212,14 @@ def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, con
     """(connector or None, where): None when planning from recorded facts (a plan before the host exists)."""
     record.event("stage_start", stage="PREFLIGHT", step="connect", host=host)
     if recorded_facts is not None:
-        say(f"[yellow]-[/yellow] PREFLIGHT: not connecting to {host}; planning from the facts in {facts_file}")
+        say(f"[yellow]-[/yellow] PREFLIGHT: not connecting to {esc(host)}; planning from the facts in {esc(facts_file)}")
         record.event("facts_file", path=str(facts_file))
         return None, f"{host} (facts recorded in {facts_file})"
     try:
         conn = connector if connector is not None else connect(host, **(ssh or {}))
     except ConnectError as e:
         raise _fail(record, "failed", e) from None
-    say(f"[green]✓[/green] PREFLIGHT: connected to {conn.name}")
+    say(f"[green]✓[/green] PREFLIGHT: connected to {esc(conn.name)}")
     record.event("connected", connector=conn.name)
     return conn, conn.name
 
@@ -266,7 +267,7 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
     except KeyboardInterrupt:
         record.event("detached", reason="interrupted (Ctrl-C)")
         record.set_status("detached", note="controller interrupted; training keeps running on the host")
-        say(f"[yellow]Stopped following; the training container {plan.job} keeps running on {host}.[/]\n"
+        say(f"[yellow]Stopped following; the training container {esc(plan.job)} keeps running on {esc(host)}.[/]\n"
             f"  ktdeploy status --host {host}   |   ktdeploy logs -f --host {host}   |   ktdeploy up (same args) to go on")
         result.state = "detached"
         return result
@@ -284,12 +285,12 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
     if detach:
         record.set_status("detached", note="--detach: training runs on the host")
         result.state = "detached"
-        say(f"[green]Training started in {plan.job} on {host}.[/] Follow it: ktdeploy status --host {host}; "
+        say(f"[green]Training started in {esc(plan.job)} on {esc(host)}.[/] Follow it: ktdeploy status --host {esc(host)}; "
             f"ktdeploy logs -f --host {host}")
     else:
         record.set_status("finished")
         result.state = "finished"
-        say(f"[green bold]done:[/] adapter {plan.adapter_dir}; run record {record.path}")
+        say(f"[green bold]done:[/] adapter {esc(plan.adapter_dir)}; run record {esc(record.path)}")
     return result
 
 
@@ -299,13 +300,13 @@ def load_facts_file(path) -> HostFacts:
     from pydantic import ValidationError
 
     p = Path(str(path))
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(p):
         raise UsageError(f"--facts {p}: no such file", key="--facts",
-                         fix="Record one on the host: ktdeploy doctor --json > facts.json") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise UsageError(f"--facts {p}: not a JSON file ({e})", key="--facts",
+                         fix="Record one on the host: ktdeploy doctor --json > facts.json")
+    try:  # bounded, and a FIFO or device is refused rather than read
+        data = load_json(p, MAX_JSON, "facts file")
+    except UsageError as e:
+        raise UsageError(e.message, key="--facts",
                          fix="Give the output of `ktdeploy doctor --json` or a facts.json.") from None
     if isinstance(data, dict) and isinstance(data.get("facts"), dict) and "checks" in data:
         data = data["facts"]
@@ -320,7 +321,18 @@ def load_facts_file(path) -> HostFacts:
 
 # -- status / logs / down ------------------------------------------------------------------------
 def _connect_for(rec: RunRecord, ssh: dict | None):
-    return connect(rec.status()["host"], **(ssh or {}))
+    return connect(rec.status_text("host"), **(ssh or {}))
+
+
+_CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # docker's own rule for a container name
+
+
+def _container(rec: RunRecord, key: str = "container") -> str:
+    name = rec.status_text(key)
+    if not _CONTAINER_NAME.match(name):
+        raise RunRecordError(f"run record {rec.id}: {key} {printable(name)} is not a container name",
+                             fix=f"Inspect or remove {rec.path}.")
+    return name
 
 
 def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None, live: bool = True) -> dict:
@@ -330,14 +342,15 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
     st = dict(rec.status())
     st["record"] = str(rec.path)
     if live:
+        job, serve_job, log = _container(rec), _container(rec, "serve_container"), rec.status_text("output_dir")
         try:
             conn = _connect_for(rec, ssh)
         except ConnectError as e:
             st["live"] = {"error": e.message}
             return st
         try:
-            snap = snapshot(conn, st["container"], f"{st['output_dir']}/{TRAINER_LOG}")
-            serve = snapshot(conn, st["serve_container"], "/dev/null").state
+            snap = snapshot(conn, job, f"{log}/{TRAINER_LOG}")
+            serve = snapshot(conn, serve_job, "/dev/null").state
         except ConnectError as e:
             st["live"] = {"error": e.message}
             return st
@@ -354,7 +367,7 @@ def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = F
     host = redact_host(host)
 
     rec = latest_run(host, run_id=run_id)
-    name = rec.status()["container"]
+    name = _container(rec)
     conn = _connect_for(rec, ssh)
     try:
         r = conn.run(dk.logs(name, tail=tail, timestamps=True), timeout=120)
@@ -392,18 +405,17 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None
     """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
+    names = {key: _container(rec, key) for key in ("serve_container", "container") if st.get(key)}
     conn = _connect_for(rec, ssh)
     done = {}
     try:
-        for key in ("serve_container", "container"):
-            name = st.get(key)
-            if not name:
-                continue
+        for name in names.values():
             if conn.run(dk.exists_probe(name), timeout=60).rc != 0:
                 done[name] = "absent"
                 continue
-            (rec.path / rr.ARTIFACTS).mkdir(exist_ok=True)
-            (rec.path / rr.ARTIFACTS / f"{name}.log").write_text(container_logs(conn, name, tail=None), encoding="utf-8")
+            # the container's last words, kept in the record (never through a link, never outside artifacts/)
+            write_file(rec.path / rr.ARTIFACTS, f"{name}.log", redact(container_logs(conn, name, tail=None)),
+                       overwrite=True)
             conn.run(dk.stop(name), timeout=120)
             r = conn.run(dk.remove(name), timeout=120)
             if r.rc != 0:

@@ -18,6 +18,7 @@ from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core import markers
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, StepError
+from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
@@ -55,7 +56,7 @@ def parse_snapshot(rc: int, stdout: str, stderr: str = "", *, host: str = "the h
                            fix=lost_fix)
     try:
         inspect_rc = int(frame.inspect_rc)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ConnectError(f"unreadable answer from {host}: {stdout.splitlines()[0][:80]!r}", fix=lost_fix) from None
     text = "\n".join(frame.inspect).strip()
     entry = latest("\n".join(frame.log))
@@ -140,7 +141,7 @@ class Executor:
         for stage in self.plan.stages:
             if stage.skipped:
                 self.record.event("stage_skipped", stage=stage.name, reason=stage.skipped)
-                self.say(f"[dim]- {stage.name}: skipped ({stage.skipped})[/dim]")
+                self.say(f"[dim]- {esc(stage.name)}: skipped ({esc(stage.skipped)})[/dim]")
                 continue
             self.record.event("stage_start", stage=stage.name)
             self.record.set_status("running", stage=stage.name)
@@ -151,13 +152,13 @@ class Executor:
     def step(self, stage: Stage, s: Step) -> None:
         if s.satisfied:
             self.record.event("step_satisfied", stage=stage.name, step=s.id, why=s.why)
-            self.say(f"[green]✓[/green] {stage.name}: {s.title} [dim](already satisfied: {s.why})[/dim]")
+            self.say(f"[green]✓[/green] {esc(stage.name)}: {esc(s.title)} [dim](already satisfied: {esc(s.why)})[/dim]")
             return
         if s.probe:
             r = self.conn.run(list(s.probe), timeout=120)
             if r.rc == 0:
                 self.record.event("step_satisfied", stage=stage.name, step=s.id, why="probe", probe=list(s.probe))
-                self.say(f"[green]✓[/green] {stage.name}: {s.title} [dim](already satisfied)[/dim]")
+                self.say(f"[green]✓[/green] {esc(stage.name)}: {esc(s.title)} [dim](already satisfied)[/dim]")
                 return
         self.record.event("step_start", stage=stage.name, step=s.id, command=s.command())
         t0 = time.monotonic()
@@ -185,7 +186,7 @@ class Executor:
                           failed=[c.name for c in failed], waived=[c.name for c in waived],
                           checks=[c.model_dump(mode="json") for c in report.checks])
         for c in waived:
-            self.say(f"  [yellow]waived[/yellow] {c.name} ({c.layer}): {c.detail}")
+            self.say(f"  [yellow]waived[/yellow] {esc(c.name)} ({esc(c.layer)}): {esc(c.detail)}")
         if failed:
             self.record.event("step_failed", stage=stage.name, step=s.id,
                               message=f"{len(failed)} check(s) failed in {p['image']}")
@@ -194,7 +195,7 @@ class Executor:
                               results=failed, key="image.check",
                               fix="Fix the checks listed below (the image: `ktdeploy image build`; the host: "
                                   "`ktdeploy doctor --image " + p["image"] + "`), or --waive NAME.")
-        self.say(f"  image check: {report.summary_text()}")
+        self.say(f"  image check: {esc(report.summary_text())}")
 
     def handlers(self) -> dict[StepAction, Callable[[Stage, Step], None]]:
         """One handler per StepAction (a test checks none is missing)."""
@@ -218,7 +219,7 @@ class Executor:
         return p
 
     def _do_run(self, stage: Stage, s: Step) -> None:
-        self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
+        self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
         r = self.conn.run(self._argv(s), timeout=s.timeout or 600)
         if r.rc != 0:
             tail = "\n".join((r.stderr.strip() or r.stdout.strip()).splitlines()[-15:])
@@ -242,7 +243,7 @@ class Executor:
         if not src.is_file():  # a FIFO or device would hang the upload
             raise StepError(f"{stage.name}: {src} does not exist on this machine or is not a plain file", step=s.id,
                             fix="Pass an existing file (e.g. the tarball `ktdeploy image save` wrote).")
-        self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
+        self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
         self.conn.put_file(str(src), s.remote)
 
     def _do_put_secret(self, stage: Stage, s: Step) -> None:
@@ -251,7 +252,7 @@ class Executor:
         if not value:
             raise StepError(f"{stage.name}: deploy.serve.api_key_env names {name}, which is not set here", step=s.id,
                             fix=f"export {name}=<key> in the shell that runs ktdeploy up")
-        self.say(f"[cyan]→[/cyan] {stage.name}: {s.title}")
+        self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
         fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")
         try:
             with os.fdopen(fd, "w") as f:
@@ -267,11 +268,11 @@ class Executor:
     def _do_wait_http(self, stage: Stage, s: Step) -> None:
         """Poll the readiness probe until it answers, the container dies, or the timeout passes."""
         name = s.params["container"]
-        self.say(f"[cyan]→[/cyan] {stage.name}: waiting for {s.title}")
+        self.say(f"[cyan]→[/cyan] {esc(stage.name)}: waiting for {esc(s.title)}")
         deadline = time.monotonic() + (s.timeout or 1800)
         while True:
             if self.conn.run(self._argv(s), timeout=60).rc == 0:
-                self.say(f"[green]✓[/green] {stage.name}: {s.title}")
+                self.say(f"[green]✓[/green] {esc(stage.name)}: {esc(s.title)}")
                 return
             snap = snapshot(self.conn, name, "/dev/null")
             if snap.state is None or not snap.state.running:
@@ -293,7 +294,7 @@ class Executor:
                 return
             raise StepError(f"{stage.name}: {s.remote} does not exist on the host", step=s.id)
         self.conn.get_file(s.remote, str(dst))
-        self.say(f"[green]✓[/green] {stage.name}: fetched {os.path.basename(self._path(s, 'remote'))} -> {dst}")
+        self.say(f"[green]✓[/green] {esc(stage.name)}: fetched {esc(os.path.basename(self._path(s, 'remote')))} -> {esc(dst)}")
 
     def _fetch_agent_record(self, output_dir: str) -> None:
         """Best effort: the agent's own record of the run (state, rc, summary) into the run record."""
@@ -317,7 +318,7 @@ class Executor:
         if snap.state is None or not snap.state.running:
             raise StepError(f"{stage.name}: {self._crash_details(name)}", step=s.id,
                             fix="See the log lines above (ktdeploy logs); fix and re-run ktdeploy up.")
-        self.say(f"[green]✓[/green] {stage.name}: {name} is running")
+        self.say(f"[green]✓[/green] {esc(stage.name)}: {esc(name)} is running")
 
     def _do_follow(self, stage: Stage, s: Step) -> None:
         name, log = s.params["container"], s.params["log"]
@@ -335,7 +336,7 @@ class Executor:
                     self.record.event("progress", **snap.entry.to_json())
                     self.record.set_status("training", progress=snap.entry.to_json())
                     if view is None:
-                        self.say(f"  {describe(snap.entry)}")
+                        self.say(f"  {esc(describe(snap.entry))}")
                 if view is not None:
                     view.update(snap.entry, st.status if st else "missing")
                 if st is None or not st.running:
@@ -354,7 +355,7 @@ class Executor:
         if not st.succeeded:
             raise StepError(f"FOLLOW: {self._crash_details(name, st)}", step=s.id, rc=st.exit_code,
                             fix=exit_advice(st, self.recipe, self.facts))
-        self.say(f"[green]✓[/green] training finished: {describe(snap.entry)}")
+        self.say(f"[green]✓[/green] training finished: {esc(describe(snap.entry))}")
 
     def _crash_details(self, name: str, st: ContainerState | None = None) -> str:
         if st is None:

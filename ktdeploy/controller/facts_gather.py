@@ -108,7 +108,7 @@ def build_facts(raw: RawFacts) -> HostFacts:
     if out("lscpu_json"):
         try:
             lscpu_hv = cpu.parse_lscpu_json(out("lscpu_json")).get("hypervisor_vendor")
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     v = sec("detect_virt_vm")
     c = sec("detect_virt_container")

@@ -150,7 +150,7 @@ def gather_probes(connector, machine: str | None) -> tuple[Probes, dict[str, str
         raw[name] = out
         try:
             setattr(probes, field, parse(out))
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             setattr(probes, field, model(skipped=f"unreadable probe output: {e}"))
     return probes, raw
 

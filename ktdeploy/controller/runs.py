@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ktdeploy.core import run_record as rr
-from ktdeploy.core.errors import RunRecordError
-from ktdeploy.core.safeio import append_line, redact, write_file
+from ktdeploy.core.errors import RunRecordError, UsageError
+from ktdeploy.core.safeio import MAX_JSON, append_line, printable, read_bytes, redact, write_file
 
 STATES = rr.RUN_STATES   # the format (file names, states, keys, schema version) is core/run_record.py's
 
@@ -102,26 +102,41 @@ class RunRecord:
         return cur
 
     # -- reading --------------------------------------------------------------------------------
-    def read_json(self, name: str) -> Any:
+    def _read(self, name: str) -> bytes:
+        """A record file's bytes through safeio (a FIFO, device or folder in its place is refused, not waited on;
+        at most MAX_JSON bytes)."""
         p = self.path / name
+        if not os.path.lexists(p):
+            raise RunRecordError(f"run record {self.id} has no {name}", fix=f"Look inside {self.path}.")
         try:
-            with open(p, "rb") as f:
-                raw = f.read(16 << 20)
+            return read_bytes(p, MAX_JSON, f"run record's {name}")
+        except UsageError as e:
+            raise RunRecordError(f"run record {self.id}: {e.message}", fix=f"Inspect or remove {self.path}.") from None
+
+    def read_json(self, name: str) -> Any:
+        raw = self._read(name)
+        try:
             return rr.parse_status_json(raw) if name == rr.STATUS_JSON else json.loads(raw)
-        except FileNotFoundError:
-            raise RunRecordError(f"run record {self.id} has no {name}", fix=f"Look inside {self.path}.") from None
-        except (ValueError, RecursionError, OSError) as e:
-            raise RunRecordError(f"run record {self.id}: {name} is not valid JSON ({e})",
+        except (ValueError, RecursionError) as e:
+            raise RunRecordError(f"run record {self.id}: {name} is not valid ({printable(e)})",
                                  fix=f"Inspect or remove {self.path}.") from None
 
     def status(self) -> dict:
         return self.read_json(rr.STATUS_JSON)
 
+    def status_text(self, key: str) -> str:
+        """A key the commands act on (host, container, output_dir, ...): text, or a RunRecordError naming it."""
+        value = self.status().get(key)
+        if not isinstance(value, str) or not value:
+            raise RunRecordError(f"run record {self.id}: status.json has no {key!r}",
+                                 fix=f"Inspect or remove {self.path}; `ktdeploy status --all` lists the others.")
+        return value
+
     def events(self) -> list[dict]:
-        p = self.path / rr.EVENTS
-        if not p.exists():
+        if not os.path.lexists(self.path / rr.EVENTS):
             return []
-        return rr.parse_events(p.read_text(encoding="utf-8"))  # a torn last line from a killed controller: left out
+        # a torn last line from a killed controller: left out
+        return rr.parse_events(self._read(rr.EVENTS).decode("utf-8", errors="replace"))
 
 
 def all_runs(root: Path | None = None) -> list[RunRecord]:

@@ -51,12 +51,25 @@ def status_update(current: Mapping[str, Any], state: str, run_id: str, now: floa
     return cur
 
 
+STATUS_TEXT_KEYS = ("id", "state", "host", "recipe", "container", "serve_container", "output_dir")
+
+
 def parse_status_json(text: str | bytes) -> dict:
-    """status.json -> its object; ValueError when it is not a JSON object."""
-    data = json.loads(text)
+    """status.json -> its object, passwords dropped from its strings (a record written before they were
+    redacted on write still never shows one); ValueError when it is not a JSON object or a key the commands
+    act on (``STATUS_TEXT_KEYS``) holds something other than text."""
+    from ktdeploy.core.safeio import redact
+
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    return data
+    for key in STATUS_TEXT_KEYS:
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ValueError(f"{key!r} is {type(data[key]).__name__}, not text")
+    return redact(data)
 
 
 def event(kind: str, now: float, **data: Any) -> dict:
@@ -69,7 +82,7 @@ def parse_events(text: str) -> list[dict]:
     for line in text.splitlines():
         try:
             ev = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(ev, dict):
             out.append(ev)
@@ -182,7 +195,7 @@ def read_agent_record(files: Mapping[str, str | None]) -> AgentRecord:
     rec.rc = int(rc) if rc.lstrip("-").isdigit() else None
     try:
         summary = json.loads(files.get(SUMMARY) or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         summary = {}
     rec.summary = summary if isinstance(summary, dict) else {}
     rec.launch_mode = (files.get(LAUNCH_MODE) or "").strip() or None

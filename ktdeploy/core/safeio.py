@@ -203,6 +203,18 @@ def write_file(directory: str | os.PathLike, name: str, data: bytes | str, *, mo
     return d / name
 
 
+def staging_dir(parent: str | os.PathLike, prefix: str) -> Path:
+    """A new temp folder in ``parent`` to build an output in before one rename publishes it; its mode is what a
+    plain mkdir gives (mkdtemp's 0700 would hide a published model or adapter from the training/serving user)."""
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    return tmp
+
+
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append one line to a log/record file; refuses to follow a symlink."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)

@@ -52,7 +52,7 @@ def parse_line(line: str) -> LogEntry | None:
         return None
     try:
         d = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(d, dict) or "current_steps" not in d or "total_steps" not in d:
         return None
@@ -103,7 +103,7 @@ def hms_seconds(text: str | None) -> int | None:
     parts = t.strip().split(":")
     try:
         nums = [int(float(p)) for p in parts]
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     s = 0
     for n in nums:

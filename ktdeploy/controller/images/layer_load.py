@@ -142,6 +142,6 @@ def history_rows(image: str) -> list[dict]:
     for line in proc.stdout.splitlines():
         try:
             rows.append(json.loads(line))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return []
     return rows

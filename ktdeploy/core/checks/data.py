@@ -65,7 +65,7 @@ def dataset_info(train: dict, facts: DataFacts) -> dict | None:
         return None
     try:
         info = json.loads(e.content)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return info if isinstance(info, dict) else None
 
@@ -149,7 +149,7 @@ def _template_check(train: dict, facts: DataFacts) -> list[CheckResult]:
     try:
         cfg: Any = json.loads(e.content)
         mt = cfg.get("model_type") or (cfg.get("text_config") or {}).get("model_type")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return []
     want = FAMILY_TEMPLATES.get(str(mt))
     if want is None:
@@ -187,7 +187,7 @@ def _weights_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResul
         try:
             q = (json.loads(ce.content).get("quantization_config") or {})
             quant = str(q.get("quant_method") or q.get("fmt") or "").lower() if isinstance(q, dict) else ""
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             quant = ""
         if "fp8" in quant:
             # A native FP8 checkpoint by its config.json, whatever the directory is called (cookbook A.3.1).

@@ -84,9 +84,11 @@ def parse_data_output(text: str) -> DataFacts:
     return facts
 
 
-def _why(err: ValueError, with_line: bool = False) -> str:
+def _why(err: ValueError | RecursionError, with_line: bool = False) -> str:
     """The parser's message: a JSONDecodeError's msg (and line), else the text of a plain ValueError, which json
     raises without msg/lineno, e.g. for an integer longer than Python's int digit limit."""
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
     if isinstance(err, json.JSONDecodeError):
         return f"{err.msg} (line {err.lineno})" if with_line else err.msg
     return str(err)
@@ -105,7 +107,7 @@ def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[lis
                 continue
             try:
                 rows.append(json.loads(line))
-            except ValueError as err:
+            except (ValueError, RecursionError) as err:
                 return None, f"line {i + 1} is not JSON: {_why(err)}"
             if len(rows) >= n:
                 break
@@ -114,7 +116,7 @@ def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[lis
         if complete:
             try:
                 data = json.loads(s)
-            except ValueError as err:
+            except (ValueError, RecursionError) as err:
                 return None, f"not JSON: {_why(err, with_line=True)}"
             if not isinstance(data, list):
                 return None, f"a JSON {type(data).__name__}, not a list of samples"
@@ -127,7 +129,7 @@ def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[lis
                 pos += 1
             try:
                 obj, pos = dec.raw_decode(s, pos)
-            except ValueError as err:
+            except (ValueError, RecursionError) as err:
                 if rows:
                     break
                 return None, f"the first sample is not JSON: {_why(err)}"

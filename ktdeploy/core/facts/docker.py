@@ -25,7 +25,7 @@ def build_docker(out: str | None, rc: int | None, err: str = "") -> DockerFacts:
         return DockerFacts(present=False, error="docker: command not found")
     try:
         info = parse_docker_info(out or "")
-    except ValueError:
+    except (ValueError, RecursionError):
         msg = (err or out or "").strip().splitlines()
         return DockerFacts(present=True, reachable=False, error=(msg[-1] if msg else f"exit {rc}")[:300])
     server_errors = info.get("ServerErrors") or []

@@ -147,7 +147,7 @@ def parse_stack_output(stdout: str, rc: int | None = 0, stderr: str = "") -> Sta
         if line.startswith(MARKER):
             try:
                 raw = json.loads(line[len(MARKER):])
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 return StackFacts(error=f"unreadable stack probe report: {e}")
             if not isinstance(raw, dict):
                 return StackFacts(error="unreadable stack probe report: not an object")

@@ -106,7 +106,7 @@ def parse_container_state(text: str, image: str | None = None) -> ContainerState
         return None
     try:
         d = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return ContainerState(status=str(d.get("Status", "unknown")), exit_code=d.get("ExitCode"),
                           oom_killed=bool(d.get("OOMKilled")), error=str(d.get("Error") or ""),

@@ -29,7 +29,7 @@ from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.safeio import read_bytes
 
 SECTIONS = ("train", "accelerate", "deploy")
-MAX_BYTES = 1 << 20  # a recipe is a small text file; refuse anything larger before parsing
+MAX_BYTES = 256 << 10  # a recipe is a few KB; refuse anything larger before parsing (ruamel reads ~130 KB/s)
 
 
 @dataclass
@@ -88,19 +88,29 @@ LFLoader.yaml_implicit_resolvers = {
 YAML11_SECTIONS = ("train", "accelerate")
 
 
-def lf_load(text: str) -> Any:
-    """A YAML document read the way LlamaFactory (OmegaConf) reads it, as plain Python values."""
-    return _plain_py(pyyaml.load(text, Loader=LFLoader))  # noqa: S506 - a SafeLoader subclass
+def lf_load(text: str, file: str = "<override>") -> Any:
+    """A YAML document read the way LlamaFactory (OmegaConf) reads it, as plain Python values. PyYAML builds an
+    alias as a shared reference (cheap); the copy into plain values is what expands it, so that copy is bounded
+    by MAX_NODES like ruamel's reading."""
+    return _plain_py(pyyaml.load(text, Loader=LFLoader), file, [MAX_NODES])  # noqa: S506 - a SafeLoader subclass
 
 
-def _plain_py(v: Any) -> Any:
+def _plain_py(v: Any, file: str, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _alias_bomb(file)
     if isinstance(v, dict):
-        return {str(k): _plain_py(x) for k, x in v.items()}
+        return {str(k): _plain_py(x, file, budget) for k, x in v.items()}
     if isinstance(v, list):
-        return [_plain_py(x) for x in v]
+        return [_plain_py(x, file, budget) for x in v]
     if v is None or isinstance(v, (str, bool, int, float)):
         return v
     return str(v)
+
+
+def _alias_bomb(file: str) -> RecipeError:
+    return RecipeError(f"{file}: more than {MAX_NODES} values once YAML aliases are expanded (an alias bomb?)",
+                       fix="write the recipe without anchors/aliases (&name / *name)")
 
 
 def _yaml11_sections(text: str, doc: Any, sections=YAML11_SECTIONS) -> Any:
@@ -108,7 +118,7 @@ def _yaml11_sections(text: str, doc: Any, sections=YAML11_SECTIONS) -> Any:
     if not isinstance(doc, dict):
         return doc
     try:
-        lf = lf_load(text)
+        lf = lf_load(text, "<recipe>")
     except (pyyaml.YAMLError, RecursionError, ValueError, OverflowError):
         return doc  # ruamel accepted it; keep its reading (rules still run)
     if isinstance(lf, dict):
@@ -128,8 +138,7 @@ def _plain(node: Any, prefix: str, file: str, locs: dict[str, tuple[str, int]], 
         budget = [MAX_NODES]
     budget[0] -= 1
     if budget[0] < 0:
-        raise RecipeError(f"{file}: more than {MAX_NODES} values once YAML aliases are expanded (an alias bomb?)",
-                          fix="write the recipe without anchors/aliases (&name / *name)")
+        raise _alias_bomb(file)
     if isinstance(node, CommentedMap):
         out = {}
         for key, value in node.items():
@@ -257,7 +266,7 @@ def read_native(train_path: str | Path, accelerate_path: str | Path,
         data = _parse_text(text, str(p), section, locs)
         if section in YAML11_SECTIONS and data is not None:
             try:
-                data = lf_load(text)  # the whole file is the section: read it as its reader does
+                data = lf_load(text, str(p))  # the whole file is the section: read it as its reader does
             except (pyyaml.YAMLError, RecursionError, ValueError, OverflowError):
                 pass
         locs.setdefault(section, (str(p), 1))

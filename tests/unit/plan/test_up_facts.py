@@ -65,9 +65,16 @@ def test_bad_facts_files_are_usage_errors(tmp_path):
     bad.write_text("{not json")
     wrong = tmp_path / "wrong.json"
     wrong.write_text('{"layer": "submarine"}')
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # nobody writes it: a reader that opened it plainly would wait forever
     for args, words in [
         (["--dry-run", "--facts", str(tmp_path / "missing.json")], "no such file"),
-        (["--dry-run", "--facts", str(bad)], "not a JSON file"),
+        (["--dry-run", "--facts", str(bad)], "not valid JSON"),
+        (["--dry-run", "--facts", str(deep)], "not valid JSON (RecursionError"),
+        (["--dry-run", "--facts", str(fifo)], "not a regular file"),
+        (["--dry-run", "--facts", "/dev/zero"], "not a regular file"),
         (["--dry-run", "--facts", str(wrong)], "not host facts: layer"),
         (["--facts", "examples/facts/gpu-h200-1gpu.json"], "needs --dry-run"),
     ]:
