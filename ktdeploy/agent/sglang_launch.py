@@ -34,9 +34,11 @@ def _take_key(environ) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a == "--api-key" or a.startswith("--api-key=") for a in argv):
-        print("ktdeploy: --api-key on the command line is refused (visible in ps); "
-              "set deploy.serve.api_key_env instead", file=sys.stderr)
+    from ktdeploy.core.safeio import secret_option
+
+    if any(secret_option(a) for a in argv):
+        print("ktdeploy: a secret on the command line (--api-key, or any spelling of it) is refused (visible in "
+              "ps); set deploy.serve.api_key_env instead", file=sys.stderr)
         return 2
     key = _take_key(os.environ)
     from sglang.srt.entrypoints.http_server import launch_server

@@ -128,6 +128,12 @@ def exit_advice(state: ContainerState, recipe=None, facts=None) -> str:
     return "see the last log lines above; fix the cause, then ktdeploy up --resume auto."
 
 
+MAX_FETCH = 64 << 20  # artifacts are a loss plot and small JSON files
+# exit 0: a regular file of at most $2 bytes; 2: absent (or not a plain file); 3: a link; 4: too large
+FETCHABLE_SH = ('[ -h "$1" ] && exit 3; [ -f "$1" ] || exit 2; '
+                '[ "$(wc -c < "$1")" -le "$2" ] || exit 4; exit 0')
+
+
 class Executor:
     def __init__(self, conn, record: RunRecord, plan: Plan, *, say: Callable[[str], None] = print,
                  progress_factory=None, recipe=None, facts=None, poll_s: float = 2.0):
@@ -288,11 +294,20 @@ class Executor:
         if s.params.get("docker_logs"):
             write_file(dst.parent, dst.name, container_logs(self.conn, self._path(s, "remote"), tail=None), overwrite=True)
             return
-        if self.conn.run(["test", "-f", s.remote], timeout=60).rc != 0:
-            if s.optional:
+        # a regular file, not a link (the trainer writes the output folder and could link ~/.ssh/id_* there; FETCH
+        # runs after the training container exited, so nothing swaps it between this check and the copy), bounded
+        probe = self.conn.run(["sh", "-c", FETCHABLE_SH, "ktdeploy-fetch", self._path(s, "remote"), str(MAX_FETCH)],
+                              timeout=60)
+        if probe.rc != 0:
+            why = {3: "is a symbolic link", 4: f"is larger than {MAX_FETCH >> 20} MiB"}.get(probe.rc, "does not exist")
+            if s.optional and probe.rc not in (3, 4):
                 self.record.event("fetch_missing", step=s.id, remote=s.remote)
                 return
-            raise StepError(f"{stage.name}: {s.remote} does not exist on the host", step=s.id)
+            if s.optional:
+                self.record.event("fetch_refused", step=s.id, remote=s.remote, why=why)
+                self.say(f"[yellow]![/yellow] {esc(stage.name)}: not fetched: {esc(s.remote)} {esc(why)}")
+                return
+            raise StepError(f"{stage.name}: {s.remote} {why} on the host", step=s.id)
         self.conn.get_file(s.remote, str(dst))
         self.say(f"[green]✓[/green] {esc(stage.name)}: fetched {esc(os.path.basename(self._path(s, 'remote')))} -> {esc(dst)}")
 

@@ -108,7 +108,7 @@ def parse_fields(text: str, blocks: tuple[str, ...] = ()) -> tuple[dict[str, str
             continue
         if line.startswith(MARK) and "\t" in line:
             k, _, v = line[len(MARK):].partition("\t")
-            fields[k] = v
+            fields.setdefault(k, v)  # the first wins: the scripts print every field before any host-made text
     return fields, out
 
 
@@ -125,7 +125,8 @@ FOLLOW_SH = "\n".join([
     sh_block(FOLLOW_LOG),
     # the trainer may be mid-line: $(...) drops the torn line's missing newline and printf ends it, so '@@end'
     # always stands on its own line (the parser skips the torn line until it is finished)
-    'lt=$(tail -n 5 -- "$2" 2>/dev/null); [ -z "$lt" ] || printf \'%s\\n\' "$lt"',
+    # a regular file, not a link (a trainer_log linked to /dev/zero would keep tail reading)
+    'lt=; [ -f "$2" ] && [ ! -h "$2" ] && lt=$(tail -n 5 -- "$2" 2>/dev/null); [ -z "$lt" ] || printf \'%s\\n\' "$lt"',
     sh_block("end"),
     ""])
 

@@ -257,6 +257,18 @@ def redact(text: Any) -> Any:
     return text
 
 
+_SECRET_OPTION = re.compile(r"api[-_]key|(^|[-_])(token|password|passwd|secret)($|[-_])")  # not --max-total-tokens
+
+
+def secret_option(arg: Any) -> bool:
+    """``arg`` names a command-line option that carries a secret, in any spelling argparse accepts: ``--api-key``,
+    ``--api-key=K``, an abbreviation (``--api-k``, argparse's allow_abbrev), ``--admin-api-key``, ``--hf-token``."""
+    if not isinstance(arg, str) or not arg.startswith("--"):
+        return False
+    name = arg.split("=", 1)[0].lower()
+    return (len(name) >= 5 and "--api-key".startswith(name)) or bool(_SECRET_OPTION.search(name[2:]))
+
+
 @overload
 def redact_host(host: str) -> str: ...
 @overload
@@ -265,9 +277,13 @@ def redact_host(host: str | None) -> str | None:
     """A --host value without its password, whether written ssh://user:PW@h or user:PW@h."""
     if not isinstance(host, str) or not host:
         return host
-    if "://" in host:
-        return _redact_str(host)
-    return _redact_str("ssh://" + host)[len("ssh://"):]
+    scheme, sep, rest = host.partition("://")
+    prefix, rest = (scheme + sep, rest) if sep else ("", host)
+    # a host has no path: everything up to the LAST '@' is userinfo, even a password holding '/', '#' or '?'
+    userinfo, at, hostport = rest.rpartition("@")
+    if at and ":" in userinfo:
+        return f"{prefix}{userinfo.split(':', 1)[0]}:***@{hostport}"
+    return host
 
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

@@ -14,6 +14,7 @@ from ktdeploy.controller.connectors.base import Connector, Result, quote_argv
 from ktdeploy.controller.connectors.docker import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.core.errors import ConnectError
+from ktdeploy.core.safeio import printable, redact_host
 
 __all__ = ["Connector", "DockerExecConnector", "LocalConnector", "Result", "SSHConnector", "connect",
            "parse_ssh_target", "quote_argv"]
@@ -21,16 +22,19 @@ __all__ = ["Connector", "DockerExecConnector", "LocalConnector", "Result", "SSHC
 
 def parse_ssh_target(host: str) -> tuple[str | None, str, int]:
     """'ssh://u@h:2222' / 'u@h:2222' / 'u@h' / 'h' -> (user, hostname, port)."""
-    text = host if host.startswith("ssh://") else f"ssh://{host}"
+    shown = printable(redact_host(host))
+    rest = host[len("ssh://"):] if host.startswith("ssh://") else host
+    userinfo, at, hostport = rest.rpartition("@")  # the userinfo ends at the LAST '@'; its password is dropped
+    user = userinfo.split(":", 1)[0] if at else None
     try:
-        parts = urlsplit(text)
+        parts = urlsplit(f"ssh://{hostport}")
         port = parts.port or 22
     except ValueError as e:
-        raise ConnectError(f"invalid host {host!r}: {e}", fix="Use host, user@host or ssh://user@host:port.",
+        raise ConnectError(f"invalid host {shown}: {e}", fix="Use host, user@host or ssh://user@host:port.",
                            key="host") from None
-    if not parts.hostname or parts.path not in ("", "/"):
-        raise ConnectError(f"invalid host {host!r}", fix="Use host, user@host or ssh://user@host:port.", key="host")
-    return parts.username, parts.hostname, port
+    if not parts.hostname or parts.path not in ("", "/") or (at and not user) or parts.username is not None:
+        raise ConnectError(f"invalid host {shown}", fix="Use host, user@host or ssh://user@host:port.", key="host")
+    return user, parts.hostname, port
 
 
 def connect(host: str, **ssh_options) -> Connector:
@@ -41,7 +45,7 @@ def connect(host: str, **ssh_options) -> Connector:
     if host.startswith("docker://"):
         return DockerExecConnector(host[len("docker://"):])
     if host.startswith("-") or any(c.isspace() for c in host):
-        raise ConnectError(f"invalid host {host!r}", fix="Use host, user@host or ssh://user@host:port.", key="host")
+        raise ConnectError(f"invalid host {printable(redact_host(host))}", fix="Use host, user@host or ssh://user@host:port.", key="host")
     from ktdeploy.controller.connectors.ssh import SSHConnector
 
     user, hostname, port = parse_ssh_target(host)

@@ -11,19 +11,39 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
+import stat
 import time
 
 from ktdeploy.controller.connectors.base import Result, checked, env_prefix, quote_argv, to_text
 from ktdeploy.core.errors import ConnectError
 
 
-def _fix_for(reason: str, target: str, port: int) -> str:
+def _regular_or_absent(path: str) -> None:
+    """paramiko reads known_hosts with a plain open(): a FIFO there would wait forever, /dev/zero never end."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ConnectError(f"--known-hosts {path}: cannot be read ({e.strerror})", key="known_hosts",
+                           fix="give a known_hosts file (one `ssh-keyscan HOST` line per host)") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > 16 << 20:
+        raise ConnectError(f"--known-hosts {path}: not a regular file of at most 16 MiB", key="known_hosts",
+                           fix="give a known_hosts file (one `ssh-keyscan HOST` line per host)")
+
+
+def _fix_for(reason: str, target: str, port: int, known_hosts: str | None = None) -> str:
     r = reason.lower()
+    host = target.rsplit("@", 1)[-1]  # ssh-keyscan and ssh-keygen -R take the host alone, never user@host
+    entry = host if port == 22 else f"[{host}]:{port}"  # how known_hosts names it
+    file = shlex.quote(known_hosts) if known_hosts else "~/.ssh/known_hosts"
     if "no host key" in r or "not found in known_hosts" in r:
-        return (f"Record the host key first: ssh-keyscan -p {port} {target} >> ~/.ssh/known_hosts "
+        return (f"Record the host key first: ssh-keyscan -p {port} {shlex.quote(host)} >> {file} "
                 "(verify its fingerprint), or pass --accept-new-host-key.")
     if "does not match" in r or "host key error" in r:
-        return f"The host key changed. If expected, remove the old one: ssh-keygen -R '[{target}]:{port}'."
+        return (f"The host key changed. If expected, remove the old one: ssh-keygen -R {shlex.quote(entry)}"
+                + (f" -f {file}" if known_hosts else "") + ".")
     if "authentication" in r:
         return "Check the user and key: ssh-copy-id the public key to the host, or pass --ssh-key PATH."
     if "resolve" in r:
@@ -70,7 +90,9 @@ class SSHConnector:
         if key:
             data["ssh_key"] = os.path.expanduser(key)
         if known_hosts:
-            data["ssh_known_hosts_file"] = os.path.expanduser(known_hosts)
+            known_hosts = os.path.expanduser(known_hosts)
+            _regular_or_absent(known_hosts)
+            data["ssh_known_hosts_file"] = known_hosts
         if password:
             data["ssh_password"] = password
         # pyinfra logs connection errors itself; we raise them as one ConnectError instead.
@@ -85,11 +107,11 @@ class SSHConnector:
             self._host.connect(show_errors=False, raise_exceptions=True)
         except PyinfraConnectError as e:
             reason = str(e.args[0] if e.args else e)
-            raise ConnectError(f"cannot connect to {self.name}: {reason}", fix=_fix_for(reason, target, self.port),
+            raise ConnectError(f"cannot connect to {self.name}: {reason}", fix=_fix_for(reason, target, self.port, known_hosts),
                                key="host") from None
         except Exception as e:  # key file unreadable, bad ssh_config, ...
             reason = f"{type(e).__name__}: {e}"
-            raise ConnectError(f"cannot connect to {self.name}: {reason}", fix=_fix_for(reason, target, self.port),
+            raise ConnectError(f"cannot connect to {self.name}: {reason}", fix=_fix_for(reason, target, self.port, known_hosts),
                                key="host") from None
         self._client = self._host.connector.client  # type: ignore[attr-defined]  # pyinfra types it BaseConnector; here SSHConnector
 

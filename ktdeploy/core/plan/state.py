@@ -28,7 +28,10 @@ STATE_SCRIPT = "\n".join([
     'a=no; { [ -f "$ad/adapter_config.json" ] || [ -f "$ad/ktdeploy_convert.json" ]; } && a=yes; '
     + sh_fields("adapter", '"$a"'),
     sh_block("listing"),
-    "[ -d \"$out\" ] && find \"$out\" -mindepth 1 -maxdepth 3 -printf '%P\\n' 2>/dev/null | head -n 20000",
+    # -H: a linked output dir is listed (it is the user's own link); names end in NUL and tr turns a newline
+    # INSIDE a name into '?', so a file name can never forge a '@@' line of this answer
+    "[ -d \"$out\" ] && find -H \"$out\" -mindepth 1 -maxdepth 3 -printf '%P\\0' 2>/dev/null | tr '\\n\\0' '?\\n'"
+    " | head -n 20000",
     sh_block("end"),
     ""])
 

@@ -140,6 +140,44 @@ def sections(ctx: Ctx) -> None:
                       f"write `{sec}:` followed by indented `key: value` lines")
 
 
+@rule("secrets.url_password")
+def url_passwords(ctx: Ctx) -> None:
+    """No value holds a password in a URL (scheme://user:PASSWORD@host) and no hub token is set: the recipe is
+    recorded and shipped, and a record never holds a secret (redacting the shipped copy would change what the
+    container runs).
+    Cookbook: — (ktdeploy's promise, docs/security.md). Code: ktdeploy/core/safeio.py redact."""
+    from ktdeploy.core.safeio import redact, secret_option
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, str):
+            if redact(value) != value:
+                ctx.error(path, "holds a password in a URL (scheme://user:PASSWORD@host); ktdeploy records and "
+                          "ships the recipe, and never a secret",
+                          "keep credentials out of the recipe: a token in the environment (HF_TOKEN) or a "
+                          "credential file, SSH keys for hosts")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}" if path else str(k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{path}[{i}]")
+
+    walk(ctx.recipe.raw.doc, "")
+    deploy = ctx.recipe.raw.doc.get("deploy")
+    serve = deploy.get("serve") if isinstance(deploy, dict) else None
+    extra = serve.get("extra_args") if isinstance(serve, dict) else None
+    for i, arg in enumerate(extra if isinstance(extra, list) else []):
+        if secret_option(arg):
+            ctx.error(f"deploy.serve.extra_args[{i}]", f"{arg.split('=', 1)[0]!r} would put a secret on the server's "
+                      "command line (visible in ps, recorded in the plan)",
+                      "set deploy.serve.api_key_env to the name of an environment variable holding the key")
+    for key in ("hf_hub_token", "ms_hub_token", "om_hub_token", "hub_token", "swanlab_api_key"):
+        if ctx.t.get(key):
+            ctx.error(f"train.{key}", f"'{key}' puts a hub token in the recipe, which ktdeploy records and ships",
+                      "train from the mounted model/data volumes: download on the host first (e.g. `hf download`, "
+                      "its token stays there), then point model_name_or_path at the folder")
+
+
 @rule("train.unknown_key")
 def train_keys(ctx: Ctx) -> None:
     """LF: HfArgumentParser rejects keys no argument class owns; misplaced KT/Accelerate keys are common.

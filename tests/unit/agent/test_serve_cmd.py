@@ -95,6 +95,16 @@ def test_launcher_refuses_a_key_on_the_command_line(monkeypatch):
 
     assert main(["--model-path", "/m", "--api-key", "k"]) == 2
     assert main(["--model-path", "/m", "--api-key=k"]) == 2
+    for spelling in ("--api-ke", "--api", "--API-KEY=k", "--admin-api-key", "--hf-token"):  # argparse abbreviations too
+        assert main(["--model-path", "/m", spelling, "k"]) == 2, spelling
+
+
+def test_secret_option_spots_every_spelling_and_nothing_else():
+    from ktdeploy.core.safeio import secret_option
+
+    assert all(secret_option(a) for a in ("--api-key", "--api-k=x", "--admin-api-key", "--hf-token", "--db-password"))
+    assert not any(secret_option(a) for a in ("--max-total-tokens", "--skip-tokenizer-init", "--a", "--apix",
+                                              "api-key", "--model-path", 5))
 
 
 def test_launcher_refuses_a_named_but_unset_key(monkeypatch):

@@ -27,6 +27,10 @@ _DEL = _Del()
 # (case id, rule id, [(dotted key, value)], expected error path)
 BAD = [
     ("unknown-section", "structure.sections", [("trian", {})], "trian"),
+    ("url-password", "secrets.url_password", [("train.run_name", "https://bob:hf_T0KEN@hub.example/x")], "train.run_name"),
+    ("hub-token", "secrets.url_password", [("train.hf_hub_token", "hf_T0KEN")], "train.hf_hub_token"),
+    ("api-key-abbrev", "secrets.url_password", [("deploy.serve.extra_args", ["--api-ke", "K"])],
+     "deploy.serve.extra_args[0]"),
     ("missing-deploy", "structure.sections", [("deploy", _DEL)], "deploy"),
     ("section-not-mapping", "structure.sections", [("accelerate", [1, 2])], "accelerate"),
     ("typo-train-key", "train.unknown_key", [("train.lerning_rate", 1e-4)], "train.lerning_rate"),
