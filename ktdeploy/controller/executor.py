@@ -228,6 +228,8 @@ class Executor:
         self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
         r = self.conn.run(self._argv(s), timeout=s.timeout or 600)
         if r.rc != 0:
+            if s.params.get("cleanup"):  # what the failed step leaves behind (the serving key file), removed first
+                self.conn.run([str(a) for a in s.params["cleanup"]], timeout=60)
             tail = "\n".join((r.stderr.strip() or r.stdout.strip()).splitlines()[-15:])
             raise StepError(f"{stage.name} step '{s.title}' failed on {self.plan.host} (exit {r.rc}):\n{tail}",
                             step=s.id, rc=r.rc, output=tail,

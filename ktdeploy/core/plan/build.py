@@ -513,7 +513,9 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
                                                   output_dir=j.out, adapter_dir=None if j.full else j.adapter,
                                                   weights_dir=j.adapter if j.full else None, gpus=j.gpus,
                                                   memlock=j.memlock, user=j.user, env_file=env_file)),
-                       probe=tuple(dk.exists_probe(serve_name))))
+                       probe=tuple(dk.exists_probe(serve_name)),
+                       # a failed create must not leave the key behind: serve.unstage_key never runs then
+                       params={"cleanup": ["rm", "-f", "--", env_file]} if env_file else {}))
         if env_file:
             sv.append(Step("serve.unstage_key", "remove the uploaded API key file", argv=("rm", "-f", "--", env_file)))
         sv.append(Step("serve.copy", "copy the job folder into the container",

@@ -253,3 +253,12 @@ def test_up_dry_run_on_the_gpu_golden_host_plans_and_changes_nothing(tmp_path, m
     changing = (["docker", "create"], ["docker", "start"], ["mkdir", "-p"])
     mutating = [c.argv for c in conn.calls if c.argv[:2] in changing]
     assert mutating == []
+
+
+def test_a_failed_serve_create_removes_the_uploaded_key_file(tmp_path):
+    conn = FakeConnector().on(("docker", "create"), fail("no such image")).on(("rm", "-f"), ok())
+    plan = _plan(Step("serve.create", "create", argv=("docker", "create", "x"),
+                      params={"cleanup": ["rm", "-f", "--", "/job/serve.env"]}), stage="SERVE")
+    with pytest.raises(StepError):
+        _executor(conn, plan, tmp_path).apply()
+    assert conn.ran("rm", "-f") == [["rm", "-f", "--", "/job/serve.env"]]
