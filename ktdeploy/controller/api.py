@@ -321,7 +321,7 @@ def load_facts_file(path) -> HostFacts:
 
 # -- status / logs / down ------------------------------------------------------------------------
 def _connect_for(rec: RunRecord, ssh: dict | None):
-    return connect(rec.status_text("host"), **(ssh or {}))
+    return connect(rec.status_text("host", empty_ok=True), **(ssh or {}))  # "" is this machine, as for `up`
 
 
 _CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # docker's own rule for a container name
