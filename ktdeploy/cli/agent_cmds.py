@@ -103,7 +103,7 @@ def convert(
     console.print(f"[green]adapter written[/]: {esc(s.output_dir)}")
     console.print(f"rank {esc(s.rank)}, alpha {s.lora_alpha:g}; {esc(s.nonexpert_tensors)} non-expert + {esc(s.expert_tensors)} "
                   f"expert tensors ({s.num_layers} layers x {s.num_experts} experts); "
-                  f"targets: {', '.join(s.target_modules)}", highlight=False)
+                  f"targets: {esc(', '.join(s.target_modules))}", highlight=False)
 
 
 @app.command()

@@ -79,7 +79,7 @@ def save_cmd(
     tags = _tags(repo, isa)
     size = save(tags, output)
     console.print(f"saved {esc(', '.join(tags))} -> {esc(output)} ({size / 1e9:.2f} GB); on the target host: "
-                  f"ktdeploy image load {output.name}", highlight=False)
+                  f"ktdeploy image load {esc(output.name)}", highlight=False)
 
 
 @image_app.command("load")

@@ -268,7 +268,7 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
         record.event("detached", reason="interrupted (Ctrl-C)")
         record.set_status("detached", note="controller interrupted; training keeps running on the host")
         say(f"[yellow]Stopped following; the training container {esc(plan.job)} keeps running on {esc(host)}.[/]\n"
-            f"  ktdeploy status --host {host}   |   ktdeploy logs -f --host {host}   |   ktdeploy up (same args) to go on")
+            f"  ktdeploy status --host {esc(host)}   |   ktdeploy logs -f --host {esc(host)}   |   ktdeploy up (same args) to go on")
         result.state = "detached"
         return result
     except ConnectError as e:
@@ -286,7 +286,7 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
         record.set_status("detached", note="--detach: training runs on the host")
         result.state = "detached"
         say(f"[green]Training started in {esc(plan.job)} on {esc(host)}.[/] Follow it: ktdeploy status --host {esc(host)}; "
-            f"ktdeploy logs -f --host {host}")
+            f"ktdeploy logs -f --host {esc(host)}")
     else:
         record.set_status("finished")
         result.state = "finished"
