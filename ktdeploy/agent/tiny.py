@@ -103,8 +103,9 @@ def _dataset_info(data_dir: Path) -> dict:
     return info
 
 
-def check_dataset_target(data_dir: Path, overwrite: bool) -> None:
-    """Before anything is built: the dataset files are new (or --overwrite) and dataset_info.json is readable."""
+def check_dataset_target(data_dir: Path, overwrite: bool) -> dict:
+    """Before anything is built: the dataset files are new (or --overwrite) and dataset_info.json is readable;
+    returns that registry (or {})."""
     for name in DATASET_FILES + ("dataset_info.json",):
         p = data_dir / name
         if p.is_symlink():
@@ -114,19 +115,18 @@ def check_dataset_target(data_dir: Path, overwrite: bool) -> None:
     if present and not overwrite:
         raise UsageError(f"{data_dir} already holds {', '.join(present)}",
                          fix="choose another --data folder or pass --overwrite")
-    _dataset_info(data_dir)
+    return _dataset_info(data_dir)
 
 
 def build_dataset(data_dir: Path, num_samples: int, seed: int = 0, heldout: int = 8, overwrite: bool = False) -> Path:
     """Write ``tiny_sft.json`` (alpaca format), its ``dataset_info.json`` entry and held-out prompts."""
     data_dir = Path(data_dir)
-    check_dataset_target(data_dir, overwrite)
+    info = check_dataset_target(data_dir, overwrite)
     rng = random.Random(seed)
     rows = [_sample(rng) for _ in range(num_samples)]
     write_file(data_dir, f"{DATASET_NAME}.json", json.dumps(rows, indent=1), overwrite=overwrite)
     long_rows = [_sample(rng, 90, 200) for _ in range(num_samples)]
     write_file(data_dir, f"{LONG_DATASET_NAME}.json", json.dumps(long_rows, indent=1), overwrite=overwrite)
-    info = _dataset_info(data_dir)
     info[DATASET_NAME] = {"file_name": f"{DATASET_NAME}.json"}
     info[LONG_DATASET_NAME] = {"file_name": f"{LONG_DATASET_NAME}.json"}
     write_file(data_dir, "dataset_info.json", json.dumps(info, indent=2), overwrite=True)  # a registry: entries added

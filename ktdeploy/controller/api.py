@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.core.recipe import builtin_recipe, load_recipe, require_valid, validate
 from ktdeploy.core.recipe import render as render_recipe
 from ktdeploy.core.recipe.render import dump_yaml
-from ktdeploy.core.safeio import MAX_JSON, load_json, printable, redact, redact_host, write_file
+from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, redact_host, write_file
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
 WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
@@ -320,16 +319,13 @@ def load_facts_file(path) -> HostFacts:
 
 
 # -- status / logs / down ------------------------------------------------------------------------
-def _connect_for(rec: RunRecord, ssh: dict | None):
-    return connect(rec.status_text("host", empty_ok=True), **(ssh or {}))  # "" is this machine, as for `up`
+def _connect_for(rec: RunRecord, st: dict, ssh: dict | None):
+    return connect(rec.status_text("host", st, empty_ok=True), **(ssh or {}))  # "" is this machine, as for `up`
 
 
-_CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # docker's own rule for a container name
-
-
-def _container(rec: RunRecord, key: str = "container") -> str:
-    name = rec.status_text(key)
-    if not _CONTAINER_NAME.match(name):
+def _container(rec: RunRecord, st: dict, key: str = "container") -> str:
+    name = rec.status_text(key, st)
+    if not NAME.match(name):
         raise RunRecordError(f"run record {rec.id}: {key} {printable(name)} is not a container name",
                              fix=f"Inspect or remove {rec.path}.")
     return name
@@ -342,9 +338,9 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
     st = dict(rec.status())
     st["record"] = str(rec.path)
     if live:
-        job, serve_job, log = _container(rec), _container(rec, "serve_container"), rec.status_text("output_dir")
+        job, serve_job, log = _container(rec, st), _container(rec, st, "serve_container"), rec.status_text("output_dir", st)
         try:
-            conn = _connect_for(rec, ssh)
+            conn = _connect_for(rec, st, ssh)
         except ConnectError as e:
             st["live"] = {"error": e.message}
             return st
@@ -367,8 +363,9 @@ def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = F
     host = redact_host(host)
 
     rec = latest_run(host, run_id=run_id)
-    name = _container(rec)
-    conn = _connect_for(rec, ssh)
+    st = rec.status()
+    name = _container(rec, st)
+    conn = _connect_for(rec, st, ssh)
     try:
         r = conn.run(dk.logs(name, tail=tail, timestamps=True), timeout=120)
         if r.rc != 0:
@@ -405,11 +402,11 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None
     """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
-    names = {key: _container(rec, key) for key in ("serve_container", "container") if st.get(key)}
-    conn = _connect_for(rec, ssh)
+    names = [_container(rec, st, key) for key in ("serve_container", "container") if st.get(key)]
+    conn = _connect_for(rec, st, ssh)
     done = {}
     try:
-        for name in names.values():
+        for name in names:
             if conn.run(dk.exists_probe(name), timeout=60).rc != 0:
                 done[name] = "absent"
                 continue

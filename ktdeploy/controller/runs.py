@@ -124,9 +124,10 @@ class RunRecord:
     def status(self) -> dict:
         return self.read_json(rr.STATUS_JSON)
 
-    def status_text(self, key: str, *, empty_ok: bool = False) -> str:
-        """A key the commands act on (host, container, output_dir, ...): text, or a RunRecordError naming it."""
-        value = self.status().get(key)
+    def status_text(self, key: str, status: dict | None = None, *, empty_ok: bool = False) -> str:
+        """A key the commands act on (host, container, output_dir, ...) of ``status`` (read when not given): text,
+        or a RunRecordError naming it."""
+        value = (self.status() if status is None else status).get(key)
         if not isinstance(value, str) or not (value or empty_ok):
             raise RunRecordError(f"run record {self.id}: status.json has no {key!r}",
                                  fix=f"Inspect or remove {self.path}; `ktdeploy status --all` lists the others.")

@@ -238,12 +238,20 @@ def _redact_str(s: str) -> str:
         end = m.end()
         while end < len(s) and s[end] not in "/?#\n":
             end += 1
-        userinfo, at, hostport = s[m.end():end].rpartition("@")
-        if at and ":" in userinfo:
-            out.append(s[i:m.end()] + userinfo.split(":", 1)[0] + ":***@" + hostport)
+        authority = s[m.end():end]
+        if _redact_authority(authority) != authority:
+            out.append(s[i:m.end()] + _redact_authority(authority))
             i = end
     out.append(s[i:])
     return "".join(out)
+
+
+def _redact_authority(authority: str) -> str:
+    """'user:PW@host:port' -> 'user:***@host:port'; the userinfo ends at the LAST '@'."""
+    userinfo, at, hostport = authority.rpartition("@")
+    if at and ":" in userinfo:
+        return f"{userinfo.split(':', 1)[0]}:***@{hostport}"
+    return authority
 
 
 def redact(text: Any) -> Any:
@@ -278,20 +286,16 @@ def redact_host(host: str | None) -> str | None:
     if not isinstance(host, str) or not host:
         return host
     scheme, sep, rest = host.partition("://")
-    prefix, rest = (scheme + sep, rest) if sep else ("", host)
-    # a host has no path: everything up to the LAST '@' is userinfo, even a password holding '/', '#' or '?'
-    userinfo, at, hostport = rest.rpartition("@")
-    if at and ":" in userinfo:
-        return f"{prefix}{userinfo.split(':', 1)[0]}:***@{hostport}"
-    return host
+    # a host has no path: all of it is the authority, even a password holding '/', '#' or '?'
+    return scheme + sep + _redact_authority(rest) if sep else _redact_authority(host)
 
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a run id; also docker's rule for a container name
 
 
 def run_id_name(run_id: str) -> str:
     """A run id (or prefix) is a name: letters, digits, '.', '_', '-'; never '/', '..' or empty."""
-    if not isinstance(run_id, str) or not _RUN_ID.match(run_id) or ".." in run_id:
+    if not isinstance(run_id, str) or not NAME.match(run_id) or ".." in run_id:
         raise UsageError(f"--run {printable(run_id)}: a run id is a name, not a path",
                          fix="List the runs with `ktdeploy status --all` and give one id.")
     return run_id

@@ -20,9 +20,13 @@ __all__ = ["Connector", "DockerExecConnector", "LocalConnector", "Result", "SSHC
            "parse_ssh_target", "quote_argv"]
 
 
+def _invalid_host(host: str, why: str = "") -> ConnectError:
+    return ConnectError(f"invalid host {printable(redact_host(host))}{': ' + why if why else ''}",
+                        fix="Use host, user@host or ssh://user@host:port.", key="host")
+
+
 def parse_ssh_target(host: str) -> tuple[str | None, str, int]:
     """'ssh://u@h:2222' / 'u@h:2222' / 'u@h' / 'h' -> (user, hostname, port)."""
-    shown = printable(redact_host(host))
     rest = host[len("ssh://"):] if host.startswith("ssh://") else host
     userinfo, at, hostport = rest.rpartition("@")  # the userinfo ends at the LAST '@'; its password is dropped
     user = userinfo.split(":", 1)[0] if at else None
@@ -30,10 +34,9 @@ def parse_ssh_target(host: str) -> tuple[str | None, str, int]:
         parts = urlsplit(f"ssh://{hostport}")
         port = parts.port or 22
     except ValueError as e:
-        raise ConnectError(f"invalid host {shown}: {e}", fix="Use host, user@host or ssh://user@host:port.",
-                           key="host") from None
-    if not parts.hostname or parts.path not in ("", "/") or (at and not user) or parts.username is not None:
-        raise ConnectError(f"invalid host {shown}", fix="Use host, user@host or ssh://user@host:port.", key="host")
+        raise _invalid_host(host, str(e)) from None
+    if not parts.hostname or parts.path not in ("", "/") or (at and not user):
+        raise _invalid_host(host)
     return user, parts.hostname, port
 
 
@@ -45,7 +48,7 @@ def connect(host: str, **ssh_options) -> Connector:
     if host.startswith("docker://"):
         return DockerExecConnector(host[len("docker://"):])
     if host.startswith("-") or any(c.isspace() for c in host):
-        raise ConnectError(f"invalid host {printable(redact_host(host))}", fix="Use host, user@host or ssh://user@host:port.", key="host")
+        raise _invalid_host(host)
     from ktdeploy.controller.connectors.ssh import SSHConnector
 
     user, hostname, port = parse_ssh_target(host)
