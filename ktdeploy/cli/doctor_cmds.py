@@ -95,7 +95,7 @@ def doctor_cmd(
 
         try:
             gpu_list = [int(g) for g in gpus.split(",") if g.strip()]
-        except (ValueError, RecursionError):
+        except ValueError:
             raise UsageError(f"--gpus {gpus!r} is not a list of GPU indices", fix="e.g. --gpus 0,1") from None
     conn = connect(host, **opts)
     inner = None

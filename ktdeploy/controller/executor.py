@@ -56,7 +56,7 @@ def parse_snapshot(rc: int, stdout: str, stderr: str = "", *, host: str = "the h
                            fix=lost_fix)
     try:
         inspect_rc = int(frame.inspect_rc)
-    except (ValueError, RecursionError):
+    except ValueError:
         raise ConnectError(f"unreadable answer from {host}: {stdout.splitlines()[0][:80]!r}", fix=lost_fix) from None
     text = "\n".join(frame.inspect).strip()
     entry = latest("\n".join(frame.log))

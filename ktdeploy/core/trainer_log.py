@@ -103,7 +103,7 @@ def hms_seconds(text: str | None) -> int | None:
     parts = t.strip().split(":")
     try:
         nums = [int(float(p)) for p in parts]
-    except (ValueError, RecursionError):
+    except ValueError:
         return None
     s = 0
     for n in nums:

@@ -49,7 +49,7 @@ def read_lock(path: Path) -> Lock:
         raise ImageError(f"lock file {path} is missing", fix="Run `python docker/lock.py` in the repo.") from None
     try:
         pins = parse_lock(data.decode())
-    except (ValueError, RecursionError) as err:
+    except ValueError as err:
         raise ImageError(f"lock file {path} is malformed: {err}",
                          fix="Regenerate it with `python docker/lock.py`; never edit it by hand.") from None
     return Lock(path=path, sha256=hashlib.sha256(data).hexdigest(), pins=pins)

@@ -70,7 +70,7 @@ def recipe_plan(recipe):
         return plan_recipe(recipe, gpus=gpus)
     except KtdeployError as err:
         return err
-    except (ValueError, KeyError, TypeError, RecursionError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 

@@ -44,5 +44,5 @@ def _mib(v: str) -> int | None:
     v = v.replace("MiB", "").strip()
     try:
         return int(float(v))
-    except (ValueError, RecursionError):
+    except ValueError:
         return None
