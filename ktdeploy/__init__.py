@@ -7,6 +7,7 @@ from ktdeploy.core.errors import (
     KtdeployError,
     RecipeError,
     RunRecordError,
+    StackUnavailable,
     StepError,
     UsageError,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "KtdeployError",
     "RecipeError",
     "RunRecordError",
+    "StackUnavailable",
     "StepError",
     "UsageError",
     "__version__",

@@ -76,6 +76,13 @@ class RunRecordError(KtdeployError):
     exit_code = 6
 
 
+class StackUnavailable(KtdeployError):
+    """The stack's own judgement (``check --stack``, ``stack.judge``) could not run: the image is not there, it holds
+    no LlamaFactory/kt-kernel stack (a reduced or test image), or the judge itself failed."""
+
+    exit_code = 7
+
+
 # Exit codes besides each error's own ``exit_code`` (the README's "Exit codes" table lists them all).
 EXIT_SYSTEM = 8         # the operating system refused (permissions, disk full, out of memory) outside a known path
 EXIT_INTERNAL = 70      # a bug in ktdeploy: no input may reach it (tests/unit/adversarial checks this)
