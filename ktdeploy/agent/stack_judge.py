@@ -57,8 +57,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ktdeploy.core.recipe.stack_judge import (EXIT_ABSENT, EXIT_ACCEPTED, EXIT_BROKEN, EXIT_REFUSED, JUDGE_SECONDS,
-                                             MARKER, MAX_MESSAGE, MAX_PAYLOAD, SCHEMA)
+from ktdeploy.core.recipe.stack_judge import (
+    EXIT_ABSENT,
+    EXIT_ACCEPTED,
+    EXIT_BROKEN,
+    EXIT_REFUSED,
+    JUDGE_SECONDS,
+    MARKER,
+    MAX_MESSAGE,
+    MAX_PAYLOAD,
+    SCHEMA,
+)
 
 STACK_MODULES = ("torch", "transformers", "accelerate", "llamafactory", "kt_kernel", "omegaconf", "peft")
 VERSIONS = ("llamafactory-kt", "transformers-kt", "accelerate-kt", "kt-kernel", "peft-kt", "torch")
@@ -228,7 +237,7 @@ def llamafactory_stage(train_path: Path, launch: Launch | None, env: dict[str, s
     from llamafactory.hparams import get_ray_args, get_train_args, read_args
 
     mode = _parallel_mode(launch, env)
-    patches = [(ta.TrainingArguments, "parallel_mode", property(lambda self: mode))]
+    patches: list[tuple[Any, str, Any]] = [(ta.TrainingArguments, "parallel_mode", property(lambda self: mode))]
     if bypass_gpu:
         patches += [(ta, "is_torch_bf16_gpu_available", lambda: True), (ta, "is_torch_tf32_available", lambda: True),
                     (lf_parser, "is_torch_bf16_gpu_available", lambda: True)]

@@ -24,7 +24,7 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate, doctor and render; print what would run."),
     resume: Optional[str] = typer.Option(None, "--resume", help="'auto' (last checkpoint-* of output_dir) or a "
                                                                 "checkpoint-N path."),
-    skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not run the host checks first (not recommended); kt threads are still derived from this host's topology."),
+    skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not run the host checks (nor the stack's judgement of the rendered files) first (not recommended); kt threads are still derived from this host's topology."),
     run_root: Optional[str] = typer.Option(None, "--run-root", help="Where run records go (default: "
                                                                      "<output_dir's parent>/.ktdeploy-runs/<name>)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan (dry run) or the summary as JSON."),
@@ -36,7 +36,8 @@ def train(
                                      "--watch: stay as a parent that samples the process tree's RSS and keeps "
                                      "stdout.log in the record."),
 ) -> None:
-    """Fine-tune on this host: validate -> doctor -> render -> accelerate launch LlamaFactory with KT."""
+    """Fine-tune on this host: validate -> doctor -> render -> the stack judges the rendered files -> accelerate
+    launch LlamaFactory with KT."""
     from ktdeploy.agent.train import execute, plan_train
 
     choice = None
@@ -47,9 +48,10 @@ def train(
         set_ = list(set_) + tuned_overrides(tuned)
 
     from ktdeploy.controller.local_host import local_doctor, local_facts
+    from ktdeploy.controller.stack_judge import judge_rendered
 
     plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root, tuned=choice,
-                      diagnose=local_doctor, topology=lambda: local_facts(probes=False))
+                      diagnose=local_doctor, topology=lambda: local_facts(probes=False), judge=judge_rendered)
     for w in plan.warnings:
         err_console.print(f"[yellow]warning:[/] {esc(w)}")
     if plan.derived:

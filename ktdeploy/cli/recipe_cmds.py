@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.output import console, print_findings, print_judgement, print_json
+from ktdeploy.cli.output import console, print_findings, print_json, print_judgement
 from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.markup import esc
 from ktdeploy.core.recipe import errors, load_native, load_recipe, render, require_valid, validate

@@ -22,7 +22,15 @@ from ktdeploy.core import run_record as rr
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
-from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
+from ktdeploy.core.errors import (
+    CheckFailed,
+    ConnectError,
+    KtdeployError,
+    RecipeError,
+    RunRecordError,
+    StepError,
+    UsageError,
+)
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
@@ -277,6 +285,8 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
         e.fix = (e.fix or "") + f" See it now: `ktdeploy status --host {host}`."
         raise _fail(record, "detached", e) from None
     except CheckFailed as e:   # IMAGE's image.check: doctor in the image failed (exit 1, like PREFLIGHT's)
+        raise _fail(record, "failed", e) from None
+    except RecipeError as e:   # IMAGE's image.check: the stack in the image refuses the recipe (exit 2)
         raise _fail(record, "failed", e) from None
     except StepError as e:
         cur = record.status().get("state")

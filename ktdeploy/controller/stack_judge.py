@@ -9,11 +9,15 @@ with the rendered files on stdin, bounded in time (``JUDGE_TIMEOUT_S``) and, in 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import os
 import secrets
 import sys
 
 from ktdeploy.controller.connectors.local import LocalConnector
+from ktdeploy.core.check_result import CheckResult
+from ktdeploy.core.checks.stack import judge_check
 from ktdeploy.core.errors import ConnectError, StackUnavailable
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import VARIANTS
@@ -28,9 +32,19 @@ def stack_here() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("llamafactory", "kt_kernel", "accelerate", "torch"))
 
 
-def judge_payload(recipe, derived=None) -> str:
-    """The rendered files the launcher would get (``derived``: what ``train`` fills in from this host)."""
+def judge_payload(recipe, derived=None, *, in_container: bool = False) -> str:
+    """The rendered files the launcher would get (``derived``: what ``train`` fills in from this host). In a container
+    started with ``--gpus device=…`` the chosen GPUs are 0..n-1 (what up ships: plan.build.shipped_recipe)."""
+    if in_container and recipe.deploy is not None:
+        recipe = dataclasses.replace(recipe, deploy=recipe.deploy.model_copy(
+            update={"gpus": list(range(len(recipe.deploy.gpus)))}))
     return payload(render(recipe, derived))
+
+
+def stack_judge_check(connector, recipe, *, python: str = "python3", in_container: bool = True) -> CheckResult:
+    """``stack.judge`` where ``connector`` runs (the image check's container, or doctor's own host with --stack)."""
+    result = judge_with(connector, judge_payload(recipe, in_container=in_container), python=python)
+    return judge_check(result, stack_findings(recipe, result) if result.status == "refused" else [])
 
 
 def judge_with(connector, text: str, *, python: str = "python3") -> JudgeResult:
@@ -42,6 +56,11 @@ def judge_with(connector, text: str, *, python: str = "python3") -> JudgeResult:
 def judge_locally(text: str) -> JudgeResult:
     """The judge with this interpreter's stack (``sys.executable``), in a child process."""
     return judge_with(LocalConnector(), text, python=sys.executable)
+
+
+def judge_rendered(rendered) -> JudgeResult:
+    """``train``'s judge: exactly the files it is about to launch, with this interpreter's stack."""
+    return judge_locally(payload(rendered))
 
 
 def image_for(recipe, connector=None) -> str:
@@ -93,6 +112,11 @@ def require_judged(result: JudgeResult, where: str) -> JudgeResult:
     """The result, or StackUnavailable saying why there is no judgement (absent stack, broken judge)."""
     if result.judged:
         return result
+    if result.status == "absent" and any(m.startswith("ktdeploy") for m in result.missing):
+        raise StackUnavailable(f"{where} has no ktdeploy stack judge (its ktdeploy is missing, or older than the "
+                               f"judge): {result.detail}",
+                               fix="Rebuild the image from this ktdeploy (`ktdeploy image build`: a code-only rebuild "
+                                   "reuses the stack's layers), or judge with an image built from it.")
     if result.status == "absent":
         raise StackUnavailable(f"{where} has no LlamaFactory/kt-kernel stack to judge the recipe with "
                                f"(missing: {', '.join(result.missing) or '?'}): {result.detail}",
@@ -113,9 +137,10 @@ def stack_findings(recipe, result: JudgeResult):
 
 def check_with_stack(recipe, *, image: str | None = None, source: str | None = None, connector=None):
     """``ktdeploy check --stack``: (the stack's findings, the judgement, where it ran). In this Python when it has
-    the stack and no image is named, else in ``image`` (default ``image_for(recipe)``) on this machine."""
+    the stack, or runs inside a ktsft image (``$KTSFT_VARIANT``: a reduced image then says "absent"), and no image
+    is named; else in ``image`` (default ``image_for(recipe)``) on this machine."""
     text = judge_payload(recipe)
-    if image is None and source is None and stack_here():
+    if image is None and source is None and (stack_here() or os.environ.get("KTSFT_VARIANT")):
         result = require_judged(judge_locally(text), "this Python")
         return stack_findings(recipe, result), result, "this Python"
     ref = image or image_for(recipe, connector)

@@ -324,3 +324,25 @@ def test_build_refuses_early_without_base_image_or_wheels(images, tmp_path):
     assert wh.returncode == 5
     assert "docker/wheelhouse.py --stack reduced" in " ".join(wh.stderr.split())
     assert "Traceback" not in base.stderr + wh.stderr
+
+
+def test_the_stack_judge_says_the_reduced_image_has_no_stack(images, tmp_path):
+    """`check --stack` in the reduced image (ktdeploy without the ML stack): the judge runs the image's own ktdeploy
+    and answers "absent", naming what is missing: exit 7, distinct from a refusal (2). From the controller (docker
+    run of the judge in the image) and inside the image (its own CLI) alike."""
+    import sys
+
+    image = images[host_best()]
+    r = subprocess.run([sys.executable, "-m", "ktdeploy", "check", str(ROOT / "recipes" / "tiny-moe-lora.yaml"),
+                        "--stack", "--image", image], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 7, (r.stdout, r.stderr)
+    assert "no LlamaFactory/kt-kernel stack" in r.stderr and "torch" in r.stderr and "Traceback" not in r.stderr
+    recipes = ROOT / "recipes"
+    inside = run(image, "check", str(recipes / "tiny-moe-lora.yaml"), "--stack", "--json",
+                 volumes=(f"{recipes}:{recipes}:ro",), timeout=600)
+    assert inside.returncode == 7, (inside.stdout, inside.stderr)
+    assert "no LlamaFactory/kt-kernel stack" in inside.stdout + inside.stderr
+    missing = subprocess.run([sys.executable, "-m", "ktdeploy", "check", str(recipes / "tiny-moe-lora.yaml"),
+                              "--stack", "--image", "ktdeploy-no-such-image:1"], capture_output=True, text=True,
+                             timeout=120, cwd=ROOT)
+    assert missing.returncode == 7 and "is not on" in missing.stderr, missing.stderr

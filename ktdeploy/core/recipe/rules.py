@@ -488,9 +488,10 @@ def _kt_counts(ctx: Ctx) -> None:
         if not _is_int(v):
             ctx.error(f"train.kt_config.{key}", f"{key} must be a whole number, got {v!r} (kt-kernel does integer "
                       "arithmetic with it and hands it to its C++ thread pool)", "write a whole number")
-        elif key == "kt_threadpool_count" and v < 1 and _truthy(k.get("kt_tp_enabled")):
-            ctx.error(f"train.kt_config.{key}", f"kt_threadpool_count {v} with kt_tp_enabled: kt-kernel splits "
-                      "kt_num_threads over that many pools (integer division by it)", "use one pool per NUMA node (>= 1)")
+        elif key == "kt_threadpool_count" and v == 0 and _truthy(k.get("kt_tp_enabled")):
+            ctx.error(f"train.kt_config.{key}", "kt_threadpool_count 0 with kt_tp_enabled: kt-kernel divides "
+                      "kt_num_threads by the pool count (ZeroDivisionError when the experts are wrapped)",
+                      "use one pool per NUMA node (>= 1)")
         elif v < (0 if key == "kt_num_gpu_experts" else 1):
             ctx.warn(f"train.kt_config.{key}", f"{key} {v} is below {0 if key == 'kt_num_gpu_experts' else 1}",
                      "remove it to let ktdeploy derive it, or give a positive count")
@@ -672,6 +673,11 @@ def lora_values(ctx: Ctx) -> None:
     Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1).
     """
     if ctx.t.get("finetuning_type", "lora") != "lora":
+        drop = ctx.t.get("lora_dropout")
+        if ctx.use_kt and drop is not None and (_num(drop) is None or not 0 <= drop < 1):
+            # LlamaFactory hands lora_dropout to KTConfig as kt_lora_dropout whatever the fine-tuning type
+            ctx.error("train.lora_dropout", f"lora_dropout must be in [0, 1), got {drop!r} (kt-kernel checks "
+                      "kt_lora_dropout for full fine-tuning too)", "remove lora_dropout")
         return
     r, alpha, drop = ctx.t.get("lora_rank"), ctx.t.get("lora_alpha"), ctx.t.get("lora_dropout")
     if r is not None and (not _is_int(r) or r <= 0):
@@ -828,31 +834,32 @@ def _run_lengths(ctx: Ctx) -> None:
         ctx.error("train.per_device_train_batch_size", f"per_device_train_batch_size must be a positive whole number, "
                   f"got {bs!r} (torch's DataLoader refuses it)", "write a whole number >= 1")
     ga = t.get("gradient_accumulation_steps")
-    if ga is not None and (not _is_int(ga) or ga == 0):
-        ctx.error("train.gradient_accumulation_steps", f"gradient_accumulation_steps must be a whole number other than "
-                  f"0, got {ga!r} (the Trainer divides the batches per epoch by it)", "write a whole number >= 1")
-    elif _is_int(ga) and ga < 0:
-        ctx.warn("train.gradient_accumulation_steps", f"gradient_accumulation_steps {ga} is negative", "use 1 or more")
+    if ga is not None and (_num(ga) is None or ga == 0):
+        ctx.error("train.gradient_accumulation_steps", f"gradient_accumulation_steps must be a number other than 0, "
+                  f"got {ga!r} (the Trainer divides the batches per epoch by it)", "write a whole number >= 1")
+    elif ga is not None and (not _is_int(ga) or ga < 0):
+        ctx.warn("train.gradient_accumulation_steps", f"gradient_accumulation_steps {ga} is not a whole number >= 1",
+                 "use 1 or more")
     for key in ("save_steps", "logging_steps"):
         v = t.get(key)
         if v is None:
             continue
-        if _num(v) is None:
+        if (n := _num(v)) is None:
             ctx.error(f"train.{key}", f"{key} must be a number of steps (or a ratio below 1), got {v!r}",
                       "write a whole number >= 1, or a ratio such as 0.1")
-        elif v < 0:
+        elif n < 0:
             ctx.warn(f"train.{key}", f"{key} {v} is negative", "write a whole number >= 1, or a ratio such as 0.1")
-    lr = t.get("learning_rate")
-    if lr is not None and (_num(lr) is None or lr < 0):
+    lr, lr_n = t.get("learning_rate"), _num(t.get("learning_rate"))
+    if lr is not None and (lr_n is None or lr_n < 0):
         ctx.error("train.learning_rate", f"learning_rate must be a non-negative number, got {lr!r} (torch's "
                   "optimizers refuse it)", "e.g. 1.0e-4 for LoRA, 1.0e-5 for full fine-tuning (write the dot: 1.0e-4)")
-    elif _num(lr) is not None and not 0 < lr < 1:
+    elif lr_n is not None and not 0 < lr_n < 1:
         ctx.warn("train.learning_rate", f"learning_rate {lr} trains nothing useful", "e.g. 1.0e-4 for LoRA")
-    ep = t.get("num_train_epochs")
-    if ep is not None and _num(ep) is None:
+    ep, ep_n = t.get("num_train_epochs"), _num(t.get("num_train_epochs"))
+    if ep is not None and ep_n is None:
         ctx.error("train.num_train_epochs", f"num_train_epochs must be a number, got {ep!r} (the Trainer computes the "
                   "number of steps from it)", "e.g. 3")
-    elif _num(ep) is not None and ep <= 0 and t.get("max_steps", -1) in (-1, None):
+    elif ep_n is not None and ep_n <= 0 and t.get("max_steps", -1) in (-1, None):
         ctx.warn("train.num_train_epochs", f"num_train_epochs {ep}: the run has no step", "e.g. 3")
 
 

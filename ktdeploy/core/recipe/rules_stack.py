@@ -133,20 +133,24 @@ def lf_values(ctx: Ctx) -> None:
     if _is_int(seed) and not 0 <= seed <= SEED_MAX:
         ctx.error("train.seed", f"seed {seed} is outside [0, 2**32 - 1]: transformers' set_seed hands it to numpy, "
                   "which refuses it ('Seed must be between 0 and 2**32 - 1')", "use a seed such as 42")
-    for key in ("warmup_steps", "warmup_ratio"):
-        v = _num(t.get(key))
-        if v is not None and v < 0:
-            ctx.error(f"train.{key}", f"{key} {t[key]} is negative: transformers refuses it ('warmup_steps must be an "
-                      "integer or a float'; warmup_ratio is read as warmup_steps)", f"use {key}: 0.1 (cookbook A.1)")
+    # warmup_ratio, when set, replaces warmup_steps (TrainingArguments.__post_init__); the result must be >= 0
+    key = "warmup_ratio" if t.get("warmup_ratio") is not None else "warmup_steps"
+    v = _num(t.get(key))
+    if v is not None and v < 0:
+        ctx.error(f"train.{key}", f"{key} {t[key]} is negative: transformers refuses it ('warmup_steps must be an "
+                  "integer or a float'; warmup_ratio is read as warmup_steps)", f"use {key}: 0.1 (cookbook A.1)")
+    if _strategy(ctx, "logging_strategy") == "steps" and _num(_v(ctx, "logging_steps")) == 0:
+        ctx.error("train.logging_steps", "logging_steps 0 with logging_strategy steps: transformers refuses it "
+                  "('requires non-zero --logging_steps')", "e.g. logging_steps: 10 (cookbook A.1)")
+    if _strategy(ctx, "save_strategy") == "steps" and _num(_v(ctx, "save_steps")) == 0:
+        ctx.error("train.save_steps", "save_steps 0 with save_strategy steps: transformers' callback saves only when "
+                  "save_steps > 0, so the run would write no checkpoint to resume from", "e.g. save_steps: 500")
     for key, strategy in (("logging_steps", "logging_strategy"), ("eval_steps", "eval_strategy"),
                           ("save_steps", "save_strategy")):
         v = _num(t.get(key))
         if v is None or _strategy(ctx, strategy) != "steps":
             continue
-        if v == 0:
-            ctx.error(f"train.{key}", f"{key} 0 with {strategy} steps: transformers refuses it (it needs a number of "
-                      "steps, or a ratio of the run below 1)", f"e.g. {key}: {cd.TRAIN_DEFAULTS.get(key) or 500}")
-        elif v > 1 and v != int(v):
+        if v > 1 and v != int(v):
             ctx.error(f"train.{key}", f"{key} {t[key]} is above 1 but not a whole number: transformers refuses it "
                       f"('--{key} must be an integer if bigger than 1')", f"write {int(v)}, or a ratio below 1")
     if t.get("fp16") is True and t.get("bf16") is True:
@@ -279,11 +283,10 @@ def accelerate_launch(ctx: Ctx) -> None:
                   f"{', '.join(cd.DISTRIBUTED_TYPES)})", f"write {near[0]!r}" if near else "use FSDP (cookbook A.2)")
         return
     fsdp_on = dt == "FSDP"
-    if ctx.use_kt and isinstance(dt, str):
-        if dt in (*MULTI_DEVICE_TYPES, "MEGATRON_LM", "XLA"):
-            ctx.error("accelerate.distributed_type", f"distributed_type {dt}: the KT plugin refuses it ('KT plugin "
-                      "supports only single-process execution or FSDP2')", "use distributed_type: FSDP with "
-                      "fsdp_version: 2 (cookbook A.2)")
+    if ctx.use_kt and isinstance(dt, str) and dt in (*MULTI_DEVICE_TYPES, "MEGATRON_LM", "XLA"):
+        ctx.error("accelerate.distributed_type", f"distributed_type {dt}: the KT plugin refuses it ('KT plugin "
+                  "supports only single-process execution or FSDP2')", "use distributed_type: FSDP with "
+                  "fsdp_version: 2 (cookbook A.2)")
     if not fsdp_on:
         return
     version, raw = _fsdp_version(ctx)
@@ -322,8 +325,9 @@ def _fsdp_choices(ctx: Ctx, version: int | None) -> None:
     fsdp = ctx.a.get("fsdp_config")
     if not isinstance(fsdp, dict):
         return
-    lists = (("fsdp_auto_wrap_policy", cd.FSDP_AUTO_WRAP_POLICY), ("fsdp_state_dict_type", cd.FSDP_STATE_DICT_TYPE),
-             ("fsdp_backward_prefetch", cd.FSDP_BACKWARD_PREFETCH))
+    lists: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("fsdp_auto_wrap_policy", cd.FSDP_AUTO_WRAP_POLICY), ("fsdp_state_dict_type", cd.FSDP_STATE_DICT_TYPE),
+        ("fsdp_backward_prefetch", cd.FSDP_BACKWARD_PREFETCH))
     if version == 1:
         lists += (("fsdp_sharding_strategy", cd.FSDP_SHARDING_STRATEGY),)
     for key, allowed in lists:

@@ -121,8 +121,8 @@ def parse_output(stdout: str, rc: int, stderr: str = "") -> JudgeResult:
         v = data.get(key)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-    stages = data.get("stages") if isinstance(data.get("stages"), dict) else {}
-    versions = data.get("versions") if isinstance(data.get("versions"), dict) else {}
+    stages: dict = data["stages"] if isinstance(data.get("stages"), dict) else {}
+    versions: dict = data["versions"] if isinstance(data.get("versions"), dict) else {}
     return JudgeResult(status, refusals, {str(k)[:40]: _text(v, 40) for k, v in stages.items()}, _strs("bypassed"),
                        {str(k)[:60]: _text(v, 60) for k, v in versions.items()}, _strs("missing"),
                        _text(data.get("detail"), 600), _num("seconds"), _num("peak_rss_mib"))
@@ -163,8 +163,8 @@ def key_of(refusal: Refusal, train: dict[str, Any], accelerate: dict[str, Any]) 
     m = _UNKNOWN_KEYS.search(msg)
     if m and _listed(m.group(1)):
         return f"accelerate.{_listed(m.group(1))[0]}"
-    kt = train.get("kt_config") if isinstance(train.get("kt_config"), dict) else {}
-    fsdp = accelerate.get("fsdp_config") if isinstance(accelerate.get("fsdp_config"), dict) else {}
+    kt: dict = train["kt_config"] if isinstance(train.get("kt_config"), dict) else {}
+    fsdp: dict = accelerate["fsdp_config"] if isinstance(accelerate.get("fsdp_config"), dict) else {}
     named: list[str] = []
     for word in _WORD.findall(msg):
         word = word.strip(".")
@@ -176,7 +176,9 @@ def key_of(refusal: Refusal, train: dict[str, Any], accelerate: dict[str, Any]) 
             named.append(f"accelerate.fsdp_config.{word}")
         elif section == "accelerate" and word in cat.ACCELERATE_KEY_SET:
             named.append(f"accelerate.{word}")
-        elif word in cat.TRAIN_KEY_SET:
+        elif section == "accelerate" and word in ("DistributedType", "SageMakerDistributedType"):
+            named.append("accelerate.distributed_type")
+        elif section == "train" and word in cat.TRAIN_KEY_SET:
             named.append(f"train.{word}")
     if not named and refusal.stage == "accelerate" and "distributed_type" not in msg and (
             "FSDP" in msg or "distributed" in msg.lower() or "DistributedType" in msg):
