@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ktdeploy.core.recipe import catalog as cat
+from ktdeploy.core.recipe.catalog_data import ENUM_CHOICES
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.render import Rendered
 
@@ -84,7 +85,10 @@ class JudgeResult:
 
 
 def _text(v: Any, limit: int = MAX_MESSAGE) -> str:
-    return str(v if v is not None else "")[:limit]
+    """Text from the image, made one printable line (a message may echo a recipe value: no control character or
+    terminal escape reaches a screen or a record), bounded."""
+    s = " ".join(str(v if v is not None else "").split("\n"))[:limit]
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in s)
 
 
 def parse_output(stdout: str, rc: int, stderr: str = "") -> JudgeResult:
@@ -143,6 +147,9 @@ _KT_FIELD_HOME = {
     "FSDP1": "accelerate.fsdp_config.fsdp_version", "FSDP2": "accelerate.fsdp_config.fsdp_version",
     "fsdp_version": "accelerate.fsdp_config.fsdp_version",
 }
+_ENUM_FIELDS: dict[str, list[str]] = {}
+for _field, (_enum, _values) in ENUM_CHOICES.items():
+    _ENUM_FIELDS.setdefault(_enum, []).append(_field)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _UNUSED = re.compile(r"not used by the HfArgumentParser: \[([^\]]*)\]")
 _UNKNOWN_KEYS = re.compile(r"unknown keys \(\[([^\]]*)\]\)")
@@ -180,6 +187,8 @@ def key_of(refusal: Refusal, train: dict[str, Any], accelerate: dict[str, Any]) 
             named.append("accelerate.distributed_type")
         elif section == "train" and word in cat.TRAIN_KEY_SET:
             named.append(f"train.{word}")
+        elif section == "train" and word in _ENUM_FIELDS:   # "X is not a valid SchedulerType"
+            named += [f"train.{f}" for f in _ENUM_FIELDS[word]]
     if not named and refusal.stage == "accelerate" and "distributed_type" not in msg and (
             "FSDP" in msg or "distributed" in msg.lower() or "DistributedType" in msg):
         named.append("accelerate.distributed_type")
@@ -201,8 +210,8 @@ def _fix(refusal: Refusal, path: str) -> str:
     stage = {"accelerate": "accelerate", "llamafactory": "LlamaFactory", "kt-kernel": "kt-kernel"}[refusal.stage]
     if refusal.stage == "accelerate" and "FSDP1" in refusal.message:
         return "set accelerate.fsdp_config.fsdp_version: 2 (accelerate starts FSDP1 when it is not set)"
-    return (f"change {path} as {stage}'s message asks; `ktdeploy check` (without --stack) gives ktdeploy's own "
-            "advice on the same recipe")
+    what = f"change {path}" if "." in path else f"change the {path} value the message names"
+    return f"{what} as {stage}'s message asks (ktdeploy's own advice on the same recipe, if any, is listed beside it)"
 
 
 def findings(result: JudgeResult, train: dict[str, Any], accelerate: dict[str, Any],

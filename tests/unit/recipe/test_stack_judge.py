@@ -61,6 +61,14 @@ def test_every_answer_is_read_and_a_malformed_one_is_broken(stdout, rc, status):
     assert parse_output(stdout, rc, "stderr tail").status == status
 
 
+def test_text_from_the_image_is_one_printable_line():
+    r = parse_output(answer(status="refused", refusals=[{"stage": "llamafactory", "error_type": "ValueError",
+                                                         "message": "\x1b[31mred\x1b[0m is not\na valid\x07 x"}]), 2)
+    msg = r.refusals[0].message
+    assert "\x1b" not in msg and "\x07" not in msg and "\n" not in msg and msg.isprintable()
+    assert "\\u001b[31mred" in msg and "is not a valid" in msg
+
+
 def test_answer_fields_are_bounded():
     big = "x" * 100_000
     r = parse_output(answer(status="refused", refusals=[{"stage": "llamafactory", "error_type": big,
@@ -86,6 +94,8 @@ ACC = {"distributed_type": "FSDP", "fsdp_config": {"fsdp_version": 1}}
     ("accelerate", "'fsdp' is not a valid DistributedType", "accelerate.distributed_type"),
     ("accelerate", "The config file at /tmp/x/accelerate.yaml had unknown keys (['foo']), please", "accelerate.foo"),
     ("llamafactory", "something nobody names", "train"),
+    ("llamafactory", "Cosine is not a valid SchedulerType, please select one of ['linear']", "train.lr_scheduler_type"),
+    ("llamafactory", "never is not a valid SaveStrategy", "train.save_strategy"),
 ])
 def test_a_refusal_lands_on_the_key_it_names(stage, message, path):
     assert key_of(Refusal(stage, "ValueError", message), TRAIN, ACC) == path
