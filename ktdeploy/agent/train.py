@@ -234,7 +234,7 @@ def write_record(plan: TrainPlan) -> Path:
 
 
 def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
-    steps, losses, peak_gpu = [], [], 0
+    steps, losses, peak_gpu, peak_reserved = [], [], 0, 0
     gc_frozen = None
     mp = run_dir / rr.METRICS
     if mp.exists():
@@ -246,6 +246,7 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
             if "step_s" in row:
                 steps.append(row)
                 peak_gpu = max(peak_gpu, row.get("peak_gpu_mem_bytes", 0))
+                peak_reserved = max(peak_reserved, row.get("peak_gpu_reserved_bytes", 0))
     tokens_per_s = None
     if len(steps) > 2:  # steady state: leave out the first step (compilation, KT buffer setup)
         tokens_per_s = steady_rate((steps[0]["tokens_seen"], 0.0),
@@ -259,6 +260,7 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
     return {"rc": outcome.rc, "wall_s": round(outcome.wall_s, 2), "peak_host_rss_gib": round(outcome.peak_rss_gib, 3),
             "peak_host_rss_hwm_gib": round(outcome.hwm_rss_bytes / 2**30, 3),
             "peak_gpu_mem_gib": round(peak_gpu / 2**30, 3) if peak_gpu else None,
+            "peak_gpu_reserved_gib": round(peak_reserved / 2**30, 3) if peak_reserved else None,
             "steady_tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
             "loss_first": losses[0][1] if losses else None, "loss_last": losses[-1][1] if losses else None,
             "steps": len(steps), "train_results": results,

@@ -133,12 +133,12 @@ def test_execute_success_summary(tmp_path):
     script = (f"import json,pathlib; p=pathlib.Path({str(metrics)!r}); o=pathlib.Path({str(out)!r}); "
               "o.mkdir(parents=True); f=p.open('a')\n"
               "for s in range(1,5): f.write(json.dumps({'step':s,'time':s,'step_s':0.5,'tokens_seen':100*s,"
-              "'peak_gpu_mem_bytes':2**30})+'\\n'); f.write(json.dumps({'step':s,'loss':5.0-s})+'\\n')\n"
+              "'peak_gpu_mem_bytes':2**30,'peak_gpu_reserved_bytes':3*2**29})+'\\n'); f.write(json.dumps({'step':s,'loss':5.0-s})+'\\n')\n"
               "(o/'train_results.json').write_text('{\"train_runtime\": 2.0}')")
     plan.argv = [sys.executable, "-c", script]
     s = T.execute(plan, echo=None)
     assert s["rc"] == 0 and s["loss_first"] == 4.0 and s["loss_last"] == 1.0
-    assert s["steady_tokens_per_s"] == 200.0 and s["peak_gpu_mem_gib"] == 1.0
+    assert s["steady_tokens_per_s"] == 200.0 and s["peak_gpu_mem_gib"] == 1.0 and s["peak_gpu_reserved_gib"] == 1.5
     assert (Path(plan.run_dir) / "status").read_text().strip() == "succeeded"
 
 
