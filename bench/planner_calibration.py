@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -61,53 +60,9 @@ def _zeroed() -> dict[str, Measured]:
 
 
 def fit() -> dict[str, float]:
-    """Re-derive MEASURED from the measurements.
-
-    Host: a run's peak is the larger of the tokenization phase (the main process + preprocessing workers, no
-    weights yet) and the training phase (per-process floor + modelled terms). The floor is the median residual of
-    the tiny runs whose modelled terms are largest (training phase dominates); the per-worker figure comes from the
-    smallest run, whose peak falls in the tokenization phase. GPU: median residual (nvidia-smi used) = context.
-    Then the two slack terms are one-point fits to the cookbook row."""
-    cases = _cases()
-    tiny = [c for c in cases if c["kind"] == "gpu"]
-    z = _zeroed()
-
-    def modelled(c):
-        p = estimate((c["train"], c["accelerate"]), c["arch"], constants=z)
-        return p.host_memory_gib, p.gpu_memory_gib_per_gpu, p.setup["num_processes"]
-
-    out: dict[str, float] = {}
-    ranked = sorted((c for c in tiny if c["host"] is not None), key=lambda c: modelled(c)[0])
-    if len(ranked) >= 2:
-        floors = [(c["host"] - modelled(c)[0]) / max(1, modelled(c)[2]) for c in ranked[1:]]
-        out["process_host_gib"] = statistics.median(floors)
-        small = ranked[0]
-        workers = int(small["train"].get("preprocessing_num_workers") or 0)
-        if workers:
-            out["preprocessing_worker_gib"] = (small["host"] - out["process_host_gib"]) / workers
-    elif FLOOR.is_file():
-        out["process_host_gib"] = json.loads(FLOOR.read_text())["peak_host_rss_gib"]
-    one_gpu = [(modelled(c)[1], c["gpu"]) for c in tiny if c["gpu"] is not None and modelled(c)[2] == 1]
-    if len(one_gpu) >= 2:
-        # nvidia-smi used = context + (1 + reserve) x allocations: least squares over the one-GPU runs
-        slope, intercept = statistics.linear_regression([a for a, _ in one_gpu], [m for _, m in one_gpu])
-        out["process_gpu_gib"], out["gpu_allocator_reserve_fraction"] = intercept, slope - 1
-    elif FLOOR.is_file():
-        f = json.loads(FLOOR.read_text())
-        out["process_gpu_gib"] = f["gpu_process_gib"] - f["gpu_allocated_gib"]   # context + allocator reserve
-    fitted_first = ("process_host_gib", "process_gpu_gib", "preprocessing_worker_gib", "gpu_allocator_reserve_fraction")
-    for k in fitted_first:
-        out.setdefault(k, MEASURED[k].value)
-    consts = dict(z, **{k: Measured(out[k], "") for k in fitted_first})
-    for c in cases:
-        if c["kind"] != "published":
-            continue
-        p = estimate((c["train"], c["accelerate"]), c["arch"], constants=consts)
-        expert = next(t.gib for t in p.terms("host") if t.name.startswith("routed experts"))
-        out["host_slack_per_expert_gib"] = (c["host"] - p.host_memory_gib) / expert
-        ctx = out["process_gpu_gib"]
-        out["gpu_slack_fraction"] = (c["gpu"] - p.gpu_memory_gib_per_gpu) / (p.gpu_memory_gib_per_gpu - ctx)
-    return out
+    """Re-derive MEASURED from the committed points (ktdeploy.core.sizing.calibration.fit_constants says how)."""
+    from ktdeploy.core.sizing.calibration import calibration_points, fit_constants
+    return fit_constants(calibration_points())
 
 
 def _held_out() -> list[dict]:

@@ -47,6 +47,7 @@ class TrainPlan:
     warnings: list[str] = field(default_factory=list)
     doctor: dict | None = None
     tuned: dict | None = None       # the `ktdeploy tune` choice applied to train.yaml (--tuned), with its source
+    env_defaults: dict[str, str] = field(default_factory=dict)   # used where the environment does not set them
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -211,7 +212,7 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
     return TrainPlan(recipe_path=str(path.resolve()), output_dir=str(out_dir), run_dir=str(run_dir), argv=argv,
                      env=env, derived=derived, resume_from=resume_from, train_yaml=rendered.train_yaml,
                      accelerate_yaml=rendered.accelerate_yaml, launch_sh=rendered.launch_sh, warnings=warnings,
-                     doctor=report, tuned=tuned)
+                     doctor=report, tuned=tuned, env_defaults=dict(rendered.env_defaults))
 
 
 def write_record(plan: TrainPlan) -> Path:
@@ -221,10 +222,9 @@ def write_record(plan: TrainPlan) -> Path:
     write_file(d, rr.ACCELERATE_YAML, plan.accelerate_yaml)
     write_file(d, rr.LAUNCH_SH, plan.launch_sh, mode=0o755)
     (d / rr.LAUNCH_SH).chmod(0o755)
-    (d / rr.COMMAND).write_text(json.dumps({"argv": plan.argv, "env": plan.env, "derived": plan.derived,
-                                                "resume_from": plan.resume_from, "recipe": plan.recipe_path,
-                                                "tuned": plan.tuned},
-                                               indent=2) + "\n")
+    (d / rr.COMMAND).write_text(json.dumps({"argv": plan.argv, "env": plan.env, "env_defaults": plan.env_defaults,
+                                            "derived": plan.derived, "resume_from": plan.resume_from,
+                                            "recipe": plan.recipe_path, "tuned": plan.tuned}, indent=2) + "\n")
     if plan.tuned is not None:
         (d / rr.TUNED).write_text(json.dumps(plan.tuned, indent=2) + "\n")
     if plan.doctor is not None:
@@ -309,9 +309,9 @@ def trainer_workdir(plan: TrainPlan) -> Path:
 
 
 def trainer_env(plan: TrainPlan) -> dict[str, str]:
-    """The trainer's environment: this process's, the plan's, unbuffered output, and CUDA's JIT cache on the
-    output volume unless the environment already names one."""
-    env = {**os.environ, **plan.env}
+    """The trainer's environment: this process's, the plan's, unbuffered output, CUDA's JIT cache on the output
+    volume and the plan's defaults (the caching allocator's setting) unless the environment already names them."""
+    env = {**plan.env_defaults, **os.environ, **plan.env}
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("CUDA_CACHE_PATH", rr.cuda_jit_cache(plan.output_dir))
     return env
