@@ -34,12 +34,12 @@ class Measured:
 # ---- constants from measurements ---------------------------------------------------------------------
 MEASURED = {
     # Host RSS of one training process whose weights are negligible: Python, torch + CUDA host side, LlamaFactory,
-    # kt_kernel and their imports. Median residual of the three tiny KT runs measured on the GPU machine
+    # kt_kernel and their imports. Median residual per process of the KT runs measured on the GPU machine
     # (bench/results/gpu_peaks.json; `bench/planner_calibration.py --fit`). bench/gpu/process_floor.py's bare
     # torch+transformers floor was 1.21 GiB: LlamaFactory and kt_kernel add the rest.
     "process_host_gib": Measured(2.6405, "median residual of the KT runs whose training phase dominates "
                                         "(bench/results/gpu_peaks.json, GPU machine, process-tree RSS: tiny medium, "
-                                        "large and the 5-39 GB weight_scale runs)"),
+                                        "large, the 5-39 GB weight_scale and the vocab_scale runs)"),
     # RSS of one datasets.map worker process while the dataset is tokenized (preprocessing_num_workers), before any
     # weight is loaded: (peak before the weights load - floor) / workers, median over the runs whose RSS timeline
     # and log place that phase (pre_weights_peak_gib: 3.33-3.49 GiB on most runs); it sets the smallest run's peak.
@@ -51,10 +51,10 @@ MEASURED = {
     "process_gpu_gib": Measured(1.294, "nvidia-smi used minus torch's reserved peak, every run of "
                                        "bench/results/gpu/vocab_scale (H200, torch 2.11)"),
     # Reserved above the allocated peak beyond the modelled holes (the freed logits block, the gradient-reduction
-    # stream): allocator block rounding and the small-block pool. Median residual over the one-GPU runs
-    # (`bench/planner_calibration.py --fit`).
-    "gpu_allocator_reserve_gib": Measured(0.0448, "median of nvidia-smi used - context - modelled allocations and "
-                                                "holes over the one-GPU runs of bench/results/gpu_peaks.json"),
+    # stream): allocator block rounding and the small-block pool, 0.02-0.3 GiB with no trend in the measurements.
+    # The constant that bounds the worst relative GPU error of the one-GPU runs (`bench/planner_calibration.py --fit`).
+    "gpu_allocator_reserve_gib": Measured(0.0448, "minimax fit: the constant that bounds the largest relative GPU "
+                                                  "error of the one-GPU runs of bench/results/gpu_peaks.json"),
     # Host RSS not explained by the terms above, per GiB of routed-expert weights, in multi-GPU runs: loader
     # staging for the other ranks, glibc arena fragmentation. Single-GPU runs (small..large and the ~9.7 B
     # weight-dominated run of issue 19) show none, so it is not applied to them. One-point fit: the cookbook's Qwen3-235B-A22B-2507 BF16 LoRA row
@@ -437,7 +437,7 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
         group = max(arch.embedding_params, arch.largest_layer_params)
     else:
         group = gpu_lora / max(1, arch.num_layers)
-    rs_stream = group * 6 / (n if s.fsdp else 1) if s.fsdp else 0.0
+    rs_stream = group * 6 / n if s.fsdp else 0.0
     gr = c["gpu_allocator_reserve_gib"]
     reserve = logits * 2 + rs_stream + gr.value * GIB
     add("gpu", "caching-allocator reserve", reserve,
