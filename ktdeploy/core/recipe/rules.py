@@ -477,9 +477,10 @@ def kt_values(ctx: Ctx) -> None:
 
 def _kt_counts(ctx: Ctx) -> None:
     """kt-kernel's counts: integers, since its CPU pool does integer arithmetic on them (experts_base.py
-    _get_cpu_infer: kt_num_threads // kt_threadpool_count per pool, a list of ints handed to the C++ pool); a zero
-    or negative pool count with kt_tp_enabled divides by zero. Other out-of-range counts are warnings: kt-kernel
-    accepts them and no failure has been shown (a pool of 0 threads starts)."""
+    _get_cpu_infer: kt_num_threads // kt_threadpool_count per pool, a list of ints handed to the C++ pool); a pool
+    count of 0 with kt_tp_enabled divides by zero. Other out-of-range counts are warnings: kt-kernel accepts them
+    and no failure has been shown (measured in ktsft:avx512: a pool of 0 threads starts, a negative pool count is
+    taken by the binding)."""
     k = ctx.k
     for key in ("kt_num_threads", "kt_threadpool_count", "kt_max_cache_depth", "kt_num_gpu_experts"):
         v = k.get(key)
