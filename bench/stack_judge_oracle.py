@@ -100,6 +100,25 @@ def run_cases(cases, table, *, limit_examples: int = 8):
     return counts, looser, unexplained, stack_reasons, times
 
 
+def verdicts(cases_file: str, out_file: str) -> int:
+    """Per-case verdicts for a list of (name, YAML text) JSON lines: ktdeploy's errors (rule, path, message) and the
+    stack's answer; one process for all (tests/integration/test_stack_judge.py reads them)."""
+    from ktdeploy.agent.stack_judge import judge
+    from ktdeploy.core.recipe.render import render
+
+    rows = []
+    for line in Path(cases_file).read_text().splitlines():
+        case = json.loads(line)
+        recipe, kd = ktdeploy_verdict(case["yaml"], case["name"])
+        v = None
+        if recipe is not None:
+            r = render(recipe)
+            v = judge(r.train_yaml, r.accelerate_yaml, list(r.launch_argv), dict(r.env))
+        rows.append({"name": case["name"], "ktdeploy": kd, "stack": v})
+    Path(out_file).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fuzz", type=int, default=0)
@@ -108,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus-singles", action="store_true")
     ap.add_argument("--extra", action="append", default=[])
     ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--cases", help="JSON lines {name, yaml}: write per-case verdicts to --out instead")
+    ap.add_argument("--out")
     a = ap.parse_args(argv)
+    if a.cases:
+        return verdicts(a.cases, a.out)
 
     import stack_fuzz
     import stack_oracle
