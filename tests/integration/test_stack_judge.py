@@ -155,14 +155,17 @@ def test_shipped_recipes_are_accepted_and_the_answer_says_what_was_not_run(verdi
         assert any("bf16" in b for b in v["bypassed"]) and any("NCCL" in b for b in v["bypassed"])
 
 
-def test_findings_of_a_refusal_name_the_key_and_quote_the_stack(full_image):
+def test_findings_of_a_refusal_name_the_key_and_quote_the_stack(full_image, tmp_path):
     """The controller path end to end: `check --stack` of one recipe through check_with_stack (docker run of the
     judge in the image, this tree mounted)."""
-    r = load_recipe(TINY, ["train.lr_scheduler_type=Cosine"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY.read_text().replace("lr_scheduler_type: cosine", "lr_scheduler_type: Cosine"))
+    r = load_recipe(bad)
     stack, result, where = check_with_stack(r, image=full_image, source=str(ROOT))
     assert result.status == "refused" and where == f"image {full_image}"
     (f,) = stack
-    assert f.path == "train.lr_scheduler_type" and f.rule == "stack.llamafactory" and f.line
+    assert f.path == "train.lr_scheduler_type" and f.rule == "stack.llamafactory" and f.file == str(bad)
+    assert f.line == next(i for i, ln in enumerate(bad.read_text().splitlines(), 1) if "lr_scheduler_type" in ln)
     assert "Cosine is not a valid SchedulerType" in f.message
     assert errors(validate(r))
 
@@ -171,7 +174,7 @@ def test_check_stack_cli_exit_codes(full_image, tmp_path):
     """The CLI with the image's own ktdeploy when it has the judge, else this tree's (mounted)."""
     bad = tmp_path / "bad.yaml"
     bad.write_text(TINY.read_text().replace("lr_scheduler_type: cosine", "lr_scheduler_type: Cosine"))
-    r = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{ROOT}:/src:ro", "-v",
+    r = subprocess.run(["docker", "run", "--rm", "--user", "0", "--network", "none", "-v", f"{ROOT}:/src:ro", "-v",
                         f"{tmp_path}:/r:ro", "-e", "PYTHONPATH=/src", "--entrypoint", "python3", full_image, "-m",
                         "ktdeploy", "check", "/r/bad.yaml", "--stack", "--json"],
                        capture_output=True, text=True, timeout=600)
