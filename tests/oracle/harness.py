@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
 import subprocess
 import sys
@@ -210,6 +211,7 @@ def template(message: str) -> str:
     text = _TAIL_VALUE.sub(r"\1 <v>\2", text)
     text = _QUOTED.sub("<v>", text)
     text = _NUM.sub("<n>", text)
+    text = re.sub(r"<v>(, <v>)+", "<v>…", text)  # lists of values: their length is a value too
     return " ".join(text.split())[:200]
 
 
@@ -291,13 +293,12 @@ def compare(manifest: dict, stack_doc: dict, culprits: dict[str, list[str]] | No
         rows.append({
             "case_id": e["case_id"], "description": e["description"], "control": e["case_id"].startswith("control-"),
             "class": classify(e, s), "check_valid": e["ktdeploy"]["valid"], "check_load_error": e["ktdeploy"]["load_error"],
-            "check_errors": e["ktdeploy"]["errors"][:3], "stack_verdict": s["verdict"],
+            "check_errors": e["ktdeploy"]["errors"][:2], "stack_verdict": s["verdict"],
             "stack_partial": s.get("partial", False), "stack_component": first,
             "stack_type": refusal.get("type") if refusal else None,
             "stack_message": refusal.get("message") if refusal else None,
             "stack_at": refusal.get("at") if refusal else None, "rendered_by": e["rendered_by"],
-            "diff": e.get("diff", []), "culprit": culprits.get(e["case_id"]),
-            "stages": {k: v["status"] for k, v in s["stages"].items()}, "seconds": s["seconds"]})
+            "diff": e.get("diff", []), "culprit": culprits.get(e["case_id"]), "seconds": s["seconds"]})
     generated = [r for r in rows if not r["control"]]
     counts = collections.Counter(r["class"] for r in generated)
     looser_groups: dict[tuple, list] = collections.defaultdict(list)
@@ -414,8 +415,9 @@ def report_md(res: dict, image: str, image_id: str) -> str:
               f"Generation {t['generate_seconds']} s; ktdeploy check + render {t['check_render_seconds']} s (host, one "
               f"process); the stack judge {t['stack_total_seconds']} s in one container process (imports "
               f"{t['stack_import_seconds']} s; slowest case {t['stack_max_case_seconds']} s; limit "
-              f"{t['per_case_limit_seconds']} s per case); minimising the looser cases: one more judge run "
-              f"({res.get('minimise_cases', 0)} single-change cases, {res.get('minimise_seconds', 0)} s).", "",
+              f"{t['per_case_limit_seconds']} s per case); minimising the looser cases: two more judge runs (single changes, then pairs) "
+              f"({res.get('minimise_cases', 0)} cases of one or two changes, {res.get('minimise_seconds', 0)} s "
+              f"including their check and render). Host: {t.get('host', '?')}.", "",
               "Reproduce (needs the full image; rewrites this folder): `.venv/bin/python -m tests.oracle.harness "
               f"--seed {res['seed']} -n {res['n']}`.", ""]
     return "\n".join(lines)
@@ -449,6 +451,25 @@ A case is *looser* when check passes (exit 0) and some stage refuses; *stricter*
 every stage accepts — note that the stack checks few value types at start-up (HfArgumentParser.parse_dict does not
 convert types), so a stricter case may still fail later in training.
 """
+
+
+def dump_results(res: dict) -> str:
+    """The summary indented; the per-case rows one per line (a readable diff when the lead re-runs it)."""
+    head = {k: v for k, v in res.items() if k != "cases"}
+    text = json.dumps(head, indent=1)
+    def compact(r: dict) -> dict:
+        out = {k: v for k, v in r.items() if v not in (None, False, [], "ktdeploy render")}
+        if r["class"] != "ktdeploy-looser":
+            out.pop("diff", None)
+        if r["check_errors"]:
+            first = r["check_errors"][0]
+            out["check_errors"] = [{"path": first["path"], "message": first["message"][:200]}]
+        if r["stack_message"]:
+            out["stack_message"] = r["stack_message"][:300]
+        return out
+
+    rows = ",\n".join(json.dumps(compact(r), separators=(",", ":")) for r in res["cases"])
+    return text[:-2] + ',\n "cases": [\n' + rows + "\n]\n}\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -488,8 +509,9 @@ def main(argv: list[str] | None = None) -> int:
                                 for p in work.glob("minimise-*/cases/manifest.json"))
     res["minimise_seconds"] = t_min
     res["image"], res["image_id"] = args.image, image_id
+    res["timing"]["host"] = f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} when the report was written"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
+    (args.out / "results.json").write_text(dump_results(res))
     (args.out / "README.md").write_text(report_md(res, args.image, image_id))
     print(json.dumps(res["counts"]), "->", args.out)
     return 0

@@ -145,6 +145,7 @@ def test_template_folds_values_but_keeps_the_rule():
         t("x is not a valid SchedulerType, please select one of ['cosine']")
     assert t("unknown kt_backend ' auto'; expected one of ['auto']") == t("unknown kt_backend 'auto '; expected one of ['x']")
     assert t("invalid truth value shard_grad_op") == t("invalid truth value []")
+    assert t("unknown keys (['a', 'b'])") == t("unknown keys (['a', 'b', 'c'])")
     assert t("received distributed_type=DistributedType.MULTI_GPU.") == t("received distributed_type=DistributedType.NO.")
     assert t("Please specify `max_steps` in streaming mode.") != t("Please enable `predict_with_generate`.")
 
