@@ -79,20 +79,20 @@ def prepare_cases(items: list[tuple[str, dict, str]], work: Path) -> list[dict]:
         (d / "recipe.yaml").write_text(gen.dump_recipe(recipe))
         verdict, loaded = ktdeploy_verdict(d / "recipe.yaml")
         rendered_by = "ktdeploy render"
-        cvd = None
+        launch_env: dict[str, str] = {}
         try:
             if loaded is None:
                 raise ValueError("not loadable")
             r = render(loaded)
             train_text, acc_text = r.train_yaml, r.accelerate_yaml
-            cvd = dict(r.env).get("CUDA_VISIBLE_DEVICES")
+            launch_env = dict(r.env)
         except Exception:
             rendered_by = "sections written verbatim"
             train_text = gen.dump_section(recipe.get("train") or {})
             acc_text = gen.dump_section(recipe.get("accelerate") or {})
             gpus = (recipe.get("deploy") or {}).get("gpus")
             if isinstance(gpus, list):
-                cvd = ",".join(str(g) for g in gpus)
+                launch_env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
         (d / "train.yaml").write_text(train_text)
         (d / "accelerate.yaml").write_text(acc_text)
         try:
@@ -102,7 +102,7 @@ def prepare_cases(items: list[tuple[str, dict, str]], work: Path) -> list[dict]:
         base = desc.split(":", 1)[0]
         entries.append({"case_id": case_id, "description": desc, "base": base,
                         "train_yaml": f"{case_id}/train.yaml", "accelerate_yaml": f"{case_id}/accelerate.yaml",
-                        "cuda_visible_devices": cvd, "model_config": _model_config_for(recipe, base, bases),
+                        "launch_env": launch_env, "model_config": _model_config_for(recipe, base, bases),
                         "use_kt_raw": use_kt_raw, "rendered_by": rendered_by, "ktdeploy": verdict,
                         "diff": [diff_text(x) for x in leaf_diffs(bases.get(base, {}), recipe)]})
     return entries

@@ -4,7 +4,7 @@
         -m tests.oracle.stack_judge CASES_DIR OUT.json [PER_CASE_SECONDS]
 
 CASES_DIR/manifest.json lists the cases (written by harness.py): for each, the rendered ``train.yaml`` and
-``accelerate.yaml`` (what ``ktdeploy up`` launches), the ``CUDA_VISIBLE_DEVICES`` launch.sh exports, and the model's
+``accelerate.yaml`` (what ``ktdeploy up`` launches), the environment launch.sh exports (CUDA_VISIBLE_DEVICES), and the model's
 config.json stand-in (recipes/models/*.json). Each case goes through what a training start runs, in its order:
 
 1. ``accelerate_launch`` - ``accelerate launch --main_process_port 0 --config_file accelerate.yaml -m
@@ -360,8 +360,7 @@ class Judge:
         info: dict = {"world_size": 1}
         try:
             base_env = dict(env0)
-            if entry.get("cuda_visible_devices") is not None:
-                base_env["CUDA_VISIBLE_DEVICES"] = entry["cuda_visible_devices"]
+            base_env.update(entry.get("launch_env") or {})  # what launch.sh exports before `accelerate launch`
             try:
                 with _environ(base_env):
                     launch_env, info = self.accelerate_launch(entry)
