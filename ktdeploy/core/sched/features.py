@@ -10,7 +10,7 @@ when no plain AVX512 node is free.
 
 from __future__ import annotations
 
-from ktdeploy.core.checks.isa import amx_usable, isa_level
+from ktdeploy.core.checks.isa import AMX_FLAGS, AVX2_FLAGS, AVX512_FLAGS, amx_usable, isa_level
 from ktdeploy.core.facts.host import HostFacts
 
 # Today's image variants, lowest first (controller/images/variants.py builds one image per name). The Variant
@@ -19,11 +19,19 @@ LADDER = ("avx2", "avx512", "amx")
 WEIGHTS = {"avx2": 1, "avx512": 10, "amx": 100}
 
 
-def variant_features(variant: str) -> tuple[str, ...]:
-    """The node features an image variant needs (the one mapping: ``--constraint``, NFD labels, the fit check).
-    Raises ValueError for an unknown variant."""
-    if variant not in LADDER:
+def variant_flags(variant: str) -> tuple[str, ...]:
+    """The /proc/cpuinfo flags an image variant needs (the one mapping, with ``variant_features``: Slurm's
+    ``--constraint``, Kubernetes' NFD labels, the fit check). Raises ValueError for an unknown variant."""
+    flags = {"avx2": AVX2_FLAGS, "avx512": AVX2_FLAGS + AVX512_FLAGS,
+             "amx": AVX2_FLAGS + AVX512_FLAGS + AMX_FLAGS}.get(variant)
+    if flags is None:
         raise ValueError(f"unknown image variant {variant!r} (known: {', '.join(LADDER)})")
+    return flags
+
+
+def variant_features(variant: str) -> tuple[str, ...]:
+    """The Slurm node features an image variant needs: its own name (a node carries every variant it proved)."""
+    variant_flags(variant)
     return (variant,)
 
 
