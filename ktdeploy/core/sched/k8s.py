@@ -13,6 +13,7 @@ Volumes are PersistentVolumeClaims named ``<job>-model``, ``-data``, ``-output``
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune
 from ktdeploy.core.checks.resources import MIN_SHM
@@ -41,9 +42,9 @@ def _labels(name: str, component: str) -> dict[str, str]:
 
 def _volumes(recipe, name: str, *, output_readonly: bool, shm_bytes: int) -> tuple[list[dict], list[dict]]:
     vol = recipe.deploy.volumes
-    volumes = [{"name": "recipe", "configMap": {"name": f"{name}-recipe"}},
+    volumes: list[dict[str, Any]] = [{"name": "recipe", "configMap": {"name": f"{name}-recipe"}},
                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{max(1, shm_bytes >> 20)}Mi"}}]
-    mounts = [{"name": "recipe", "mountPath": JOB_MOUNT, "readOnly": True},
+    mounts: list[dict[str, Any]] = [{"name": "recipe", "mountPath": JOB_MOUNT, "readOnly": True},
               {"name": "shm", "mountPath": "/dev/shm"}]
     for key, path, ro in (("model", vol.model, True), ("data", vol.data, False), ("output", vol.output, output_readonly)):
         volumes.append({"name": key, "persistentVolumeClaim": {"claimName": f"{name}-{key}", "readOnly": ro}})
@@ -55,11 +56,12 @@ def _container(name: str, image: str, args: list[str], request: JobRequest, moun
     res = {"cpu": str(request.cpus), "memory": f"{request.mem_mib}Mi"}
     if request.gpus:
         res["nvidia.com/gpu"] = str(request.gpus)
-    return {"name": name, "image": image, "args": args, "env": env,
+    c: dict[str, Any] = {"name": name, "image": image, "args": args, "env": env,
             "resources": {"requests": dict(res), "limits": dict(res)},
             # NUMA binding needs set_mempolicy (kt-kernel); never privileged
             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"add": ["SYS_NICE"]}},
             "volumeMounts": mounts}
+    return c
 
 
 def manifests(recipe, *, image: str, variant: str | None, request: JobRequest, namespace: str = "default",
@@ -71,13 +73,13 @@ def manifests(recipe, *, image: str, variant: str | None, request: JobRequest, n
     serve_doc = copy.deepcopy(doc)
     serve_doc.setdefault("deploy", {}).setdefault("serve", {})["host"] = "0.0.0.0"   # the Service decides exposure
     selector = nfd_labels(variant)
-    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "KTDEPLOY_RUN", "value": name}]
-    meta = {"name": name, "namespace": namespace}
+    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "KTDEPLOY_RUN", "value": name}]
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {**meta, "name": f"{name}-recipe",
                                                                 "labels": _labels(name, "recipe")},
           "data": {"recipe.yaml": dump_yaml(doc), "serve.yaml": dump_yaml(serve_doc)}}
     vols, mounts = _volumes(recipe, name, output_readonly=False, shm_bytes=shm_bytes)
-    pod = {"restartPolicy": "Never", "volumes": vols,
+    pod: dict[str, Any] = {"restartPolicy": "Never", "volumes": vols,
            "containers": [_container("train", image, ["train", CONTAINER_RECIPE], request, mounts, env)]}
     if selector:
         pod["nodeSelector"] = selector
@@ -96,7 +98,7 @@ def manifests(recipe, *, image: str, variant: str | None, request: JobRequest, n
     sc["ports"] = [{"name": "http", "containerPort": serve.port}]
     sc["readinessProbe"] = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10,
                             "failureThreshold": max(1, serve.ready_timeout_s // 10)}
-    spod = {"volumes": svols, "containers": [sc]}
+    spod: dict[str, Any] = {"volumes": svols, "containers": [sc]}
     if selector:
         spod["nodeSelector"] = selector
     sname = f"{name}-serve"
