@@ -118,16 +118,16 @@ def test_impossible_request_is_refused_before_anything_is_queued(cluster):
     before = c.ctl("squeue", "--noheader", "--all").stdout
     r = cli(cluster, "up", "--slurm", c.login.target, *[a for w in WAIVE for a in ("--waive", w)],
             *[a for s in sets(cluster, f"{root}/out/big", "deploy.gpus=[0,1,2,3]", "accelerate.num_processes=4",
-                               "deploy.image=amx") for a in ("--set", s)])
+                               "deploy.image=amx", "deploy.scheduler.mem_gib=4") for a in ("--set", s)])
     assert r.returncode == 1, (r.stdout, r.stderr)
     err = " ".join(r.stderr.split())
     assert "slurm.fit" in err and "nothing was queued" in err and "Traceback" not in err
-    assert "amx1: 2 GPU(s) < 4" in err and "avx1: lacks CPU feature amx" in err, err
+    assert "amx1: 2 GPU(s) < 4;" in err and "avx1: lacks CPU feature amx (has avx2,avx512), 1 GPU(s) < 4" in err, err
     assert "list fewer in deploy.gpus" in err
     # memory: the planner's upper edge above every node's RealMemory
     with pytest.raises(CheckFailed) as e:
         up(cluster, f"{root}/out/big2", "deploy.scheduler.mem_gib=64")
-    assert "RealMemory 5.0 GiB < 64.0 GiB" in e.value.message and "largest node has 5.0 GiB" in e.value.fix
+    assert "RealMemory 5.0 GiB < 64.0 GiB" in e.value.results[0].detail and "largest node has 5.0 GiB" in e.value.fix
     assert c.ctl("squeue", "--noheader", "--all").stdout == before
     assert not Path(f"{root}/out/big").exists() and not Path(f"{root}/out/.ktdeploy-jobs").joinpath("x").exists()
 
@@ -220,5 +220,5 @@ def test_requeued_job_resumes_from_its_newest_checkpoint(cluster, attempt):
     step = int(resumed[-1].rsplit("step ", 1)[1].rstrip(")"))
     assert step >= 10 and f"{out}/checkpoint-{step}" in resumed[-1]
     steps = [json.loads(x)["current_steps"] for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
-    assert steps[-1] == 40 and step + 2 in steps
+    assert steps[-1] == 40 and step + 2 in steps, log
     assert c.containers(f"ktdeploy.slurm_job={jid}") == []
