@@ -100,7 +100,10 @@ def _write_config(conf: Path, specs: list[SlurmNode]) -> None:
     # linuxproc/none: containers have no cgroup of their own to hand slurmd; KillWait > the trap's docker stop
     (conf / "slurm.conf").write_text(slurm_conf("ktdtest", "ctl", specs, proctrack="proctrack/linuxproc",
                                                 task="task/none", kill_wait=30,
-                                                extra=("SlurmctldTimeout=30", "SlurmdTimeout=30")))
+                                                extra=("SlurmctldTimeout=30", "SlurmdTimeout=30",
+                                                       # a requeued job waits this long before it may start again
+                                                       # (default 120 s)
+                                                       "AuthInfo=cred_expire=10")))
     (conf / "gres.conf").write_text(gres_conf(specs))
 
 
