@@ -169,17 +169,20 @@ def test_train_script_trap_stops_the_container(tmp_path):
     r = tiny(f"deploy.volumes.output={tmp_path}", f"train.output_dir={tmp_path}/o")
     job = train_script(r, shipped_recipe(r, None), image="ktsft:amx", run_id="R1", request=request_for(r, "amx"),
                        gpus_waived=True)
-    # `docker start --attach` blocks like a running container; the job gets SIGTERM (scancel)
-    script = job.script.replace('docker start --attach -- "$cname" &', 'sleep 30 &')
+    # `docker start --attach` blocks like a running container; the job gets SIGTERM (scancel) once it waits
+    script = job.script.replace('docker start --attach -- "$cname" &', 'sleep 30 >/dev/null & echo waiting')
+    _run_script("true", tmp_path, {})            # the fake docker first: the script must never reach a real one
+    import time
+
     p = subprocess.Popen(["bash", "-c", script], env={**os.environ, "SLURM_JOB_ID": "9",
                                                       "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"},
                          stdout=subprocess.PIPE, text=True)
-    _run_script("true", tmp_path, {})            # make the fake docker
-    import time
-
-    time.sleep(1.5)
+    assert p.stdout is not None
+    deadline = time.monotonic() + 60
+    while "waiting" not in p.stdout.readline():
+        assert time.monotonic() < deadline and p.poll() is None
     p.terminate()
-    out, _ = p.communicate(timeout=10)
+    out, _ = p.communicate(timeout=30)
     calls = [json.loads(x) for x in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert p.returncode == 143 and "signal received" in out
     assert ["stop", "--time", "20", "--", "ktd-tiny-moe-lora-" + calls[-1][-1].split("-")[-2] + "-j9"] in calls
