@@ -68,7 +68,8 @@ class Cluster:
     login: object                    # TestHost: slurmctld + sshd
     nodes: dict[str, object]         # name -> TestHost
     specs: dict[str, SlurmNode]
-    startup_s: float
+    startup_s: float                 # containers started -> every node idle (facts + config + daemons)
+    daemons_s: float                 # slurmctld/slurmd launched -> every node idle
     amx_source: str
     pool: object = field(repr=False)
 
@@ -132,6 +133,7 @@ def start_cluster(pool) -> Cluster:
             amx_source = f"recorded proof ({RECORDED_AMX.relative_to(REPO)})"
         specs[name] = spec
     _write_config(conf, list(specs.values()))
+    t_daemons = time.monotonic()
     docker("exec", "-d", login.container, "ktd-slurm-start", "controller")
     for host in nodes.values():
         docker("exec", "-d", host.container, "ktd-slurm-start", "node")
@@ -143,7 +145,8 @@ def start_cluster(pool) -> Cluster:
             break
         assert time.monotonic() < deadline, f"slurm nodes not idle after 90 s: {out}"
         time.sleep(0.3)
-    return Cluster(root=root, login=login, nodes=nodes, specs=specs, startup_s=time.monotonic() - t0,
+    now = time.monotonic()
+    return Cluster(root=root, login=login, nodes=nodes, specs=specs, startup_s=now - t0, daemons_s=now - t_daemons,
                    amx_source=amx_source, pool=pool)
 
 

@@ -23,6 +23,8 @@ sys.path.insert(0, str(REPO))
 from ktdeploy.agent.tiny import build_dataset  # noqa: E402
 from ktdeploy.controller import api  # noqa: E402
 from ktdeploy.core.errors import CheckFailed  # noqa: E402
+from ktdeploy.core.plan.build import job_name  # noqa: E402
+from ktdeploy.core.recipe import load_recipe  # noqa: E402
 from tests.fakes.image import build_fake_image  # noqa: E402
 from tests.integration.hosts import docker, host_pool  # noqa: E402, F401 (fixture)
 from tests.integration.slurm_cluster import start_cluster, stop_cluster  # noqa: E402
@@ -43,7 +45,7 @@ def cluster(host_pool, tmp_path_factory):  # noqa: F811
     c = start_cluster(host_pool)
     (c.root / "data" / "fake_step_seconds").write_text("0.05")
     build_dataset(c.root / "data", 64)
-    print(f"\nslurm cluster up in {c.startup_s:.1f} s (amx1 features from {c.amx_source}): "
+    print(f"\nslurm cluster up in {c.startup_s:.1f} s, daemons to all idle {c.daemons_s:.1f} s (amx1 features from {c.amx_source}): "
           + "; ".join(n.conf_line() for n in c.specs.values()))
     yield {"c": c, "repo": repo, "home": home, "pool": host_pool}
     stop_cluster(c, repo)
@@ -88,7 +90,7 @@ def test_nodes_carry_the_features_doctor_proved(cluster):
     assert rows["avx1"][:2] == ["avx2,avx512", "10"] and rows["avx1"][2] == "gpu:1"
     assert rows["av2"][:2] == ["avx2", "1"]
     assert int(rows["amx1"][3]) == 5 * 1024 and int(rows["avx1"][3]) == 4608   # RealMemory: the memory limit
-    assert c.startup_s < 60
+    assert c.daemons_s < 90    # start_cluster's own bound on the wait; the figure is printed
 
 
 # KTDEPLOY_SLURM_REPEAT=20 repeats the timing-dependent tests in one session (the stability loop)
@@ -115,7 +117,6 @@ def test_amx_never_on_a_non_amx_node_and_avx512_prefers_the_non_amx_one(cluster,
 
 def test_impossible_request_is_refused_before_anything_is_queued(cluster):
     c, root = cluster["c"], cluster["c"].root
-    before = c.ctl("squeue", "--noheader", "--all").stdout
     r = cli(cluster, "up", "--slurm", c.login.target, *[a for w in WAIVE for a in ("--waive", w)],
             *[a for s in sets(cluster, f"{root}/out/big", "deploy.gpus=[0,1,2,3]", "accelerate.num_processes=4",
                                "deploy.image=amx", "deploy.scheduler.mem_gib=4") for a in ("--set", s)])
@@ -128,8 +129,13 @@ def test_impossible_request_is_refused_before_anything_is_queued(cluster):
     with pytest.raises(CheckFailed) as e:
         up(cluster, f"{root}/out/big2", "deploy.scheduler.mem_gib=64")
     assert "RealMemory 5.0 GiB < 64.0 GiB" in e.value.results[0].detail and "largest node has 5.0 GiB" in e.value.fix
-    assert c.ctl("squeue", "--noheader", "--all").stdout == before
-    assert not Path(f"{root}/out/big").exists() and not Path(f"{root}/out/.ktdeploy-jobs").joinpath("x").exists()
+    # nothing of either job reached Slurm (other tests' jobs may be in the queue meanwhile)
+    names = {job_name(load_recipe(REPO / "recipes" / "tiny-moe-lora.yaml", sets(cluster, f"{root}/out/{o}")))
+             for o in ("big", "big2")}
+    known = c.ctl("scontrol", "show", "job", "--oneliner", check=False).stdout
+    assert not any(f"JobName={n} " in known or f"JobName={n}-convert " in known for n in names), known
+    assert not Path(f"{root}/out/big").exists() and not any(Path(f"{root}/out/.ktdeploy-jobs", n).exists()
+                                                            for n in names)
 
 
 def test_tiny_finetune_end_to_end_submit_follow_convert(cluster):
