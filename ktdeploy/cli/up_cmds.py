@@ -9,6 +9,7 @@ import typer
 
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_json
+from ktdeploy.core.errors import StepError
 from ktdeploy.core.markup import esc
 
 HOST_HELP = "Target host: localhost (no SSH), host, user@host, ssh://user@host:port, docker://CONTAINER."
@@ -60,12 +61,14 @@ def up(
     factory = None
     if not no_progress and console.is_terminal:
         factory = lambda name: ProgressView(name, console=console)  # noqa: E731
-    api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
+    res = api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
            tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
            image_tar=str(image_tar) if image_tar else None, overrides=set_,
            ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
            say=lambda msg: console.print(msg, highlight=False),
            print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
+    if res.stops_at:   # a dry run whose plan stops: the code the real run would end with (a step fails: 4)
+        raise typer.Exit(StepError.exit_code)
 
 
 @app.command()

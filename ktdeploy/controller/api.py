@@ -24,6 +24,7 @@ from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
@@ -65,6 +66,7 @@ class UpResult:
     state: str = "planned"
     text: str = ""
     waived: list = field(default_factory=list)
+    stops_at: str | None = None     # a dry run: the stage where the real run would stop (the CLI exits 4)
 
 
 def _say_default(msg: str) -> None:
@@ -148,8 +150,10 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
                 fix="Fix the checks listed below and re-run. On a CPU-only test host the GPU checks can be waived "
                     f"explicitly: --waive NAME ({WAIVABLE_HINT})."))
         if dry_run:
-            record.set_status("dry-run")
-            record.event("dry_run")
+            stop = plan.stop()
+            result.stops_at = stop[0].name if stop else None
+            record.set_status("dry-run", **({"stops_at": stop[0].name, "stop_reason": stop[1].why} if stop else {}))
+            record.event("dry_run", stops_at=result.stops_at)
             if print_plan:
                 print_plan(result.text)
             result.state = "dry-run"
@@ -167,6 +171,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
 
 
 def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file: str | None) -> None:
+    parse_host(host)  # a --host that is none of the forms is a usage error, before anything is recorded
     if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
         raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
                          key="--resume", fix="ktdeploy up --resume auto ...")
@@ -235,12 +240,20 @@ def _doctor_phase(conn, recipe, recorded_facts, where: str, waive, record: RunRe
     return report, blocking, doc_line
 
 
+def planned_user(host: str) -> str:
+    """The --user of a plan made without reaching the host: root's ids, else a placeholder the real run fills."""
+    t = parse_host(host)
+    return "0:0" if t.user == "root" or (t.is_local and os.getuid() == 0) else "<uid>:<gid>"
+
+
 def _plan_phase(conn, recipe, report, opts: UpOptions, record: RunRecord):
     """The job's state on the host, the plan (pure), and the files the run record keeps for reading (the
     container renders its own from the shipped recipe)."""
     image, _variant, _how = resolve_image(recipe.deploy, report.facts)
-    # with recorded facts nothing is known about the host's containers, image and output dir: a first run
-    state = JobState(home="<home>") if conn is None else gather_job_state(conn, recipe, image)
+    # with recorded facts nothing is known about the host's containers, image and output dir: a first run, as the
+    # SSH user the real run reads on the host (its uid:gid; root is 0:0), so the argv is the real run's
+    state = JobState(home="<home>", user=planned_user(opts.host)) if conn is None else \
+        gather_job_state(conn, recipe, image)
     record.write_json(rr.JOB_STATE, state.to_json())
     plan = build_plan(recipe, report.facts, state, opts)
     derived = derived_kt_threads(recipe.train, report.facts, recipe.deploy.reserve_cores)
@@ -319,8 +332,23 @@ def load_facts_file(path) -> HostFacts:
 
 
 # -- status / logs / down ------------------------------------------------------------------------
+def _host_filter(host: str | None) -> str | None:
+    """--host of status/logs/down: the runs recorded for it (as `up` recorded it: its password dropped); a value
+    that is no host is a usage error."""
+    if host is None:
+        return None
+    parse_host(host)
+    return redact_host(host)
+
+
 def _connect_for(rec: RunRecord, st: dict, ssh: dict | None):
-    return connect(rec.status_text("host", st, empty_ok=True), **(ssh or {}))  # "" is this machine, as for `up`
+    host = rec.status_text("host", st, empty_ok=True)  # "" is this machine, as for `up`
+    try:
+        target = parse_host(host)
+    except UsageError as e:
+        raise RunRecordError(f"run record {rec.id}: {e.message}",
+                             fix=f"Inspect or remove {rec.path}; `ktdeploy status --all` lists the others.") from None
+    return connect(target, **(ssh or {}))
 
 
 def _container(rec: RunRecord, st: dict, key: str = "container") -> str:
@@ -332,8 +360,7 @@ def _container(rec: RunRecord, st: dict, key: str = "container") -> str:
 
 
 def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None, live: bool = True) -> dict:
-    host = redact_host(host)
-
+    host = _host_filter(host)
     rec = latest_run(host, run_id=run_id)
     st = dict(rec.status())
     st["record"] = str(rec.path)
@@ -360,8 +387,7 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
 
 def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = False, tail: int = 100,
          ssh: dict | None = None, write: Callable[[str], None] = print, poll_s: float = 2.0) -> None:
-    host = redact_host(host)
-
+    host = _host_filter(host)
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
     name = _container(rec, st)
@@ -398,8 +424,8 @@ def _emit(text: str, after: str | None, write) -> str | None:
 
 
 def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None) -> dict:
-    host = redact_host(host)
     """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
+    host = _host_filter(host)
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
     names = [_container(rec, st, key) for key in ("serve_container", "container") if st.get(key)]
