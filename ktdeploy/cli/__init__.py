@@ -11,9 +11,10 @@ import sys
 
 import typer
 
+from ktdeploy.cli.help import App
 from ktdeploy.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_SYSTEM, KtdeployError, UsageError
 
-app = typer.Typer(
+app = App(
     name="ktdeploy",
     help="Fine-tune trillion-parameter MoE models with KTransformers + LlamaFactory on one checked path.",
     no_args_is_help=True,

@@ -147,3 +147,30 @@ def print_checks(results, stream: Console | None = None, title: str | None = Non
         if r.fix and r.status in ("fail", "warn"):
             for line in wrap_words(r.fix, width, " " * 8 + "fix: ", " " * 13):
                 stream.print(Text(line, style="green"), soft_wrap=True, highlight=False)
+
+
+def print_doctor(report, stream: Console | None = None, every: bool = False) -> None:
+    """doctor's report, failures first: each failing check with its fix, then the warnings with theirs, then
+    the passes and skips by name only (``every``: one line per check, in doctor's order, as before)."""
+    stream = stream or console
+    checks = list(report.checks)
+    if every:
+        print_checks(checks, stream=stream, title=f"ktdeploy doctor: {report.facts.host}")
+        return
+    waived = {c.name for c in report.waived_failures}
+    groups = [("fail", [c for c in checks if c.status == "fail" and c.name not in waived]),
+              ("waived", [c for c in checks if c.status == "fail" and c.name in waived]),
+              ("warn", [c for c in checks if c.status == "warn"])]
+    for label, group in groups:
+        if group:
+            stream.print(Text(f"{label} ({len(group)}):", style="bold " + _STATUS_STYLE.get(label, "yellow")),
+                         highlight=False)
+            print_checks(group, stream=stream)
+    for label in ("pass", "skip"):
+        names = [c.name + (f" ({c.layer})" if c.layer and c.layer != report.facts.layer else "") for c in checks
+                 if c.status == label]
+        if names:
+            for line in wrap_words(", ".join(names), stream.width, f"{label} ({len(names)}): ", "  "):
+                stream.print(Text(line, style=_STATUS_STYLE[label] if label == "skip" else ""), soft_wrap=True,
+                             highlight=False)
+    stream.print(Text("details of every check: ktdeploy doctor --all (or --json)", style="dim"), highlight=False)
