@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.output import console, print_json, wrap_words
+from ktdeploy.cli.output import console, print_json, say, wrap_words
 from ktdeploy.core.errors import StepError, UsageError
 from ktdeploy.core.markup import esc
 
@@ -89,7 +89,7 @@ def up(
                  tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
                  image_tar=str(image_tar) if image_tar else None, overrides=set_,
                  ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
-                 say=lambda msg: console.print(msg, highlight=False),
+                 say=say,
                  print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True),
                  cpu_only=cpu_only, native=native_pair(recipe, train, accelerate, deploy), name=name,
                  sync_model=str(sync_model) if sync_model else None, sync_data=str(sync_data) if sync_data else None)

@@ -261,9 +261,10 @@ def _new_record(recipe, host: str, waive: tuple[str, ...], dry_run: bool, facts_
         say(f"[bold yellow]CPU-only test profile: the GPU checks are waived here and in the containers, which "
             f"start without GPUs — recorded in {esc(record.path)}/{esc(rr.STATUS_JSON)}[/]")
     if waive:
-        if not cpu_only or set(waive) - set(with_profile((), True)):
-            say(f"[bold yellow]WARNING: waiving checks {esc(', '.join(waive))} — recorded in "
-                f"{esc(record.path)}/{esc(rr.STATUS_JSON)}[/]")
+        extra = [w for w in waive if not cpu_only or w not in with_profile((), True)]
+        if extra:
+            say(f"[bold yellow]WARNING: {'also ' if cpu_only else ''}waiving checks {esc(', '.join(extra))} — "
+                f"recorded in {esc(record.path)}/{esc(rr.STATUS_JSON)}[/]")
         record.event("waived", checks=list(waive), profile=CPU_ONLY if cpu_only else None)
     return record
 
