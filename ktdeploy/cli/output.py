@@ -159,7 +159,7 @@ def print_doctor(report, stream: Console | None = None, every: bool = False) -> 
         return
     waived = {c.name for c in report.waived_failures}
     groups = [("fail", [c for c in checks if c.status == "fail" and c.name not in waived]),
-              ("waived", [c for c in checks if c.status == "fail" and c.name in waived]),
+              ("WAIVED", [c for c in checks if c.status == "fail" and c.name in waived]),
               ("warn", [c for c in checks if c.status == "warn"])]
     for label, group in groups:
         if group:

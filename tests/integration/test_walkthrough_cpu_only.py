@@ -132,3 +132,19 @@ def test_the_upload_is_resumable_checked_and_never_into_anothers_model(walk):
     r = cli(w, "up", "--host", w["host"].target, *PROFILE, "--sync-model", str(w["local"] / "tiny-qwen3-moe"),
             *sets(w), "--set", f"train.model_name_or_path={w['root']}/models/theirs", "--dry-run")
     assert r.returncode == 2 and "already holds other content" in " ".join(r.stderr.split()), r.stderr
+
+
+def test_hostile_folder_names_reach_no_shell(walk, tmp_path):
+    """pyinfra's rsync runs through a local shell: both paths are quoted, and -s keeps the host's shell away."""
+    evil = "m; touch PWNED $(touch PWNED2) `touch PWNED3`"
+    src = write_tiny_model(tmp_path / evil)
+    target = f"{walk['root']}/models/{evil}"
+    conn = walk["host"].connect()
+    try:
+        res = sync_folder(conn, str(src), target, role="model", say=lambda _m: None)
+    finally:
+        conn.close()
+    assert res.files == len(list(src.iterdir())) and Path(target, "config.json").exists()
+    for where in (tmp_path, Path.cwd(), REPO, Path(walk["root"]), Path(walk["root"], "models")):
+        assert not list(where.glob("PWNED*")), where
+    assert walk["host"].exec("sh", "-c", "ls / /root | grep -c PWNED", check=False).stdout.strip() == "0"
