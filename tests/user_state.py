@@ -14,8 +14,9 @@ At the session's start every place a ktdeploy process (or a tool the suite runs:
   own folders (the real docker config is copied, so registry settings still apply); installed toolchains the
   suite only runs (``RUSTUP_HOME``, ``CARGO_HOME``, ``PYENV_ROOT``) keep pointing at the user's installation.
 
-At the end the seeded home must be byte for byte what it was (every entry: kind, size, mode, mtime), and no new
-``ktdeploy*`` / ``ktd-gather-*`` entry may be left in /tmp. Otherwise the session fails (exit status 1) with a
+At the end the seeded home must be byte for byte what it was (every entry: kind, size, mode, mtime), nothing
+may have been added to /srv/ktdeploy (the shipped recipes' volumes, where a test running a recipe as it is would
+write), and no new ``ktdeploy*`` / ``ktd-gather-*`` entry may be left in /tmp. Otherwise the session fails (exit status 1) with a
 list of what changed. A test asks for its own, stricter isolation (``monkeypatch.setenv("KTDEPLOY_HOME", ...)``)
 as before; this is the floor under all of them.
 """
@@ -35,6 +36,7 @@ import pytest
 REAL_HOME_VAR = "KTDEPLOY_TEST_USER_HOME"      # the seeded home, for the guard's own test
 USER_RUN = "20200101-000000-users-own-run-000000"
 TMP_PATTERNS = ("ktdeploy", "ktd-gather-")    # what ktdeploy itself names in /tmp (never a test's own folder)
+SHIPPED_VOLUMES = Path("/srv/ktdeploy")       # the shipped recipes' volumes: a test that runs one as it is lands here
 TOOL_HOMES = {"RUSTUP_HOME": ".rustup", "CARGO_HOME": ".cargo", "PYENV_ROOT": ".pyenv"}
 _STATE: dict = {}
 
@@ -61,6 +63,13 @@ def tmp_entries(tmp: Path = Path("/tmp")) -> set[str]:
         return {n for n in os.listdir(tmp) if n.startswith(TMP_PATTERNS)}
     except OSError:
         return set()
+
+
+def _volumes() -> dict[str, tuple]:
+    out = snapshot(SHIPPED_VOLUMES) if SHIPPED_VOLUMES.is_dir() else {}
+    if SHIPPED_VOLUMES.exists():
+        out["."] = ("exists",)
+    return out
 
 
 def seed_home(home: Path) -> None:
@@ -111,6 +120,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _STATE["old"] = _isolate(root)
     _STATE["home"] = Path(os.environ["HOME"])
     _STATE["before"] = snapshot(_STATE["home"])
+    _STATE["volumes"] = _volumes()
 
 
 def changes(before: dict, after: dict) -> list[str]:
@@ -125,6 +135,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     _STATE["done"] = True
     problems = changes(_STATE["before"], snapshot(_STATE["home"]))
+    problems += [p.replace("~/", f"{SHIPPED_VOLUMES}/", 1) for p in changes(_STATE["volumes"], _volumes())
+                 if not p.startswith("removed")]
     problems += [f"left     /tmp/{n}" for n in sorted(tmp_entries() - _STATE["tmp_before"])]
     for k, v in _STATE["old"].items():
         if v is None:
