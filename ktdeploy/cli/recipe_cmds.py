@@ -8,8 +8,9 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
+from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_findings, print_json
-from ktdeploy.core.errors import RecipeError, UsageError
+from ktdeploy.core.errors import RecipeError, RunRecordError, UsageError
 from ktdeploy.core.markup import esc
 from ktdeploy.core.recipe import errors, load_native, load_recipe, render, require_valid, validate
 
@@ -128,3 +129,59 @@ def _render_scheduler(r, out: Optional[Path], *, slurm: bool, variant: Optional[
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         console.print(f"wrote {esc(write_file(out, name, text, overwrite=force))}")
+recipe_app = App(help="Make a recipe from what you already have.", no_args_is_help=True)
+app.add_typer(recipe_app, name="recipe")
+
+
+@recipe_app.command("from-lf")
+def from_lf(
+    train: Path = typer.Argument(..., metavar="TRAIN", help="LlamaFactory's training YAML."),
+    accelerate: Optional[Path] = typer.Argument(None, metavar="ACCELERATE", show_default=False,
+                                                help="Accelerate's YAML (default: the cookbook's FSDP2, 1 GPU)."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", metavar="FILE",
+                                       help="Recipe to write (default: TRAIN's name + -recipe.yaml, here)."),
+) -> None:
+    """Write a recipe from a LlamaFactory training YAML (and Accelerate YAML); never over a file.
+
+    deploy: is derived from the paths the training YAML names (core/recipe/from_lf.py); the recipe is checked
+    at once: exit 0 when it is valid, 2 when `ktdeploy check` finds errors (the file is written either way, to
+    fix)."""
+    from ktdeploy.core.recipe.from_lf import recipe_document, unresolved
+    from ktdeploy.core.recipe.loader import read_native
+    from ktdeploy.core.recipe.render import dump_yaml
+    from ktdeploy.core.safeio import printable, write_file
+
+    for flag, p in (("TRAIN", train), ("ACCELERATE", accelerate)):
+        if p is not None and not p.is_file():
+            raise UsageError(f"{flag} {printable(str(p))}: no such file", key=flag, fix="Give the YAML file's path.")
+    raw = read_native(train, accelerate)
+    t = raw.doc.get("train")
+    if not isinstance(t, dict) or not t:
+        raise UsageError(f"{printable(str(train))} is not a training YAML (a mapping of LlamaFactory keys)",
+                         key="TRAIN", fix="Give the YAML you pass to `llamafactory-cli train`.")
+    if {"train", "accelerate", "deploy"} & set(t):
+        raise UsageError(f"{printable(str(train))} is a ktdeploy recipe already (it has train:/accelerate:/deploy:)",
+                         key="TRAIN", fix=f"ktdeploy check {train}")
+    doc = recipe_document(t, raw.doc.get("accelerate") if accelerate is not None else None)
+    target = out or Path(f"{train.stem}-recipe.yaml")
+    header = (f"# written by `ktdeploy recipe from-lf` from {printable(train.name)}"
+              + (f" and {printable(accelerate.name)}" if accelerate is not None else
+                 " (accelerate: the cookbook's FSDP2 block, 1 process)")
+              + "\n# deploy: derived from the training YAML's paths; check the volumes and gpus\n")
+    try:
+        written = write_file(target.parent, target.name, header + dump_yaml(doc))
+    except RunRecordError as e:   # the file exists: never overwritten
+        raise RunRecordError(e.message, key="--out", fix="Choose another file with -o FILE.") from None
+    console.print(f"wrote {esc(written)}", highlight=False)
+    for key in unresolved(t):
+        console.print(f"[yellow]note:[/yellow] train.{esc(key)} is not an absolute host path: deploy.volumes keeps "
+                      "its default there; set both to your host's folders", highlight=False)
+    findings = validate(load_recipe(written))
+    errs = errors(findings)
+    if findings:
+        print_findings(findings)
+    if errs:
+        console.print(f"[red]✗ {esc(written)}: {len(errs)} error(s) for `ktdeploy check`; fix them in the file[/red]",
+                      highlight=False)
+        raise typer.Exit(2)
+    console.print(f"[green]✓ {esc(written)} is valid[/green]: ktdeploy up --host HOST {esc(written)}", highlight=False)

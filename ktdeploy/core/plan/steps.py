@@ -102,6 +102,11 @@ class Plan:
             for s in st.steps:
                 yield st, s
 
+    def stop(self) -> tuple[Stage, Step] | None:
+        """The step where this plan will stop, known before it runs (a FAIL step with no probe that could pass)."""
+        return next(((st, s) for st, s in self.steps() if s.action == "fail" and not s.probe and not s.satisfied),
+                    None)
+
     def to_json(self) -> dict:
         return {"host": self.host, "recipe": self.recipe, "job": self.job, "image": self.image,
                 "variant": self.variant, "output_dir": self.output_dir, "adapter_dir": self.adapter_dir,
