@@ -102,7 +102,13 @@ def main(argv: list[str] | None = None) -> None:
         elif isinstance(err, KeyboardInterrupt) or kind == "Abort" or (kind == "Exit" and code == EXIT_INTERRUPTED):
             sys.stderr.write("interrupted\n")  # typer turns Ctrl-C into Exit(130) without a word
         elif kind == "ClickException":
-            err.show()  # type: ignore[attr-defined]  # a ClickException, matched by name: typer bundles its own click
+            import io
+
+            from ktdeploy.core.markup import terminal_safe
+
+            buf = io.StringIO()  # click quotes the argv it refuses: sanitized like every other print
+            err.show(file=buf)  # type: ignore[attr-defined]  # a ClickException, matched by name: typer bundles its own click
+            sys.stderr.write(terminal_safe(buf.getvalue()))
         elif kind == "Exit":
             pass
         elif code == EXIT_SYSTEM:

@@ -24,7 +24,7 @@ from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
 from ktdeploy.core.facts.host import HostFacts
-from ktdeploy.core.markup import esc
+from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
@@ -71,7 +71,7 @@ def _say_default(msg: str) -> None:
     """Progress lines for a Python caller that passes no ``say`` (the CLI passes its own console's print)."""
     from rich.console import Console
 
-    Console().print(msg, highlight=False)
+    Console().print(terminal_safe(msg), highlight=False)  # text from outside never drives the terminal
 
 
 def load_up_recipe(recipe_path=None, overrides=()):
