@@ -34,7 +34,7 @@ from ktdeploy.agent import safetensors_io as st
 from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.hashing import sha256_file
-from ktdeploy.core.safeio import redact, staging_dir
+from ktdeploy.core.safeio import redact, staging_dir, write_file
 
 FUSED = "fused_expert_lora.safetensors"
 MANIFEST = "kt_adapter_manifest.json"
@@ -295,7 +295,7 @@ def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     stage = staging_dir(dst.parent, f".{dst.name}.")
     try:
         written = st.write(stage / ADAPTER, items, metadata={"format": "pt", "converted_by": "ktdeploy"})
-        (stage / CONFIG).write_text(json.dumps(out_config, indent=2, sort_keys=True) + "\n")
+        write_file(stage, CONFIG, json.dumps(out_config, indent=2, sort_keys=True) + "\n")
         summary = ConvertSummary(
             input_dir=str(src), output_dir=str(dst), rank=rank, lora_alpha=float(alpha), num_layers=n_layers,
             num_experts=n_experts, expert_tensors=len(expert_items), nonexpert_tensors=len(nonexpert),
@@ -303,7 +303,7 @@ def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
             checks=checks)
         prov = {"summary": summary.__dict__, "inputs": {n: sha256_file(src / n) for n in (FUSED, CONFIG, ADAPTER)
                                                         if (src / n).exists()}}
-        (stage / PROVENANCE).write_text(json.dumps(prov, indent=2) + "\n")
+        write_file(stage, PROVENANCE, json.dumps(prov, indent=2) + "\n")
         if dst.exists():
             dst.rmdir()  # empty (checked above)
         os.replace(stage, dst)
@@ -419,7 +419,7 @@ def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) ->
                 continue
             if p.name.startswith(("optimizer", "scheduler", "rng_state", "training_args", "trainer_state")):
                 continue
-            try:
+            try:  # into the staging folder this process just created (mkdtemp): nothing there to follow
                 os.link(p, stage / p.name)
             except OSError:
                 shutil.copy2(p, stage / p.name)
@@ -433,13 +433,13 @@ def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) ->
                                fix="this output was converted before or is not a KT full fine-tune")
         written = st.write(stage / FULL_EXPERTS_OUT, items, metadata={"format": "pt", "converted_by": "ktdeploy"})
         weight_map.update({k: FULL_EXPERTS_OUT for k, _ in items})
-        (stage / "model.safetensors.index.json").write_text(json.dumps(
+        write_file(stage, "model.safetensors.index.json", json.dumps(
             {"metadata": {"converted_by": "ktdeploy"}, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n")
         summary = FullConvertSummary(input_dir=str(src), output_dir=str(dst), num_layers=len(layers),
                                      num_experts=experts.pop(), expert_tensors=len(items), linked_files=linked,
                                      bytes_written=written)
-        (stage / PROVENANCE).write_text(json.dumps({"summary": summary.__dict__,
-                                                    "inputs": {FULL_INDEX: sha256_file(src / FULL_INDEX)}}, indent=2) + "\n")
+        write_file(stage, PROVENANCE, json.dumps({"summary": summary.__dict__,
+                                                  "inputs": {FULL_INDEX: sha256_file(src / FULL_INDEX)}}, indent=2) + "\n")
         if dst.exists():
             dst.rmdir()
         os.replace(stage, dst)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ktdeploy.core.safeio import writing
+
 ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
             "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 _CHUNK = 16 << 20
@@ -147,7 +149,7 @@ def write(path: str | os.PathLike, tensors: Iterable[tuple[str, Slice]], metadat
     blob += b" " * (-len(blob) % 8)
     handles: dict[str, BinaryIO] = {}
     try:
-        with open(path, "wb") as out:
+        with writing(Path(path).parent, Path(path).name) as out:  # new, atomic, never through a link
             out.write(struct.pack("<Q", len(blob)))
             out.write(blob)
             for _, s in items:

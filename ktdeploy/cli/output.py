@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
+
 class SafeConsole(Console):
     """A rich Console whose every printed text segment is sanitized (``terminal_safe``): rich's own control
     segments (cursor moves of a live progress bar) and styles pass; text from outside never carries one."""

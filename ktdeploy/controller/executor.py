@@ -261,14 +261,15 @@ class Executor:
             raise StepError(f"{stage.name}: deploy.serve.api_key_env names {name}, which is not set here", step=s.id,
                             fix=f"export {name}=<key> in the shell that runs ktdeploy up")
         self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
-        fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")
+        fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")  # a new private file (O_EXCL, 0600): nothing to follow
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(f"{name}={value}\n")
             os.chmod(tmp, 0o600)
             # create the target 0600 first, so the key is never readable by others on the host, even briefly
-            self.conn.run(["sh", "-c", 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && : > "$1"', "ktdeploy-key",
-                           s.remote], check=True)
+            # (a link planted there is removed, never written through: noclobber creates with O_EXCL)
+            self.conn.run(["sh", "-c", 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && rm -f -- "$1" && set -C '
+                           '&& : > "$1"', "ktdeploy-key", s.remote], check=True)
             self.conn.put_file(tmp, s.remote, mode=0o600)
         finally:
             os.unlink(tmp)

@@ -17,6 +17,7 @@ from ktdeploy.controller.facts_probes import PROBE_PARSERS, gather_probes
 from ktdeploy.core.facts import container, cpu, disk, docker, gpu, kernel, limits, memory, virt
 from ktdeploy.core.facts.host import HostFacts, Probes
 from ktdeploy.core.markers import SECTION_SH, Section, parse_sections  # noqa: F401  (re-exported)
+from ktdeploy.core.safeio import write_file
 
 SECTION_MODULES = (kernel, cpu, memory, gpu, docker, virt, container, limits)
 
@@ -149,22 +150,17 @@ def gather_facts(connector, paths=(), *, probes: bool = True, base: RawFacts | N
 
 # -- golden folders ----------------------------------------------------------------------------
 def save_raw(raw: RawFacts, folder: str) -> None:
-    os.makedirs(folder, exist_ok=True)
+    """Write a golden folder (through the safe writer: a link planted there is never followed)."""
     meta: dict = {"host": raw.host, "sections": {}, "probe_skips": raw.probe_skips}
     for name, sec in raw.sections.items():
         if sec.stdout is not None:
-            with open(os.path.join(folder, f"{name}.txt"), "w") as f:
-                f.write(sec.stdout)
+            write_file(folder, f"{name}.txt", sec.stdout, overwrite=True)
         meta["sections"][name] = {"rc": sec.rc, "stderr": sec.stderr}
     for name, out in raw.probes.items():
-        with open(os.path.join(folder, f"{name}.json"), "w") as f:
-            f.write(out)
+        write_file(folder, f"{name}.json", out, overwrite=True)
     if raw.paths:
-        with open(os.path.join(folder, "paths.txt"), "w") as f:
-            f.write(raw.paths)
-    with open(os.path.join(folder, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-        f.write("\n")
+        write_file(folder, "paths.txt", raw.paths, overwrite=True)
+    write_file(folder, "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n", overwrite=True)
 
 
 def load_raw(folder: str) -> RawFacts:

@@ -255,6 +255,33 @@ def write_path(path: str | os.PathLike, data: bytes | str, *, mode: int = 0o644,
     return write_file(p.parent, p.name, data, mode=mode, overwrite=overwrite)
 
 
+def creating(directory: str | os.PathLike, name: str, *, overwrite: bool = False, binary: bool = True,
+             mode: int = 0o644) -> IO[Any]:
+    """A new file opened for writing that others may read while it grows (a trial's log): created with O_EXCL and
+    O_NOFOLLOW in ``directory``; an existing plain file there is removed first when ``overwrite`` (a link, a FIFO
+    or a folder is refused, never followed). The caller closes it."""
+    _check_name(name)
+    d = _target_dir(directory)
+    dfd = _open_dir(d)
+    try:
+        _check_target(dfd, d, name, overwrite)
+        try:
+            os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                         mode, dir_fd=dfd)
+        except FileExistsError:
+            raise RunRecordError(f"{d / name} appeared while writing; not overwritten",
+                                 fix="remove it or choose another folder") from None
+        except OSError as err:
+            raise UsageError(f"{d / name}: cannot write: {err.strerror}", fix="choose a writable folder") from None
+    finally:
+        os.close(dfd)
+    return os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+
+
 def appending(path: str | os.PathLike, *, binary: bool = False) -> IO[Any]:
     """A log or record file opened for appending (created when missing): never through a symlink (the file or its
     folder), only a regular file (a FIFO or device is refused without blocking). The caller closes it."""

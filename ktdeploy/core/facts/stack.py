@@ -80,7 +80,7 @@ if t["present"]:
             # builds Triton's launcher (driver.c, which includes Python.h)
             import importlib.util
             src = os.path.join(d, "ktdeploy_stack_kernel.py")
-            with open(src, "w") as f:
+            with open(src, "w") as f:  # in the folder mkdtemp just made for this probe
                 f.write(KERNEL)
             spec = importlib.util.spec_from_file_location("ktdeploy_stack_kernel", src)
             mod = importlib.util.module_from_spec(spec)
