@@ -34,7 +34,7 @@ from ktdeploy.agent import safetensors_io as st
 from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.hashing import sha256_file
-from ktdeploy.core.safeio import redact, staging_dir, write_file
+from ktdeploy.core.safeio import parse_json, redact, staging_dir, write_file
 
 FUSED = "fused_expert_lora.safetensors"
 MANIFEST = "kt_adapter_manifest.json"
@@ -90,10 +90,8 @@ def _load_json(path: Path, what: str) -> dict:
         raise ConvertError(f"{path} is missing ({what})",
                            fix="the training run did not finish writing its adapter; resume it or pick another checkpoint")
     try:
-        data = json.loads(read_bytes(path, 16 << 20, what))  # bounded, regular files only
-    except (UnicodeDecodeError, RecursionError) as err:
-        raise ConvertError(f"{path} is not valid JSON: {type(err).__name__}", fix="the file is damaged; re-save the checkpoint") from None
-    except json.JSONDecodeError as err:
+        data = parse_json(read_bytes(path, 16 << 20, what))  # bounded, regular files only
+    except ValueError as err:
         raise ConvertError(f"{path} is not valid JSON: {err}", fix="the file is damaged; re-save the checkpoint") from None
     if not isinstance(data, dict):
         raise ConvertError(f"{path} is not a JSON object ({what})", fix="the file is damaged; re-save the checkpoint")

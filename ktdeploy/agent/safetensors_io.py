@@ -18,9 +18,9 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
-from ktdeploy.core.safeio import writing
+from ktdeploy.core.safeio import parse_json, writing
 
 ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
             "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
@@ -78,9 +78,9 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[st
         if n > _MAX_HEADER or 8 + n > size:
             raise SafetensorsFormatError(f"{path}: header length {n} is impossible for a {size}-byte file")
         try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            raise SafetensorsFormatError(f"{path}: header is not JSON ({type(err).__name__}: {str(err)[:120]})") from None
+            header = parse_json(f.read(n))
+        except ValueError as err:
+            raise SafetensorsFormatError(f"{path}: header is not JSON ({str(err)[:120]})") from None
     if not isinstance(header, dict):
         raise SafetensorsFormatError(f"{path}: header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
@@ -120,7 +120,7 @@ def split_first_axis(path: str | os.PathLike, info: TensorInfo) -> list[Slice]:
     return [Slice(str(path), info.begin + i * step, step, info.dtype, rest) for i in range(count)]
 
 
-def _copy(dst: BinaryIO, src: BinaryIO, offset: int, nbytes: int) -> None:
+def _copy(dst: IO[bytes], src: BinaryIO, offset: int, nbytes: int) -> None:
     src.seek(offset)
     left = nbytes
     while left:

@@ -21,7 +21,7 @@ class SafeConsole(Console):
     """A rich Console whose every printed text segment is sanitized (``terminal_safe``): rich's own control
     segments (cursor moves of a live progress bar) and styles pass; text from outside never carries one."""
 
-    def render(self, renderable, options=None):  # type: ignore[override]
+    def render(self, renderable, options=None):
         from rich.segment import Segment
 
         from ktdeploy.core.markup import terminal_safe

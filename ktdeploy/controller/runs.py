@@ -27,7 +27,7 @@ from typing import Any
 
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.errors import RunRecordError, UsageError
-from ktdeploy.core.safeio import MAX_JSON, append_line, printable, read_bytes, redact, write_file
+from ktdeploy.core.safeio import MAX_JSON, append_line, parse_json, printable, read_bytes, redact, write_file
 
 STATES = rr.RUN_STATES   # the format (file names, states, keys, schema version) is core/run_record.py's
 
@@ -116,8 +116,8 @@ class RunRecord:
     def read_json(self, name: str) -> Any:
         raw = self._read(name)
         try:
-            return rr.parse_status_json(raw) if name == rr.STATUS_JSON else json.loads(raw)
-        except (ValueError, RecursionError) as e:
+            return rr.parse_status_json(raw) if name == rr.STATUS_JSON else parse_json(raw)
+        except ValueError as e:
             raise RunRecordError(f"run record {self.id}: {name} is not valid ({printable(e)})",
                                  fix=f"Inspect or remove {self.path}.") from None
 

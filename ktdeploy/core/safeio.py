@@ -185,6 +185,13 @@ def _check_target(dfd: int, d: Path, name: str, overwrite: bool) -> None:
         raise UsageError(f"{d / name} exists and is not a plain file", fix="choose another folder")
 
 
+def _fdopen(fd: int, binary: bool, mode: str) -> IO[Any]:
+    """os.fdopen in binary or UTF-8 text mode ("w" or "a")."""
+    if binary:
+        return os.fdopen(fd, mode + "b")
+    return os.fdopen(fd, mode, encoding="utf-8")
+
+
 def _check_name(name: str) -> None:
     if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or "\x00" in name:
         raise UsageError(f"invalid file name {name!r}", fix="a bare file name")
@@ -209,7 +216,7 @@ def writing(directory: str | os.PathLike, name: str, *, mode: int = 0o644, overw
         except OSError as err:
             raise UsageError(f"{d}: cannot write: {err.strerror}", fix="choose a writable folder") from None
         try:
-            with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            with _fdopen(fd, binary, "w") as f:
                 yield f   # the caller's own exceptions pass through unchanged; the temp file goes
                 f.flush()
                 os.fchmod(f.fileno(), mode)
@@ -279,7 +286,7 @@ def creating(directory: str | os.PathLike, name: str, *, overwrite: bool = False
             raise UsageError(f"{d / name}: cannot write: {err.strerror}", fix="choose a writable folder") from None
     finally:
         os.close(dfd)
-    return os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+    return _fdopen(fd, binary, "w")
 
 
 def appending(path: str | os.PathLike, *, binary: bool = False) -> IO[Any]:
@@ -304,7 +311,7 @@ def appending(path: str | os.PathLike, *, binary: bool = False) -> IO[Any]:
         os.close(fd)
         raise UsageError(f"{p}: not a regular file", fix="remove it or choose another folder")
     os.set_blocking(fd, True)
-    return os.fdopen(fd, "ab" if binary else "a", **({} if binary else {"encoding": "utf-8"}))
+    return _fdopen(fd, binary, "a")
 
 
 def staging_dir(parent: str | os.PathLike, prefix: str) -> Path:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ktdeploy.controller.images import docker_cli
 from ktdeploy.core.errors import ImageError
-from ktdeploy.core.safeio import writing
+from ktdeploy.core.safeio import parse_json, writing
 
 
 class LayerLoadUnsupported(ImageError):
@@ -142,7 +142,7 @@ def history_rows(image: str) -> list[dict]:
     rows = []
     for line in proc.stdout.splitlines():
         try:
-            rows.append(json.loads(line))
-        except (json.JSONDecodeError, RecursionError):
+            rows.append(parse_json(line))
+        except ValueError:
             return []
     return rows
