@@ -404,9 +404,11 @@ _SECRET_OPTION = re.compile(r"api[-_]key|(^|[-_])(token|password|passwd|secret)(
 def secret_option(arg: Any) -> bool:
     """``arg`` names a command-line option that carries a secret, in any spelling argparse accepts: ``--api-key``,
     ``--api-key=K``, an abbreviation (``--api-k``, argparse's allow_abbrev), ``--admin-api-key``, ``--hf-token``."""
-    if not isinstance(arg, str) or not arg.startswith("--"):
+    if not isinstance(arg, str) or not arg.startswith("-") or len(arg) < 3:
         return False
     name = arg.split("=", 1)[0].lower()
+    if not name.startswith("--"):  # a one-dash spelling (-api-key): not argparse's, but never let a key through
+        return bool(_SECRET_OPTION.search(name[1:]))
     return (len(name) >= 5 and "--api-key".startswith(name)) or bool(_SECRET_OPTION.search(name[2:]))
 
 

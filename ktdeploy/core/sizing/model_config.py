@@ -139,6 +139,12 @@ def _vision_params(v: dict | None) -> float:
 
 # ---- quantization --------------------------------------------------------------------------------------
 
+def native_format(cfg: dict) -> str:
+    """bf16 | fp8 | int4: how config.json (a dict) says the checkpoint stores its routed experts."""
+    tc = cfg.get("text_config")
+    return _native_format(cfg, tc if isinstance(tc, dict) else cfg)[0]
+
+
 def _native_format(cfg: dict, text: dict) -> tuple[str, tuple[int, int] | None]:
     q = text.get("quantization_config") or cfg.get("quantization_config")
     if not isinstance(q, dict):
