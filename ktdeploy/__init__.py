@@ -1,6 +1,27 @@
 """ktdeploy: a checked path from a recipe to a KTransformers + LlamaFactory fine-tune and its server."""
 
-from ktdeploy.core.errors import (
+import _signal  # already loaded by the interpreter (like sys and posix): no import machinery runs here
+import sys as _sys
+
+
+def _interrupted_at_start(signum, frame):  # pragma: no cover - timing
+    """Ctrl-C while the CLI is still importing (before ktdeploy.cli's own guard): one line, exit 130."""
+    import posix
+
+    posix.write(2, b"interrupted\n")
+    posix._exit(130)
+
+
+# Only when this process IS the CLI (the console script, or `python -m ktdeploy...`); ktdeploy.cli restores
+# Python's handler once it has imported its commands. A program importing ktdeploy keeps its own handling.
+if _sys.argv and (_sys.argv[0].rpartition("/")[2] == "ktdeploy" or _sys.argv[0] == "-m") \
+        and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    try:
+        _signal.signal(_signal.SIGINT, _interrupted_at_start)
+    except ValueError:  # not the main thread
+        pass
+
+from ktdeploy.core.errors import (  # noqa: E402  (after the start-up guard)
     CheckFailed,
     ConnectError,
     ImageError,

@@ -25,6 +25,22 @@ def _ssh(key, known_hosts, accept_new) -> dict:
     return out
 
 
+def _sigterm_raises() -> None:
+    """SIGTERM (kill, systemd, a CI timeout) becomes core.errors.Terminated where `up` is: the run record says
+    "stopped" or "detached" instead of staying "planned"; exit 143. Training on the host is never stopped by it."""
+    import signal
+
+    from ktdeploy.core.errors import Terminated
+
+    def _raise(signum, frame):
+        raise Terminated()
+
+    try:
+        signal.signal(signal.SIGTERM, _raise)
+    except ValueError:  # not the main thread (an embedding caller): keep the default
+        pass
+
+
 @app.command()
 def up(
     recipe: Optional[Path] = typer.Argument(None, help="Recipe YAML (default: the shipped tiny recipe)."),
@@ -57,15 +73,24 @@ def up(
     from ktdeploy.controller import api
     from ktdeploy.controller.follow import ProgressView
 
+    _sigterm_raises()
     factory = None
     if not no_progress and console.is_terminal:
         factory = lambda name: ProgressView(name, console=console)  # noqa: E731
-    api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
-           tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
-           image_tar=str(image_tar) if image_tar else None, overrides=set_,
-           ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
-           say=lambda msg: console.print(msg, highlight=False),
-           print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
+    from ktdeploy.core.errors import EXIT_TERMINATED, Terminated
+
+    try:
+        api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
+               tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
+               image_tar=str(image_tar) if image_tar else None, overrides=set_,
+               ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
+               say=lambda msg: console.print(msg, highlight=False),
+               print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
+    except Terminated:  # typer would turn it into Ctrl-C's 130; the record already says SIGTERM
+        import sys
+
+        sys.stderr.write("terminated\n")
+        raise typer.Exit(EXIT_TERMINATED) from None
 
 
 @app.command()

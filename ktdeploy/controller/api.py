@@ -5,6 +5,7 @@ record folder on the controller (ktdeploy.controller.runs)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -17,12 +18,20 @@ from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
 from ktdeploy.controller.follow import TRAINER_LOG
-from ktdeploy.controller.runs import RunRecord, latest_run
+from ktdeploy.controller.runs import RunRecord, job_lock, latest_run
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derived_kt_threads
-from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
+from ktdeploy.core.errors import (
+    CheckFailed,
+    ConnectError,
+    KtdeployError,
+    RunRecordError,
+    StepError,
+    Terminated,
+    UsageError,
+)
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
@@ -125,10 +134,24 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     recipe = load_up_recipe(recipe_path, overrides)
     _check_api_key(recipe, detach=detach, dry_run=dry_run)
     waive = tuple(dict.fromkeys(waive))
-    record = _new_record(recipe, host, waive, dry_run, facts_file, say)
-    result = UpResult(record=record, waived=list(waive))
-    conn, where = _connect_phase(host, record, recorded_facts, facts_file, connector, ssh, say)
+    # one run, one lock (not for a dry run: it changes nothing): a second `up` of this job is refused here,
+    # before it records or touches anything
+    with contextlib.nullcontext() if dry_run else job_lock(host, job_name(recipe)):
+        return _up_locked(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive,
+                          image_tar=image_tar, ssh=ssh, tune=tune, tune_budget_minutes=tune_budget_minutes,
+                          facts_file=facts_file, recorded_facts=recorded_facts, say=say,
+                          progress_factory=progress_factory, print_plan=print_plan, connector=connector)
+
+
+def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive: tuple, image_tar, ssh, tune: bool,
+               tune_budget_minutes: float, facts_file, recorded_facts, say, progress_factory, print_plan,
+               connector) -> UpResult:
+    record: RunRecord | None = None
+    conn = None
     try:
+        record = _new_record(recipe, host, waive, dry_run, facts_file, say)
+        result = UpResult(record=record, waived=list(waive))
+        conn, where = _connect_phase(host, record, recorded_facts, facts_file, connector, ssh, say)
         report, blocking, doc_line = _doctor_phase(conn, recipe, recorded_facts, where, waive, record, say)
         opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive, tune=tune,
                          tune_budget_minutes=tune_budget_minutes,
@@ -156,10 +179,13 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             return result
         return _apply_phase(conn, plan, recipe, report, result, host=host, detach=detach, say=say,
                             progress_factory=progress_factory)
-    except KeyboardInterrupt:
-        # Ctrl-C before the executor took over (it handles its own): nothing was started; say so in the record
-        record.event("interrupted", reason="Ctrl-C before anything started on the host")
-        record.set_status("stopped", note="interrupted (Ctrl-C) during preflight/planning; nothing was started")
+    except KeyboardInterrupt as stop:
+        # Ctrl-C or SIGTERM before the executor took over (it handles its own): nothing was started; say so in
+        # the record (a SIGTERM used to leave it "planned")
+        if record is not None and (record.path / rr.STATUS_JSON).exists():
+            how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+            record.event("interrupted", reason=f"{how} before anything started on the host")
+            record.set_status("stopped", note=f"{how} during preflight/planning; nothing was started")
         raise
     finally:
         if conn is not None:
@@ -263,9 +289,12 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
                         facts=report.facts)
     try:
         executor.apply()
-    except KeyboardInterrupt:
-        record.event("detached", reason="interrupted (Ctrl-C)")
-        record.set_status("detached", note="controller interrupted; training keeps running on the host")
+    except KeyboardInterrupt as stop:
+        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+        record.event("detached", reason=how)
+        record.set_status("detached", note=f"controller {how}; training keeps running on the host")
+        if isinstance(stop, Terminated):
+            raise   # exit 143: the record already says what happened
         say(f"[yellow]Stopped following; the training container {esc(plan.job)} keeps running on {esc(host)}.[/]\n"
             f"  ktdeploy status --host {esc(host)}   |   ktdeploy logs -f --host {esc(host)}   |   ktdeploy up (same args) to go on")
         result.state = "detached"
@@ -398,11 +427,18 @@ def _emit(text: str, after: str | None, write) -> str | None:
 
 
 def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None) -> dict:
+    """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay.
+    Holds the job's lock: while an `up` of the job runs, `down` is refused (it would race the containers up
+    creates); stop that `up` first (Ctrl-C detaches it), then run down."""
     host = redact_host(host)
-    """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
     names = [_container(rec, st, key) for key in ("serve_container", "container") if st.get(key)]
+    with job_lock(rec.status_text("host", st, empty_ok=True), _container(rec, st)):
+        return _down_locked(rec, st, names, ssh)
+
+
+def _down_locked(rec: RunRecord, st: dict, names: list[str], ssh: dict | None) -> dict:
     conn = _connect_for(rec, st, ssh)
     done = {}
     try:

@@ -185,7 +185,7 @@ class Executor:
         p = s.params
         report = image_doctor(self.conn, p["image"], recipe=self.recipe, gpus=list(p.get("gpus") or []),
                               user=p.get("user") or "", memlock=bool(p.get("memlock", True)), name=p.get("name"),
-                              host_facts=self.facts, host_checks=False)
+                              host_facts=self.facts, host_checks=False, replace_stale=bool(p.get("name")))
         report.waived = tuple(self.plan.waived)
         failed, waived = report.failed, report.waived_failures
         self.record.event("image_check", image=p["image"], summary=report.summary(),
