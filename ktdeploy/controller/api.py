@@ -133,6 +133,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     recorded_facts = load_facts_file(facts_file) if facts_file is not None else None
     recipe = load_up_recipe(recipe_path, overrides)
     _check_api_key(recipe, detach=detach, dry_run=dry_run)
+    if image_tar:
+        _check_image_tar(image_tar, recipe)
     waive = tuple(dict.fromkeys(waive))
     # one run, one lock (not for a dry run: it changes nothing): a second `up` of this job is refused here,
     # before it records or touches anything
@@ -199,6 +201,20 @@ def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file
     if facts_file is not None and not dry_run:
         raise UsageError("--facts plans from recorded facts and changes nothing: it needs --dry-run", key="--facts",
                          fix=f"ktdeploy up --host {host} RECIPE --dry-run --facts {facts_file}")
+
+
+def _check_image_tar(image_tar: str, recipe) -> None:
+    """--image-tar is loaded on the host with `docker load`, which applies every name in it: only an archive whose
+    every name is one of the recipe's images (deploy.image_repo:<variant>, or deploy.image) is shipped."""
+    from ktdeploy.controller.images.archive import require_only
+    from ktdeploy.controller.images.variants import ISA_VARIANTS, image_tag
+
+    if not Path(image_tar).is_file():
+        raise UsageError(f"--image-tar {image_tar}: no such file", key="--image-tar",
+                         fix="Give the tarball `ktdeploy image save` wrote.")
+    deploy = recipe.deploy
+    allowed = {image_tag(deploy.image_repo, v) for v in ISA_VARIANTS} | {deploy.image}
+    require_only(image_tar, allowed, f"{deploy.image_repo}:<variant> or deploy.image")
 
 
 def _check_api_key(recipe, *, detach: bool, dry_run: bool) -> None:

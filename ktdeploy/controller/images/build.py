@@ -426,10 +426,17 @@ def save(tags: list[str], output: Path) -> int:
     return output.stat().st_size
 
 
-def load(archive: Path) -> list[str]:
-    """`docker load` a tarball made by save(); returns the image references it loaded."""
+def load(archive: Path, repo: str = DEFAULT_REPO["full"]) -> list[str]:
+    """`docker load` a tarball made by save(); returns the image references it loaded. Only an archive whose every
+    name is one of ktdeploy's images (``repo``:<variant>) is loaded; the .images.json beside it is not asked (it
+    comes with the archive, from the same hands)."""
+    from ktdeploy.controller.images.archive import require_only
+    from ktdeploy.controller.images.variants import ISA_VARIANTS
+
     if not archive.is_file():
         raise UsageError(f"{archive} does not exist", key="ARCHIVE", fix="Pass the file `ktdeploy image save` wrote.")
+    allowed = {image_tag(repo, v) for v in ISA_VARIANTS}
+    require_only(archive, allowed, f"{repo}:<{'|'.join(ISA_VARIANTS)}>")
     proc = docker_cli.run(["load", "--input", str(archive)])
     if proc.returncode != 0:
         raise ImageError(f"docker load failed: {proc.stderr.strip()[-400:]}",
