@@ -261,9 +261,9 @@ class Executor:
             raise StepError(f"{stage.name}: deploy.serve.api_key_env names {name}, which is not set here", step=s.id,
                             fix=f"export {name}=<key> in the shell that runs ktdeploy up")
         self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
-        fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")  # a new private file (O_EXCL, 0600): nothing to follow
+        fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")
         try:
-            with os.fdopen(fd, "w") as f:
+            with os.fdopen(fd, "w") as f:  # the file mkstemp just made (O_EXCL, 0600): nothing to follow
                 f.write(f"{name}={value}\n")
             os.chmod(tmp, 0o600)
             # create the target 0600 first, so the key is never readable by others on the host, even briefly

@@ -5,6 +5,7 @@ a crash (exit 70), never "the system refused" (a RecursionError read as exit 8).
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -12,7 +13,8 @@ T = TypeVar("T")
 
 # what a parser can raise on text of the wrong shape (pydantic's ValidationError is a ValueError)
 PARSE_ERRORS: tuple[type[BaseException], ...] = (ValueError, TypeError, AttributeError, KeyError, IndexError,
-                                                 RecursionError, OverflowError, ZeroDivisionError)
+                                                 RecursionError, OverflowError, ZeroDivisionError,
+                                                 csv.Error, UnicodeError)
 
 UNREADABLE = "unreadable"
 
