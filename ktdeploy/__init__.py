@@ -12,10 +12,18 @@ def _interrupted_at_start(signum, frame):  # pragma: no cover - timing
     posix._exit(130)
 
 
-# Only when this process IS the CLI (the console script, or `python -m ktdeploy...`); ktdeploy.cli restores
-# Python's handler once it has imported its commands. A program importing ktdeploy keeps its own handling.
-if _sys.argv and (_sys.argv[0].rpartition("/")[2] == "ktdeploy" or _sys.argv[0] == "-m") \
-        and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+def _is_the_cli() -> bool:
+    """This process is the CLI: the console script, `python -m ktdeploy` or the image's entry point (never the
+    trainer's `-m ktdeploy.agent.lf_entry`, nor a program that imports ktdeploy)."""
+    if _sys.argv and _sys.argv[0].rpartition("/")[2] == "ktdeploy":
+        return True
+    orig = list(getattr(_sys, "orig_argv", []))
+    target = orig[orig.index("-m") + 1] if "-m" in orig[:-1] else None
+    return target in ("ktdeploy", "ktdeploy.__main__", "ktdeploy.cli", "ktdeploy.cli.image_entry")
+
+
+# ktdeploy.cli restores Python's handler once it has imported its commands.
+if _is_the_cli() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     try:
         _signal.signal(_signal.SIGINT, _interrupted_at_start)
     except ValueError:  # not the main thread

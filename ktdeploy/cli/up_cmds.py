@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -168,7 +169,16 @@ def logs(
     from ktdeploy.controller import api
 
     api.logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
-             write=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
+             write=lambda line: console.print(_log_text(line), highlight=False, markup=False, soft_wrap=True))
+
+
+_SGR = re.compile(r"\x1b\[[0-9;]*m")   # a colour code: dropped (it only colours; any other escape is shown)
+
+
+def _log_text(line: str) -> str:
+    """A container's log line for the terminal: its colour codes dropped and a progress bar's carriage returns made
+    line breaks; every other control character is shown as an escape by the console (SafeConsole)."""
+    return _SGR.sub("", line).replace("\r\n", "\n").replace("\r", "\n")
 
 
 @app.command()
