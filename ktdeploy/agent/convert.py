@@ -166,15 +166,11 @@ def _fused_slices(path: Path) -> tuple[list[tuple[str, st.Slice]], int, int, int
     if not groups:
         raise ConvertError(f"{path} holds no tensors", fix="the run saved an empty expert LoRA; check kt_config")
     ranks, experts = set(), set()
-    items: list[tuple[str, st.Slice]] = []
-    for layer in sorted(groups):
+    for layer in sorted(groups):   # every layer judged before a single slice is built
         g = groups[layer]
         missing = {f"{p}_{ab}" for p in ("gate", "up", "down") for ab in "ab"} - g.keys()
         if missing:
             raise ConvertError(f"{path}: layer {layer} lacks {sorted(missing)}", fix="the file is incomplete; re-save it")
-        for info in g.values():
-            servable(path, info)
-        _consistent_projections(path, layer, g)
         for proj in ("gate", "up", "down"):
             a, b = g[f"{proj}_a"], g[f"{proj}_b"]
             if a.shape[0] != b.shape[0] or a.shape[1] != b.shape[2]:
@@ -185,13 +181,22 @@ def _fused_slices(path: Path) -> tuple[list[tuple[str, st.Slice]], int, int, int
                                    fix="the file is damaged")
             ranks.add(a.shape[1])
             experts.add(a.shape[0])
-            for which, info in (("A", a), ("B", b)):
-                _count_slices(items, info.shape[0], path)
-                for e, s in enumerate(st.split_first_axis(path, info)):
-                    items.append((f"{{layers}}.{layer}.mlp.experts.{e}.{proj}_proj.lora_{which}.weight", s))
+    _count_slices([], sum(info.shape[0] for g in groups.values() for info in g.values()), path)
     if len(ranks) != 1 or len(experts) != 1:
         raise ConvertError(f"{path}: inconsistent ranks {sorted(ranks)} or expert counts {sorted(experts)}",
                            fix="the file mixes runs; re-save it")
+    for layer in sorted(groups):
+        g = groups[layer]
+        for info in g.values():
+            servable(path, info)
+        _consistent_projections(path, layer, g)
+    items: list[tuple[str, st.Slice]] = []
+    for layer in sorted(groups):
+        g = groups[layer]
+        for proj in ("gate", "up", "down"):
+            for which, info in (("A", g[f"{proj}_a"]), ("B", g[f"{proj}_b"])):
+                for e, s in enumerate(st.split_first_axis(path, info)):
+                    items.append((f"{{layers}}.{layer}.mlp.experts.{e}.{proj}_proj.lora_{which}.weight", s))
     return items, ranks.pop(), len(groups), experts.pop(), "model.layers"
 
 
