@@ -8,8 +8,8 @@ the same RULES list by importing this module (validate.py does).
 - ``serve.flag_values``: a value ktdeploy puts on sglang's command line never reads as an option: serve.host,
   served_model_name (and the model folder's name it defaults to), lora_name; extra_args may hold long options
   (``--name``) and values, never a one-dash option (``-api-key`` slips past a check of ``--`` spellings).
-- ``deploy.volume_overlap``: the data volume is not ``/`` and neither equals nor nests with the model or output
-  volume (docker refuses a duplicate mount point at TRAIN; ``/`` would mount the whole host).
+- ``deploy.volume_overlap``: no volume is ``/`` and the data volume neither equals nor nests with the model or
+  output volume (docker refuses a duplicate mount point at TRAIN; ``/`` would mount the whole host).
 - ``format.fp8_model``: kt_backend FP8 (or kt_expert_weight_format fp8) reads the routed experts as FP8; a model
   whose config.json stores them in BF16 fails at load. Judged where the model's config.json is known (its folder
   here, or recipes/models/<name>.json); on the host doctor's ``weights.format`` reads the real one.
@@ -105,9 +105,11 @@ def volume_overlap(ctx: Ctx) -> None:
         if a == b:
             ctx.error("deploy.volumes.data", f"the data volume is the {other} volume ({b}): docker refuses a "
                       "duplicate mount point when training starts", f"give the data its own folder, apart from {b}")
-        elif (inside(a, b) or inside(b, a)) and other == "output":
-            ctx.error("deploy.volumes.data", f"the data volume ({a}) and the output volume ({b}) lie one inside the "
-                      "other: the trainer's outputs and the dataset would mix", "use separate folders")
+        elif inside(a, b) or inside(b, a):
+            why = ("the trainer's outputs and the dataset would mix" if other == "output" else
+                   "a writable mount would sit inside (or around) the read-only model volume")
+            ctx.error("deploy.volumes.data", f"the data volume ({a}) and the {other} volume ({b}) lie one inside the "
+                      f"other: {why}", "keep the three volumes in separate folders")
 
 
 @rule("format.fp8_model")
