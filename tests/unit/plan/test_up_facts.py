@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -79,5 +80,5 @@ def test_bad_facts_files_are_usage_errors(tmp_path):
         (["--facts", "examples/facts/gpu-h200-1gpu.json"], "needs --dry-run"),
     ]:
         r = cli(["up", "--host", "gpu01", "recipes/tiny-moe-lora.yaml", *args], tmp_path)
-        err = " ".join(r.stderr.split())
+        err = " ".join(re.sub("[│╭╮╰╯─]", " ", r.stderr).split())  # the panel box and its wrapping gone
         assert r.returncode == 2 and words in err and "Traceback" not in err, (args, err)
