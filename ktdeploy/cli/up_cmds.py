@@ -66,6 +66,8 @@ def up(
     facts: Optional[Path] = typer.Option(None, "--facts", help="With --dry-run: plan from recorded host facts "
                                                                 "(`ktdeploy doctor --json` output or a facts.json) "
                                                                 "without connecting, e.g. before the host exists."),
+    slurm: Optional[str] = typer.Option(None, "--slurm", help="A Slurm login node (host, user@host, ssh://…): "
+                                                              "training and conversion run as batch jobs there."),
 ) -> None:
     """Provision HOST and run the recipe there: doctor -> runtime -> image -> volumes -> train -> follow -> convert -> serve.
 
@@ -74,7 +76,18 @@ def up(
     from ktdeploy.controller import api
     from ktdeploy.controller.follow import ProgressView
 
-    _sigterm_raises()
+    if slurm is not None:
+        from ktdeploy.core.errors import UsageError
+
+        if host != "localhost" or tune or image_tar or facts:
+            raise UsageError("--slurm submits to a cluster: it takes no --host, --tune, --image-tar or --facts",
+                             key="--slurm", fix="ktdeploy up --slurm LOGIN_HOST RECIPE")
+        api.up_slurm(slurm, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, overrides=set_,
+                     ssh=_ssh(ssh_key, known_hosts, accept_new_host_key),
+                     say=lambda msg: console.print(msg, highlight=False),
+                     print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
+        return
+    _sigterm_raises()   # (the slurm path above keeps the default: its record is the cluster's queue)
     factory = None
     if not no_progress and console.is_terminal:
         factory = lambda name: ProgressView(name, console=console)  # noqa: E731

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ktdeploy.controller import slurm as slurm_run
 from ktdeploy.controller.connectors import connect
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
 from ktdeploy.controller.follow import TRAINER_LOG
 from ktdeploy.controller.runs import RunRecord, job_lock, latest_run
+from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
@@ -36,12 +38,17 @@ from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
+from ktdeploy.core.plan.build import GPU_WAIVERS, VARIANTS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.core.recipe import builtin_recipe, load_recipe, require_valid, validate
 from ktdeploy.core.recipe import render as render_recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, redact_host, write_file
+from ktdeploy.core.sched import slurm as sl
+from ktdeploy.core.sched.batch import convert_script, job_dir_of, train_script
+from ktdeploy.core.sched.features import LADDER
+from ktdeploy.core.sched.plan import build_slurm_plan
+from ktdeploy.core.sched.request import request_for
 
 # Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
 WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
@@ -194,6 +201,100 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
             conn.close()
 
 
+def slurm_variant(recipe, nodes) -> tuple[str, str | None, str]:
+    """(image reference, variant, how) for a cluster: a named variant as is; ``auto`` the best variant a node can
+    run the job with (features, memory, GPUs, CPUs); a full image reference has no known CPU needs."""
+    deploy = recipe.deploy
+    if deploy.image == "auto":
+        fitting = [v for v in reversed(LADDER) if sl.fit(_request(recipe, v), nodes).nodes]
+        variant = fitting[0] if fitting else next((v for v in reversed(LADDER)
+                                                   if any(v in n.features for n in nodes)), "avx2")
+        how = f"auto: the best variant a node of the cluster runs this job with is {variant}"
+    elif deploy.image in VARIANTS:
+        variant, how = deploy.image, "named in the recipe"
+    else:
+        return deploy.image, None, "full image reference from the recipe (no CPU constraint)"
+    image, _v, _how = resolve_image(deploy.model_copy(update={"image": variant}), None)
+    return image, variant, how
+
+
+def _request(recipe, variant):
+    return request_for(recipe, variant)
+
+
+def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: bool = False, resume: str | None = None,
+             waive=(), overrides=(), ssh: dict | None = None, say: Callable[[str], None] | None = None,
+             print_plan: Callable[[str], None] | None = None, connector=None) -> UpResult:
+    """`ktdeploy up --slurm LOGIN`: the same recipe, record and stages, TRAIN and CONVERT as batch jobs submitted on
+    the login node. Nothing is queued when no node can ever run the job (PREFLIGHT's slurm.fit, exit 1)."""
+    say = say or _say_default
+    login = redact_host(login)
+    _check_up_arguments(login, resume, dry_run, None)
+    recipe = load_up_recipe(recipe_path, overrides)
+    waive = tuple(dict.fromkeys(waive))
+    record = _new_record(recipe, login, waive, dry_run, None, say)
+    record.set_status("planned", scheduler="slurm", job_dir=job_dir_of(recipe))
+    result = UpResult(record=record, waived=list(waive))
+    conn, where = _connect_phase(login, record, None, None, connector, ssh, say)
+    try:
+        try:
+            nodes = cluster_nodes(conn)
+        except StepError as e:
+            raise _fail(record, "failed", e) from None
+        record.write_json("cluster.json", [n.__dict__ for n in nodes])
+        image, variant, how = slurm_variant(recipe, nodes)
+        try:
+            request = _request(recipe, variant)
+        except KtdeployError as e:
+            raise _fail(record, "failed", e) from None
+        check = sl.fit_check(request, nodes)
+        record.event("slurm_fit", status=check.status, detail=check.detail, data=check.data)
+        record.write_json(rr.DOCTOR, {"checks": [check.model_dump(mode="json")], "request": request.__dict__})
+        ok = check.status != "fail"
+        say(("[green]✓[/green]" if ok else "[red]✗[/red]") + f" PREFLIGHT: {esc(check.name)}: {esc(check.detail)}")
+        if not ok:
+            raise _fail(record, "failed", CheckFailed(
+                f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key="slurm.fit",
+                fix=check.fix or "See the reasons below."))
+        state = gather_job_state(conn, recipe, image)
+        record.write_json(rr.JOB_STATE, state.to_json())
+        queued = queued_jobs(conn, job_name(recipe))
+        opts = UpOptions(host=login, run_id=record.id, resume=resume, detach=detach, waive=waive,
+                         preflight={"connect": f"connected ({where})"})
+        plan = build_slurm_plan(recipe, state, opts, image=image, variant=variant, queued=queued,
+                                fit_detail=check.detail)
+        gpus_waived = "docker.nvidia_runtime" in waive or "gpu.present" in waive
+        train = train_script(recipe, shipped_recipe(recipe, None), image=image, run_id=record.id, request=request,
+                             gpus_waived=gpus_waived, memlock="docker.memlock" not in waive)
+        conv = convert_script(recipe, image=image, run_id=record.id, request=request)
+        files = {"slurm/train.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/train.sbatch", train.script)),
+                 "slurm/convert.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/convert.sbatch", conv.script))}
+        plan = dataclasses.replace(plan, rendered=files, notes=(*plan.notes, f"image: {how}"))
+        record.write_json(rr.PLAN, plan.to_json())
+        record.set_status("planned", image=image, adapter_dir=plan.adapter_dir,
+                          slurm_request={"mem_mib": request.mem_mib, "cpus": request.cpus, "gpus": request.gpus,
+                                         "constraint": request.constraint},
+                          **({"slurm_jobs": queued} if queued else {}))
+        result.plan = plan
+        result.text = plan_text(plan, run_dir=str(record.path))
+        if dry_run:
+            record.set_status("dry-run")
+            record.event("dry_run")
+            if print_plan:
+                print_plan(result.text)
+            result.state = "dry-run"
+            return result
+        return _apply_phase(conn, plan, recipe, None, result, host=login, detach=detach, say=say,
+                            progress_factory=None)
+    except KeyboardInterrupt:
+        record.event("interrupted", reason="Ctrl-C before anything was submitted")
+        record.set_status("stopped", note="interrupted (Ctrl-C) during preflight/planning; nothing was submitted")
+        raise
+    finally:
+        if conn is not None:
+            conn.close()
+
+
 def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file: str | None) -> None:
     if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
         raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
@@ -302,11 +403,13 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
     """Run the plan on the host; Ctrl-C detaches (training keeps running), a lost connection is exit 3."""
     record = result.record
     executor = Executor(conn, record, plan, say=say, progress_factory=progress_factory, recipe=recipe,
-                        facts=report.facts)
+                        facts=report.facts if report is not None else None)
     try:
         executor.apply()
     except KeyboardInterrupt as stop:
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+        if executor.jobs:
+            record.set_status("detached", slurm_jobs=dict(executor.jobs))
         record.event("detached", reason=how)
         record.set_status("detached", note=f"controller {how}; training keeps running on the host")
         if isinstance(stop, Terminated):
@@ -382,6 +485,19 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
     rec = latest_run(host, run_id=run_id)
     st = dict(rec.status())
     st["record"] = str(rec.path)
+    if live and slurm_run.is_slurm(st):
+        try:
+            conn = _connect_for(rec, st, ssh)
+        except ConnectError as e:
+            st["live"] = {"error": e.message}
+            return st
+        try:
+            st["live"] = slurm_run.status(conn, rec, st)
+        except ConnectError as e:
+            st["live"] = {"error": e.message}
+        finally:
+            conn.close()
+        return st
     if live:
         job, serve_job, log = _container(rec, st), _container(rec, st, "serve_container"), rec.status_text("output_dir", st)
         try:
@@ -409,6 +525,15 @@ def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = F
 
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
+    if slurm_run.is_slurm(st):
+        conn = _connect_for(rec, st, ssh)
+        try:
+            slurm_run.logs(conn, rec, st, follow=follow, tail=tail, write=write, poll_s=poll_s)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            conn.close()
+        return
     name = _container(rec, st)
     conn = _connect_for(rec, st, ssh)
     try:
@@ -449,6 +574,14 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None
     host = redact_host(host)
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
+    if slurm_run.is_slurm(st):
+        conn = _connect_for(rec, st, ssh)
+        try:
+            done = slurm_run.down(conn, rec, st)
+        finally:
+            conn.close()
+        rec.set_status("stopped", down=done)
+        return done
     names = [_container(rec, st, key) for key in ("serve_container", "container") if st.get(key)]
     with job_lock(rec.status_text("host", st, empty_ok=True), _container(rec, st)):
         return _down_locked(rec, st, names, ssh)
@@ -477,4 +610,4 @@ def _down_locked(rec: RunRecord, st: dict, names: list[str], ssh: dict | None) -
     return done
 
 
-__all__ = ["RunRecordError", "UpResult", "check", "doctor", "down", "logs", "render", "status", "up"]
+__all__ = ["RunRecordError", "UpResult", "check", "doctor", "down", "logs", "render", "status", "up", "up_slurm"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from ktdeploy.controller.follow import LogEntry, describe, latest
 from ktdeploy.controller.image_check import image_doctor
 from ktdeploy.controller.runs import RunRecord
+from ktdeploy.controller.slurm_jobs import do_follow_job, do_submit, do_wait_job
 from ktdeploy.core import markers
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, StepError
@@ -141,6 +142,8 @@ class Executor:
         self.progress_factory = progress_factory
         self.recipe, self.facts = recipe, facts
         self.poll_s = float(os.environ.get("KTDEPLOY_POLL_S", poll_s))
+        self.jobs: dict[str, str] = {}              # up --slurm: role -> Slurm job id
+        self.submitted_at: dict[str, float] = {}
 
     # -- the loop -------------------------------------------------------------------------------
     def apply(self) -> None:
@@ -208,7 +211,10 @@ class Executor:
         return {StepAction.RUN: self._do_run, StepAction.PUT: self._do_put, StepAction.PUT_SECRET: self._do_put_secret,
                 StepAction.FETCH: self._do_fetch, StepAction.FOLLOW: self._do_follow, StepAction.FAIL: self._do_fail,
                 StepAction.WAIT_RUNNING: self._do_wait_running, StepAction.WAIT_HTTP: self._do_wait_http,
-                StepAction.IMAGE_CHECK: self._do_image_check}
+                StepAction.IMAGE_CHECK: self._do_image_check,
+                StepAction.SUBMIT: lambda st, s: do_submit(self, st, s),
+                StepAction.FOLLOW_JOB: lambda st, s: do_follow_job(self, st, s),
+                StepAction.WAIT_JOB: lambda st, s: do_wait_job(self, st, s)}
 
     @staticmethod
     def _argv(s: Step) -> list[str]:

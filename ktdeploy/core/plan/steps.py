@@ -25,6 +25,9 @@ class StepAction(StrEnum):
     WAIT_RUNNING = "wait_running"  # the container is still running a few seconds after start
     WAIT_HTTP = "wait_http"        # poll a readiness probe
     IMAGE_CHECK = "image_check"    # doctor inside the image started with the training flags (controller/image_check)
+    SUBMIT = "submit"              # sbatch a batch script (`up --slurm`); the job id goes to the run record
+    FOLLOW_JOB = "follow_job"      # follow a Slurm job (its state, the trainer log) until it ends
+    WAIT_JOB = "wait_job"          # wait for a Slurm job to end
 
 
 Action = StepAction   # the former Literal's name
