@@ -84,11 +84,14 @@ def save_cmd(
 
 
 @image_app.command("load")
-def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdeploy image save`.")) -> None:
-    """Load images from a tarball (docker load)."""
+def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdeploy image save`."),
+             repo: str = typer.Option("ktsft", "--repo", help="The images' repository: the archive may name only "
+                                                              "REPO:<variant> (amx, avx512, avx2).")
+             ) -> None:
+    """Load images from a tarball (docker load): only an archive whose every name ktdeploy asked for."""
     from ktdeploy.controller.images.build import load
 
-    for ref in load(archive):
+    for ref in load(archive, repo):
         console.print(f"loaded {esc(ref)}", highlight=False)
 
 

@@ -293,7 +293,7 @@ def test_save_and_load_round_trip(images, tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert archive.stat().st_size > 100_000_000
         assert docker("rmi", tag).returncode == 0
-        proc = subprocess.run([_python(), "-m", "ktdeploy", "image", "load", str(archive)],
+        proc = subprocess.run([_python(), "-m", "ktdeploy", "image", "load", "--repo", f"{REPO}-savetest", str(archive)],
                               capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr
         assert tag in proc.stdout

@@ -84,12 +84,12 @@ def test_sglang_kt_parses_our_serve_command(full_image, tmp_path, monkeypatch):
 
 
 def test_api_key_and_extra_args_parse(full_image, monkeypatch):
-    monkeypatch.setenv("KT_TEST_KEY", "s3cret")
+    monkeypatch.setenv("KTDEPLOY_TEST_KEY", "s3cret")
     recipe = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml",
-                         ["deploy.serve.api_key_env=KT_TEST_KEY", "deploy.serve.host=0.0.0.0",
+                         ["deploy.serve.api_key_env=KTDEPLOY_TEST_KEY", "deploy.serve.host=0.0.0.0",
                           "deploy.serve.extra_args=['--context-length', '4096']"])
     cmd = build_serve_command(recipe, "/a", cpuinfer=8, threadpools=2, amx=False)
     got = parse_in_image(full_image, cmd.argv)
-    # the key is not in the argv: the launcher sets ServerArgs.api_key from $KT_TEST_KEY (named by the env)
+    # the key is not in the argv: the launcher sets ServerArgs.api_key from $KTDEPLOY_TEST_KEY (named by the env)
     assert got["api_key"] is None and got["host"] == "0.0.0.0" and got["kt_method"] == "BF16"
-    assert cmd.env["KTDEPLOY_API_KEY_ENV"] == "KT_TEST_KEY" and "s3cret" not in cmd.shell()
+    assert cmd.env["KTDEPLOY_API_KEY_ENV"] == "KTDEPLOY_TEST_KEY" and "s3cret" not in cmd.shell()

@@ -21,6 +21,7 @@ from typing import Any
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.model import model_checks, model_requests
 from ktdeploy.core.facts.data import READ_LIMIT, DataFacts, first_rows
+from ktdeploy.core.safeio import parse_json
 
 PLACEHOLDERS = {"your_dataset", "your-dataset", "my_dataset"}
 
@@ -141,7 +142,36 @@ def data_checks(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
     out += model_checks(train, facts)
     out += _template_check(train, facts)
     out += _weights_check(train, setup, facts)
+    out += _fp8_model_check(train, setup, facts)
     return out
+
+
+def _fp8_model_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
+    """weights.format: an FP8 setup (kt_backend FP8, or kt_expert_weight_format fp8) reads the routed experts as
+    FP8; the model's own config.json on the host says how it stores them (issue 35: a BF16 model passed check and
+    doctor, and training failed at load)."""
+    from ktdeploy.core.sizing.model_config import native_format
+
+    model = train.get("model_name_or_path")
+    if setup != "fp8" or not isinstance(model, str) or train.get("kt_weight_path"):
+        return []
+    e = facts.get("read", posixpath.join(model, "config.json"))
+    if e is None or not e.ok:
+        return []
+    try:
+        cfg = parse_json(e.content)
+        fmt = native_format(cfg) if isinstance(cfg, dict) else None
+    except (ValueError, TypeError, AttributeError, IndexError):
+        fmt = None
+    if fmt is None:
+        return []
+    if fmt == "fp8":
+        return [CheckResult(name="weights.format", status="pass", detail=f"{model} stores its experts as FP8")]
+    return [CheckResult(name="weights.format", status="fail",
+                        detail=f"the FP8 setup reads the routed experts as FP8, but {model}/config.json stores them as "
+                               f"{fmt.upper()} (no FP8 quantization_config): loading fails when training starts",
+                        fix="for a BF16 model use kt_backend: AMXBF16 (or auto); FP8 training needs the native FP8 "
+                            "checkpoint")]
 
 
 def _template_check(train: dict, facts: DataFacts) -> list[CheckResult]:

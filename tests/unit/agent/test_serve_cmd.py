@@ -53,13 +53,13 @@ def test_int8_recipe_uses_converted_weights():
 
 
 def test_api_key_from_env_is_redacted(monkeypatch):
-    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=MY_KEY"])
-    with pytest.raises(UsageError, match="MY_KEY"):
+    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=KTDEPLOY_MY_KEY"])
+    with pytest.raises(UsageError, match="KTDEPLOY_MY_KEY"):
         build_serve_command(r, "/a", cpuinfer=4, threadpools=1)
-    monkeypatch.setenv("MY_KEY", "top secret; rm -rf /")
+    monkeypatch.setenv("KTDEPLOY_MY_KEY", "top secret; rm -rf /")
     c = build_serve_command(r, "/a", cpuinfer=4, threadpools=1)
     assert "--api-key" not in c.argv and not any("top secret" in a for a in c.argv)  # never in an argv
-    assert c.env["KTDEPLOY_API_KEY_ENV"] == "MY_KEY" and "top secret" not in repr(c.env)
+    assert c.env["KTDEPLOY_API_KEY_ENV"] == "KTDEPLOY_MY_KEY" and "top secret" not in repr(c.env)
     assert "top secret" not in c.shell()
 
 
@@ -71,8 +71,8 @@ def _run_launcher(tmp_path, monkeypatch, argv_env_key=True):
     import sys
 
     secret = "sk-ktd-" + os.urandom(8).hex()
-    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=KTD_TEST_KEY"])
-    monkeypatch.setenv("KTD_TEST_KEY", secret)
+    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=KTDEPLOY_TEST_KEY"])
+    monkeypatch.setenv("KTDEPLOY_TEST_KEY", secret)
     c = build_serve_command(r, "/out/tiny-sglang", cpuinfer=2, threadpools=1, python=sys.executable)
     report = tmp_path / "report.json"
     env = {**os.environ, **c.env, "FAKE_SGLANG_SECRET": secret, "FAKE_SGLANG_REPORT": str(report),
