@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune
 from ktdeploy.core.checkpoints import TRAINER_LOG
-from ktdeploy.core import variants as V
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.facts.host import HostFacts
