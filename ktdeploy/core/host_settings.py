@@ -54,7 +54,7 @@ class HostSettings(BaseModel):
     def _known_isa(cls, v: str) -> str:
         if v != V.AUTO and not V.known(v):
             raise ValueError(f"ktsft_isa {v!r} is not a kt-kernel build: use {V.AUTO} or one of {', '.join(V.NAMES)}")
-        return v
+        return v if v == V.AUTO else V.canonical(v)   # an old alias names its build's tag
 
     @field_validator("recipe_set")
     @classmethod

@@ -55,13 +55,6 @@ def best_variant(x) -> str | None:
     return v.name if v else None
 
 
-def isa_level(x) -> str | None:
-    """avx512 | avx2 | None: the coarse ISA class (for texts and the fleet summary)."""
-    if has(x, *AVX512_FLAGS):
-        return "avx512"
-    return "avx2" if has(x, *AVX2_FLAGS) else None
-
-
 def _tags(names) -> str:
     return ", ".join(f"ktsft:{n}" for n in names)
 
