@@ -125,9 +125,14 @@ def weight_format_check(x, weight_format: str, backend: str = "auto") -> CheckRe
     name = "recipe.weight_format_vs_isa"
     if chosen is None:
         b = V.get(best) if best else None
+        lowest = V.get(V.TRAINING[-1])
+        missing = [f for f in lowest.requires if not has(x, f)]
         why = ("no kt-kernel build runs here" if b is None else
                f"kt-kernel's {b.name} build (the best this CPU proves) has no SFT kernels, so it can neither train "
-               f"nor serve a LoRA" if not b.sft else f"{fmt} experts need {_needs(fmt)}")
+               f"nor serve a LoRA; the lowest build with them ({lowest.name}) needs {' '.join(lowest.requires)}"
+               + (f" (not listed here: {' '.join(missing)})" if missing else " (listed, but the probe shows it faulting)")
+               if not b.sft else f"{fmt} experts need {_needs(fmt)}")
+        data["missing_for_training"] = missing
         return CheckResult(name=name, status="fail", data=data,
                            detail=f"{fmt} LoRA ({e.sft_method if e else fmt}) cannot train on this CPU: {why}",
                            fix=f"Train on a CPU that proves {_needs(fmt)} — AMD Zen 4/5 or Intel Sapphire Rapids and "
