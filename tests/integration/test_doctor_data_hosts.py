@@ -43,13 +43,14 @@ def _report(h, dataset: str, template: str = "qwen3_nothink"):
     return {c.name: c for c in rep.checks}
 
 
-def test_real_dataset_passes_and_unconverted_weights_name_the_command(datahost):
+def test_real_dataset_passes_and_unconverted_weights_say_where_they_come_from(datahost):
     c = _report(datahost, "alpaca_en_demo")
     assert c["data.dataset_info"].status == "pass"
     assert c["data.dataset_files"].status == "pass"          # first rows of a 100+ KiB JSON array parse
     assert c["model.template_family"].status == "pass"
     w = c["weights.converted"]
-    assert w.status == "fail" and "kt quant /data/models/Qwen3-235B-A22B-Instruct-2507 --method int8" in w.fix
+    assert w.status == "fail" and "convert the experts of /data/models/Qwen3-235B-A22B-Instruct-2507" in w.fix
+    assert "ships no converter" in w.fix and "convert_cpu_weights.py --quant-method int8" in w.fix
 
 
 def test_placeholder_missing_broken_and_template(datahost):

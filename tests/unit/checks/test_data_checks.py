@@ -41,7 +41,7 @@ def test_names_files_template_and_weights():
     assert c["model.template_family"].status == "pass"
     assert c["weights.converted"].status == "fail"
     fix = c["weights.converted"].fix
-    # `kt quant` exists in the image but stops with "Conversion script not found": it is never the fix
+    # `kt quant` exists in the image but its script (site-packages/scripts/convert_cpu_weights.py) does not: never the fix
     assert "kt-kernel/scripts" in fix and "convert_cpu_weights.py --quant-method int8" in fix
     assert "ships no converter" in fix
 
