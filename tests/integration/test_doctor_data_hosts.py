@@ -59,5 +59,8 @@ def test_placeholder_missing_broken_and_template(datahost):
     assert c["data.dataset_info"].status == "fail" and "nosuch" in c["data.dataset_info"].detail
     assert c["data.dataset_files"].status == "fail" and "broken.jsonl" in c["data.dataset_files"].detail
     assert c["model.template_family"].status == "warn"
-    datahost.exec("sh", "-c", "touch /data/models/Qwen3-235B-A22B-Instruct-2507-INT8/layer0.kt")
+    wp = "/data/models/Qwen3-235B-A22B-Instruct-2507-INT8"
+    datahost.exec("sh", "-c", f"touch {wp}/layer0.kt")     # a flat .kt file: not a tree kt-kernel loads
+    assert _report(datahost, "alpaca_en_demo")["weights.converted"].status == "fail"
+    datahost.exec("sh", "-c", f"mkdir -p {wp}/_layer_0/_numa_0 && touch {wp}/kt-weight-manifest.json && rm {wp}/layer0.kt")
     assert _report(datahost, "alpaca_en_demo")["weights.converted"].status == "pass"
