@@ -120,7 +120,7 @@ def weight_format_check(x, weight_format: str, backend: str = "auto") -> CheckRe
     fmt = e.setup if e else weight_format.lower()
     best = best_variant(x)
     chosen = auto_backend(x, fmt)
-    data = {"weight_format": fmt, "kt_backend": backend, "auto_resolves_to": e.train_backend if e else None,
+    data: dict[str, object] = {"weight_format": fmt, "kt_backend": backend, "auto_resolves_to": e.train_backend if e else None,
             "best_variant": best, "sft_method": e.sft_method if e else None, "trainable": chosen is not None}
     name = "recipe.weight_format_vs_isa"
     if chosen is None:
