@@ -25,9 +25,9 @@ def isa_gate(variant: str | None, argv: list[str]):
     from ktdeploy.controller.local_host import local_facts
     from ktdeploy.core.checks.isa import variant_check
 
-    # The AMX probe (a real tile multiply) only decides for the amx variant; flags decide the rest. The facts
-    # are gathered once for the process: the command that follows (train's doctor, serve, tune) reuses them.
-    facts = local_facts(probes=(variant == "amx"))
+    # The probe (a tile multiply, one instruction per AVX512 extension) proves what the pinned build needs; the
+    # facts are gathered once for the process: the command that follows (train's doctor, serve, tune) reuses them.
+    facts = local_facts(probes=True)
     return variant_check(facts, variant)
 
 

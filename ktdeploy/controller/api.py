@@ -22,6 +22,7 @@ from ktdeploy.controller.follow import TRAINER_LOG
 from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.core import run_record as rr
+from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.checks.gate import CPU_ONLY, RUNTIME_FIXABLE, gate, profile_hint, with_profile
 from ktdeploy.core.checks.threads import derived_kt_threads
@@ -39,7 +40,7 @@ from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import VARIANTS, shipped_recipe
+from ktdeploy.core.plan.build import shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid, validate
 from ktdeploy.core.recipe import render as render_recipe
@@ -226,13 +227,13 @@ def slurm_variant(recipe, nodes) -> tuple[str, str | None, str]:
     """(image reference, variant, how) for a cluster: a named variant as is; ``auto`` the best variant a node can
     run the job with (features, memory, GPUs, CPUs); a full image reference has no known CPU needs."""
     deploy = recipe.deploy
-    if deploy.image == "auto":
+    if deploy.image == V.AUTO:
         fitting = [v for v in reversed(LADDER) if sl.fit(_request(recipe, v), nodes).nodes]
         variant = fitting[0] if fitting else next((v for v in reversed(LADDER)
-                                                   if any(v in n.features for n in nodes)), "avx2")
+                                                   if any(v in n.features for n in nodes)), V.AVX2)
         how = f"auto: the best variant a node of the cluster runs this job with is {variant}"
-    elif deploy.image in VARIANTS:
-        variant, how = deploy.image, "named in the recipe"
+    elif V.known(deploy.image):
+        variant, how = V.canonical(deploy.image), "named in the recipe"
     else:
         return deploy.image, None, "full image reference from the recipe (no CPU constraint)"
     image, _v, _how = resolve_image(deploy.model_copy(update={"image": variant}), None)

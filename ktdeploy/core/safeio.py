@@ -326,6 +326,40 @@ def staging_dir(parent: str | os.PathLike, prefix: str) -> Path:
     return tmp
 
 
+def private_dir(path: str | os.PathLike, owned_from: str | os.PathLike) -> Path:
+    """``mkdir -p path`` where every folder from ``owned_from`` down is this uid's own, mode 0700, and no link:
+    a cache another user could write into (and so plant files the server reads) is refused."""
+    p, top = Path(path), Path(owned_from)
+    try:
+        rel = p.relative_to(top)
+    except ValueError:
+        raise UsageError(f"{p} is not inside {top}", fix="report this as a ktdeploy bug") from None
+    chain = [top]
+    for part in rel.parts:
+        chain.append(chain[-1] / part)
+    try:
+        top.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"{top.parent}: cannot create it: {err.strerror}",
+                         fix="set HOME to a writable folder of this user") from None
+    for d in chain:
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise UsageError(f"{d}: cannot create the cache folder: {err.strerror}",
+                             fix="set HOME to a writable folder of this user") from None
+        st = os.lstat(d)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{d} is a link or not a folder; ktdeploy keeps its caches in a folder of its own",
+                             fix=f"remove {d}")
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise UsageError(f"{d} belongs to uid {st.st_uid} or is open to others (mode {stat.S_IMODE(st.st_mode):o})",
+                             fix=f"remove {d}, or set HOME to a folder of this user")
+    return p
+
+
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append one line to a log/record file; refuses to follow a symlink."""
     with appending(path) as f:

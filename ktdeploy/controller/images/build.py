@@ -41,7 +41,7 @@ from ktdeploy.controller.images.layer_load import (
     write_layer,
 )
 from ktdeploy.controller.images.lockfile import Lock, read_lock
-from ktdeploy.controller.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag
+from ktdeploy.controller.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag, image_tags
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
 from ktdeploy.core.errors import ImageError, UsageError
 from ktdeploy.core.safeio import write_file, writing
@@ -351,14 +351,15 @@ def _images_by_load(opts: BuildOptions, report: BuildReport, layer: LayerFile, c
         # 2. every variant in one archive: same layers, the variant's config
         t = time.monotonic()
         lab = labels(manifest, created)
-        tags = [image_tag(opts.image_repo, isa) for isa in opts.isas]
-        images = [(image_config(deps, history, layer.diff_id, created, variant_settings(isa, lab)), [tag])
-                  for isa, tag in zip(opts.isas, tags, strict=True)]
+        tags = [image_tags(opts.image_repo, isa) for isa in opts.isas]
+        images = [(image_config(deps, history, layer.diff_id, created, variant_settings(isa, lab)), names)
+                  for isa, names in zip(opts.isas, tags, strict=True)]
         write_archive(tmp / "variants.tar", layer, images)
         load_archive(tmp / "variants.tar")
         report.phases["load_variants"] = round(time.monotonic() - t, 1)
-        for tag in tags:
-            _record_image(report, tag)
+        for names in tags:
+            for tag in names:
+                _record_image(report, tag)
     finally:
         if provisional not in report.images.values():
             docker_cli.run(["rmi", provisional])
@@ -383,6 +384,11 @@ def _images_by_commit(opts: BuildOptions, report: BuildReport, layer: LayerFile,
             if proc.returncode != 0:
                 raise _fail(f"docker commit of {tag}", proc)
             _record_image(report, tag)
+            for alias in image_tags(opts.image_repo, isa)[1:]:
+                proc = docker_cli.run(["tag", tag, alias])
+                if proc.returncode != 0:
+                    raise _fail(f"docker tag {alias}", proc)
+                _record_image(report, alias)
         report.phases["commit"] = round(time.monotonic() - t, 1)
     finally:
         docker_cli.run(["rm", "-f", ctr])

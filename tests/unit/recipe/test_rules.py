@@ -113,9 +113,6 @@ BAD = [
      [("train.kt_config.kt_expert_weight_format", "fp8"), ("train.kt_weight_path", "/data/models/Qwen3.5-397B-A17B")],
      "train.kt_weight_path"),
     ("int8-without-paths", "format.weight_paths", [("train.kt_config.kt_expert_weight_format", "int8")], "train.kt_weight_path"),
-    ("int8-without-nonexpert", "format.weight_paths",
-     [("train.kt_config.kt_expert_weight_format", "int8"), ("train.kt_weight_path", "/data/models/q-int8")],
-     "train.kt_non_expert_weight_path"),
     ("int4-same-dirs", "format.weight_paths",
      [("train.kt_config.kt_backend", "AMXINT4"), ("train.kt_config.kt_expert_weight_format", _DEL),
       ("train.kt_weight_path", "/data/models/q4"), ("train.kt_non_expert_weight_path", "/data/models/q4")],
@@ -198,6 +195,14 @@ BAD = [
      "train.kt_config.kt_backend"),
     ("fp8-format-bf16-model", "format.fp8_model", [("train.kt_config.kt_expert_weight_format", "fp8")],
      "train.kt_config.kt_expert_weight_format"),
+    ("rslora", "lora.servable", [("train.use_rslora", True)], "train.use_rslora"),
+    ("dora", "lora.servable", [("train.use_dora", True)], "train.use_dora"),
+    ("modules-to-save", "lora.servable", [("train.additional_target", "embed_tokens,lm_head")],
+     "train.additional_target"),
+    ("build-without-sft", "deploy.image_build", [("deploy.image", "avx512_vnni")], "deploy.image"),
+    ("amxint4-on-avx512", "deploy.image_build",
+     [("deploy.image", "avx512_bf16"), ("train.kt_config.kt_backend", "AMXINT4"),
+      ("train.kt_weight_path", "/data/models/q4")], "deploy.image"),
 ]
 
 
@@ -254,6 +259,11 @@ GOOD = [
     ("one-gpu", [("deploy.gpus", [3]), ("accelerate.num_processes", 1)]),
     ("four-gpus", [("deploy.gpus", [0, 1, 2, 3]), ("accelerate.num_processes", 4)]),
     ("rank-16", [("train.lora_rank", 16), ("train.lora_alpha", 32)]),
+    ("int8-without-nonexpert", [("train.kt_config.kt_expert_weight_format", "int8"),
+                                ("train.kt_weight_path", "/data/models/q-int8")]),   # kt-kernel 0.7.2 accepts it
+    ("rslora-off", [("train.use_rslora", False), ("train.use_dora", False)]),
+    ("image-build-that-trains", [("deploy.image", "avx512_bf16")]),
+    ("image-amx", [("deploy.image", "amx")]),
 ]
 
 
