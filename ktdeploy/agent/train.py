@@ -21,10 +21,10 @@ from typing import Any
 
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_resume, finished_markers
-from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate
+from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate, profile_hint
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, RecipeError, RunRecordError, StepError, UsageError
-from ktdeploy.core.safeio import printable, write_file
+from ktdeploy.core.safeio import parse_json, printable, read_text, write_file
 from ktdeploy.core.trainer_log import steady_rate
 
 ENTRY_MODULE = "ktdeploy.agent.lf_entry"
@@ -134,7 +134,7 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
 
 
 def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
-               topology: Callable | None = None) -> tuple[dict[str, Any], dict | None, list[str]]:
+               topology: Callable | None = None, waive: Sequence[str] = ()) -> tuple[dict[str, Any], dict | None, list[str]]:
     """Doctor this host for the recipe; returns (derived kt_config values, report JSON, warnings).
 
     Derived values (kt_num_threads / kt_threadpool_count from physical cores and NUMA nodes) are
@@ -153,6 +153,7 @@ def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
     if diagnose is None:  # the agent never reaches into the controller: the CLI hands the doctor in
         raise ValueError("run_doctor needs diagnose= (recipe -> DoctorReport of this host), or skip=True")
     report = diagnose(recipe)
+    report.waived = tuple(dict.fromkeys([*report.waived, *waive]))   # what `up` waived (or --waive / --cpu-only)
     data = report.to_json()
     # The agent trains right here (inside the image, or on a bare host): the docker engine checks
     # concern `ktdeploy up`, not this process, so they never block it.
@@ -160,16 +161,17 @@ def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
     if blocking:
         raise CheckFailed("this host cannot run the recipe: doctor found failing checks",
                           results=blocking,
-                          fix="fix the failing checks listed below, or run `ktdeploy doctor` for the full report")
+                          fix="fix the failing checks listed below, or run `ktdeploy doctor` for the full report."
+                              + profile_hint(blocking, report.facts.gpu.count))
     derived: dict[str, Any] = derived_kt_threads(recipe.train, report.facts, reserve)
     warns = [f"{r.name}: {r.detail}" for r in report.checks if r.status == "warn"]
     return derived, data, warns
 
 
-def stack_judgement(recipe, rendered, judge: Callable, report: dict | None) -> dict | None:
+def stack_judgement(recipe, rendered, judge: Callable, report: dict | None, waive: Sequence[str] = ()) -> dict | None:
     """The stack's verdict on the rendered files (stack.judge): a refusal is the recipe's error (RecipeError, with
-    the stack's findings: what `ktdeploy check --stack` reports), no verdict a failed check; the verdict joins the
-    doctor's report (agent_doctor.json)."""
+    the stack's findings: what `ktdeploy check --stack` reports), no verdict a failed check (both pass when
+    ``--waive stack.judge``, on the record); the verdict joins the doctor's report (agent_doctor.json)."""
     from ktdeploy.core.checks.stack import judge_check
     from ktdeploy.core.recipe.stack_judge import findings
 
@@ -177,6 +179,10 @@ def stack_judgement(recipe, rendered, judge: Callable, report: dict | None) -> d
     found = findings(result, recipe.train, recipe.accelerate, recipe.raw.source.where) \
         if result.status == "refused" else []
     check = judge_check(result, found)
+    if check.status == "fail" and check.name in waive:
+        report = report if report is not None else {}
+        return {**report, "checks": [*report.get("checks", []), check.model_dump(mode="json")],
+                "waived": sorted({*report.get("waived", []), check.name})}
     if result.status == "refused":
         raise RecipeError(f"the stack (accelerate, LlamaFactory, kt-kernel) refuses {recipe.name}; nothing was started",
                           findings=found, key=check.name,
@@ -204,19 +210,21 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
                skip_doctor: bool = False, run_root: str | None = None,
                doctor: Callable | None = None, tuned: dict | None = None,
                diagnose: Callable | None = None, topology: Callable | None = None,
-               judge: Callable | None = None) -> TrainPlan:
+               waive: Sequence[str] = (), recipe=None, judge: Callable | None = None) -> TrainPlan:
     """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge.JudgeResult) let the
     stack judge exactly what will be launched; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
 
     path = Path(recipe_path)
-    if not path.is_file():
-        raise UsageError(f"recipe {recipe_path} not found", fix="pass the path of a recipe YAML (see `ktdeploy check`)")
-    recipe = load_recipe(path, list(overrides))
+    if recipe is None:   # else loaded already (the native --train/--accelerate pair)
+        if not path.is_file():
+            raise UsageError(f"recipe {recipe_path} not found",
+                             fix="pass the path of a recipe YAML (see `ktdeploy check`)")
+        recipe = load_recipe(path, list(overrides))
     findings = require_valid(recipe)
     warnings = [f"{f.path}: {f.message}" for f in findings]
     if doctor is None:
-        derived, report, warns = run_doctor(recipe, skip_doctor, diagnose, topology)
+        derived, report, warns = run_doctor(recipe, skip_doctor, diagnose, topology, waive)
     else:
         derived, report, warns = doctor(recipe, skip_doctor)
     warnings += warns
@@ -230,7 +238,7 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
         derived["resume_from_checkpoint"] = resume_from
     rendered = render(recipe, derived=derived, header=f"rendered by ktdeploy train from {printable(path.name)}")
     if judge is not None and not skip_doctor:
-        report = stack_judgement(recipe, rendered, judge, report)
+        report = stack_judgement(recipe, rendered, judge, report, waive)
     run_dir = _run_dir(out_dir, run_root)
     argv = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", "0",
             "--config_file", str(run_dir / rr.ACCELERATE_YAML), "-m", ENTRY_MODULE, str(run_dir / rr.TRAIN_YAML)]
@@ -248,16 +256,21 @@ def write_record(plan: TrainPlan) -> Path:
     write_file(d, rr.TRAIN_YAML, plan.train_yaml)
     write_file(d, rr.ACCELERATE_YAML, plan.accelerate_yaml)
     write_file(d, rr.LAUNCH_SH, plan.launch_sh, mode=0o755)
-    (d / rr.LAUNCH_SH).chmod(0o755)
-    (d / rr.COMMAND).write_text(json.dumps({"argv": plan.argv, "env": plan.env, "env_defaults": plan.env_defaults,
-                                            "derived": plan.derived, "resume_from": plan.resume_from,
-                                            "recipe": plan.recipe_path, "tuned": plan.tuned}, indent=2) + "\n")
+    write_file(d, rr.COMMAND, json.dumps({"argv": plan.argv, "env": plan.env, "env_defaults": plan.env_defaults,
+                                          "derived": plan.derived, "resume_from": plan.resume_from,
+                                          "recipe": plan.recipe_path, "tuned": plan.tuned}, indent=2) + "\n")
     if plan.tuned is not None:
-        (d / rr.TUNED).write_text(json.dumps(plan.tuned, indent=2) + "\n")
+        write_file(d, rr.TUNED, json.dumps(plan.tuned, indent=2) + "\n")
     if plan.doctor is not None:
-        (d / rr.AGENT_DOCTOR).write_text(json.dumps(plan.doctor, indent=2, default=str) + "\n")
-    (d / rr.STATUS).write_text(rr.status_text("starting"))
+        write_file(d, rr.AGENT_DOCTOR, json.dumps(plan.doctor, indent=2, default=str) + "\n")
+    _put(d, rr.STATUS, rr.status_text("starting"))
     return d
+
+
+def _put(run_dir: Path, name: str, text: str) -> None:
+    """A record file (re)written through the safe writer: the trainer (and whatever it runs) shares the output
+    volume, so a link planted in the record is never followed."""
+    write_file(run_dir, name, text, overwrite=True)
 
 
 def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
@@ -265,7 +278,7 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
     gc_frozen = None
     mp = run_dir / rr.METRICS
     if mp.exists():
-        for row in rr.parse_metrics(mp.read_text()):
+        for row in rr.parse_metrics(read_text(mp, 256 << 20, "metrics record")):
             if "gc_frozen" in row:
                 gc_frozen = bool(row["gc_frozen"])
             if "loss" in row and "step_s" not in row:
@@ -282,7 +295,10 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
     for name in FINISHED_MARKERS:
         p = output_dir / name
         if p.exists():
-            results = json.loads(p.read_text())
+            try:  # the trainer's file on the shared output volume: bounded, and never a crash after training
+                results = parse_json(read_text(p, 16 << 20, name))
+            except (UsageError, ValueError) as e:
+                results = {"unreadable": str(getattr(e, "message", e))[:200]}
             break
     return {"rc": outcome.rc, "wall_s": round(outcome.wall_s, 2), "peak_host_rss_gib": round(outcome.peak_rss_gib, 3),
             "peak_host_rss_hwm_gib": round(outcome.hwm_rss_bytes / 2**30, 3),
@@ -303,10 +319,10 @@ def finish_record(run_dir: Path, output_dir: Path, rc: int, wall_s: float, peak_
     from ktdeploy.agent.monitor import RunOutcome
 
     outcome = RunOutcome(rc=rc, wall_s=wall_s, peak_rss_bytes=peak_rss_bytes, hwm_rss_bytes=hwm_rss_bytes)
-    (run_dir / rr.RC).write_text(rr.rc_text(rc))
+    _put(run_dir, rr.RC, rr.rc_text(rc))
     summary = _summarise(run_dir, outcome, output_dir)
-    (run_dir / rr.SUMMARY).write_text(rr.summary_text(summary))
-    (run_dir / rr.STATUS).write_text(rr.status_text(rr.final_state(rc)))
+    _put(run_dir, rr.SUMMARY, rr.summary_text(summary))
+    _put(run_dir, rr.STATUS, rr.status_text(rr.final_state(rc)))
     return summary
 
 
@@ -319,8 +335,8 @@ def exec_trainer(plan: TrainPlan, run_dir: Path, env: dict[str, str]) -> None:
 
     env = {**env, "KTDEPLOY_RUN_DIR": str(run_dir), "KTDEPLOY_OUTPUT_DIR": plan.output_dir,
            "KTDEPLOY_T0": repr(time.time())}
-    (run_dir / rr.LAUNCH_MODE).write_text(rr.LAUNCH_EXEC + "\n")
-    (run_dir / rr.STATUS).write_text(rr.status_text("running"))
+    _put(run_dir, rr.LAUNCH_MODE, rr.LAUNCH_EXEC + "\n")
+    _put(run_dir, rr.STATUS, rr.status_text("running"))
     sys.stdout.flush()
     sys.stderr.flush()
     os.chdir(trainer_workdir(plan))
@@ -353,14 +369,14 @@ def execute(plan: TrainPlan, echo=sys.stdout, *, exec_launch: bool = False) -> d
     env = trainer_env(plan)
     if exec_launch:
         exec_trainer(plan, d, env)
-    (d / rr.STATUS).write_text(rr.status_text("running"))
+    _put(d, rr.STATUS, rr.status_text("running"))
     try:
         # The trainer writes stdout.log itself; this process samples RSS and echoes the log once a second at
         # SCHED_IDLE (a line relay at nice +5 cost ~10 % tokens/s against a hand launch on the GPU machine).
         outcome = run_streaming(plan.argv, env=env, cwd=str(trainer_workdir(plan)), log_path=d / rr.STDOUT_LOG, echo=echo,
                                 interval=1.0, yield_cpu=True)
     except KeyboardInterrupt:
-        (d / rr.STATUS).write_text(rr.status_text("interrupted"))
+        _put(d, rr.STATUS, rr.status_text("interrupted"))
         raise
     summary = finish_record(d, Path(plan.output_dir), outcome.rc, outcome.wall_s, outcome.peak_rss_bytes,
                             outcome.hwm_rss_bytes)

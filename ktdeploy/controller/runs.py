@@ -27,7 +27,7 @@ from typing import Any
 
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.errors import RunRecordError, UsageError
-from ktdeploy.core.safeio import MAX_JSON, append_line, printable, read_bytes, redact, write_file
+from ktdeploy.core.safeio import MAX_JSON, append_line, parse_json, printable, read_bytes, redact, run_lock, write_file
 
 STATES = rr.RUN_STATES   # the format (file names, states, keys, schema version) is core/run_record.py's
 
@@ -42,6 +42,13 @@ def home() -> Path:
 
 def runs_dir() -> Path:
     return home() / "runs"
+
+
+def job_lock(host: str | None, job: str):
+    """One run, one lock: `up` (not a dry run) and `down` hold it for the job ``job`` on ``host`` (as given to up)
+    while they act, so a second `up`, or a `down` racing an `up`, gets one clear refusal instead of removing the
+    other's containers. flock: a killed process frees it."""
+    return run_lock(home() / "locks", f"{host or ''}\n{job}", what=f"the job {job} on {host or 'localhost'}")
 
 
 def _slug(text: str) -> str:
@@ -116,8 +123,8 @@ class RunRecord:
     def read_json(self, name: str) -> Any:
         raw = self._read(name)
         try:
-            return rr.parse_status_json(raw) if name == rr.STATUS_JSON else json.loads(raw)
-        except (ValueError, RecursionError) as e:
+            return rr.parse_status_json(raw) if name == rr.STATUS_JSON else parse_json(raw)
+        except ValueError as e:
             raise RunRecordError(f"run record {self.id}: {name} is not valid ({printable(e)})",
                                  fix=f"Inspect or remove {self.path}.") from None
 
@@ -176,7 +183,8 @@ def find_runs(host: str | None = None, *, container: str | None = None, include_
 
 
 def latest_run(host: str | None = None, *, run_id: str | None = None, root: Path | None = None) -> RunRecord:
-    """The run named by ``run_id`` (an id or a unique prefix), else the newest run (on ``host``)."""
+    """The run named by ``run_id`` (an id, a run's --name — its newest run —, or a unique id prefix), else the
+    newest run (on ``host``)."""
     root = root or runs_dir()
     if run_id is not None:
         from ktdeploy.core.safeio import run_id_name
@@ -185,6 +193,9 @@ def latest_run(host: str | None = None, *, run_id: str | None = None, root: Path
         exact = root / run_id
         if (exact / rr.STATUS_JSON).exists():
             return RunRecord(exact)
+        named = [r for r in all_runs(root) if r.status().get("name") == run_id]
+        if named:
+            return named[-1]
         matches = [r for r in all_runs(root) if r.id.startswith(run_id)]
         if len(matches) == 1:
             return matches[0]

@@ -16,11 +16,11 @@ import secrets
 import sys
 
 from ktdeploy.controller.connectors.local import LocalConnector
+from ktdeploy.core import variants as V
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.stack import judge_check
 from ktdeploy.core.errors import ConnectError, StackUnavailable
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import VARIANTS
 from ktdeploy.core.recipe.render import render
 from ktdeploy.core.recipe.stack_judge import BOOTSTRAP, JUDGE_SECONDS, JudgeResult, parse_output, payload
 
@@ -64,21 +64,22 @@ def judge_rendered(rendered) -> JudgeResult:
 
 
 def image_for(recipe, connector=None) -> str:
-    """The image ``check --stack`` judges with: the recipe's ``deploy.image`` (a reference, or ``<repo>:<variant>``);
-    for ``auto`` the first of amx, avx512, avx2 present here (they share every layer: the stack is the same)."""
+    """The image ``check --stack`` judges with: the recipe's ``deploy.image`` (a reference, or ``<repo>:<build>``);
+    for ``auto`` the first kt-kernel build image present here, top of the ladder first (every build image holds the
+    same stack: only the kt-kernel build it pins differs, and the judge loads the one this CPU runs)."""
     deploy = recipe.deploy
     if deploy is None:
-        return "ktsft:avx2"
-    if deploy.image not in ("auto", *VARIANTS):
+        return f"ktsft:{V.AVX2}"
+    if deploy.image != V.AUTO and not V.known(deploy.image):
         return deploy.image
-    if deploy.image in VARIANTS:
-        return f"{deploy.image_repo}:{deploy.image}"
+    if V.known(deploy.image):
+        return f"{deploy.image_repo}:{V.canonical(deploy.image)}"
     conn = connector or LocalConnector()
-    for variant in VARIANTS:
-        ref = f"{deploy.image_repo}:{variant}"
+    for name in V.NAMES:
+        ref = f"{deploy.image_repo}:{name}"
         if conn.run(dk.image_probe(ref), timeout=60).rc == 0:
             return ref
-    return f"{deploy.image_repo}:{VARIANTS[0]}"
+    return f"{deploy.image_repo}:{V.AMX}"
 
 
 def judge_in_image(image: str, text: str, *, connector=None, source: str | None = None) -> JudgeResult:

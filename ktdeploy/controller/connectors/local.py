@@ -7,6 +7,15 @@ import shutil
 import subprocess
 
 from ktdeploy.controller.connectors.base import Result, checked, to_text
+from ktdeploy.core.safeio import writing
+
+
+def _copy(src, dest, mode) -> None:
+    """A copy through the safe writer: never through a link at ``dest``, atomic (the folder is made when missing)."""
+    dest = os.path.abspath(dest)
+    with open(src, "rb") as f, writing(os.path.dirname(dest), os.path.basename(dest), overwrite=True,
+                                       mode=0o644 if mode is None else mode) as out:
+        shutil.copyfileobj(f, out)
 
 
 class LocalConnector:
@@ -30,13 +39,22 @@ class LocalConnector:
         return self.run(["sh", "-c", script], timeout=timeout, check=check)
 
     def put_file(self, local, remote, mode=None) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(remote)), exist_ok=True)
-        shutil.copyfile(local, remote)
-        if mode is not None:
-            os.chmod(remote, mode)
+        _copy(local, remote, mode)
 
     def get_file(self, remote, local) -> None:
-        shutil.copyfile(remote, local)
+        _copy(remote, local, None)
+
+    def rsync(self, local_dir: str, remote_dir: str, flags: list[str]) -> None:
+        """rsync a folder's content into another folder of this machine (controller/sync.py chooses the flags)."""
+        from ktdeploy.core.errors import StepError, UsageError
+
+        if shutil.which("rsync") is None:
+            raise UsageError("rsync is not installed on this machine", key="rsync", fix="apt-get install rsync")
+        p = subprocess.run(["rsync", *flags, "--", local_dir.rstrip("/") + "/", remote_dir.rstrip("/") + "/"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise StepError(f"rsync into {remote_dir} failed (exit {p.returncode}): {p.stderr.strip()[-600:]}",
+                            step="sync", rc=p.returncode, fix="Run the same command again: the copy resumes.")
 
     def close(self) -> None:
         pass

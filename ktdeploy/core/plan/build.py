@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
@@ -20,12 +21,17 @@ from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 
-VARIANTS = ("amx", "avx512", "avx2")
 MEMLOCK_WAIVER = "docker.memlock"
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
              "docker without CAP_SYS_RESOURCE): run it with that capability, or --waive docker.memlock (test hosts). "
              "Otherwise see `docker logs` of the container.")
 GPU_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime")
+
+
+def container_waivers(waive: tuple[str, ...]) -> tuple[str, ...]:
+    """The waivers the training container's own doctor gets: every doctor check `up` waived (docker.memlock is
+    no check but how the containers start, and stays on the controller)."""
+    return tuple(w for w in waive if w != MEMLOCK_WAIVER)
 ARTIFACTS = ("training_loss.png", "train_results.json", "all_results.json", "trainer_state.json", TRAINER_LOG)
 
 INSTALL_DOCKER = r"""set -e
@@ -86,14 +92,15 @@ def job_name(recipe) -> str:
 def resolve_image(deploy, facts: HostFacts | None) -> tuple[str, str | None, str]:
     """(image reference, variant or None, how it was chosen)."""
     img = deploy.image
-    if img == "auto":
+    if img == V.AUTO:
         variant = best_variant(facts) if facts is not None else None
         if variant is None:
-            raise UsageError("deploy.image is auto but no image variant fits this CPU (no AVX2/AVX512 found)",
-                             key="deploy.image", fix="Name an image explicitly: deploy.image: avx2 | avx512 | amx | REF.")
-        how = f"auto: best variant for this CPU is {variant}"
-    elif img in VARIANTS:
-        variant, how = img, "named in the recipe"
+            raise UsageError("deploy.image is auto but no kt-kernel build fits this CPU (no AVX2 found)",
+                             key="deploy.image", fix=f"Name an image explicitly: deploy.image: {' | '.join(V.NAMES)} | REF.")
+        how = f"auto: the best kt-kernel build this CPU proves is {variant}"
+    elif V.known(img):
+        variant = V.canonical(img)
+        how = "named in the recipe" + (f" (old name {img!r})" if img != variant else "")
     else:
         return img, None, "full image reference from the recipe"
     ref = f"{deploy.image_repo}:{variant}"
@@ -149,9 +156,9 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
     chosen = choice.checkpoint
     for c in partial:
         if chosen is None or c.step > chosen.step:
-            notes.append(f"{c.name} is incomplete (missing {', '.join(c.missing)}); never resumed from")
+            notes.append(f"--resume: {c.name} is incomplete (missing {', '.join(c.missing)}); never resumed from")
     if chosen is None:
-        notes.append("no complete checkpoint: training starts from step 0")
+        notes.append(f"--resume {resume}: no complete checkpoint in {out}: training starts fresh, from step 0")
     else:
         if choice.problem == "world_size":
             steps.append(Step("train.resume", f"resume from {chosen.name}", action=StepAction.FAIL,
@@ -416,7 +423,7 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
         tr.append(Step("train.create", f"create the training container {name}",
                        argv=tuple(dk.create_train(name=name, image=j.image, run_id=opts.run_id, volumes=j.vol,
                                                   output_dir=j.out, gpus=j.gpus, memlock=j.memlock, user=j.user,
-                                                  tuned=tuned)),
+                                                  tuned=tuned, waive=container_waivers(opts.waive))),
                        probe=tuple(dk.exists_probe(name)),
                        why=(f"resume from {resume_from}" if resume_from else "fresh start")))
         tr.append(Step("train.copy", "copy the job folder into the container", argv=tuple(dk.copy_job(j.job_dir, name)),

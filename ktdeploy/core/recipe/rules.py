@@ -19,7 +19,7 @@ from ktdeploy.core.recipe import catalog as cat
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.loader import SECTIONS
-from ktdeploy.core.recipe.schema import Deploy, Serve, Volumes
+from ktdeploy.core.recipe.schema import Deploy, Scheduler, Serve, Volumes
 from ktdeploy.core.recipe.types import type_error
 from ktdeploy.core.safeio import inside as _inside
 from ktdeploy.core.safeio import norm_path
@@ -279,7 +279,8 @@ def deploy_schema(ctx: Ctx) -> None:
     Cookbook: — (ktdeploy's own section).
     Code: ktdeploy/core/recipe/schema.py Deploy.
     """
-    fields_by_prefix = {(): Deploy.model_fields, ("volumes",): Volumes.model_fields, ("serve",): Serve.model_fields}
+    fields_by_prefix = {(): Deploy.model_fields, ("volumes",): Volumes.model_fields, ("serve",): Serve.model_fields,
+                        ("scheduler",): Scheduler.model_fields}
     for e in ctx.recipe.deploy_errors:
         loc = tuple(str(x) for x in e.get("loc", ()))
         path = ".".join(("deploy",) + loc)
@@ -571,12 +572,12 @@ def weight_paths(ctx: Ctx) -> None:
                       "the cookbook §2.4.3 setting does not start with this kt-kernel",
                       "remove kt_non_expert_weight_path: the non-expert weights load from model_name_or_path")
     elif setup == "int8":
+        # kt_non_expert_weight_path is optional (KTConfig): without it the non-experts load from
+        # model_name_or_path; with it kt-kernel's artifacts.py accepts only a cache made from an FP8 source
+        # checkpoint (doctor's weights.non_expert_source reads the model's config.json).
         if not wp:
             ctx.error("train.kt_weight_path", "INT8 needs kt_weight_path: the converted routed-expert weights",
                       "set train.kt_weight_path to the converted expert directory (top level, not inside kt_config)")
-        if not nwp:
-            ctx.error("train.kt_non_expert_weight_path", "INT8 needs kt_non_expert_weight_path matching kt_weight_path",
-                      "set train.kt_non_expert_weight_path to the BF16 non-expert cache made with the same conversion")
         if wp and nwp and _norm(wp) and _norm(wp) == _norm(nwp):
             ctx.error("train.kt_non_expert_weight_path", "kt_non_expert_weight_path is the same directory as kt_weight_path",
                       "point it at the separate BF16 non-expert cache")
@@ -585,8 +586,9 @@ def weight_paths(ctx: Ctx) -> None:
         # original (BF16 or native FP8) checkpoint passed through kt_weight_path fails at load (A.3.1).
         ctx.error("train.kt_weight_path", "kt_weight_path is the original checkpoint (model_name_or_path), "
                   "not converted weights (cookbook A.3.1)",
-                  "convert the experts (ktdeploy convert) and point kt_weight_path at the output, "
-                  "or use the native setup (kt_expert_weight_format: fp8 / bf16) without kt_weight_path")
+                  "point kt_weight_path at converted expert weights (see docs/stack-rules.md: kt-kernel 0.7.2's "
+                  "wheel ships no converter), or use the native setup (kt_expert_weight_format: fp8 / bf16) "
+                  "without kt_weight_path")
 
 
 @rule("format.int8")
@@ -985,3 +987,7 @@ def run_rules(recipe: Recipe) -> list[Finding]:
             ctx.error("(recipe)", f"rule {rule_id} could not evaluate the recipe: {type(err).__name__}: {err}",
                       "fix the value types reported above")
     return ctx.findings
+
+
+# The serving and CPU-build rules live in their own module; importing it registers them after the ones above.
+from ktdeploy.core.recipe import rules_serving as _rules_serving  # noqa: E402,F401

@@ -11,9 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.safeio import norm_path
-
-ISA_VARIANTS = ("amx", "avx512", "avx2")
 
 
 class _Strict(BaseModel):
@@ -66,11 +65,34 @@ class Serve(_Strict):
                                                                       "(as separate argv items, never through a shell).")
 
 
+SLURM_TIME = r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$"   # Slurm's --time forms: MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
+SCHED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class Scheduler(_Strict):
+    """What a batch scheduler needs that a host would tell (`up --slurm`, `render --slurm`, `render --k8s`)."""
+
+    time: str = Field("1-00:00:00", pattern=SLURM_TIME,
+                      description="Wall-clock limit of the training job (Slurm --time: D-HH:MM:SS, HH:MM:SS or MM).")
+    cpus: int | None = Field(None, ge=1, le=4096,
+                             description="Physical cores for kt-kernel's expert threads when "
+                                         "train.kt_config.kt_num_threads is unset (the job asks for these + "
+                                         "deploy.reserve_cores).")
+    mem_gib: float | None = Field(None, gt=0, le=65536,
+                                  description="Host memory of the job in GiB; default: the planner's upper edge.")
+    partition: str | None = Field(None, pattern=SCHED_NAME, description="Slurm partition (--partition).")
+    account: str | None = Field(None, pattern=SCHED_NAME, description="Slurm account (--account).")
+    signal_seconds: int = Field(120, ge=10, le=3600,
+                                description="Seconds before the time limit at which Slurm signals the job, so it "
+                                            "stops its container and can be requeued from its last checkpoint.")
+
+
 class Deploy(_Strict):
     """ktdeploy's own settings: which image, which GPUs, which host paths."""
 
-    image: str = Field("auto", description="Image variant: 'auto' (chosen from the host's CPU facts), one of "
-                                           "amx / avx512 / avx2, or a full image reference.")
+    image: str = Field(V.AUTO, description="Image variant: 'auto' (chosen from the host's CPU facts), a kt-kernel "
+                                          "CPU build (" + ", ".join(V.NAMES) + "; docs/cpu-builds.md), or a full "
+                                          "image reference.")
     image_repo: str = Field("ktsft", description="Repository name of the ktdeploy images (ktsft:<variant>).")
     registry: str | None = Field(None, description="Registry to pull the image from; when unset the image tarball made "
                                                    "by `ktdeploy image save` is shipped to the host and loaded.")
@@ -81,6 +103,7 @@ class Deploy(_Strict):
     reserve_cores: int = Field(2, ge=0, description="Physical cores kept free for the DataLoader and the system when "
                                                     "ktdeploy derives kt_num_threads.")
     serve: Serve = Field(default_factory=Serve)
+    scheduler: Scheduler = Field(default_factory=Scheduler)
 
     @field_validator("gpus")
     @classmethod
@@ -96,8 +119,8 @@ class Deploy(_Strict):
         return ",".join(str(i) for i in self.gpus)
 
     def variant(self) -> str | None:
-        """The ISA variant named by ``image`` (None for auto or a full reference)."""
-        return self.image if self.image in ISA_VARIANTS else None
+        """The kt-kernel build named by ``image`` (an old alias names its build; None for auto or a reference)."""
+        return V.canonical(self.image) if V.known(self.image) else None
 
 
 Severity = Literal["error", "warning"]

@@ -170,6 +170,7 @@ def test_auto_judges_with_the_first_variant_present():
     r = load_recipe(TINY)
     conn = (FakeConnector().on(("docker", "image", "inspect", "--format", "{{.Id}}", "--", "ktsft:amx"), fail(1))
             .on(("docker", "image", "inspect"), ok("sha256:1")))
-    assert runner.image_for(r, conn) == "ktsft:avx512"
+    assert runner.image_for(r, conn) == "ktsft:avx512_bf16"   # the ladder's next build after amx
     assert runner.image_for(load_recipe(TINY, ["deploy.image=avx2"]), conn) == "ktsft:avx2"
+    assert runner.image_for(load_recipe(TINY, ["deploy.image=avx512"]), conn) == "ktsft:avx512_bf16"   # old name
     assert runner.image_for(load_recipe(TINY, ["deploy.image=my/img:1"]), conn) == "my/img:1"
