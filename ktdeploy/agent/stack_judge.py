@@ -68,6 +68,7 @@ from ktdeploy.core.recipe.stack_judge import (
     MAX_PAYLOAD,
     SCHEMA,
 )
+from ktdeploy.core.safeio import write_file
 
 STACK_MODULES = ("torch", "transformers", "accelerate", "llamafactory", "kt_kernel", "omegaconf", "peft")
 VERSIONS = ("llamafactory-kt", "transformers-kt", "accelerate-kt", "kt-kernel", "peft-kt", "torch")
@@ -340,9 +341,8 @@ def judge(train_yaml: str, accelerate_yaml: str, launch_argv: list[str], env: di
     with _sandbox({**env, "LLAMAFACTORY_VERBOSITY": "WARN"}) as tmp, \
             contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         os.environ.pop("KT_KERNEL_CPU_VARIANT", None)
-        acc_path, train_path = tmp / "accelerate.yaml", tmp / "train.yaml"
-        acc_path.write_text(accelerate_yaml)
-        train_path.write_text(train_yaml)
+        acc_path = write_file(tmp, "accelerate.yaml", accelerate_yaml)
+        train_path = write_file(tmp, "train.yaml", train_yaml)
         base_env = dict(os.environ)
         launch = None
         try:
