@@ -45,8 +45,8 @@ def check(
                                                       "train.yaml, kt-kernel's KTConfig and wrapper checks, run in "
                                                       "the image (no weights, no GPU). Exit 7 when it cannot run."),
     image: Optional[str] = typer.Option(None, "--image", help="With --stack: the image to judge in (default: the "
-                                                              "recipe's deploy.image; auto = the first of "
-                                                              "ktsft:amx/avx512/avx2 on this machine; inside the "
+                                                              "recipe's deploy.image; auto = the first "
+                                                              "ktsft:<build> on this machine; inside the "
                                                               "image: its own stack)."),
 ) -> None:
     """Validate a recipe against every cookbook, LlamaFactory and kt-kernel rule. Exit 0 valid, 2 invalid

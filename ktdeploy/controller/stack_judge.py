@@ -121,7 +121,7 @@ def require_judged(result: JudgeResult, where: str) -> JudgeResult:
     if result.status == "absent":
         raise StackUnavailable(f"{where} has no LlamaFactory/kt-kernel stack to judge the recipe with "
                                f"(missing: {', '.join(result.missing) or '?'}): {result.detail}",
-                               fix="Judge with the full image (ktsft:amx|avx512|avx2, `ktdeploy image build`), "
+                               fix="Judge with a full image (`ktsft:<build>`, `ktdeploy image build`), "
                                    "not a reduced or test image; an image built before the judge existed needs a "
                                    "rebuild.")
     raise StackUnavailable(f"the stack judge failed in {where}: {result.detail}",

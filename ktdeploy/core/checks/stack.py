@@ -130,7 +130,7 @@ def judge_check(result, findings) -> CheckResult:
     if result.status == "absent":
         data["missing"] = result.missing
         return _c(JUDGE, "fail", f"the image has no LlamaFactory/kt-kernel stack to judge the recipe with (missing: "
-                  f"{', '.join(result.missing) or '?'})", "Use the full image (ktsft:amx|avx512|avx2, `ktdeploy image "
+                  f"{', '.join(result.missing) or '?'})", "Use a full image (`ktsft:<build>`, `ktdeploy image "
                   "build`); on a test double or reduced image: --waive stack.judge.", **data)
     return _c(JUDGE, "fail", f"the stack judge did not give a verdict: {result.detail}",
               "Run `ktdeploy check RECIPE --stack --image IMAGE` to see it; or --waive stack.judge.", **data)
