@@ -60,6 +60,8 @@ def test_amx_xeon_vm_with_h200():
     if (GPU_VM / "amx_probe.json").exists():
         p = f.probes.amx
         assert p.listed and p.permission and (p.palettes or 0) >= 1 and p.tile_exec and p.correct
+        # the AMX-BF16 tile multiply (tdpbf16ps) and vpermb ran there too (bench/gpu/cpu_probe.sh, 2026-12-04)
+        assert p.amx_bf16_exec and p.amx_bf16_correct and p.avx512_vbmi_exec and p.avx512bw_exec
         assert best_variant(f) == "amx" and auto_backend(f, "bf16") == "AMXBF16"
     if (GPU_VM / "lscpu_json.txt").exists():
         assert len(f.cpu.numa_nodes) >= 1
