@@ -1,5 +1,5 @@
 """The agent's commands - what the image's entrypoint runs on the training host:
-`ktdeploy train`, `ktdeploy convert`, `ktdeploy serve`, `ktdeploy tiny-model`."""
+`ktdeploy train`, `ktdeploy convert`, `ktdeploy merge`, `ktdeploy serve`, `ktdeploy tiny-model`."""
 
 from __future__ import annotations
 
@@ -104,6 +104,40 @@ def convert(
     console.print(f"rank {esc(s.rank)}, alpha {s.lora_alpha:g}; {esc(s.nonexpert_tensors)} non-expert + {esc(s.expert_tensors)} "
                   f"expert tensors ({s.num_layers} layers x {s.num_experts} experts); "
                   f"targets: {esc(', '.join(s.target_modules))}", highlight=False)
+
+
+@app.command()
+def merge(
+    output_dir: Path = typer.Argument(..., help="KT LoRA training output_dir (or one checkpoint-* in it)."),
+    base: Path = typer.Option(..., "--base", help="The base model folder the adapter was trained on (safetensors: "
+                                                  "BF16, F16, F32, or FP8 with block scales, written as BF16)."),
+    out: str = typer.Option(..., "-o", "--out", help="New folder for the merged model (absent or empty)."),
+    base_root: Optional[Path] = typer.Option(None, "--base-root", help="The volume links inside the base folder may "
+                                                                       "point into (default: the base folder)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, max=256, help="Worker threads (default: up to 4)."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the KT manifest's size/SHA-256 check."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Fold the KT LoRA (routed experts + attention/router/shared parts) into the base weights: a plain Hugging Face
+    model any engine serves, with ktdeploy_merge.json (SHA-256 of every input and output file). Streams shard by
+    shard in bounded memory; a killed merge resumes; numpy only (no torch)."""
+    # The merge runs its own worker threads; a BLAS pool per thread would oversubscribe the cores (set before numpy).
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    from ktdeploy.agent.merge import merge as do_merge
+
+    s = do_merge(output_dir, base, out, base_root=base_root, verify_manifest=not no_verify, workers=threads,
+                 say=None if as_json else (lambda m: err_console.print(esc(m), highlight=False)))
+    if as_json:
+        print_json(asdict(s))
+        return
+    console.print(f"[green]merged model written[/]: {esc(s.output_dir)}")
+    console.print(f"rank {s.rank}, alpha {s.lora_alpha:g} (scale {s.scale:g}); {s.expert_tensors} expert tensors "
+                  f"({s.expert_layers} layers x {s.num_experts} experts, {esc(s.layout)}) + {s.nonexpert_tensors} other "
+                  f"tensors merged; {s.shards} shard(s), {s.kept_shards} kept from an interrupted run; "
+                  f"{s.bytes_out / 1e9:.2f} GB in {s.seconds:.1f} s", highlight=False)
+    for note in s.notes:
+        console.print(f"note: {esc(note)}", highlight=False)
 
 
 @app.command()

@@ -1,0 +1,281 @@
+"""One base shard in, one merged shard out, streaming: bounded memory, every byte hashed on the way.
+
+The shard is read front to back exactly once (its SHA-256 is the input's identity), cut into blocks of at most
+``BLOCK_BYTES`` of whole rows; a block that takes a LoRA term (or FP8 dequantization) goes to a worker thread
+(numpy releases the GIL), the others pass through. A writer thread writes the blocks in order and hashes them.
+At most ``DEPTH`` blocks are alive at any time (a semaphore), so the peak memory is bounded by
+
+    DEPTH x (BLOCK_BYTES read + 2 x BLOCK_BYTES written) + workers x scratch (3 x 128 KiB) + one tensor's LoRA (A, B as f32)
+
+whatever the shard's or the model's size (FP8 blocks double when written as BF16, hence the factor 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import struct
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ktdeploy.agent import safetensors_io as st
+from ktdeploy.agent.merge import arith
+from ktdeploy.agent.merge.layout import MergeError, Target
+
+BLOCK_BYTES = 4 << 20
+DEPTH = 8
+
+
+@dataclass
+class ShardPlan:
+    """What one output shard holds: the input's tensors in file order, dropped ones left out."""
+
+    name: str
+    path: Path                         # the base shard
+    tensors: list[st.TensorInfo]       # in offset order, covering the data region
+    header_len: int                    # 8 + JSON header bytes in the input
+    metadata: dict[str, str]
+    targets: dict[str, Target]
+    dropped: set[str]
+    file_size: int
+
+    def out_dtype(self, info: st.TensorInfo) -> str:
+        t = self.targets.get(info.name)
+        return t.out_dtype if t is not None else info.dtype
+
+    def out_tensors(self) -> list[tuple[str, str, tuple[int, ...], int]]:
+        out = []
+        for info in self.tensors:
+            if info.name in self.dropped:
+                continue
+            dt = self.out_dtype(info)
+            out.append((info.name, dt, info.shape, (info.nbytes // st.ITEMSIZE[info.dtype]) * st.ITEMSIZE[dt]
+                        if st.ITEMSIZE[info.dtype] else 0))
+        return out
+
+    @property
+    def verbatim_header(self) -> bool:
+        """Names, dtypes and sizes unchanged: the output's header is the input's, byte for byte."""
+        return not self.dropped and all(self.out_dtype(i) == i.dtype for i in self.tensors)
+
+    def header(self) -> bytes:
+        """A new header (FP8 -> BF16 changes sizes): same order and metadata, 8-byte aligned like safetensors."""
+        h: dict = {"__metadata__": self.metadata} if self.metadata else {}
+        pos = 0
+        for name, dt, shape, nbytes in self.out_tensors():
+            h[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
+            pos += nbytes
+        blob = json.dumps(h, separators=(",", ":")).encode()
+        blob += b" " * (-len(blob) % 8)
+        return struct.pack("<Q", len(blob)) + blob
+
+    def out_size(self) -> int:
+        if self.verbatim_header:
+            return self.file_size
+        return len(self.header()) + sum(n for *_, n in self.out_tensors())
+
+    def data_bytes(self) -> int:
+        return sum(n for *_, n in self.out_tensors())
+
+
+def check_contiguous(path: Path, tensors: dict[str, st.TensorInfo], size: int) -> tuple[list[st.TensorInfo], int]:
+    """The tensors in file order; refuses gaps, overlaps or trailing bytes (the header is then copied verbatim)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+    pos = 8 + n
+    ordered = sorted(tensors.values(), key=lambda i: (i.begin, i.end))
+    for info in ordered:
+        if info.begin != pos:
+            raise MergeError(f"{path}: tensor {info.name} starts at byte {info.begin}, expected {pos} (gap or "
+                             "overlap in the data region)", fix="the file is damaged; download it again")
+        pos = info.end
+    if pos != size:
+        raise MergeError(f"{path}: {size - pos} bytes after the last tensor", fix="the file is damaged; download it again")
+    return ordered, 8 + n
+
+
+class LoraCache:
+    """A/B of recent terms as float32, read on demand from the adapter files (a fused [E, 2I, H] target needs 2E
+    of them; a per-expert one needs one)."""
+
+    def __init__(self, keep: int = 64):
+        self.keep = keep
+        self.items: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.fds: dict[str, int] = {}
+
+    def _read(self, s: st.Slice) -> np.ndarray:
+        fd = self.fds.get(s.path)
+        if fd is None:
+            fd = self.fds[s.path] = os.open(s.path, os.O_RDONLY | os.O_NOFOLLOW)
+        raw = os.pread(fd, s.nbytes, s.offset)
+        if len(raw) != s.nbytes:
+            raise MergeError(f"{s.path} ended early", fix="the adapter file changed while merging; copy it again")
+        return arith.to_f32(np.frombuffer(raw, dtype=np.uint8), s.dtype).reshape(s.shape)
+
+    def get(self, term) -> tuple[np.ndarray, np.ndarray]:
+        key = (term.a.path, term.a.offset, term.b.offset)
+        hit = self.items.get(key)
+        if hit is None:
+            hit = (np.ascontiguousarray(self._read(term.a)), np.ascontiguousarray(self._read(term.b)))
+            self.items[key] = hit
+            while len(self.items) > self.keep:
+                self.items.popitem(last=False)
+        else:
+            self.items.move_to_end(key)
+        return hit
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+class _Pipeline:
+    """Ordered write of results computed in parallel; input and output SHA-256 on their own threads."""
+
+    def __init__(self, out, workers: int, depth: int = DEPTH):
+        self.out = out
+        self.slots = threading.BoundedSemaphore(depth)
+        self.hin, self.hout = hashlib.sha256(), hashlib.sha256()
+        self.hin_pool = ThreadPoolExecutor(1, thread_name_prefix="merge-hash")
+        self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="merge-calc")
+        self.q: queue.Queue = queue.Queue()
+        self.error: BaseException | None = None
+        self.written = 0
+        self.writer = threading.Thread(target=self._write_loop, name="merge-write", daemon=True)
+        self.writer.start()
+
+    def put(self, data, result=None, fn=None, *args) -> None:
+        """``data`` (input bytes) is hashed; the output is ``result`` (bytes), ``fn(data, *args)`` or ``data``."""
+        self.slots.acquire()
+        if self.error is not None:
+            self.slots.release()
+            raise self.error
+        hashed = self.hin_pool.submit(self.hin.update, data) if data is not None else None
+        if fn is not None:
+            out: object = self.pool.submit(fn, data, *args)
+        else:
+            out = result if result is not None else data
+        self.q.put((out, hashed))
+
+    def _write_loop(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            out, hashed = item
+            try:
+                if self.error is None:
+                    res = out.result() if isinstance(out, Future) else out
+                    if res is not None:
+                        view = memoryview(res).cast("B")
+                        self.out.write(view)
+                        self.hout.update(view)
+                        self.written += len(view)
+                    if hashed is not None:
+                        hashed.result()
+            except BaseException as err:  # noqa: BLE001 - handed to the reading thread, re-raised there
+                self.error = self.error or err
+            finally:
+                self.slots.release()
+
+    def close(self) -> tuple[str, str, int]:
+        self.q.put(None)
+        self.writer.join()
+        self.pool.shutdown(wait=True)
+        self.hin_pool.shutdown(wait=True)
+        if self.error is not None:
+            raise self.error
+        return self.hin.hexdigest(), self.hout.hexdigest(), self.written
+
+    def abort(self) -> None:
+        self.error = self.error or MergeError("interrupted", fix="run the same merge again: it resumes")
+        self.q.put(None)
+        self.writer.join()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.hin_pool.shutdown(wait=True)
+
+
+def _read_exact(f, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = f.readinto(view[got:])
+        if not k:
+            raise MergeError(f"{f.name} ended early", fix="the base file changed while merging; copy it again")
+        got += k
+    return buf
+
+
+def write_shard(plan: ShardPlan, dest: Path, *, scale: float, workers: int, scales: dict[str, tuple[Path, st.TensorInfo]],
+                block: list[int] | None, cache: LoraCache) -> tuple[str, str, int]:
+    """Stream ``plan.path`` into ``dest`` (created exclusively, fsynced); returns (input sha256, output sha256,
+    bytes written)."""
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    with os.fdopen(fd, "wb", buffering=0) as out, open(plan.path, "rb", buffering=0) as src:
+        pipe = _Pipeline(out, workers)
+        try:
+            head = _read_exact(src, plan.header_len)
+            pipe.put(head, result=None if plan.verbatim_header else plan.header())
+            for info in plan.tensors:
+                target = plan.targets.get(info.name)
+                if info.name in plan.dropped:
+                    _pass(pipe, src, info.nbytes, drop=True)
+                elif target is None:
+                    _pass(pipe, src, info.nbytes)
+                else:
+                    _merge_tensor(pipe, src, target, scale, scales, block, cache)
+            hin, hout, written = pipe.close()
+        except BaseException:
+            pipe.abort()
+            raise
+        os.fsync(out.fileno())
+    return hin, hout, written
+
+
+def _pass(pipe: _Pipeline, src, nbytes: int, drop: bool = False) -> None:
+    left = nbytes
+    while left:
+        n = min(left, BLOCK_BYTES)
+        data = _read_exact(src, n)
+        pipe.put(data, result=b"" if drop else None)
+        left -= n
+
+
+def _merge_tensor(pipe: _Pipeline, src, target: Target, scale: float, scales, block, cache: LoraCache) -> None:
+    info = target.info
+    rows, cols = target.rows, target.cols
+    item = st.ITEMSIZE[info.dtype]
+    row_bytes = cols * item
+    step = max(1, BLOCK_BYTES // max(row_bytes, 1))
+    fp8 = None
+    if target.scale_inv is not None:
+        spath, sinfo = scales[target.scale_inv]
+        fp8 = _load_scale(spath, sinfo, block)
+    terms = sorted(target.terms, key=lambda t: t.row0)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        data = _read_exact(src, (r1 - r0) * row_bytes)
+        loras = []
+        for t in terms:
+            if t.row1 <= r0 or t.row0 >= r1:
+                continue
+            a, b = cache.get(t)
+            loras.append(arith.Lora(t.row0, t.row1, b, a))
+        pipe.put(data, None, arith.merge_rows, info.dtype, target.out_dtype, r1 - r0, cols, r0, loras, scale, fp8)
+
+
+def _load_scale(path: Path, info: st.TensorInfo, block) -> arith.BlockScale:
+    with open(path, "rb", buffering=0) as f:
+        f.seek(info.begin)
+        raw = _read_exact(f, info.nbytes)
+    s = arith.to_f32(np.frombuffer(raw, dtype=np.uint8), info.dtype).reshape(info.shape)
+    return arith.BlockScale(np.ascontiguousarray(s), int(block[0]), int(block[1]))
