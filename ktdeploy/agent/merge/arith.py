@@ -20,6 +20,7 @@ cache and the GIL is released inside every numpy call (worker threads run in par
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from dataclasses import dataclass
 
@@ -114,14 +115,25 @@ def _scratch(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return have
 
 
-def merge_rows(raw, dtype: str, out_dtype: str, rows: int, cols: int, row0: int, loras: list[Lora],
+def power_of_two(x: float) -> bool:
+    """``x`` is 2^k: multiplying by it is exact, so ``s * (B @ A)`` equals ``(s * B) @ A`` bit for bit (each
+    product and partial sum is scaled exactly; only a result in the subnormal range could differ)."""
+    return x > 0 and math.isfinite(x) and math.frexp(x)[0] == 0.5
+
+
+def merge_rows(raw, out_buf, dtype: str, out_dtype: str, rows: int, cols: int, row0: int, loras: list[Lora],
                scale: float, fp8: BlockScale | None = None) -> np.ndarray:
     """Rows ``[row0, row0 + rows)`` of a 2-D base tensor (``raw``: their bytes) with every LoRA term that covers
-    them added; returns the rows in ``out_dtype`` as a new contiguous array (uint16 bit patterns for BF16).
+    them added; returns the rows in ``out_dtype`` (uint16 bit patterns for BF16), written into ``out_buf`` when
+    given (a buffer of at least the result's size), else into a new array. ``scale`` 1.0 skips the multiply (the
+    caller folded a power-of-two scale into B).
 
     Rows no LoRA covers are converted only when the dtype changes (FP8 -> BF16), else copied bit for bit."""
     src = np.frombuffer(raw, dtype=NP_DTYPE[dtype], count=rows * cols).reshape(rows, cols)
-    out = np.empty((rows, cols), dtype=NP_DTYPE[out_dtype])
+    if out_buf is None:
+        out = np.empty((rows, cols), dtype=NP_DTYPE[out_dtype])
+    else:
+        out = np.frombuffer(out_buf, dtype=NP_DTYPE[out_dtype], count=rows * cols).reshape(rows, cols)
     s32 = np.float32(scale)
     step = max(1, SUB_ELEMS // max(cols, 1))
     w32_all, d_all, t_all = _scratch(step * cols)
@@ -140,7 +152,8 @@ def merge_rows(raw, dtype: str, out_dtype: str, rows: int, cols: int, row0: int,
                 d = d_all[:k * cols].reshape(k, cols)
                 b0 = row0 + s - lora.row0
                 np.matmul(lora.b[b0:b0 + k], lora.a, out=d)
-                np.multiply(d, s32, out=d)
+                if s32 != 1:
+                    np.multiply(d, s32, out=d)
                 np.add(w32, d, out=d)
                 res = d
             _store(res, out_dtype, out[s:e], t_all[:k * cols].reshape(k, cols))

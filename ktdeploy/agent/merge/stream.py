@@ -12,8 +12,10 @@ whatever the shard's or the model's size (FP8 blocks double when written as BF16
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import mmap
 import os
 import queue
 import struct
@@ -119,11 +121,15 @@ class LoraCache:
             raise MergeError(f"{s.path} ended early", fix="the adapter file changed while merging; copy it again")
         return arith.to_f32(np.frombuffer(raw, dtype=np.uint8), s.dtype).reshape(s.shape)
 
-    def get(self, term) -> tuple[np.ndarray, np.ndarray]:
-        key = (term.a.path, term.a.offset, term.b.offset)
+    def get(self, term, b_factor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """(A, B x b_factor) of ``term`` as float32 (``b_factor`` a power of two: exact)."""
+        key = (term.a.path, term.a.offset, term.b.offset, b_factor)
         hit = self.items.get(key)
         if hit is None:
-            hit = (np.ascontiguousarray(self._read(term.a)), np.ascontiguousarray(self._read(term.b)))
+            b = self._read(term.b)
+            if b_factor != 1.0:
+                b = b * np.float32(b_factor)
+            hit = (np.ascontiguousarray(self._read(term.a)), np.ascontiguousarray(b))
             self.items[key] = hit
             while len(self.items) > self.keep:
                 self.items.popitem(last=False)
@@ -138,11 +144,17 @@ class LoraCache:
 
 
 class _Pipeline:
-    """Ordered write of results computed in parallel; input and output SHA-256 on their own threads."""
+    """Ordered write of results computed in parallel; input and output SHA-256 on their own threads.
+
+    ``DEPTH`` pairs of buffers (BLOCK_BYTES in, 2 x BLOCK_BYTES out) are allocated once and recycled: a block
+    takes a pair when it is read and gives it back when it is written and hashed, so nothing is allocated (or
+    zeroed, or page-faulted in) per block, and at most ``DEPTH`` blocks are in flight."""
 
     def __init__(self, out, workers: int, depth: int = DEPTH):
         self.out = out
-        self.slots = threading.BoundedSemaphore(depth)
+        self.free: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(depth):
+            self.free.put((bytearray(BLOCK_BYTES), bytearray(2 * BLOCK_BYTES)))
         self.hin, self.hout = hashlib.sha256(), hashlib.sha256()
         self.hin_pool = ThreadPoolExecutor(1, thread_name_prefix="merge-hash")
         self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="merge-calc")
@@ -152,39 +164,47 @@ class _Pipeline:
         self.writer = threading.Thread(target=self._write_loop, name="merge-write", daemon=True)
         self.writer.start()
 
-    def put(self, data, result=None, fn=None, *args) -> None:
-        """``data`` (input bytes) is hashed; the output is ``result`` (bytes), ``fn(data, *args)`` or ``data``."""
-        self.slots.acquire()
+    def take(self, n: int, src) -> tuple[memoryview, memoryview, tuple]:
+        """(input view filled with ``n`` bytes of ``src``, output buffer, token to give back); blocks while
+        ``DEPTH`` blocks are in flight. A block larger than the pooled buffers (a row over BLOCK_BYTES) uses
+        buffers of its own while holding a pool pair, so the bound on blocks in flight still holds."""
+        token = self.free.get()
         if self.error is not None:
-            self.slots.release()
+            self.free.put(token)
             raise self.error
-        hashed = self.hin_pool.submit(self.hin.update, data) if data is not None else None
+        inbuf, outbuf = token if n <= len(token[0]) else (bytearray(n), bytearray(2 * n))
+        view = memoryview(inbuf)[:n]
+        _read_into(src, view)
+        return view, memoryview(outbuf), token
+
+    def put(self, data: memoryview, outbuf: memoryview, token: tuple, result=None, fn=None, *args) -> None:
+        """Hash ``data``; the output is ``result`` (bytes), ``fn(data, outbuf, *args)`` or ``data`` itself."""
+        hashed = self.hin_pool.submit(self.hin.update, data)
         if fn is not None:
-            out: object = self.pool.submit(fn, data, *args)
+            out: object = self.pool.submit(fn, data, outbuf, *args)
         else:
             out = result if result is not None else data
-        self.q.put((out, hashed))
+        self.q.put((out, hashed, token))
 
     def _write_loop(self) -> None:
         while True:
             item = self.q.get()
             if item is None:
                 return
-            out, hashed = item
+            out, hashed, token = item
             try:
                 if self.error is None:
                     res = out.result() if isinstance(out, Future) else out
-                    if res is not None:
-                        view = memoryview(res).cast("B")
+                    view = memoryview(res).cast("B")
+                    if len(view):
                         self.out.write(view)
                         self.hout.update(view)
                         self.written += len(view)
-                    if hashed is not None:
-                        hashed.result()
+                    hashed.result()
             except BaseException as err:  # noqa: BLE001 - handed to the reading thread, re-raised there
                 self.error = self.error or err
             finally:
-                self.slots.release()
+                self.free.put(token)
 
     def close(self) -> tuple[str, str, int]:
         self.q.put(None)
@@ -203,28 +223,85 @@ class _Pipeline:
         self.hin_pool.shutdown(wait=True)
 
 
-def _read_exact(f, n: int) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
+class _Out:
+    """The output file, written with O_DIRECT through a page-aligned buffer: a profile of the merge showed a third
+    of its CPU in the kernel copying written blocks into fresh page-cache pages; direct I/O hands the buffer to the
+    disk instead. The tail is padded to the alignment and the file truncated to its size. Where the filesystem
+    refuses O_DIRECT (tmpfs), plain writes."""
+
+    ALIGN = 4096
+    CAP = 8 << 20
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        self.size = 0
+        self.n = 0
+        self.direct = False
+        try:
+            fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) | os.O_DIRECT)
+            self.direct = True
+            self.buf = mmap.mmap(-1, self.CAP)
+        except OSError:
+            pass
+
+    def write(self, view: memoryview) -> None:
+        self.size += len(view)
+        if not self.direct:
+            self._all(view)
+            return
+        while len(view):
+            k = min(len(view), self.CAP - self.n)
+            self.buf[self.n:self.n + k] = view[:k]
+            self.n += k
+            view = view[k:]
+            if self.n == self.CAP:
+                self._all(memoryview(self.buf))
+                self.n = 0
+
+    def _all(self, view: memoryview) -> None:
+        while len(view):
+            k = os.write(self.fd, view)
+            view = view[k:]
+
+    def close(self) -> None:
+        """Flush, set the exact size, fsync, close."""
+        try:
+            if self.direct:
+                if self.n:
+                    padded = -(-self.n // self.ALIGN) * self.ALIGN
+                    self.buf[self.n:padded] = bytes(padded - self.n)
+                    self._all(memoryview(self.buf)[:padded])
+                os.ftruncate(self.fd, self.size)
+                self.buf.close()
+            os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
+
+    def abandon(self) -> None:
+        if self.direct:
+            self.buf.close()
+        os.close(self.fd)
+
+
+def _read_into(f, view: memoryview) -> None:
+    got, n = 0, len(view)
     while got < n:
         k = f.readinto(view[got:])
         if not k:
             raise MergeError(f"{f.name} ended early", fix="the base file changed while merging; copy it again")
         got += k
-    return buf
 
 
 def write_shard(plan: ShardPlan, dest: Path, *, scale: float, workers: int, scales: dict[str, tuple[Path, st.TensorInfo]],
                 block: list[int] | None, cache: LoraCache) -> tuple[str, str, int]:
     """Stream ``plan.path`` into ``dest`` (created exclusively, fsynced); returns (input sha256, output sha256,
     bytes written)."""
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    with os.fdopen(fd, "wb", buffering=0) as out, open(plan.path, "rb", buffering=0) as src:
+    out = _Out(dest)
+    with open(plan.path, "rb", buffering=0) as src:
         pipe = _Pipeline(out, workers)
         try:
-            head = _read_exact(src, plan.header_len)
-            pipe.put(head, result=None if plan.verbatim_header else plan.header())
+            head, hbuf, token = pipe.take(plan.header_len, src)
+            pipe.put(head, hbuf, token, result=None if plan.verbatim_header else plan.header())
             for info in plan.tensors:
                 target = plan.targets.get(info.name)
                 if info.name in plan.dropped:
@@ -236,8 +313,9 @@ def write_shard(plan: ShardPlan, dest: Path, *, scale: float, workers: int, scal
             hin, hout, written = pipe.close()
         except BaseException:
             pipe.abort()
+            out.abandon()
             raise
-        os.fsync(out.fileno())
+        out.close()
     return hin, hout, written
 
 
@@ -245,37 +323,39 @@ def _pass(pipe: _Pipeline, src, nbytes: int, drop: bool = False) -> None:
     left = nbytes
     while left:
         n = min(left, BLOCK_BYTES)
-        data = _read_exact(src, n)
-        pipe.put(data, result=b"" if drop else None)
+        data, outbuf, token = pipe.take(n, src)
+        pipe.put(data, outbuf, token, result=b"" if drop else None)
         left -= n
 
 
 def _merge_tensor(pipe: _Pipeline, src, target: Target, scale: float, scales, block, cache: LoraCache) -> None:
     info = target.info
     rows, cols = target.rows, target.cols
-    item = st.ITEMSIZE[info.dtype]
-    row_bytes = cols * item
+    row_bytes = cols * st.ITEMSIZE[info.dtype]
     step = max(1, BLOCK_BYTES // max(row_bytes, 1))
     fp8 = None
     if target.scale_inv is not None:
         spath, sinfo = scales[target.scale_inv]
         fp8 = _load_scale(spath, sinfo, block)
     terms = sorted(target.terms, key=lambda t: t.row0)
+    fold = arith.power_of_two(scale)     # s * (B @ A) == (s * B) @ A bit for bit: the multiply pass is saved
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
-        data = _read_exact(src, (r1 - r0) * row_bytes)
+        data, outbuf, token = pipe.take((r1 - r0) * row_bytes, src)
         loras = []
         for t in terms:
             if t.row1 <= r0 or t.row0 >= r1:
                 continue
-            a, b = cache.get(t)
+            a, b = cache.get(t, scale if fold else 1.0)
             loras.append(arith.Lora(t.row0, t.row1, b, a))
-        pipe.put(data, None, arith.merge_rows, info.dtype, target.out_dtype, r1 - r0, cols, r0, loras, scale, fp8)
+        pipe.put(data, outbuf, token, None, arith.merge_rows, info.dtype, target.out_dtype, r1 - r0, cols, r0,
+                 loras, 1.0 if fold else scale, fp8)
 
 
 def _load_scale(path: Path, info: st.TensorInfo, block) -> arith.BlockScale:
+    raw = bytearray(info.nbytes)
     with open(path, "rb", buffering=0) as f:
         f.seek(info.begin)
-        raw = _read_exact(f, info.nbytes)
+        _read_into(f, memoryview(raw))
     s = arith.to_f32(np.frombuffer(raw, dtype=np.uint8), info.dtype).reshape(info.shape)
     return arith.BlockScale(np.ascontiguousarray(s), int(block[0]), int(block[1]))

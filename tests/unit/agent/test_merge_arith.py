@@ -91,7 +91,7 @@ def test_merge_rows_is_one_rounding_of_the_exact_sum():
     rows, cols, r, scale = 24, 40, 8, 2.0
     w_bits = arith.bf16_round((rng.standard_normal((rows, cols)) * 0.02).astype(np.float32))
     a, b = _dyadic(rng, (r, cols)), _dyadic(rng, (rows, r), -9)
-    out = arith.merge_rows(w_bits.tobytes(), "BF16", "BF16", rows, cols, 0, [arith.Lora(0, rows, b, a)], scale)
+    out = arith.merge_rows(w_bits.tobytes(), None, "BF16", "BF16", rows, cols, 0, [arith.Lora(0, rows, b, a)], scale)
     w = arith.bf16_values(w_bits)
     exact = [[Fraction(float(w[i, j])) + Fraction(scale) * sum(Fraction(float(b[i, k])) * Fraction(float(a[k, j]))
                                                                for k in range(r)) for j in range(cols)]
@@ -112,12 +112,12 @@ def test_merge_rows_blocks_terms_and_uncovered_rows():
     w_bits = arith.bf16_round((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32))
     t1 = arith.Lora(2, 6, rng.standard_normal((4, r)).astype(np.float32), rng.standard_normal((r, cols)).astype(np.float32))
     t2 = arith.Lora(6, 9, rng.standard_normal((3, r)).astype(np.float32), rng.standard_normal((r, cols)).astype(np.float32))
-    whole = arith.merge_rows(w_bits.tobytes(), "BF16", "BF16", rows, cols, 0, [t1, t2], 0.5)
+    whole = arith.merge_rows(w_bits.tobytes(), None, "BF16", "BF16", rows, cols, 0, [t1, t2], 0.5)
     assert np.array_equal(whole[:2], w_bits[:2]) and np.array_equal(whole[9:], w_bits[9:])
     assert np.count_nonzero(whole[2:9] != w_bits[2:9]) > 0
     for cut in (1, 3, 5, 7, 10):
-        top = arith.merge_rows(w_bits[:cut].tobytes(), "BF16", "BF16", cut, cols, 0, [t1, t2], 0.5)
-        bottom = arith.merge_rows(w_bits[cut:].tobytes(), "BF16", "BF16", rows - cut, cols, cut, [t1, t2], 0.5)
+        top = arith.merge_rows(w_bits[:cut].tobytes(), None, "BF16", "BF16", cut, cols, 0, [t1, t2], 0.5)
+        bottom = arith.merge_rows(w_bits[cut:].tobytes(), None, "BF16", "BF16", rows - cut, cols, cut, [t1, t2], 0.5)
         assert np.array_equal(np.concatenate([top, bottom]), whole), cut
     # the reference, computed in one piece with the documented float32 steps
     w = arith.bf16_values(w_bits)
@@ -135,7 +135,7 @@ def test_merge_rows_keeps_f16_and_f32(dtype):
     npdt = np.float16 if dtype == "F16" else np.float32
     w = (rng.standard_normal((rows, cols)) * 0.1).astype(npdt)
     a, b = rng.standard_normal((r, cols)).astype(np.float32), rng.standard_normal((rows, r)).astype(np.float32)
-    out = arith.merge_rows(w.tobytes(), dtype, dtype, rows, cols, 0, [arith.Lora(0, rows, b, a)], 2.0)
+    out = arith.merge_rows(w.tobytes(), None, dtype, dtype, rows, cols, 0, [arith.Lora(0, rows, b, a)], 2.0)
     ref = (w.astype(np.float32) + (b @ a) * np.float32(2.0)).astype(npdt)
     assert out.dtype == npdt and np.array_equal(out, ref)
 
@@ -150,8 +150,8 @@ def test_fp8_block_scaled_rows_dequantize_exactly():
     a, b = rng.standard_normal((r, cols)).astype(np.float32), rng.standard_normal((rows - 5, r)).astype(np.float32)
     fp8 = arith.BlockScale(s, bh, bw)
     lo = arith.Lora(5, rows, b, a)
-    first = arith.merge_rows(q[:3].tobytes(), "F8_E4M3", "BF16", 3, cols, 0, [lo], 1.0, fp8)
-    rest = arith.merge_rows(q[3:].tobytes(), "F8_E4M3", "BF16", rows - 3, cols, 3, [lo], 1.0, fp8)
+    first = arith.merge_rows(q[:3].tobytes(), None, "F8_E4M3", "BF16", 3, cols, 0, [lo], 1.0, fp8)
+    rest = arith.merge_rows(q[3:].tobytes(), None, "F8_E4M3", "BF16", rows - 3, cols, 3, [lo], 1.0, fp8)
     got = np.concatenate([first, rest])
     deq = np.empty((rows, cols), np.float32)
     for i in range(rows):

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""`ktdeploy merge` throughput against a plain copy of the same bytes on the same disk, and its peak RSS.
+
+    .venv/bin/python bench/merge/merge_bench.py --work /work/tmp-merge-bench/gen --size-gb 10.5 --runs 3 \
+        -o bench/results/merge/merge_bench.json
+
+1. Generates a Qwen3-MoE-shaped BF16 model of about ``--size-gb`` (hidden 2048, 128 experts of width 768, as many
+   layers as the size needs, ~2 GB shards with an index) and a KT LoRA for it in kt-kernel's real layout (r 8,
+   alpha 16: fused expert LoRA BF16 + PEFT LoRA on q/k/v/o and the router, F32), random values.
+2. Alternates, ``--runs`` times each, side by side in one process: COPY (every file of the base folder copied
+   with shutil.copyfile and fsynced: a durable plain copy) and MERGE (`python -m ktdeploy merge ... --json` as a
+   child process, whose peak RSS comes from wait4). Each output is deleted before the next run.
+3. Reports the medians, ``merge_over_copy`` = median merge throughput / median copy throughput (base bytes per
+   second; the merged model has the same size), each run's pair ratio, and the peak RSS against the bound
+   stated in ktdeploy/agent/merge/stream.py (measured import baseline + DEPTH x 3 x BLOCK_BYTES + scratch + the
+   LoRA cache).
+The generated folders are deleted at the end unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from ktdeploy.agent.merge import stream  # noqa: E402
+from tests.fakes import kt_layout as kl  # noqa: E402
+
+SHAPE = {"hidden": 2048, "experts": 128, "moe_inter": 768, "heads": 32, "kv_heads": 4, "head_dim": 128,
+         "vocab": 32000, "top_k": 8}
+
+
+def _pattern_values(seed: int):
+    """Fast deterministic values: slices of one 64 MiB random BF16 block (speed does not depend on values)."""
+    rng = np.random.default_rng(seed)
+    block = kl.random_values(seed)("pattern", "BF16", [32 << 20])
+    f32 = (rng.standard_normal(1 << 22) * 0.02).astype(np.float32).tobytes()
+
+    def make(name: str, dtype: str, shape) -> bytes:
+        n = 1
+        for d in shape:
+            n *= d
+        start = (zlib.crc32(name.encode()) & 0xFFFF) * 2
+        if dtype == "F32":
+            return (f32 * (n * 4 // len(f32) + 1))[: n * 4]
+        need = n * 2
+        if need + start <= len(block):
+            return block[start:start + need]
+        return (block * (need // len(block) + 1))[:need]
+    return make
+
+
+def generate(work: Path, size_gb: float) -> tuple[Path, Path, dict]:
+    m = dict(SHAPE)
+    per_layer = m["experts"] * 3 * m["moe_inter"] * m["hidden"] * 2 + 2 * m["hidden"] * (
+        m["heads"] * m["head_dim"] + m["kv_heads"] * m["head_dim"]) * 2
+    m["layers"] = max(1, int(size_gb * 1e9 / per_layer + 0.999))
+    base, out = work / "base", work / "out"
+    if (base / "model.safetensors.index.json").exists() and json.loads((work / "shape.json").read_text()) == m:
+        return base, out, m
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    t = kl.base_tensors(m)
+    total = sum(int(np.prod(s)) * 2 for _d, s in t.values())
+    shards = max(1, round(total / 2e9))
+    values = _pattern_values(1)
+    acc, where = 0, {}
+    for k in sorted(t):
+        where[k] = min(shards - 1, acc * shards // total)
+        acc += int(np.prod(t[k][1])) * 2
+    files = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    base.mkdir()
+    for i, f in enumerate(files):
+        kl.write_safetensors(str(base / f), {k: v for k, v in t.items() if where[k] == i}, {"format": "pt"}, values)
+    (base / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": {k: files[where[k]] for k in sorted(t)}}, indent=1))
+    (base / "config.json").write_text(json.dumps(kl.model_config(m), indent=2))
+    (base / "generation_config.json").write_text(json.dumps({"do_sample": False}))
+    kl.write_lora_adapter(str(out), base=str(base), m=m, seed=2)
+    (work / "shape.json").write_text(json.dumps(m))
+    return base, out, m
+
+
+def _sync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def copy_run(base: Path, dst: Path) -> float:
+    t0 = time.perf_counter()
+    dst.mkdir()
+    for p in sorted(base.iterdir()):
+        shutil.copyfile(p, dst / p.name)
+        fd = os.open(dst / p.name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    _sync_dir(dst)
+    return time.perf_counter() - t0
+
+
+def peak_rss_of(argv: list[str]) -> tuple[float, int, bytes]:
+    """Run argv; (seconds, peak RSS in bytes from wait4, stdout)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
+    out = p.stdout.read() if p.stdout else b""
+    err = p.stderr.read() if p.stderr else b""
+    _pid, status, usage = os.wait4(p.pid, 0)
+    dt = time.perf_counter() - t0
+    rc = os.waitstatus_to_exitcode(status)
+    if rc != 0:
+        raise SystemExit(f"{argv[:4]} failed ({rc}): {err.decode()[-2000:]}")
+    return dt, usage.ru_maxrss * 1024, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--size-gb", type=float, default=10.5)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("-o", "--out", type=Path)
+    args = ap.parse_args()
+    free = shutil.disk_usage(args.work.parent if args.work.parent.exists() else "/").free
+    t0 = time.perf_counter()
+    base, out, m = generate(args.work, args.size_gb)
+    gen_s = time.perf_counter() - t0
+    base_bytes = sum(p.stat().st_size for p in base.iterdir())
+    if free < 3.2 * base_bytes:
+        raise SystemExit(f"{free / 1e9:.0f} GB free; the bench needs ~3x the model ({base_bytes / 1e9:.1f} GB)")
+    print(f"model: {m['layers']} layers, {base_bytes / 1e9:.2f} GB in {len(list(base.glob('*.safetensors')))} shards "
+          f"(generated in {gen_s:.0f} s)", flush=True)
+    baseline_s, baseline_rss, _ = peak_rss_of([sys.executable, "-c", "import numpy, ktdeploy.agent.merge, ktdeploy.cli"])
+    runs = []
+    merge_argv = [sys.executable, "-m", "ktdeploy", "merge", str(out), "--base", str(base), "-o",
+                  str(args.work / "merged"), "--json"] + (["--threads", str(args.threads)] if args.threads else [])
+    for i in range(args.runs):
+        cdst = args.work / "copy"
+        shutil.rmtree(cdst, ignore_errors=True)
+        c = copy_run(base, cdst)
+        shutil.rmtree(cdst)
+        shutil.rmtree(args.work / "merged", ignore_errors=True)
+        md, rss, stdout = peak_rss_of(merge_argv)
+        summary = json.loads(stdout)
+        shutil.rmtree(args.work / "merged")
+        row = {"run": i + 1, "copy_s": round(c, 2), "merge_s": round(md, 2),
+               "copy_gb_s": round(base_bytes / c / 1e9, 3), "merge_gb_s": round(base_bytes / md / 1e9, 3),
+               "pair_ratio": round(c / md, 3), "merge_peak_rss_mib": round(rss / 2**20, 1),
+               "merged_tensors": summary["expert_tensors"] + summary["nonexpert_tensors"]}
+        runs.append(row)
+        print(json.dumps(row), flush=True)
+    copy_med = statistics.median(r["copy_gb_s"] for r in runs)
+    merge_med = statistics.median(r["merge_gb_s"] for r in runs)
+    workers = args.threads or min(4, len(os.sched_getaffinity(0)))
+    lora_cache = 64 * 4 * 8 * (m["hidden"] + m["moe_inter"]) * 2      # 64 cached (A, B) pairs in f32, r 8
+    bound = (baseline_rss + stream.DEPTH * 3 * stream.BLOCK_BYTES + workers * 3 * 4 * (1 << 15) * 2 + lora_cache)
+    peak = max(r["merge_peak_rss_mib"] for r in runs)
+    res = {
+        "what": "ktdeploy merge vs a durable plain copy (copyfile + fsync) of the same base folder, same disk",
+        "how": "bench/merge/merge_bench.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+                    "numpy": np.__version__, "loadavg_start": os.getloadavg()},
+        "model": {**m, "bytes": base_bytes, "shards": len(list(base.glob("*.safetensors")))},
+        "runs": runs,
+        "copy_gb_s_median": copy_med, "merge_gb_s_median": merge_med,
+        "merge_over_copy": round(merge_med / copy_med, 3),
+        "peak_rss_mib": peak,
+        "rss_bound_mib": round(bound / 2**20, 1),
+        "rss_bound": f"import baseline {baseline_rss / 2**20:.0f} MiB + DEPTH {stream.DEPTH} x 3 x BLOCK "
+                     f"{stream.BLOCK_BYTES >> 20} MiB + {workers} workers x 3 x 128 KiB scratch (x2 slack) + LoRA "
+                     f"cache {lora_cache / 2**20:.1f} MiB",
+        "loadavg_end": os.getloadavg(),
+    }
+    print(json.dumps({k: res[k] for k in ("copy_gb_s_median", "merge_gb_s_median", "merge_over_copy", "peak_rss_mib",
+                                          "rss_bound_mib")}))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=2) + "\n")
+    if not args.keep:
+        shutil.rmtree(args.work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
