@@ -22,6 +22,11 @@ from ktdeploy.core.errors import UsageError
 
 LAUNCHER = "ktdeploy.agent.sglang_launch"
 
+# A merged model (`ktdeploy merge`) is BF16 whatever the training format was, and served without a LoRA: sglang-kt
+# then builds kt-kernel's wrapper in inference mode and passes --kt-method as is, where BF16 is the method for plain
+# BF16 experts (AMXBF16 is mapped only in sft mode, i.e. with a KT LoRA; docs/serving-merged.md).
+MERGED_METHOD = "BF16"
+
 # kt_config.kt_backend values that name one sglang-kt --kt-method directly.
 _BACKEND_METHOD = {"AMXBF16": "AMXBF16", "AMXINT8": "AMXINT8", "AMXINT4": "AMXINT4", "FP8": "FP8", "BF16": "BF16",
                    "INT8": "AMXINT8"}
@@ -60,8 +65,10 @@ def kt_method(weight_format: str, backend: str | None, amx: bool) -> str:
 
 def build_serve_command(recipe, adapter_dir: str | os.PathLike | None, *, cpuinfer: int, threadpools: int,
                         amx: bool = True, python: str = "python3", host: str | None = None,
-                        port: int | None = None, weights_dir: str | os.PathLike | None = None) -> ServeCommand:
-    """argv of sglang-kt's server for ``recipe`` serving ``adapter_dir`` (LoRA) or ``weights_dir`` (full fine-tune).
+                        port: int | None = None, weights_dir: str | os.PathLike | None = None,
+                        merged_dir: str | os.PathLike | None = None) -> ServeCommand:
+    """argv of sglang-kt's server for ``recipe`` serving ``adapter_dir`` (LoRA), ``weights_dir`` (full fine-tune)
+    or ``merged_dir`` (the base with the LoRA merged in by `ktdeploy merge`: a BF16 model, --kt-method BF16).
 
     The server starts through ``ktdeploy.agent.sglang_launch`` (sglang's own launch, in-process) so that the
     API key is read from the environment and never appears in an argv.
@@ -75,18 +82,20 @@ def build_serve_command(recipe, adapter_dir: str | os.PathLike | None, *, cpuinf
     if not model:
         raise UsageError("train.model_name_or_path is not set", key="train.model_name_or_path",
                          fix="set it to the base model directory")
-    if (adapter_dir is None) == (weights_dir is None):
-        raise UsageError("give exactly one of --adapter (LoRA run) and --weights (full fine-tune)",
-                         fix="--adapter <output_dir>-sglang for a LoRA run, --weights <output_dir> for a full fine-tune")
-    if weights_dir is not None:
-        model = str(weights_dir)
+    if sum(x is not None for x in (adapter_dir, weights_dir, merged_dir)) != 1:
+        raise UsageError("give exactly one of --adapter (LoRA run), --weights (full fine-tune) and --merged (merged "
+                         "LoRA)", fix="--adapter <output_dir>-sglang for a LoRA run, --weights <output_dir> for a full "
+                                      "fine-tune, --merged <output_dir>-merged for `ktdeploy merge`'s model")
+    whole = weights_dir if weights_dir is not None else merged_dir
+    if whole is not None:
+        model = str(whole)
     if cpuinfer < 1 or threadpools < 1:
         raise UsageError(f"--kt-cpuinfer {cpuinfer} / --kt-threadpool-count {threadpools} must be >= 1",
                          fix="run on a host with CPU facts (ktdeploy doctor) or set kt_num_threads in the recipe")
     kt = recipe.kt_config
     fmt = recipe.weight_setup()
-    method = kt_method(fmt, kt.get("kt_backend"), amx)
-    weights = model if weights_dir is not None else (train.get("kt_weight_path") or model)
+    method = MERGED_METHOD if merged_dir is not None else kt_method(fmt, kt.get("kt_backend"), amx)
+    weights = model if whole is not None else (train.get("kt_weight_path") or model)
     served = s.served_model_name or Path(str(train.get("model_name_or_path"))).name
     argv = [python, "-m", LAUNCHER,
             "--model-path", str(model),

@@ -147,6 +147,8 @@ def serve(
                                                                    "(LoRA run)."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="A full fine-tune's output_dir: serve the trained "
                                                                    "weights themselves (no adapter, no LoRA)."),
+    merged: Optional[Path] = typer.Option(None, "--merged", help="A model written by `ktdeploy merge`: served as a "
+                                                                 "plain BF16 model (--kt-method BF16, no LoRA)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     cpuinfer: Optional[int] = typer.Option(None, "--kt-cpuinfer", help="CPU expert threads (default: derived "
                                                                          "from this host's physical cores)."),
@@ -154,15 +156,20 @@ def serve(
     print_only: bool = typer.Option(False, "--print", help="Print the command instead of starting the server."),
     as_json: bool = typer.Option(False, "--json", help="With --print: the argv as JSON."),
 ) -> None:
-    """Serve the base model with the converted KT adapter (or a full fine-tune's weights) through sglang-kt."""
+    """Serve the base model with the converted KT adapter (or a full fine-tune's weights, or a merged model) through
+    sglang-kt."""
     from ktdeploy.agent.serve import build_serve_command
     from ktdeploy.core.recipe import load_recipe, require_valid
 
     r = load_recipe(recipe, set_)
     require_valid(r)
-    if (adapter is None) == (weights is None):
-        raise UsageError("give exactly one of --adapter ADAPTER_DIR (LoRA run) and --weights OUTPUT_DIR (full fine-tune)",
+    if sum(x is not None for x in (adapter, weights, merged)) != 1:
+        raise UsageError("give exactly one of --adapter ADAPTER_DIR (LoRA run), --weights OUTPUT_DIR (full fine-tune) "
+                         "and --merged MERGED_DIR (`ktdeploy merge`)",
                          fix="`ktdeploy up` passes the right one; by hand: --adapter <output_dir>-sglang")
+    if merged is not None and not (merged / "ktdeploy_merge.json").is_file():
+        raise UsageError(f"{merged} is not a merged model (no ktdeploy_merge.json)", key="--merged",
+                         fix="run `ktdeploy merge OUTPUT_DIR --base MODEL_DIR -o MERGED_DIR` first")
     if weights is not None and not (weights / "config.json").is_file():
         raise UsageError(f"{weights} holds no trained model (no config.json)", key="--weights",
                          fix="point at the output_dir of a finished full fine-tune (finetuning_type: full)")
@@ -178,7 +185,8 @@ def serve(
 
         t, p, amx = local_threads(r)
         threads, pools = threads or t, pools or p
-    cmd = build_serve_command(r, adapter, cpuinfer=int(threads), threadpools=int(pools), amx=amx, weights_dir=weights)
+    cmd = build_serve_command(r, adapter, cpuinfer=int(threads), threadpools=int(pools), amx=amx, weights_dir=weights,
+                              merged_dir=merged)
     if print_only:
         if as_json:
             print_json({"argv": cmd.redacted, "env": cmd.env})

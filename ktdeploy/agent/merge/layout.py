@@ -202,13 +202,20 @@ def expert_targets(fused_path: str, fused: dict[str, st.TensorInfo], base: dict[
         g = groups[layer]
         e_count = g["gate_a"].shape[0]
         for key, info in g.items():
-            if info.shape[0] != e_count:
-                raise MergeError(f"{fused_path}: layer {layer} {key} has {info.shape[0]} experts, gate_a {e_count}",
+            if info.shape[0] != e_count or 0 in info.shape:
+                raise MergeError(f"{fused_path}: layer {layer} {key} is {list(info.shape)} (gate_a has {e_count} "
+                                 "experts); every dimension must be the same count of experts and non-zero",
                                  fix="the file is damaged")
         n_experts = n_experts or e_count
         if e_count != n_experts:
             raise MergeError(f"{fused_path}: layer {layer} has {e_count} experts, layer {min(groups)} {n_experts}",
                              fix="the file is damaged")
+        have_experts = ({e for e, _p in per[layer]} if layer in per else None)
+        if have_experts is not None and len(have_experts) < e_count:
+            missing = sorted(set(range(e_count)) - have_experts)
+            raise MergeError(f"the base lacks expert {missing[0]} of layer {layer} ({len(missing)} of the adapter's "
+                             f"{e_count} experts missing there)",
+                             fix="merge into the complete model the adapter was trained on")
         slices = {k: st.split_first_axis(fused_path, info) for k, info in g.items()}
         for proj in ("gate", "up", "down"):
             a, b = g[f"{proj}_a"], g[f"{proj}_b"]

@@ -873,6 +873,36 @@ def deploy_paths(ctx: Ctx) -> None:
         ctx.warn("deploy.volumes.data", "the data volume is inside the read-only model volume", "keep datasets apart from models")
 
 
+@rule("deploy.serve_merge")
+def serve_merge(ctx: Ctx) -> None:
+    """ktdeploy merge: deploy.serve.merge folds a plain KT LoRA into the base; anything else has nothing to merge
+    or would not merge exactly.
+
+    Cookbook: — (ktdeploy merge, docs/serving-merged.md).
+    Code: ktdeploy/agent/merge/run.py _UNMERGEABLE (PEFT LoraConfig fields) and the fused expert LoRA layout;
+    LF hparams/finetuning_args.py (use_rslora, use_dora, pissa_init, additional_target).
+    """
+    d = ctx.recipe.deploy
+    if d is None or not d.serve.merge:
+        return
+    t = ctx.t
+    if str(t.get("finetuning_type", "lora")).lower() == "full":
+        ctx.error("deploy.serve.merge", "a full fine-tune has no adapter to merge: its output is the whole model",
+                  "remove deploy.serve.merge (the trained weights are served as they are)")
+        return
+    if not ctx.use_kt:
+        ctx.error("deploy.serve.merge", "ktdeploy merges a KT LoRA (the routed experts' fused_expert_lora + PEFT's part)",
+                  "set use_kt: true, or remove deploy.serve.merge")
+    for key, what in (("use_rslora", "rsLoRA scales by alpha/sqrt(r)"), ("use_dora", "DoRA rescales the weights"),
+                      ("pissa_init", "PiSSA changes the base weights")):
+        if _truthy(t.get(key)):
+            ctx.error(f"train.{key}", f"deploy.serve.merge merges plain LoRA exactly; {what}",
+                      f"set {key}: false, or serve the adapter (deploy.serve.merge: false)")
+    if t.get("additional_target"):
+        ctx.error("train.additional_target", "deploy.serve.merge merges LoRA A/B pairs; additional_target trains whole "
+                  "modules (modules_to_save)", "remove additional_target, or serve the adapter")
+
+
 @rule("types.catalog")
 def catalog_types(ctx: Ctx) -> None:
     """Catalogue types (ktdeploy/core/recipe/types.py): each train/accelerate value against the annotation of

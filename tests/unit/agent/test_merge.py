@@ -261,6 +261,10 @@ HOSTILE = {
     "base has more experts": (lambda o, b: _rewrite(b / "model-00002-of-00002.safetensors",
                                                     change={"model.layers.1.mlp.experts.9.up_proj.weight": ("BF16", [32, 64])}),
                               "10+ experts"),
+    "millions of empty experts": (lambda o, b: _rewrite(o / "fused_expert_lora.safetensors", change={
+        f"layers.{L}.experts.{p}_lora_{x}": ("BF16", [65536, 1, 0] if x == "a" else [65536, 0, 1])
+        for L in range(2) for p in ("gate", "up", "down") for x in "ab"}) or _no_manifest(o)
+        or _edit_json(o / "adapter_config.json", r=1), "non-zero"),
     "adapter for other model": (lambda o, b: _rewrite(o / "fused_expert_lora.safetensors", change={
         f"layers.5.experts.{p}_lora_{x}": ("BF16", [4, 8, 64] if x == "a" else [4, 32, 8])
         for p in ("gate", "up", "down") for x in "ab"}) or _no_manifest(o), "no routed experts there"),
@@ -282,8 +286,10 @@ def test_hostile_inputs_are_refused_and_nothing_is_published(pair, tmp_path, cas
     out, base = pair
     spoil, phrase = HOSTILE[case]
     spoil(out, base)
+    t0 = time.monotonic()
     with pytest.raises(MergeError) as err:
         merge(out, base, tmp_path / "merged")
+    assert time.monotonic() - t0 < 30                         # refused from the headers, not after the data
     assert phrase in err.value.message, err.value.message
     assert err.value.fix
     assert not (tmp_path / "merged").exists() and not list(tmp_path.glob(f".*{STAGING_SUFFIX}"))

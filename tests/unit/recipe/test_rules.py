@@ -171,6 +171,13 @@ BAD = [
     ("output-is-volume", "deploy.paths", [("train.output_dir", "/data/output")], "train.output_dir"),
     ("dataset-dir-missing", "deploy.paths", [("train.dataset_dir", _DEL)], "train.dataset_dir"),
     ("dataset-dir-outside", "deploy.paths", [("train.dataset_dir", "/home/me/data")], "train.dataset_dir"),
+    ("merge-dora", "deploy.serve_merge", [("deploy.serve.merge", True), ("train.use_dora", True)], "train.use_dora"),
+    ("merge-rslora", "deploy.serve_merge", [("deploy.serve.merge", True), ("train.use_rslora", True)],
+     "train.use_rslora"),
+    ("merge-modules-to-save", "deploy.serve_merge", [("deploy.serve.merge", True), ("train.additional_target", "lm_head")],
+     "train.additional_target"),
+    ("merge-no-kt", "deploy.serve_merge", [("deploy.serve.merge", True), ("train.use_kt", False),
+                                           ("train.kt_config", _DEL)], "deploy.serve.merge"),
 ]
 
 
@@ -222,6 +229,7 @@ GOOD = [
     ("one-gpu", [("deploy.gpus", [3]), ("accelerate.num_processes", 1)]),
     ("four-gpus", [("deploy.gpus", [0, 1, 2, 3]), ("accelerate.num_processes", 4)]),
     ("rank-16", [("train.lora_rank", 16), ("train.lora_alpha", 32)]),
+    ("merge", [("deploy.serve.merge", True)]),
 ]
 
 
