@@ -138,11 +138,20 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("-o", "--out", type=Path)
     args = ap.parse_args()
+    if args.generate_only:
+        generate(args.work, args.size_gb)
+        return 0
     free = shutil.disk_usage(args.work.parent if args.work.parent.exists() else "/").free
     t0 = time.perf_counter()
-    base, out, m = generate(args.work, args.size_gb)
+    # generated in a child process: a child's ru_maxrss starts from its parent's at fork, so this process must
+    # never hold a shard in memory or every merge would report the generator's peak
+    subprocess.run([sys.executable, __file__, "--work", str(args.work), "--size-gb", str(args.size_gb),
+                    "--generate-only"], check=True)
+    base, out = args.work / "base", args.work / "out"
+    m = json.loads((args.work / "shape.json").read_text())
     gen_s = time.perf_counter() - t0
     base_bytes = sum(p.stat().st_size for p in base.iterdir())
     if free < 3.2 * base_bytes:
@@ -172,7 +181,7 @@ def main() -> int:
     merge_med = statistics.median(r["merge_gb_s"] for r in runs)
     workers = args.threads or min(4, len(os.sched_getaffinity(0)))
     lora_cache = 64 * 4 * 8 * (m["hidden"] + m["moe_inter"]) * 2      # 64 cached (A, B) pairs in f32, r 8
-    bound = (baseline_rss + stream.DEPTH * 3 * stream.BLOCK_BYTES + workers * 3 * 4 * (1 << 15) * 2 + lora_cache)
+    bound = stream.rss_bound(baseline_rss, workers, lora_cache, widest_row=m["hidden"])
     peak = max(r["merge_peak_rss_mib"] for r in runs)
     res = {
         "what": "ktdeploy merge vs a durable plain copy (copyfile + fsync) of the same base folder, same disk",
@@ -185,9 +194,10 @@ def main() -> int:
         "merge_over_copy": round(merge_med / copy_med, 3),
         "peak_rss_mib": peak,
         "rss_bound_mib": round(bound / 2**20, 1),
-        "rss_bound": f"import baseline {baseline_rss / 2**20:.0f} MiB + DEPTH {stream.DEPTH} x 3 x BLOCK "
-                     f"{stream.BLOCK_BYTES >> 20} MiB + {workers} workers x 3 x 128 KiB scratch (x2 slack) + LoRA "
-                     f"cache {lora_cache / 2**20:.1f} MiB",
+        "rss_bound": f"ktdeploy.agent.merge.stream.rss_bound: import baseline {baseline_rss / 2**20:.0f} MiB + "
+                     f"DEPTH {stream.DEPTH} x 3 x BLOCK {stream.BLOCK_BYTES >> 20} MiB + O_DIRECT buffer "
+                     f"{stream._Out.CAP >> 20} MiB + {workers} workers x 3 f32 scratch rows + LoRA cache "
+                     f"{lora_cache / 2**20:.1f} MiB",
         "loadavg_end": os.getloadavg(),
     }
     print(json.dumps({k: res[k] for k in ("copy_gb_s_median", "merge_gb_s_median", "merge_over_copy", "peak_rss_mib",

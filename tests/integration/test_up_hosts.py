@@ -433,7 +433,8 @@ def test_merge_true_merges_the_lora_and_serves_the_merged_model(env):
                           f"train.model_name_or_path={other}", "train.save_steps=10"] for a in ("--set", x)],
             *ssh_args(env))
     assert r.returncode == 4, (r.stdout[-2000:], r.stderr[-3000:])
-    assert "convert.merge" in r.stderr and "needs [128, 512]" in r.stdout + r.stderr and "Traceback" not in r.stderr
+    said_all = r.stdout + r.stderr
+    assert "is [128, 512] but the expert LoRA needs [256, 512]" in said_all and "Traceback" not in said_all, said_all[-4000:]
     assert not Path(f"{bad_out}-merged").exists()
 
 

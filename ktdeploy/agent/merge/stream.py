@@ -3,11 +3,10 @@
 The shard is read front to back exactly once (its SHA-256 is the input's identity), cut into blocks of at most
 ``BLOCK_BYTES`` of whole rows; a block that takes a LoRA term (or FP8 dequantization) goes to a worker thread
 (numpy releases the GIL), the others pass through. A writer thread writes the blocks in order and hashes them.
-At most ``DEPTH`` blocks are alive at any time (a semaphore), so the peak memory is bounded by
-
-    DEPTH x (BLOCK_BYTES read + 2 x BLOCK_BYTES written) + workers x scratch (3 x 128 KiB) + one tensor's LoRA (A, B as f32)
-
-whatever the shard's or the model's size (FP8 blocks double when written as BF16, hence the factor 2).
+At most ``DEPTH`` blocks are alive at any time (recycled buffer pairs), so the peak memory is bounded by
+``rss_bound``: the interpreter with numpy + DEPTH x (BLOCK_BYTES read + 2 x BLOCK_BYTES written: an FP8 block
+doubles as BF16) + the O_DIRECT buffer + per worker thread 3 float32 scratch rows + the cached LoRA terms,
+whatever the shard's or the model's size.
 """
 
 from __future__ import annotations
@@ -33,6 +32,13 @@ from ktdeploy.agent.merge.layout import MergeError, Target
 
 BLOCK_BYTES = 4 << 20
 DEPTH = 8
+
+
+def rss_bound(baseline: int, workers: int, lora_cache_bytes: int, widest_row: int = 0) -> int:
+    """The merge's peak RSS bound in bytes (``baseline``: the process with its imports; ``widest_row``: elements
+    of the widest merged row, which sets the scratch when wider than SUB_ELEMS)."""
+    scratch = 3 * 4 * max(arith.SUB_ELEMS, widest_row)
+    return baseline + DEPTH * 3 * BLOCK_BYTES + _Out.CAP + workers * scratch + lora_cache_bytes
 
 
 @dataclass
