@@ -159,7 +159,7 @@ def _adapter(src: Path, verify_manifest: bool) -> _Adapter:
                          fix="ktdeploy merges LoRA adapters only")
     for key, what in _UNMERGEABLE.items():
         v = config.get(key)
-        if v not in (None, False, {}, [], "", 0) or (key == "fan_in_fan_out" and v):
+        if v not in (None, False, {}, [], "", 0):
             raise MergeError(f"adapter_config.json: {key} = {json.dumps(v)[:80]} ({what}); ktdeploy merges plain "
                              "LoRA, W + (alpha/r) * B @ A, exactly and nothing else",
                              fix=f"train with {key} unset (plain LoRA), or serve the adapter instead of merging")
@@ -207,7 +207,7 @@ def _refuse_nonfinite(path: Path, index: dict[str, st.TensorInfo]) -> None:
             if info.dtype not in layout.LORA_DTYPES:
                 continue
             item = st.ITEMSIZE[info.dtype]
-            step = (16 << 20) // item * item
+            step = (4 << 20) // item * item
             for off in range(0, info.nbytes, step):
                 n = min(step, info.nbytes - off)
                 f.seek(info.begin + off)
@@ -435,9 +435,7 @@ def _merge(output_dir: Path, base_dir: Path, merged, base_root, verify_manifest:
            say: Callable[[str], None]) -> MergeSummary:
     t0 = time.monotonic()
     dst = _destination(merged)
-    if base_dir.is_symlink():
-        raise MergeError(f"--base {base_dir} is a symbolic link", fix="give the model's real folder")
-    base_real = Path(os.path.realpath(base_dir))
+    base_real = Path(os.path.realpath(base_dir))     # a linked folder is followed, but never out of the volume
     root = Path(os.path.realpath(base_root)) if base_root else base_real
     if not inside(str(base_real), str(root)):
         raise MergeError(f"--base {base_real} lies outside --base-root {root}", fix="give the volume holding the model")

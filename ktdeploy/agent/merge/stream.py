@@ -34,11 +34,17 @@ BLOCK_BYTES = 4 << 20
 DEPTH = 8
 
 
+THREAD_ALLOWANCE = 1 << 20     # per thread: its stack and its malloc arena's touched pages
+
+
 def rss_bound(baseline: int, workers: int, lora_cache_bytes: int, widest_row: int = 0) -> int:
-    """The merge's peak RSS bound in bytes (``baseline``: the process with its imports; ``widest_row``: elements
-    of the widest merged row, which sets the scratch when wider than SUB_ELEMS)."""
+    """The merge's peak RSS bound in bytes. ``baseline``: the process after its imports and its plan (headers, the
+    tensor map), before the first data block; ``widest_row``: elements of the widest merged row, which sets the
+    scratch when wider than SUB_ELEMS. The threads: ``workers``, the input hasher, the writer and the reader."""
     scratch = 3 * 4 * max(arith.SUB_ELEMS, widest_row)
-    return baseline + DEPTH * 3 * BLOCK_BYTES + _Out.CAP + workers * scratch + lora_cache_bytes
+    threads = workers + 3
+    return (baseline + DEPTH * 3 * BLOCK_BYTES + _Out.CAP + workers * scratch + threads * THREAD_ALLOWANCE
+            + lora_cache_bytes)
 
 
 @dataclass

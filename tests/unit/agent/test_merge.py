@@ -454,3 +454,35 @@ def test_cli_errors_exit_2_without_traceback(pair, tmp_path):
     p = _cli(str(out), "--base", str(base), "-o", str(tmp_path / "m"))
     _stdout, stderr = p.communicate(timeout=120)
     assert p.returncode == 2 and "use_dora" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_direct_io_writer_writes_exact_bytes_and_size(tmp_path, monkeypatch, direct):
+    """The O_DIRECT writer (page-aligned buffer, padded tail truncated away) and its plain fallback (a filesystem
+    that refuses O_DIRECT: fcntl raises) both write exactly the bytes given, in any chunking."""
+    import fcntl as real_fcntl
+
+    from ktdeploy.agent.merge import stream
+
+    if not direct:
+        original = real_fcntl.fcntl
+
+        def refuse(fd, cmd, *arg):
+            if cmd == real_fcntl.F_SETFL:
+                raise OSError(22, "Invalid argument")
+            return original(fd, cmd, *arg)
+        monkeypatch.setattr(stream.fcntl, "fcntl", refuse)
+    rng = np.random.default_rng(1)
+    cap = stream._Out.CAP
+    data = rng.integers(0, 256, 3 * cap + 12345, dtype=np.uint8).tobytes()
+    out = stream._Out(tmp_path / "f")
+    assert out.direct is direct
+    pos = 0
+    for n in (1, 4095, 4097, cap, 3, cap + 7, 10**6):
+        out.write(memoryview(data)[pos:pos + n])
+        pos += n
+    out.write(memoryview(data)[pos:])
+    out.close()
+    assert (tmp_path / "f").read_bytes() == data
+    with pytest.raises(FileExistsError):
+        stream._Out(tmp_path / "f")                             # never over an existing file
