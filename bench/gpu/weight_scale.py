@@ -220,6 +220,55 @@ def peaks_entry(s: Shape, config: dict, train: dict, accelerate: dict, m: dict, 
     }
 
 
+def pre_weights_peak(timeline: list[list[float]], train_start_s: float, log_text: str) -> float | None:
+    """Peak RSS of the tree before the model's weights start loading (the tokenization phase: the trainer with
+    torch, LlamaFactory and CUDA up, the preprocessing workers alive, no weights), from a run's RSS timeline
+    ([seconds since launch, GiB]) and its log. The log's clock is placed on the timeline's by the first
+    trainer-log line: it appears at train_start_s, ``train_runtime`` of step 1 after "Running training".
+    None when the log lacks a line it needs or no sample falls before the weights."""
+    import re
+    from datetime import datetime
+
+    def at(pattern: str) -> datetime | None:
+        m = re.search(r"([0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{3}) >> " + pattern, log_text)
+        return datetime.strptime(m.group(1), "%H:%M:%S,%f") if m else None
+
+    weights, training = at("loading weights file"), at(r"\*\*\*\*\* Running training")
+    step1 = re.search(r"'train_runtime': '([0-9.]+)'", log_text)
+    if weights is None or training is None or step1 is None:
+        return None
+    weights_at = train_start_s - float(step1.group(1)) - (training - weights).total_seconds()
+    before = [gib for t, gib in timeline if t < weights_at]
+    return max(before) if before else None
+
+
+def annotate_pre_weights(doc: dict, logs: dict[str, str]) -> dict:
+    """gpu_peaks.json with ``pre_weights_peak_gib`` set on every run that has a timeline and a log
+    (``logs``: run name -> log text)."""
+    runs = []
+    for r in doc.get("runs", []):
+        r = dict(r)
+        text = logs.get(r["name"])
+        phases = r.get("rss_phases") or {}
+        if text and r.get("rss_timeline") and phases.get("train_start_s") is not None:
+            peak = pre_weights_peak(r["rss_timeline"], phases["train_start_s"], text)
+            if peak is not None:
+                r["pre_weights_peak_gib"] = peak
+        runs.append(r)
+    return {**doc, "runs": runs}
+
+
+def committed_logs(root: Path = REPO / "bench/results/gpu") -> dict[str, str]:
+    """Run name -> log text of the committed weight_scale / vocab_scale runs (a later call's log of the same run
+    replaces an earlier one: bench/results/gpu/weight_scale/call4 re-measured w10-c2048)."""
+    out: dict[str, str] = {}
+    for f in sorted((root / "weight_scale").glob("**/ws-*.log"), key=lambda p: (len(p.parts), str(p))):
+        out[f.stem[len("ws-"):]] = f.read_text(errors="replace")
+    for f in sorted((root / "vocab_scale" / "logs").glob("vs-*.log")):
+        out[f.stem] = f.read_text(errors="replace")
+    return out
+
+
 def append_runs(doc: dict, entries: list[dict]) -> dict:
     """gpu_peaks.json with ``entries`` added. A run of the same name is replaced (a re-measurement), never
     duplicated; an entry without both peaks is refused (a failed run is not a calibration point)."""
@@ -344,8 +393,16 @@ def main() -> int:
     ap.add_argument("--setup", action="store_true",
                     help="install the carried wheels first (bench/gpu/gpu_bench.py setup)")
     ap.add_argument("--timeout", type=float, default=480)
+    ap.add_argument("--annotate-pre-weights", action="store_true",
+                    help="here: set pre_weights_peak_gib on the committed runs from their logs and timelines")
     a = ap.parse_args()
     shapes = [SHAPE_BY_NAME[n] for n in a.shapes.split(",") if n] if a.shapes else SHAPES
+    if a.annotate_pre_weights:
+        doc = annotate_pre_weights(json.loads(PEAKS.read_text()), committed_logs())
+        PEAKS.write_text(json.dumps(doc, indent=2) + "\n")
+        for r in doc["runs"]:
+            print(f"{r['name']:18} {r.get('pre_weights_peak_gib')}")
+        return 0
     if a.list:
         for s in shapes:
             ok, why = fits_machine(s)

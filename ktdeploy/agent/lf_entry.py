@@ -4,8 +4,9 @@ It is LlamaFactory's own ``run_exp`` (the same code as ``llamafactory.launcher``
 callbacks added:
 
 * ``RunMetrics`` appends one JSON line per logged step to ``$KTDEPLOY_METRICS`` (loss, tokens seen,
-  step time, peak GPU memory from ``torch.cuda.max_memory_allocated``) so ``ktdeploy`` can follow a
-  run and calibrate its resource model without parsing logs;
+  step time, peak GPU memory: ``torch.cuda.max_memory_allocated`` and the caching allocator's
+  ``max_memory_reserved``, which is what the GPU really holds) so ``ktdeploy`` can follow a run and
+  calibrate its resource model without parsing logs;
 * ``ProbeLogits`` (only when ``$KTDEPLOY_PROBE_PROMPTS`` names a JSON list of prompts) runs the
   fine-tuned model - KT experts and all - on those prompts at the end of training and saves the
   logits, the reference ``ktdeploy convert`` output is checked against.
@@ -98,6 +99,7 @@ def _callbacks() -> list:
             self.t_last = now
             if torch.cuda.is_available():
                 row["peak_gpu_mem_bytes"] = int(torch.cuda.max_memory_allocated())
+                row["peak_gpu_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
             if state.log_history and state.log_history[-1].get("step") == state.global_step:
                 loss = state.log_history[-1].get("loss")
                 if loss is not None:

@@ -47,6 +47,7 @@ class TrainPlan:
     warnings: list[str] = field(default_factory=list)
     doctor: dict | None = None
     tuned: dict | None = None       # the `ktdeploy tune` choice applied to train.yaml (--tuned), with its source
+    env_defaults: dict[str, str] = field(default_factory=dict)   # used where the environment does not set them
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -211,7 +212,7 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
     return TrainPlan(recipe_path=str(path.resolve()), output_dir=str(out_dir), run_dir=str(run_dir), argv=argv,
                      env=env, derived=derived, resume_from=resume_from, train_yaml=rendered.train_yaml,
                      accelerate_yaml=rendered.accelerate_yaml, launch_sh=rendered.launch_sh, warnings=warnings,
-                     doctor=report, tuned=tuned)
+                     doctor=report, tuned=tuned, env_defaults=dict(rendered.env_defaults))
 
 
 def write_record(plan: TrainPlan) -> Path:
@@ -221,10 +222,9 @@ def write_record(plan: TrainPlan) -> Path:
     write_file(d, rr.ACCELERATE_YAML, plan.accelerate_yaml)
     write_file(d, rr.LAUNCH_SH, plan.launch_sh, mode=0o755)
     (d / rr.LAUNCH_SH).chmod(0o755)
-    (d / rr.COMMAND).write_text(json.dumps({"argv": plan.argv, "env": plan.env, "derived": plan.derived,
-                                                "resume_from": plan.resume_from, "recipe": plan.recipe_path,
-                                                "tuned": plan.tuned},
-                                               indent=2) + "\n")
+    (d / rr.COMMAND).write_text(json.dumps({"argv": plan.argv, "env": plan.env, "env_defaults": plan.env_defaults,
+                                            "derived": plan.derived, "resume_from": plan.resume_from,
+                                            "recipe": plan.recipe_path, "tuned": plan.tuned}, indent=2) + "\n")
     if plan.tuned is not None:
         (d / rr.TUNED).write_text(json.dumps(plan.tuned, indent=2) + "\n")
     if plan.doctor is not None:
@@ -234,7 +234,7 @@ def write_record(plan: TrainPlan) -> Path:
 
 
 def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
-    steps, losses, peak_gpu = [], [], 0
+    steps, losses, peak_gpu, peak_reserved = [], [], 0, 0
     gc_frozen = None
     mp = run_dir / rr.METRICS
     if mp.exists():
@@ -246,6 +246,7 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
             if "step_s" in row:
                 steps.append(row)
                 peak_gpu = max(peak_gpu, row.get("peak_gpu_mem_bytes", 0))
+                peak_reserved = max(peak_reserved, row.get("peak_gpu_reserved_bytes", 0))
     tokens_per_s = None
     if len(steps) > 2:  # steady state: leave out the first step (compilation, KT buffer setup)
         tokens_per_s = steady_rate((steps[0]["tokens_seen"], 0.0),
@@ -259,6 +260,7 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
     return {"rc": outcome.rc, "wall_s": round(outcome.wall_s, 2), "peak_host_rss_gib": round(outcome.peak_rss_gib, 3),
             "peak_host_rss_hwm_gib": round(outcome.hwm_rss_bytes / 2**30, 3),
             "peak_gpu_mem_gib": round(peak_gpu / 2**30, 3) if peak_gpu else None,
+            "peak_gpu_reserved_gib": round(peak_reserved / 2**30, 3) if peak_reserved else None,
             "steady_tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
             "loss_first": losses[0][1] if losses else None, "loss_last": losses[-1][1] if losses else None,
             "steps": len(steps), "train_results": results,
@@ -307,9 +309,9 @@ def trainer_workdir(plan: TrainPlan) -> Path:
 
 
 def trainer_env(plan: TrainPlan) -> dict[str, str]:
-    """The trainer's environment: this process's, the plan's, unbuffered output, and CUDA's JIT cache on the
-    output volume unless the environment already names one."""
-    env = {**os.environ, **plan.env}
+    """The trainer's environment: this process's, the plan's, unbuffered output, CUDA's JIT cache on the output
+    volume and the plan's defaults (the caching allocator's setting) unless the environment already names them."""
+    env = {**plan.env_defaults, **os.environ, **plan.env}
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("CUDA_CACHE_PATH", rr.cuda_jit_cache(plan.output_dir))
     return env

@@ -63,7 +63,7 @@ def train(
         console.rule("accelerate.yaml")
         console.print(plan.accelerate_yaml, markup=False, highlight=False)
         console.rule("command")
-        env = " ".join(f"{k}={v}" for k, v in plan.env.items())
+        env = " ".join(f"{k}={v}" for k, v in {**plan.env_defaults, **plan.env}.items())
         console.print(f"{env} {' '.join(plan.argv)}", markup=False, highlight=False)
         console.print(f"run record: {plan.run_dir}", markup=False, highlight=False)
         return

@@ -34,37 +34,37 @@ class Measured:
 # ---- constants from measurements ---------------------------------------------------------------------
 MEASURED = {
     # Host RSS of one training process whose weights are negligible: Python, torch + CUDA host side, LlamaFactory,
-    # kt_kernel and their imports. Median residual of the three tiny KT runs measured on the GPU machine
+    # kt_kernel and their imports. Median residual per process of the KT runs measured on the GPU machine
     # (bench/results/gpu_peaks.json; `bench/planner_calibration.py --fit`). bench/gpu/process_floor.py's bare
     # torch+transformers floor was 1.21 GiB: LlamaFactory and kt_kernel add the rest.
-    "process_host_gib": Measured(2.339, "median residual of the KT runs whose training phase dominates "
+    "process_host_gib": Measured(2.6405, "median residual of the KT runs whose training phase dominates "
                                         "(bench/results/gpu_peaks.json, GPU machine, process-tree RSS: tiny medium, "
-                                        "large and the 5-39 GB weight_scale runs)"),
+                                        "large, the 5-39 GB weight_scale and the vocab_scale runs)"),
     # RSS of one datasets.map worker process while the dataset is tokenized (preprocessing_num_workers), before any
-    # weight is loaded. From the smallest tiny run, whose peak falls in that phase: (peak - floor) / workers.
-    "preprocessing_worker_gib": Measured(0.543, "smallest tiny KT run in bench/results/gpu_peaks.json: "
-                                                "(3.425 - 2.339) GiB / 2 workers"),
-    # GPU memory of one process whose model is negligible: CUDA context, cuBLAS workspaces. Intercept of the
-    # line below against nvidia-smi's memory.used above idle (`bench/planner_calibration.py --fit`).
-    "process_gpu_gib": Measured(1.371, "intercept of nvidia-smi used = context + (1 + reserve) x modelled "
-                                       "allocations over the one-GPU KT runs of bench/results/gpu_peaks.json "
-                                       "(H200; tiny small..large and the 5-39 GB weight_scale runs)"),
-    # The caching allocator keeps freed blocks reserved and rounds every block up, so nvidia-smi sees more than
-    # torch allocates, in proportion to what is allocated: the slope of the same least-squares line (the
-    # intercept is the context). The tiny runs alone could not separate the two: a constant context made the
-    # smallest run +12 % and the weight-scale runs drift with their allocations.
-    "gpu_allocator_reserve_fraction": Measured(0.095, "slope - 1 of nvidia-smi used against the modelled "
-                                                      "allocations, one-GPU KT runs of bench/results/gpu_peaks.json"),
+    # weight is loaded: (peak before the weights load - floor) / workers, median over the runs whose RSS timeline
+    # and log place that phase (pre_weights_peak_gib: 3.33-3.49 GiB on most runs); it sets the smallest run's peak.
+    "preprocessing_worker_gib": Measured(0.376, "median over the runs of bench/results/gpu_peaks.json with "
+                                                "pre_weights_peak_gib: (that peak - floor) / 2 workers"),
+    # GPU memory a training process holds outside PyTorch's caching allocator: CUDA context, cuBLAS/cuDNN handles,
+    # NCCL. Measured directly: nvidia-smi's memory.used above idle minus torch.cuda.max_memory_reserved, the same
+    # 1.294-1.298 GiB on all ten runs of bench/gpu/vocab_scale.py (0.9 to 19.5 GiB reserved).
+    "process_gpu_gib": Measured(1.294, "nvidia-smi used minus torch's reserved peak, every run of "
+                                       "bench/results/gpu/vocab_scale (H200, torch 2.11)"),
+    # Reserved above the allocated peak beyond the modelled holes (the freed logits block, the gradient-reduction
+    # stream): allocator block rounding and the small-block pool, 0.02-0.3 GiB with no trend in the measurements.
+    # The constant that bounds the worst relative GPU error of the one-GPU runs (`bench/planner_calibration.py --fit`).
+    "gpu_allocator_reserve_gib": Measured(0.0448, "minimax fit: the constant that bounds the largest relative GPU "
+                                                  "error of the one-GPU runs of bench/results/gpu_peaks.json"),
     # Host RSS not explained by the terms above, per GiB of routed-expert weights, in multi-GPU runs: loader
     # staging for the other ranks, glibc arena fragmentation. Single-GPU runs (small..large and the ~9.7 B
     # weight-dominated run of issue 19) show none, so it is not applied to them. One-point fit: the cookbook's Qwen3-235B-A22B-2507 BF16 LoRA row
     # (2 GPUs, cutoff 2048: 545.36 GiB host RSS) minus the modelled terms, over its routed-expert GiB.
-    "host_slack_per_expert_gib": Measured(0.1607, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
+    "host_slack_per_expert_gib": Measured(0.1944, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
                                                   "(545.36 GiB host RSS, 2 GPUs); applied to multi-GPU runs only"),
     # GPU memory not explained by the terms above, as a fraction of the modelled per-GPU allocations: caching-
     # allocator fragmentation, reserved-but-free blocks, loss temporaries. One-point fit: the same row's
     # 27.14 GiB per GPU against the modelled allocations (context excluded).
-    "gpu_slack_fraction": Measured(0.1000, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
+    "gpu_slack_fraction": Measured(0.1121, "one-point fit to the cookbook §4 Qwen3-235B-A22B-2507 row "
                                            "(27.14 GiB per GPU, 2 GPUs); applied to multi-GPU runs only"),
 }
 
@@ -324,11 +324,19 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
     add("host", "KT work pools", fwd_work + bwd_work,
         f"forward/backward scratch shared by all layers, per NUMA part ({P}): {safe} routed rows "
         "(max_len x top-k + per-expert padding) of fp32 GEMM outputs and bf16 gradients")
-    staged = arch.non_expert_params * 2 * (1 if (s.cpu_ram_efficient_loading or not s.fsdp) else s.num_processes)
-    add("host", "non-expert weights staged for FSDP", staged,
-        f"{arch.non_expert_params/1e9:.2f} B non-expert params in bf16 held on CPU while the experts load, "
-        + ("by rank 0 only (fsdp_cpu_ram_efficient_loading)" if s.cpu_ram_efficient_loading or not s.fsdp
-           else f"by every rank (x{s.num_processes})"))
+    # The non-expert weights LlamaFactory loads on the CPU are moved into the FSDP-sharded GPU parameters and freed
+    # before the peak: measured, a 151,936-token vocabulary (0.71 B non-expert params) and a 32,000-token one
+    # (0.22 B) peak at the same host RSS, 6.46-6.51 GiB (bench/results/gpu/vocab_scale). Ranks other than 0 hold a
+    # copy of their own only when fsdp_cpu_ram_efficient_loading is off (not measured; counted while they load).
+    if s.fsdp and s.num_processes > 1 and not s.cpu_ram_efficient_loading:
+        add("host", "non-expert weights loaded by every rank", arch.non_expert_params * 2 * (s.num_processes - 1),
+            f"{arch.non_expert_params/1e9:.2f} B non-expert params in bf16 loaded on the CPU by each of the "
+            f"{s.num_processes - 1} other ranks (fsdp_cpu_ram_efficient_loading: false; not measured)")
+    if s.finetuning == "full":
+        add("host", "full state dict at save (full FT)", arch.non_expert_params * 4,
+            f"the final save gathers the {arch.non_expert_params/1e9:.2f} B trainable non-expert params on the CPU in "
+            "their fp32 training dtype (4 B/param), on top of the training phase (measured: +2.25 GiB at the end of "
+            "the one full fine-tune of bench/results/gpu/vocab_scale, 0.71 B params)")
     pg = c["process_host_gib"]
     add("host", "per-process runtime", pg.value * GIB * s.num_processes,
         f"{pg.value:g} GiB x {s.num_processes} processes: Python, torch/CUDA host side, imports ({pg.source})")
@@ -366,11 +374,16 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
         f"{arch.non_expert_params/1e9:.2f} B params: attention, embeddings, routers, shared/dense MLPs"
         + (" (accelerate's FSDP upcasts them to fp32 when mixed_precision is set)" if upcast else "")
         + (f", FSDP-sharded over {n} GPUs" if s.fsdp and n > 1 else ", replicated on every GPU" if n > 1 else ""))
-    if s.fsdp and n > 1:
-        gathered = (arch.embedding_params + 2 * arch.largest_layer_params) * 2 * (n - 1) / n
-        add("gpu", "FSDP all-gathered params", gathered,
-            "bf16 compute copies: the root module (embeddings, lm_head) stays gathered through forward/backward, "
-            "plus the current and prefetched decoder layer")
+    if s.fsdp:
+        # FSDP2 unshards a group into a separate bf16 buffer at every world size, also 1 (torch _fsdp_param_group.py
+        # wait_for_unshard copies the shard into all_gather_outputs); the root group (embeddings, lm_head, final
+        # norm) stays unsharded from forward to the end of backward, decoder layers one at a time plus the
+        # prefetched next. Measured on one GPU: torch's peak grows by 2 x the bf16 embeddings + lm_head between
+        # the 32,000- and 151,936-token vocabularies, beyond the logits (bench/results/gpu/vocab_scale).
+        gathered = (arch.embedding_params + 2 * arch.largest_layer_params) * 2
+        add("gpu", "FSDP unsharded compute copies", gathered,
+            f"bf16 copies of the root group ({arch.embedding_params/1e9:.2f} B embedding/lm_head params) held from "
+            "forward to the end of backward, plus the current and prefetched decoder layer")
     if s.finetuning == "full":
         add("gpu", "non-expert grads + AdamW (full FT)", arch.non_expert_params * 12 / (n if s.fsdp else 1),
             "fp32 gradients + fp32 exp_avg/exp_avg_sq for the non-expert params (12 B/param), sharded by FSDP")
@@ -385,25 +398,63 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
     tok = s.tokens_per_gpu
     # routed experts run on the CPU (kt-kernel): their top-k activations live in host memory, not here (measured:
     # top-k 4 and 8 of the same 10 GB model peak at the same 2.15 GiB nvidia-smi / 0.74 GiB torch)
-    per_tok_layer = 2 * (6 * H + arch.attention_linear_io + 3 * max(arch.shared_expert_intermediate_size,
-                                                                   arch.dense_intermediate_size))
+    per_tok_layer = 2 * (6 * H + arch.attention_linear_io + 3 * arch.widest_gpu_mlp)
+    # The loss is not chunked: LlamaFactory's SFT trainer (llamafactory.train.sft, run by run_exp) leaves it to the
+    # HF Trainer's compute_loss, i.e. the model's ForCausalLMLoss (transformers/loss/loss_utils.py), which upcasts
+    # the whole [tokens, vocab] logits to fp32 before cross_entropy (LlamaFactory's chunk_loss_size exists only in
+    # its v1 trainers). Forward holds bf16 logits (2 B) + the fp32 copy (4) + log_softmax's fp32 output (4, saved
+    # for backward) = 10 B per element; backward holds that output + nll_loss's dense fp32 gradient (4) +
+    # log_softmax's fp32 input gradient (4) = 12 B, the peak. Measured: 12.0 B per token x vocab element between
+    # the three vocabularies at 2048 tokens (bench/results/gpu/vocab_scale).
+    logits = tok * arch.vocab_size
+    loss_bytes = logits * 12
     if s.gradient_checkpointing:
-        add("gpu", "activations (gradient checkpointing)", tok * H * 2 * arch.num_layers + tok * per_tok_layer,
+        add("gpu", "activations (gradient checkpointing)", tok * H * 2 * arch.num_layers,
             f"{tok} tokens ({s.cutoff_len} x batch {s.batch}): one bf16 hidden state saved per layer "
-            f"({arch.num_layers}) + one layer's recompute working set")
+            f"({arch.num_layers})")
+        # The loss's backward runs before any layer is recomputed, and its blocks are freed by then: the peak
+        # holds one or the other (measured: 2048 more tokens at vocab 151,936 add the logits and the saved hidden
+        # states, not a layer's working set: 3.56 GiB for 3.48 + 0.06 modelled). A recomputed layer holds its
+        # bf16 intermediates and, as its backward runs, their gradients (x2; measured at vocab 4,096, where this
+        # phase sets the peak: torch's peak 0.79 GiB at 2048 tokens and 1.08 at 4096 on the same 10 GB model).
+        recompute = tok * per_tok_layer * 2
+        if recompute > loss_bytes:
+            add("gpu", "one layer's recompute working set", recompute,
+                f"{tok} tokens x one layer's attention/MLP intermediates and their gradients while it is "
+                f"recomputed in backward (larger than the loss's {loss_bytes / GIB:.2f} GiB, freed by then)")
+        else:
+            add("gpu", "logits and loss", loss_bytes,
+                f"{tok} tokens x vocab {arch.vocab_size}: fp32 log-softmax output + its incoming and outgoing fp32 "
+                "gradients in backward (12 B each; forward's bf16 logits + fp32 upcast + output is 10 B); a "
+                f"layer's recompute working set ({recompute / GIB:.2f} GiB) comes later, once these are freed")
     else:
         add("gpu", "activations (no checkpointing)", tok * per_tok_layer * arch.num_layers,
             f"{tok} tokens x {arch.num_layers} layers of attention/MLP intermediates kept for backward "
             "(disable_gradient_checkpointing: true)")
-    add("gpu", "logits and loss", tok * arch.vocab_size * 10,
-        f"{tok} tokens x vocab {arch.vocab_size}: bf16 logits + fp32 upcast + fp32 gradient (10 B each)")
+        add("gpu", "logits and loss", loss_bytes,
+            f"{tok} tokens x vocab {arch.vocab_size}: fp32 log-softmax output + its incoming and outgoing fp32 "
+            "gradients in backward (12 B each)")
     gpu_model = sum(t.gib for t in terms if t.resource == "gpu") * GIB
-    gr = c["gpu_allocator_reserve_fraction"]
-    if gr.value:
-        add("gpu", "caching-allocator reserve", gr.value * gpu_model,
-            f"{gr.value:.3f} x the modelled allocations: blocks the caching allocator rounds up or keeps "
-            f"reserved ({gr.source})")
-        gpu_model *= 1 + gr.value
+    # What the caching allocator reserves above torch's allocated peak (nvidia-smi sees the reserve):
+    # 1. the bf16 logits block (2 B/element) is freed when the loss returns, before backward; the backward's
+    #    4-byte blocks do not fit in it, so it stays reserved beside them. The same with and without expandable
+    #    segments for batches of one shape (measured: reserved 6.996 vs 6.984 GiB, 11.041 vs 11.041).
+    # 2. FSDP2 reduces gradients on its own CUDA stream (torch _fsdp_collectives.py foreach_reduce: the bf16
+    #    reduce-scatter output, then its fp32 cast, 2 + 4 B per trainable param of a group, divided over the
+    #    ranks), and the allocator never lends one stream's free blocks to another: the largest trainable group
+    #    adds its own reserve. Full fine-tuning: the root group (embeddings + lm_head); LoRA: one layer's adapters.
+    # 3. block rounding and the small-block pool: a constant (fitted, see its source).
+    if s.finetuning == "full":
+        group = max(arch.embedding_params, arch.largest_layer_params)
+    else:
+        group = gpu_lora / max(1, arch.num_layers)
+    rs_stream = group * 6 / n if s.fsdp else 0.0
+    gr = c["gpu_allocator_reserve_gib"]
+    reserve = logits * 2 + rs_stream + gr.value * GIB
+    add("gpu", "caching-allocator reserve", reserve,
+        f"freed bf16 logits block {logits * 2 / GIB:.2f} GiB + gradient-reduction stream {rs_stream / GIB:.2f} GiB "
+        f"+ rounding and small-block pool {gr.value:g} GiB ({gr.source})")
+    gpu_model += reserve
     gs = c["gpu_slack_fraction"]
     if gs.value and multi:
         add("gpu", "allocator slack", gs.value * gpu_model,

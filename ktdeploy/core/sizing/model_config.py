@@ -73,10 +73,18 @@ class MoEArchitecture:
         return self.routed_expert_params + self.non_expert_params
 
     @property
+    def widest_gpu_mlp(self) -> int:
+        """Width of the widest MLP a decoder layer runs on the GPU: a shared expert, or the dense MLP of the
+        non-MoE layers (only where there are such layers: config.json's intermediate_size of an all-MoE model
+        such as Qwen3-MoE describes no layer)."""
+        dense = self.dense_intermediate_size if self.num_layers > self.moe_layers else 0
+        return max(dense, self.shared_expert_intermediate_size)
+
+    @property
     def largest_layer_params(self) -> float:
         """One decoder layer without its routed experts (what FSDP gathers at once)."""
-        mlp = 3.0 * self.hidden_size * max(self.dense_intermediate_size, self.shared_expert_intermediate_size)
-        return self.attention_params_per_layer + mlp + self.hidden_size * self.num_experts
+        return self.attention_params_per_layer + 3.0 * self.hidden_size * self.widest_gpu_mlp \
+            + self.hidden_size * self.num_experts
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

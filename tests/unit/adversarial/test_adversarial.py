@@ -207,7 +207,9 @@ def _render(name, kind, out, value):
             bad = []
             if rc == 0 and out == "out":
                 launch = (box.work / out / "launch.sh").read_text().splitlines()
-                if len(launch) != 6 or not launch[1].startswith("# rendered by ktdeploy from "):
+                # shebang, origin, set -eu, cd, CUDA_VISIBLE_DEVICES, the allocator default, exec: nothing else
+                if len(launch) != 7 or not launch[1].startswith("# rendered by ktdeploy from ") \
+                        or launch[5] != 'export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF-expandable_segments:True}"':
                     bad.append("launch.sh gained lines")
                 train = _yaml11((box.work / out / "train.yaml").read_text())
                 if "use_unsloth" in train or set(train) - set(_yaml11(TINY)["train"]):
@@ -229,7 +231,7 @@ def test_render_name_injection_is_quoted_data(tmp_path):
         rc, out, _ = invoke(["render", name, "-o", "out"], cwd=box.work)
         assert rc == 0, out
         launch = (box.work / "out" / "launch.sh").read_text().splitlines()
-        assert len(launch) == 6 and not any(ln.startswith("touch") for ln in launch)
+        assert len(launch) == 7 and not any(ln.startswith("touch") for ln in launch)
         assert "use_unsloth" not in {ln.split(":")[0] for ln in (box.work / "out" / "train.yaml").read_text().splitlines()}
 
 

@@ -133,12 +133,12 @@ def test_execute_success_summary(tmp_path):
     script = (f"import json,pathlib; p=pathlib.Path({str(metrics)!r}); o=pathlib.Path({str(out)!r}); "
               "o.mkdir(parents=True); f=p.open('a')\n"
               "for s in range(1,5): f.write(json.dumps({'step':s,'time':s,'step_s':0.5,'tokens_seen':100*s,"
-              "'peak_gpu_mem_bytes':2**30})+'\\n'); f.write(json.dumps({'step':s,'loss':5.0-s})+'\\n')\n"
+              "'peak_gpu_mem_bytes':2**30,'peak_gpu_reserved_bytes':3*2**29})+'\\n'); f.write(json.dumps({'step':s,'loss':5.0-s})+'\\n')\n"
               "(o/'train_results.json').write_text('{\"train_runtime\": 2.0}')")
     plan.argv = [sys.executable, "-c", script]
     s = T.execute(plan, echo=None)
     assert s["rc"] == 0 and s["loss_first"] == 4.0 and s["loss_last"] == 1.0
-    assert s["steady_tokens_per_s"] == 200.0 and s["peak_gpu_mem_gib"] == 1.0
+    assert s["steady_tokens_per_s"] == 200.0 and s["peak_gpu_mem_gib"] == 1.0 and s["peak_gpu_reserved_gib"] == 1.5
     assert (Path(plan.run_dir) / "status").read_text().strip() == "succeeded"
 
 
@@ -189,3 +189,19 @@ def test_cli_bad_recipe_is_one_screen(tmp_path):
                         "--set", "train.use_kt=false"], capture_output=True, text=True, cwd=ROOT,
                        env={**__import__("os").environ, "COLUMNS": "200"})
     assert p.returncode == 2 and "Traceback" not in p.stderr and "kt_config" in p.stderr
+
+
+def test_the_trainer_gets_expandable_segments_unless_the_environment_chooses(tmp_path, monkeypatch):
+    """Issue 32: the planner's GPU figures assume PyTorch's expandable segments; a user's setting is kept."""
+    recipe, _ = _recipe_copy(tmp_path)
+    plan = T.plan_train(str(recipe), doctor=fake_doctor)
+    assert plan.env_defaults == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert 'export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF-expandable_segments:True}"' in plan.launch_sh
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    assert T.trainer_env(plan)["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False")
+    assert T.trainer_env(plan)["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False"
+    for env, want in (({}, "expandable_segments:True"), ({"PYTORCH_CUDA_ALLOC_CONF": ""}, "")):
+        got = subprocess.run(["sh", "-c", plan.launch_sh.split("\n")[-3] + '; printf %s "$PYTORCH_CUDA_ALLOC_CONF"'],
+                             env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True).stdout
+        assert got == want

@@ -141,3 +141,73 @@ def test_every_calibrated_peak_within_ten_percent_and_constants_match_the_fit():
     assert max(abs(e) for e in errors) <= 10.0
     for name, value in cal.fit().items():
         assert MEASURED[name].value == pytest.approx(value, rel=0.01, abs=1e-3), name
+
+
+# ---- issue 32: real vocabularies, the loss, FSDP2's copies, the allocator's reserve ----------------------------
+
+def _one_gpu_tiny(vocab: int, **train):
+    """The vocab_scale body (hidden 2048, 8 layers, 32 experts x 768) on one GPU, LoRA, cutoff 512 x 4."""
+    from ktdeploy.core.sizing.model_config import parse_model_config
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+           "num_hidden_layers": 8, "num_experts": 32, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+           "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128,
+           "vocab_size": vocab, "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": False}
+    t = {"finetuning_type": "lora", "lora_rank": 8, "cutoff_len": 512, "per_device_train_batch_size": 4,
+         "preprocessing_num_workers": 2, "kt_config": {"kt_expert_weight_format": "bf16"}, **train}
+    a = {"distributed_type": "FSDP", "mixed_precision": "bf16", "num_processes": 1,
+         "fsdp_config": {"fsdp_cpu_ram_efficient_loading": True}}
+    return (t, a), parse_model_config(cfg, source=f"v{vocab}")
+
+
+def _term(plan, resource, name):
+    return next((t.gib for t in plan.terms(resource) if t.name.startswith(name)), 0.0)
+
+
+def test_the_loss_is_12_bytes_per_token_and_vocabulary_entry():
+    big_d, big = _one_gpu_tiny(151_936)
+    plan = estimate(big_d, big)
+    assert _term(plan, "gpu", "logits and loss") == pytest.approx(2048 * 151_936 * 12 / 2**30)
+    long_d = ({**big_d[0], "cutoff_len": 4096, "per_device_train_batch_size": 1}, big_d[1])
+    assert _term(estimate(long_d, big), "gpu", "logits and loss") == pytest.approx(2 * 2048 * 151_936 * 12 / 2**30)
+
+
+def test_loss_and_a_layers_recompute_are_not_counted_together():
+    """At a 4,096-token vocabulary the recomputed layer sets the peak; at 151,936 the loss does; never both."""
+    small_d, small = _one_gpu_tiny(4096)
+    names = {t.name for t in estimate(small_d, small).terms("gpu")}
+    assert "one layer's recompute working set" in names and "logits and loss" not in names
+    big_d, big = _one_gpu_tiny(151_936)
+    names = {t.name for t in estimate(big_d, big).terms("gpu")}
+    assert "logits and loss" in names and "one layer's recompute working set" not in names
+
+
+def test_fsdp2_keeps_an_unsharded_copy_of_the_embeddings_even_on_one_gpu():
+    d, arch = _one_gpu_tiny(151_936)
+    copies = _term(estimate(d, arch), "gpu", "FSDP unsharded compute copies")
+    assert copies * 2**30 >= arch.embedding_params * 2
+    no_fsdp = (d[0], {"mixed_precision": "bf16", "num_processes": 1})
+    assert _term(estimate(no_fsdp, arch), "gpu", "FSDP unsharded compute copies") == 0
+
+
+def test_reserve_holds_the_freed_logits_block_and_full_ft_reduction_stream():
+    d, arch = _one_gpu_tiny(151_936)
+    lora = _term(estimate(d, arch), "gpu", "caching-allocator reserve")
+    assert lora * 2**30 >= 2048 * 151_936 * 2                     # the bf16 logits block
+    full_d = ({k: v for k, v in d[0].items() if k != "lora_rank"} | {"finetuning_type": "full"}, d[1])
+    full = _term(estimate(full_d, arch), "gpu", "caching-allocator reserve")
+    assert (full - lora) * 2**30 == pytest.approx(arch.embedding_params * 6, rel=0.02)   # bf16 + fp32 reduce
+
+
+def test_host_peak_does_not_follow_the_vocabulary_and_full_ft_pays_the_save():
+    """Measured: 32,000 and 151,936 tokens peak at the same host RSS; the non-expert weights leave the CPU."""
+    (d32, a32), (d152, a152) = _one_gpu_tiny(32_000), _one_gpu_tiny(151_936)
+    assert estimate(d32, a32).host_memory_gib == pytest.approx(estimate(d152, a152).host_memory_gib, abs=0.01)
+    full_d = ({k: v for k, v in d152[0].items() if k != "lora_rank"} | {"finetuning_type": "full"}, d152[1])
+    save = _term(estimate(full_d, a152), "host", "full state dict at save")
+    assert save * 2**30 == pytest.approx(a152.non_expert_params * 4)
+
+
+def test_an_all_moe_model_has_no_dense_mlp_on_the_gpu():
+    """config.json's intermediate_size of a Qwen3-MoE with every layer sparse describes no layer."""
+    _, arch = _one_gpu_tiny(4096)
+    assert arch.num_layers == arch.moe_layers and arch.widest_gpu_mlp == 0
