@@ -135,3 +135,18 @@ def test_merge_counts_the_merged_model_on_the_output_volume():
         bad = _by_name(plan_check_results(on, _facts(on, 4096, 200_000, between)))["plan.disk"]
         good = _by_name(plan_check_results(off, _facts(off, 4096, 200_000, between)))["plan.disk"]
         assert bad.status == "fail" and good.status == "pass", (bad.detail, good.detail)
+
+
+def test_merge_adds_the_model_size_to_the_threshold_without_a_planner():
+    """No config.json known (no planner): the LoRA threshold (20 GiB) grows by the weights on disk for
+    deploy.serve.merge, twice that for an FP8 base (written as BF16)."""
+    from ktdeploy.core.checks.resources import threshold_requirements
+
+    for name, factor in (("qwen35-397b-bf16-lora.yaml", 1), ("deepseek-v3-fp8-lora.yaml", 2)):
+        r = load_recipe(RECIPES / name, ["deploy.serve.merge=true"])
+        model = r.train["model_name_or_path"]
+        facts = HostFacts(paths=[PathFacts(path=model, exists=True, is_dir=True, checked=model, used_bytes=100 * GiB)])
+        off = threshold_requirements(load_recipe(RECIPES / name), facts)
+        on = threshold_requirements(r, facts)
+        assert on.output_disk_bytes - off.output_disk_bytes == factor * 100 * GiB, name
+        assert "merged model" in on.basis["output_disk"]
