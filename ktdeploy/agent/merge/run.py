@@ -520,6 +520,9 @@ def _publish(adapter, base, plans, mapping, stage: _Staging, dst: Path, fp8: boo
         out_files[name] = _copy(src, stage.path / name)
         base_files[name] = dict(out_files[name])
     base_files["config.json"] = {"size": base.config_path.stat().st_size, "sha256": sha256_file(base.config_path)}
+    base_index = Path(os.path.realpath(base.dir / INDEX))
+    if base_index.is_file():
+        base_files[INDEX] = {"size": base_index.stat().st_size, "sha256": sha256_file(base_index)}
     new_config = _merged_config(base.config, fp8)
     if new_config is None:
         out_files["config.json"] = _copy(base.config_path, stage.path / "config.json")
