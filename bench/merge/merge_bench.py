@@ -158,6 +158,7 @@ def main() -> int:
     if args.generate_only:
         generate(args.work, args.size_gb)
         return 0
+    load_start = os.getloadavg()
     free = shutil.disk_usage(args.work.parent if args.work.parent.exists() else "/").free
     t0 = time.perf_counter()
     # generated in a child process: a child's ru_maxrss starts from its parent's at fork, so this process must
@@ -180,6 +181,7 @@ def main() -> int:
     merge_argv = [sys.executable, "-m", "ktdeploy", "merge", str(out), "--base", str(base), "-o",
                   str(args.work / "merged"), "--json"] + (["--threads", str(args.threads)] if args.threads else [])
     for i in range(args.runs):
+        load = os.getloadavg()[0]
         cdst = args.work / "copy"
         shutil.rmtree(cdst, ignore_errors=True)
         c = copy_run(base, cdst)
@@ -191,7 +193,8 @@ def main() -> int:
         row = {"run": i + 1, "copy_s": round(c, 2), "merge_s": round(md, 2),
                "copy_gb_s": round(base_bytes / c / 1e9, 3), "merge_gb_s": round(base_bytes / md / 1e9, 3),
                "pair_ratio": round(c / md, 3), "merge_peak_rss_mib": round(rss / 2**20, 1),
-               "merged_tensors": summary["expert_tensors"] + summary["nonexpert_tensors"]}
+               "merged_tensors": summary["expert_tensors"] + summary["nonexpert_tensors"],
+               "load_1min_before": round(load, 2)}
         runs.append(row)
         print(json.dumps(row), flush=True)
     copy_med = statistics.median(r["copy_gb_s"] for r in runs)
@@ -204,7 +207,7 @@ def main() -> int:
         "what": "ktdeploy merge vs a durable plain copy (copyfile + fsync) of the same base folder, same disk",
         "how": "bench/merge/merge_bench.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-                    "numpy": np.__version__, "loadavg_start": os.getloadavg()},
+                    "numpy": np.__version__, "loadavg_start": load_start},
         "model": {**m, "bytes": base_bytes, "shards": len(list(base.glob("*.safetensors")))},
         "runs": runs,
         "copy_gb_s_median": copy_med, "merge_gb_s_median": merge_med,
