@@ -11,7 +11,9 @@
    with shutil.copyfile and fsynced: a durable plain copy) and MERGE (`python -m ktdeploy merge ... --json` as a
    child process, whose peak RSS comes from wait4). Each output is deleted before the next run.
 3. Reports the medians, ``merge_over_copy`` = median merge throughput / median copy throughput (base bytes per
-   second; the merged model has the same size), each run's pair ratio, and the peak RSS against the bound
+   second; the merged model has the same size), each run's pair ratio and the 1-min load before it, the CPU
+   seconds per GB of each (load-independent: on a shared machine the CPU-bound merge loses more to neighbours
+   than the disk-bound copy), and the peak RSS against the bound
    stated in ktdeploy/agent/merge/stream.py (rss_bound: the process after its imports and plan, measured + DEPTH x
    3 x BLOCK_BYTES + the O_DIRECT buffer + scratch + the LoRA cache).
 The generated folders are deleted at the end unless --keep.
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -102,7 +105,14 @@ def _sync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def copy_run(base: Path, dst: Path) -> float:
+def _cpu_self() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def copy_run(base: Path, dst: Path) -> tuple[float, float]:
+    """(seconds, CPU seconds) of the durable copy (sendfile's kernel copy is this process's system time)."""
+    c0 = _cpu_self()
     t0 = time.perf_counter()
     dst.mkdir()
     for p in sorted(base.iterdir()):
@@ -113,9 +123,10 @@ def copy_run(base: Path, dst: Path) -> float:
         finally:
             os.close(fd)
     _sync_dir(dst)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, _cpu_self() - c0
 
 
+LAST_CPU = [0.0]
 PLAN_RSS = """
 import gc, sys
 from pathlib import Path
@@ -131,7 +142,7 @@ print([ln for ln in open("/proc/self/status") if ln.startswith("VmRSS")][0].spli
 
 
 def peak_rss_of(argv: list[str]) -> tuple[float, int, bytes]:
-    """Run argv; (seconds, peak RSS in bytes from wait4, stdout)."""
+    """Run argv; (seconds, peak RSS in bytes from wait4, stdout); its CPU seconds go to LAST_CPU."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
@@ -139,6 +150,7 @@ def peak_rss_of(argv: list[str]) -> tuple[float, int, bytes]:
     err = p.stderr.read() if p.stderr else b""
     _pid, status, usage = os.wait4(p.pid, 0)
     dt = time.perf_counter() - t0
+    LAST_CPU[0] = usage.ru_utime + usage.ru_stime
     rc = os.waitstatus_to_exitcode(status)
     if rc != 0:
         raise SystemExit(f"{argv[:4]} failed ({rc}): {err.decode()[-2000:]}")
@@ -184,17 +196,20 @@ def main() -> int:
         load = os.getloadavg()[0]
         cdst = args.work / "copy"
         shutil.rmtree(cdst, ignore_errors=True)
-        c = copy_run(base, cdst)
+        c, c_cpu = copy_run(base, cdst)
         shutil.rmtree(cdst)
         shutil.rmtree(args.work / "merged", ignore_errors=True)
         md, rss, stdout = peak_rss_of(merge_argv)
+        m_cpu = LAST_CPU[0]
         summary = json.loads(stdout)
         shutil.rmtree(args.work / "merged")
         row = {"run": i + 1, "copy_s": round(c, 2), "merge_s": round(md, 2),
                "copy_gb_s": round(base_bytes / c / 1e9, 3), "merge_gb_s": round(base_bytes / md / 1e9, 3),
                "pair_ratio": round(c / md, 3), "merge_peak_rss_mib": round(rss / 2**20, 1),
                "merged_tensors": summary["expert_tensors"] + summary["nonexpert_tensors"],
-               "load_1min_before": round(load, 2)}
+               "load_1min_before": round(load, 2),
+               "copy_cpu_s_per_gb": round(c_cpu / (base_bytes / 1e9), 3),
+               "merge_cpu_s_per_gb": round(m_cpu / (base_bytes / 1e9), 3)}
         runs.append(row)
         print(json.dumps(row), flush=True)
     copy_med = statistics.median(r["copy_gb_s"] for r in runs)
@@ -212,6 +227,8 @@ def main() -> int:
         "runs": runs,
         "copy_gb_s_median": copy_med, "merge_gb_s_median": merge_med,
         "merge_over_copy": round(merge_med / copy_med, 3),
+        "cpu_s_per_gb_median": {"copy": statistics.median(r["copy_cpu_s_per_gb"] for r in runs),
+                                "merge": statistics.median(r["merge_cpu_s_per_gb"] for r in runs)},
         "peak_rss_mib": peak,
         "rss_bound_mib": round(bound / 2**20, 1),
         "rss_bound": f"ktdeploy.agent.merge.stream.rss_bound: the process after imports and plan "
