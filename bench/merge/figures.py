@@ -40,8 +40,16 @@ def render() -> str:
         f"**merge_over_copy {b['merge_over_copy']:.2f}** ({runs}).",
         f"Peak RSS **{b['peak_rss_mib']:.0f} MiB** against the stated bound {b['rss_bound_mib']:.0f} MiB "
         f"({b['rss_bound']}), for a {m['bytes'] / 2**30:.1f} GiB model.",
-        "",
     ]
+    if "cpu_s_per_gb_median" in b:
+        cpu = b["cpu_s_per_gb_median"]
+        lines.append(f"CPU per GB (median, load-independent): copy {cpu['copy']:.2f} s, merge {cpu['merge']:.2f} s "
+                     f"(1-min load before the runs: {', '.join(str(r['load_1min_before']) for r in b['runs'])}).")
+    earlier = sorted(RESULTS.glob("merge_bench-run*.json"))
+    if earlier:
+        lines.append("Earlier complete benches, same command: " + "; ".join(
+            f"`{p.name}` merge_over_copy {json.loads(p.read_text())['merge_over_copy']:.2f}" for p in earlier) + ".")
+    lines.append("")
     tt, tf, tu = c["tensors_tiny"], c["tensors_fp8_base"], c["tensors_fused_layout"]
     lg = c["logits"]
     lines += [
