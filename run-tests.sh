@@ -2,6 +2,7 @@
 # The test command (README.md and .ci/run call this). Two tiers, both run by default:
 #   unit        — ruff check ., then mypy (both configured in pyproject.toml; any finding fails), then pure, fast tests: recipe rules, fact parsers on golden files, planner, plan rendering
 #   integration — real docker: test hosts with sshd on a private network, images, ansible, `ktdeploy up`
+#                 (needs root or the docker group, apt-get + a Debian mirror for debootstrap, ssh-keygen, rsync)
 #   ./run-tests.sh            both tiers
 #   ./run-tests.sh unit       unit tier only
 #   ./run-tests.sh integration
@@ -39,6 +40,8 @@ if [[ "$TIER" == all || "$TIER" == integration ]]; then
   echo "== integration tier (docker)"
   docker info >/dev/null 2>&1 || { echo "the integration tier needs a running docker engine" >&2; exit 1; }
   command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
+  # rsync: `up --sync-model/--sync-data` copy with it (the controller's side; the test hosts have their own)
+  command -v rsync >/dev/null || { apt-get update -qq && apt-get install -y -qq rsync >/dev/null; }
   docker/base/build-base.sh
   run_pytest -q -m docker tests/integration
 fi

@@ -21,7 +21,7 @@ from typing import Any
 
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_resume, finished_markers
-from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate
+from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate, profile_hint
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, RunRecordError, StepError, UsageError
 from ktdeploy.core.safeio import printable, write_file
@@ -134,7 +134,7 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
 
 
 def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
-               topology: Callable | None = None) -> tuple[dict[str, Any], dict | None, list[str]]:
+               topology: Callable | None = None, waive: Sequence[str] = ()) -> tuple[dict[str, Any], dict | None, list[str]]:
     """Doctor this host for the recipe; returns (derived kt_config values, report JSON, warnings).
 
     Derived values (kt_num_threads / kt_threadpool_count from physical cores and NUMA nodes) are
@@ -153,6 +153,7 @@ def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
     if diagnose is None:  # the agent never reaches into the controller: the CLI hands the doctor in
         raise ValueError("run_doctor needs diagnose= (recipe -> DoctorReport of this host), or skip=True")
     report = diagnose(recipe)
+    report.waived = tuple(dict.fromkeys([*report.waived, *waive]))   # what `up` waived (or --waive / --cpu-only)
     data = report.to_json()
     # The agent trains right here (inside the image, or on a bare host): the docker engine checks
     # concern `ktdeploy up`, not this process, so they never block it.
@@ -160,7 +161,8 @@ def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
     if blocking:
         raise CheckFailed("this host cannot run the recipe: doctor found failing checks",
                           results=blocking,
-                          fix="fix the failing checks listed below, or run `ktdeploy doctor` for the full report")
+                          fix="fix the failing checks listed below, or run `ktdeploy doctor` for the full report."
+                              + profile_hint(blocking, report.facts.gpu.count))
     derived: dict[str, Any] = derived_kt_threads(recipe.train, report.facts, reserve)
     warns = [f"{r.name}: {r.detail}" for r in report.checks if r.status == "warn"]
     return derived, data, warns
@@ -180,18 +182,21 @@ def _run_dir(output_dir: Path, root: str | None) -> Path:
 def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str | None = None,
                skip_doctor: bool = False, run_root: str | None = None,
                doctor: Callable | None = None, tuned: dict | None = None,
-               diagnose: Callable | None = None, topology: Callable | None = None) -> TrainPlan:
+               diagnose: Callable | None = None, topology: Callable | None = None,
+               waive: Sequence[str] = (), recipe=None) -> TrainPlan:
     """Validate, doctor and render; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
 
     path = Path(recipe_path)
-    if not path.is_file():
-        raise UsageError(f"recipe {recipe_path} not found", fix="pass the path of a recipe YAML (see `ktdeploy check`)")
-    recipe = load_recipe(path, list(overrides))
+    if recipe is None:   # else loaded already (the native --train/--accelerate pair)
+        if not path.is_file():
+            raise UsageError(f"recipe {recipe_path} not found",
+                             fix="pass the path of a recipe YAML (see `ktdeploy check`)")
+        recipe = load_recipe(path, list(overrides))
     findings = require_valid(recipe)
     warnings = [f"{f.path}: {f.message}" for f in findings]
     if doctor is None:
-        derived, report, warns = run_doctor(recipe, skip_doctor, diagnose, topology)
+        derived, report, warns = run_doctor(recipe, skip_doctor, diagnose, topology, waive)
     else:
         derived, report, warns = doctor(recipe, skip_doctor)
     warnings += warns

@@ -11,9 +11,10 @@ import sys
 
 import typer
 
-from ktdeploy.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SYSTEM, KtdeployError, UsageError
+from ktdeploy.cli.help import App
+from ktdeploy.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_SYSTEM, KtdeployError, UsageError
 
-app = typer.Typer(
+app = App(
     name="ktdeploy",
     help="Fine-tune trillion-parameter MoE models with KTransformers + LlamaFactory on one checked path.",
     no_args_is_help=True,
@@ -80,13 +81,62 @@ def exit_code_for(err: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+def _output_closed() -> None:
+    """The reader of stdout went away (`ktdeploy ... | head`): stop quietly with 128 + SIGPIPE, as `yes | head`
+    does; nothing more is written (stdout now goes to /dev/null, so the interpreter's last flush cannot fail)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(EXIT_PIPE)
+
+
+def _fd_identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _stdout_closed(before: tuple[int, int] | None) -> bool:
+    """Did the command stop because stdout's reader went away? rich answers EPIPE by pointing fd 1 at /dev/null
+    and exiting 1 (Console.on_broken_pipe), typer's bundled click by swapping stdout for its PacifyFlushWrapper and
+    exiting 1: either way 1 would read as "a check failed"."""
+    if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+        return True
+    try:
+        now = _fd_identity(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return False
+    return now is not None and now != before and now == _fd_identity_of(os.devnull)
+
+
+def _fd_identity_of(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: every exception becomes one screen and a documented exit code, never a traceback."""
     from ktdeploy.cli.output import print_error, print_internal_error, print_system_error
 
     try:
+        stdout_was = _fd_identity(sys.stdout.fileno())
+    except (OSError, ValueError):
+        stdout_was = None
+    try:
         rc = app(args=argv, standalone_mode=False)
     except SystemExit:
+        if _stdout_closed(stdout_was):
+            _output_closed()
+        raise
+    except BrokenPipeError:
+        _output_closed()
         raise
     except BaseException as err:  # noqa: BLE001 - this is the one place that maps every exception
         if isinstance(err, UnicodeError):  # only user text can fail to encode (a lone surrogate in a name)

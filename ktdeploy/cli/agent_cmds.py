@@ -19,8 +19,19 @@ from ktdeploy.core.markup import esc
 
 @app.command()
 def train(
-    recipe: Path = typer.Argument(..., help="Recipe YAML."),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", show_default=False,
+                                            help="Recipe YAML (or --train/--accelerate)."),
+    native_train: Optional[Path] = typer.Option(None, "--train", metavar="FILE",
+                                                help="LlamaFactory's training YAML, instead of a RECIPE."),
+    native_accelerate: Optional[Path] = typer.Option(None, "--accelerate", metavar="FILE",
+                                                     help="Accelerate's YAML, with --train."),
+    native_deploy: Optional[Path] = typer.Option(None, "--deploy", metavar="FILE",
+                                                 help="ktdeploy's deploy: YAML for the pair (default: derived)."),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
+    waive: list[str] = typer.Option([], "--waive", metavar="CHECK",
+                                    help="Let this failing doctor check pass, on the record (repeatable)."),
+    cpu_only: bool = typer.Option(False, "--cpu-only", help="Test profile for a host without a GPU: waive the GPU "
+                                                            "checks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate, doctor and render; print what would run."),
     resume: Optional[str] = typer.Option(None, "--resume", help="'auto' (last checkpoint-* of output_dir) or a "
                                                                 "checkpoint-N path."),
@@ -46,10 +57,21 @@ def train(
         choice = tuned_choice(tuned)
         set_ = list(set_) + tuned_overrides(tuned)
 
+    from ktdeploy.cli.up_cmds import native_pair
     from ktdeploy.controller.local_host import local_doctor, local_facts
+    from ktdeploy.core.checks.gate import with_profile
 
-    plan = plan_train(str(recipe), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root, tuned=choice,
-                      diagnose=local_doctor, topology=lambda: local_facts(probes=False))
+    pair = native_pair(recipe, native_train, native_accelerate, native_deploy)
+    loaded = None
+    if pair is not None:
+        from ktdeploy.controller.api import load_up_recipe
+
+        loaded = load_up_recipe(None, set_, pair)
+    elif recipe is None:
+        raise UsageError("no recipe given", key="RECIPE", fix="ktdeploy train RECIPE, or --train T.yaml --accelerate A.yaml")
+    plan = plan_train(str(recipe or native_train), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root,
+                      tuned=choice, diagnose=local_doctor, topology=lambda: local_facts(probes=False),
+                      waive=with_profile(waive, cpu_only), recipe=loaded)
     for w in plan.warnings:
         err_console.print(f"[yellow]warning:[/] {esc(w)}")
     if plan.derived:
@@ -84,10 +106,12 @@ def convert(
     base_model: Optional[str] = typer.Option(None, "--base-model", help="Base model path to record (default: "
                                                                          "the one the adapter names)."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the manifest's size/SHA-256 check."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the conversion summary as JSON."),
 ) -> None:
-    """Convert a raw KT output into what sglang-kt serves: a LoRA run's one adapter (PEFT part + fused expert
-    LoRA), or a full fine-tune's model directory (HF weights + the KT Full experts regrouped per expert)."""
+    """Convert a raw KT output into what sglang-kt serves (an adapter, or a full fine-tune's model).
+
+    A LoRA run gives one adapter (PEFT part + fused expert LoRA); a full fine-tune a model directory (HF weights +
+    the KT Full experts regrouped per expert)."""
     from ktdeploy.agent.convert import FullConvertSummary
     from ktdeploy.agent.convert import convert as do_convert
 
@@ -205,8 +229,8 @@ def tiny_model(
     data_dir: Path = typer.Option(..., "--data-dir", help="Directory for the dataset and dataset_info.json."),
     size: str = typer.Option("small", "--size", help="small | medium | large"),
     samples: int = typer.Option(400, "--samples", help="Synthetic training samples."),
-    seed: int = typer.Option(0, "--seed"),
-    overwrite: bool = typer.Option(False, "--overwrite"),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the weights and the samples."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the dataset files if the folder has them."),
 ) -> None:
     """Build a tiny random Qwen3-MoE, a byte-level BPE tokenizer and a synthetic SFT dataset (needs torch)."""
     from ktdeploy.agent.tiny import build_all

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.output import console, print_checks, print_json
+from ktdeploy.cli.output import console, print_doctor, print_json
+from ktdeploy.core.checks.gate import profile_hint, with_profile
 from ktdeploy.core.markup import esc
 
 VARIANTS = ("amx", "avx512", "avx2")
@@ -47,15 +48,20 @@ def doctor_cmd(
     container: Optional[str] = typer.Option(None, "--container",
                                             help="A running container on that host to compare with it (layer.* checks)."),
     as_json: bool = typer.Option(False, "--json", help="Print {schema_version, facts, checks, ...} as JSON."),
-    waive: list[str] = typer.Option([], "--waive", help="Accept this failing check (repeatable), e.g. gpu.present on a "
-                                                        "CPU-only build box; shown and recorded, never silent."),
+    waive: list[str] = typer.Option([], "--waive", metavar="CHECK",
+                                    help="Accept this failing check (repeatable); shown, never silent."),
+    cpu_only: bool = typer.Option(False, "--cpu-only", help="Test profile for a host without a GPU: waive exactly the "
+                                                            "GPU checks."),
+    every: bool = typer.Option(False, "--all", help="One line per check, passes included, in doctor's order."),
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key for SSH (default: agent / ~/.ssh)."),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key",
                                              help="Accept and record an unknown SSH host key (never a changed one)."),
 ) -> None:
-    """Check that a host can run KT fine-tuning: AMX/AVX512 really usable (a tile multiply is executed),
-    survived VM/container layers, GPUs, NUMA threads, memory, /dev/shm, disk. Exit 1 if any check fails."""
+    """Check that a host can run KT fine-tuning; exit 1 if any check fails.
+
+    AMX/AVX512 really usable (a tile multiply is executed) through the VM and container layers, GPUs, NUMA
+    threads, memory, /dev/shm, disk; with --recipe also the model, data and the planner's figures."""
     from ktdeploy.controller.connectors import DockerExecConnector, connect
     from ktdeploy.controller.doctor import doctor
     from ktdeploy.core.safeio import redact_host
@@ -128,17 +134,21 @@ def doctor_cmd(
             report.checks.append(vc)
     finally:
         conn.close()
-    report.waived = tuple(dict.fromkeys(waive))
+    report.waived = with_profile(waive, cpu_only)
     if as_json:
         print_json(report.to_json())
     else:
         console.print(_summary_line(report), markup=False, highlight=False)
-        print_checks(report.checks, title=f"ktdeploy doctor: {report.facts.host}")
-        for c in report.waived_failures:
-            console.print(f"[bold yellow]WAIVED[/] {esc(c.name)}: {esc(c.detail)}", highlight=False)
+        print_doctor(report, every=every)
+        if every:
+            for c in report.waived_failures:
+                console.print(f"[bold yellow]WAIVED[/] {esc(c.name)}: {esc(c.detail)}", highlight=False)
         if report.failed:
             names = [c.name + (f" ({c.layer})" if [d.name for d in report.failed].count(c.name) > 1 else "")
                      for c in report.failed]
             console.print(f"[red]{esc(report.summary()['fail'])} check(s) failed:[/] " + ", ".join(names), highlight=False)
+            hint = profile_hint(report.failed, report.facts.gpu.count)
+            if hint:
+                console.print(hint.strip(), markup=False, highlight=False)
     if report.failed:
         raise typer.Exit(1)

@@ -7,10 +7,11 @@ from pathlib import Path
 import typer
 
 from ktdeploy.cli import app
+from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.core.markup import esc
 
-image_app = typer.Typer(help="Build, save and load the ktsft images (one per CPU ISA), offline.",
+image_app = App(help="Build, save and load the ktsft images (one per CPU ISA), offline.",
                         no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
@@ -71,7 +72,7 @@ def build_cmd(
 def save_cmd(
     output: Path = typer.Option(..., "--output", "-o", help="Tarball to write (must not exist)."),
     isa: str = typer.Option("all", "--isa", help="amx, avx512, avx2 or all."),
-    repo: str = typer.Option("ktsft", "--repo"),
+    repo: str = typer.Option("ktsft", "--repo", help="Image repository."),
 ) -> None:
     """Write the images to one tarball for hosts without a registry (shared layers stored once)."""
     from ktdeploy.controller.images.build import save
@@ -93,9 +94,9 @@ def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdep
 
 @image_app.command("layers")
 def layers_cmd(
-    isa: str = typer.Option("all", "--isa"),
-    repo: str = typer.Option("ktsft", "--repo"),
-    as_json: bool = typer.Option(False, "--json"),
+    isa: str = typer.Option("all", "--isa", help="amx, avx512, avx2 or all."),
+    repo: str = typer.Option("ktsft", "--repo", help="Image repository."),
+    as_json: bool = typer.Option(False, "--json", help="Print the layers as JSON."),
 ) -> None:
     """Show which filesystem layers the variants share (they should differ in config only)."""
     from ktdeploy.controller.images import docker_cli

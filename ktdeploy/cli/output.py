@@ -8,7 +8,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.panel import Panel
 from rich.text import Text
 
 console = Console()
@@ -36,17 +35,33 @@ def _clip(text: str, limit: int = MAX_FINDING_TEXT) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
-def print_error(err) -> None:
-    """One screen: what went wrong, the key or check it concerns, and the fix."""
+def _flat(stream: Console, head: str, label_style: str, parts: list[tuple[str, str]]) -> None:
+    """One flat block: ``head`` (red, e.g. 'CheckFailed:') then each (label, text) wrapped at spaces to the
+    terminal, continuation lines indented. No panel: at 80 columns (or in a log, or inside another report) a
+    bordered box folds every line and splits words with its borders."""
+    width = max(stream.width, 40)
+    first = True
+    for label, text in parts:
+        if not text:
+            continue
+        lead = f"{head} " if first else f"  {label}"
+        rest = " " * (2 if first else len(lead))
+        lines = wrap_words(text, width, lead, rest)
+        for i, line in enumerate(lines):
+            t = Text(line)
+            if i == 0:
+                t.stylize(label_style, 0, len(lead.rstrip()))
+            stream.print(t, soft_wrap=True, highlight=False)
+        first = False
 
-    body = Text()
+
+def print_error(err) -> None:
+    """One screen, flat: what went wrong, the key or check it concerns, and the fix."""
+    message = _clip(err.message, MAX_ERROR_TEXT)
     if getattr(err, "key", None):
-        body.append(f"{_clip(err.key, 200)}: ", style="bold")
-    body.append(_clip(err.message, MAX_ERROR_TEXT))
-    if getattr(err, "fix", None):
-        body.append("\nfix: ", style="bold green")
-        body.append(_clip(err.fix, MAX_ERROR_TEXT))
-    err_console.print(Panel(body, title=f"[red]{type(err).__name__}", border_style="red", expand=False))
+        message = f"{_clip(err.key, 200)}: {message}"
+    _flat(err_console, f"{type(err).__name__}:", "bold red",
+          [("", message), ("fix: ", _clip(err.fix, MAX_ERROR_TEXT) if getattr(err, "fix", None) else "")])
     findings = getattr(err, "findings", None)
     if findings:
         print_findings(findings, stream=err_console)
@@ -63,17 +78,15 @@ def print_system_error(err: BaseException) -> None:
 
     what = getattr(err, "strerror", None) or str(err) or type(err).__name__
     where = getattr(err, "filename", None)
-    err_console.print(Panel(
-        Text(redact(f"{type(err).__name__}: {what}" + (f" ({where})" if where else "")) +
-             "\nfix: check the path, its permissions and free space/memory, then retry"),
-        title="[red]system error", border_style="red", expand=False))
+    _flat(err_console, "system error:", "bold red",
+          [("", redact(f"{type(err).__name__}: {what}" + (f" ({where})" if where else ""))),
+           ("fix: ", "check the path, its permissions and free space/memory, then retry")])
 
 
 def print_internal_error(err: BaseException) -> None:
-    err_console.print(Panel(
-        Text(f"{type(err).__name__}: {_redact(str(err))}\n"
-             "This is a bug in ktdeploy. Re-run with KTDEPLOY_DEBUG=1 for the traceback and report it."),
-        title="[red]internal error", border_style="red", expand=False))
+    _flat(err_console, "internal error:", "bold red",
+          [("", f"{type(err).__name__}: {_redact(str(err))}"),
+           ("", "This is a bug in ktdeploy. Re-run with KTDEPLOY_DEBUG=1 for the traceback and report it.")])
 
 
 def print_findings(findings, stream: Console | None = None) -> None:
@@ -134,3 +147,57 @@ def print_checks(results, stream: Console | None = None, title: str | None = Non
         if r.fix and r.status in ("fail", "warn"):
             for line in wrap_words(r.fix, width, " " * 8 + "fix: ", " " * 13):
                 stream.print(Text(line, style="green"), soft_wrap=True, highlight=False)
+
+
+def print_doctor(report, stream: Console | None = None, every: bool = False) -> None:
+    """doctor's report, failures first: each failing check with its fix, then the warnings with theirs, then
+    the passes and skips by name only (``every``: one line per check, in doctor's order, as before)."""
+    stream = stream or console
+    checks = list(report.checks)
+    if every:
+        print_checks(checks, stream=stream, title=f"ktdeploy doctor: {report.facts.host}")
+        return
+    waived = {c.name for c in report.waived_failures}
+    groups = [("fail", [c for c in checks if c.status == "fail" and c.name not in waived]),
+              ("WAIVED", [c for c in checks if c.status == "fail" and c.name in waived]),
+              ("warn", [c for c in checks if c.status == "warn"])]
+    for label, group in groups:
+        if group:
+            stream.print(Text(f"{label} ({len(group)}):", style="bold " + _STATUS_STYLE.get(label, "yellow")),
+                         highlight=False)
+            print_checks(group, stream=stream)
+    for label in ("pass", "skip"):
+        names = [c.name + (f" ({c.layer})" if c.layer and c.layer != report.facts.layer else "") for c in checks
+                 if c.status == label]
+        if names:
+            for line in wrap_words(", ".join(names), stream.width, f"{label} ({len(names)}): ", "  "):
+                stream.print(Text(line, style=_STATUS_STYLE[label] if label == "skip" else ""), soft_wrap=True,
+                             highlight=False)
+    stream.print(Text("details of every check: ktdeploy doctor --all (or --json)", style="dim"), highlight=False)
+
+
+def _breaks(plain: str, first: int, rest: int) -> list[int]:
+    """Offsets where a line of ``plain`` breaks: before a word that would pass the width (``first`` for the first
+    line, ``rest`` after), never inside a word."""
+    import re
+
+    out, start, width = [], 0, first
+    for m in re.finditer(r"\S+", plain):
+        if m.end() - start > width and m.start() > start and plain[start:m.start()].strip():
+            out.append(m.start())
+            start, width = m.start(), rest
+    return out
+
+
+def say(markup: str, stream: Console | None = None, indent: int = 4) -> None:
+    """One progress line of `up` (rich markup): wrapped at spaces to the terminal, continuation lines indented,
+    so a wrapped line never reads as a new one at 80 columns; a path or an id longer than a line stays whole."""
+    stream = stream or console
+    for block in markup.split("\n"):
+        text = Text.from_markup(block)
+        lead = len(text.plain) - len(text.plain.lstrip(" "))
+        pad = " " * (lead + indent)
+        width = max(stream.width, 40)
+        for j, line in enumerate(text.divide(_breaks(text.plain, width, width - len(pad)))):
+            line.rstrip()
+            stream.print(Text(pad) + line if j else line, highlight=False, soft_wrap=True)

@@ -8,8 +8,9 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.output import console, print_findings, print_json
-from ktdeploy.core.errors import RecipeError, UsageError
+from ktdeploy.cli.help import App
+from ktdeploy.cli.output import console, err_console, print_findings, print_json
+from ktdeploy.core.errors import RecipeError, RunRecordError, UsageError
 from ktdeploy.core.markup import esc
 from ktdeploy.core.recipe import errors, load_native, load_recipe, render, require_valid, validate
 
@@ -70,22 +71,117 @@ def check(
 @app.command("render")
 def render_cmd(
     recipe: Optional[Path] = typer.Argument(None, help="Recipe YAML."),
-    out_text: str = typer.Option(..., "-o", "--out", help="Directory for train.yaml, accelerate.yaml and launch.sh."),
+    out_text: Optional[str] = typer.Option(None, "-o", "--out", help="Directory for train.yaml, accelerate.yaml and "
+                                                                     "launch.sh (with --slurm / --k8s: their files; "
+                                                                     "without -o they go to stdout)."),
     train: Optional[Path] = typer.Option(None, "--train", help="Native LlamaFactory training YAML."),
     accelerate: Optional[Path] = typer.Option(None, "--accelerate", help="Native Accelerate YAML."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-    force: bool = typer.Option(False, "--force", help="Replace train.yaml/accelerate.yaml/launch.sh if present."),
+    force: bool = typer.Option(False, "--force", help="Replace files already present in -o."),
+    slurm: bool = typer.Option(False, "--slurm", help="The sbatch scripts (training, then conversion)."),
+    k8s: bool = typer.Option(False, "--k8s", help="Kubernetes ConfigMap, Job (training), Deployment + Service "
+                                                  "(serving)."),
+    variant: Optional[str] = typer.Option(None, "--variant", help="Image variant the nodes run (amx, avx512, avx2): "
+                                                                  "needed with deploy.image: auto."),
+    namespace: str = typer.Option("default", "--namespace", help="Kubernetes namespace (--k8s)."),
 ) -> None:
-    """Write the two YAML files and launch.sh (byte-identical for the same input). Refuses an invalid recipe."""
-    if not out_text.strip() or "\x00" in out_text:
+    """Write the two YAML files and launch.sh (byte-identical for the same input); or, with --slurm / --k8s, the
+    batch scripts / manifests. Refuses an invalid recipe."""
+    if out_text is not None and (not out_text.strip() or "\x00" in out_text):
         raise UsageError(f"-o {out_text!r}: an empty or invalid folder name", fix="give a folder, e.g. -o out/")
-    out = Path(out_text)
+    if slurm and k8s:
+        raise UsageError("--slurm and --k8s: one at a time", fix="ktdeploy render --slurm RECIPE")
+    if out_text is None and not (slurm or k8s):
+        raise UsageError("-o DIR is needed (train.yaml, accelerate.yaml, launch.sh)", key="-o",
+                         fix="ktdeploy render RECIPE -o out/")
+    out = Path(out_text) if out_text is not None else None
     r = load_from_cli(recipe, train, accelerate, None, set_)
     warnings = require_valid(r)
-    if out.exists() and not out.is_dir():
+    if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"{out} exists and is not a directory", fix="give a directory for -o")
+    for f in warnings:   # to stderr when the scripts/manifests go to stdout
+        (err_console if slurm or k8s else console).print(f"[yellow]warn[/yellow] {esc(f.path)}: {esc(f.message)}")
+    if slurm or k8s:
+        _render_scheduler(r, out, slurm=slurm, variant=variant, namespace=namespace, force=force)
+        return
+    assert out is not None
     files = render(r).write(out, overwrite=force)
-    for f in warnings:
-        console.print(f"[yellow]warn[/yellow] {esc(f.path)}: {esc(f.message)}")
     for _name, p in files.items():
         console.print(f"wrote {esc(p)}")
+
+
+def _render_scheduler(r, out: Optional[Path], *, slurm: bool, variant: Optional[str], namespace: str,
+                      force: bool) -> None:
+    from ktdeploy.core.safeio import write_file
+    from ktdeploy.core.sched.k8s import render_yaml
+    from ktdeploy.core.sched.render import k8s_manifests, slurm_scripts
+
+    if slurm:
+        files = {f"{j.role}.sbatch": j.script for j in slurm_scripts(r, variant)}
+    else:
+        docs = k8s_manifests(r, variant, namespace)
+        files = {"train-job.yaml": render_yaml(docs[:2]), "serve.yaml": render_yaml([docs[0], *docs[2:]])}
+    if out is None:
+        import sys
+
+        sys.stdout.write(files["train.sbatch"] if slurm else render_yaml(k8s_manifests(r, variant, namespace)))
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        console.print(f"wrote {esc(write_file(out, name, text, overwrite=force))}")
+recipe_app = App(help="Make a recipe from what you already have.", no_args_is_help=True)
+app.add_typer(recipe_app, name="recipe")
+
+
+@recipe_app.command("from-lf")
+def from_lf(
+    train: Path = typer.Argument(..., metavar="TRAIN", help="LlamaFactory's training YAML."),
+    accelerate: Optional[Path] = typer.Argument(None, metavar="ACCELERATE", show_default=False,
+                                                help="Accelerate's YAML (default: the cookbook's FSDP2, 1 GPU)."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", metavar="FILE",
+                                       help="Recipe to write (default: TRAIN's name + -recipe.yaml, here)."),
+) -> None:
+    """Write a recipe from a LlamaFactory training YAML (and Accelerate YAML); never over a file.
+
+    deploy: is derived from the paths the training YAML names (core/recipe/from_lf.py); the recipe is checked
+    at once: exit 0 when it is valid, 2 when `ktdeploy check` finds errors (the file is written either way, to
+    fix)."""
+    from ktdeploy.core.recipe.from_lf import recipe_document, unresolved
+    from ktdeploy.core.recipe.loader import read_native
+    from ktdeploy.core.recipe.render import dump_yaml
+    from ktdeploy.core.safeio import printable, write_file
+
+    for flag, p in (("TRAIN", train), ("ACCELERATE", accelerate)):
+        if p is not None and not p.is_file():
+            raise UsageError(f"{flag} {printable(str(p))}: no such file", key=flag, fix="Give the YAML file's path.")
+    raw = read_native(train, accelerate)
+    t = raw.doc.get("train")
+    if not isinstance(t, dict) or not t:
+        raise UsageError(f"{printable(str(train))} is not a training YAML (a mapping of LlamaFactory keys)",
+                         key="TRAIN", fix="Give the YAML you pass to `llamafactory-cli train`.")
+    if {"train", "accelerate", "deploy"} & set(t):
+        raise UsageError(f"{printable(str(train))} is a ktdeploy recipe already (it has train:/accelerate:/deploy:)",
+                         key="TRAIN", fix=f"ktdeploy check {train}")
+    doc = recipe_document(t, raw.doc.get("accelerate") if accelerate is not None else None)
+    target = out or Path(f"{train.stem}-recipe.yaml")
+    header = (f"# written by `ktdeploy recipe from-lf` from {printable(train.name)}"
+              + (f" and {printable(accelerate.name)}" if accelerate is not None else
+                 " (accelerate: the cookbook's FSDP2 block, 1 process)")
+              + "\n# deploy: derived from the training YAML's paths; check the volumes and gpus\n")
+    try:
+        written = write_file(target.parent, target.name, header + dump_yaml(doc))
+    except RunRecordError as e:   # the file exists: never overwritten
+        raise RunRecordError(e.message, key="--out", fix="Choose another file with -o FILE.") from None
+    console.print(f"wrote {esc(written)}", highlight=False)
+    for key in unresolved(t):
+        console.print(f"[yellow]note:[/yellow] train.{esc(key)} is not an absolute host path: deploy.volumes keeps "
+                      "its default there; set both to your host's folders", highlight=False)
+    findings = validate(load_recipe(written))
+    errs = errors(findings)
+    if findings:
+        print_findings(findings)
+    if errs:
+        console.print(f"[red]✗ {esc(written)}: {len(errs)} error(s) for `ktdeploy check`; fix them in the file[/red]",
+                      highlight=False)
+        raise typer.Exit(2)
+    console.print(f"[green]✓ {esc(written)} is valid[/green]: ktdeploy up --host HOST {esc(written)}", highlight=False)

@@ -24,8 +24,10 @@ def tune(
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the tune record as JSON."),
 ) -> None:
-    """Measure kt_num_threads / kt_threadpool_count / kt_max_cache_depth / kt_cpu_activation with short real trials;
-    writes tune.json (apply it with `ktdeploy train --tuned tune.json`; the recipe file is never rewritten)."""
+    """Measure the CPU-expert settings with short real trials; write tune.json.
+
+    kt_num_threads / kt_threadpool_count / kt_max_cache_depth / kt_cpu_activation; apply the choice with
+    `ktdeploy train --tuned tune.json` (the recipe file is never rewritten)."""
     from ktdeploy.agent.tune.api import tune as run_tune
     from ktdeploy.controller.local_host import local_facts
 

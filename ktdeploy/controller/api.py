@@ -12,30 +12,35 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ktdeploy.controller import slurm as slurm_run
 from ktdeploy.controller.connectors import connect
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
 from ktdeploy.controller.follow import TRAINER_LOG
-from ktdeploy.controller.runs import RunRecord, latest_run
+from ktdeploy.controller.runs import RunRecord, all_runs, latest_run
+from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.adapter_layout import adapter_dir_for
-from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate
+from ktdeploy.core.checks.gate import CPU_ONLY, RUNTIME_FIXABLE, gate, profile_hint, with_profile
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import GPU_WAIVERS, shipped_recipe
+from ktdeploy.core.plan.build import VARIANTS, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
-from ktdeploy.core.recipe import builtin_recipe, load_recipe, require_valid, validate
+from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid, validate
 from ktdeploy.core.recipe import render as render_recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, redact_host, write_file
-
-# Checks that the RUNTIME stage repairs itself (installs docker / the nvidia runtime): they do not stop preflight.
-WAIVABLE_HINT = ", ".join((*GPU_WAIVERS, "docker.memlock"))
+from ktdeploy.core.sched import slurm as sl
+from ktdeploy.core.sched.batch import convert_script, job_dir_of, train_script
+from ktdeploy.core.sched.features import LADDER
+from ktdeploy.core.sched.plan import build_slurm_plan
+from ktdeploy.core.sched.request import request_for
 
 
 def check(recipe_path, overrides=()):
@@ -65,6 +70,7 @@ class UpResult:
     state: str = "planned"
     text: str = ""
     waived: list = field(default_factory=list)
+    stops_at: str | None = None     # a dry run: the stage where the real run would stop (the CLI exits 4)
 
 
 def _say_default(msg: str) -> None:
@@ -74,11 +80,20 @@ def _say_default(msg: str) -> None:
     Console().print(msg, highlight=False)
 
 
-def load_up_recipe(recipe_path=None, overrides=()):
-    path = Path(str(recipe_path)) if recipe_path else Path(str(builtin_recipe()))
-    if not path.exists():
-        raise UsageError(f"recipe {path} does not exist", key="RECIPE", fix="Give a recipe file, e.g. recipes/tiny-moe-lora.yaml.")
-    recipe = load_recipe(path, list(overrides))
+def load_up_recipe(recipe_path=None, overrides=(), native: tuple[str, str, str | None] | None = None):
+    """The recipe `up` runs: a RECIPE file (default: the shipped tiny one), or the native LlamaFactory pair
+    (--train/--accelerate, and --deploy or the deploy section derived from them: core/recipe/from_lf.py)."""
+    if native is not None:
+        for flag, p in zip(("--train", "--accelerate", "--deploy"), native, strict=True):
+            if p is not None and not Path(p).is_file():
+                raise UsageError(f"{flag} {printable(p)}: no such file", key=flag, fix="Give the YAML file's path.")
+        recipe = load_native(*native, overrides=list(overrides), derive=True)
+    else:
+        path = Path(str(recipe_path)) if recipe_path else Path(str(builtin_recipe()))
+        if not path.exists():
+            raise UsageError(f"recipe {path} does not exist", key="RECIPE",
+                             fix="Give a recipe file, e.g. recipes/tiny-moe-lora.yaml.")
+        recipe = load_recipe(path, list(overrides))
     require_valid(recipe)
     return recipe
 
@@ -115,21 +130,30 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
        detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
        tune: bool = False, tune_budget_minutes: float = 20.0, facts_file: str | None = None,
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
-       connector=None) -> UpResult:
-    """Phases: arguments -> record -> connect (or recorded facts) -> facts + doctor -> plan -> apply.
+       connector=None, cpu_only: bool = False, native: tuple[str, str, str | None] | None = None,
+       name: str | None = None, sync_model: str | None = None, sync_data: str | None = None) -> UpResult:
+    """Phases: arguments -> record -> connect (or recorded facts) -> sync -> facts + doctor -> plan -> apply.
     ``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
     say = say or _say_default
     host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
     _check_up_arguments(host, resume, dry_run, facts_file)
     recorded_facts = load_facts_file(facts_file) if facts_file is not None else None
-    recipe = load_up_recipe(recipe_path, overrides)
+    recipe = load_up_recipe(recipe_path, overrides, native)
     _check_api_key(recipe, detach=detach, dry_run=dry_run)
-    waive = tuple(dict.fromkeys(waive))
-    record = _new_record(recipe, host, waive, dry_run, facts_file, say)
+    if name is not None:
+        check_run_name(name, host, job_name(recipe))
+    waive = with_profile(waive, cpu_only)
+    record = _new_record(recipe, host, waive, dry_run, facts_file, say, cpu_only=cpu_only, name=name)
     result = UpResult(record=record, waived=list(waive))
     conn, where = _connect_phase(host, record, recorded_facts, facts_file, connector, ssh, say)
     try:
+        _sync_phase(conn, recipe, record, sync_model, sync_data, dry_run=dry_run, say=say)
         report, blocking, doc_line = _doctor_phase(conn, recipe, recorded_facts, where, waive, record, say)
+        if cpu_only and report.facts.gpu.count:
+            raise _fail(record, "failed", UsageError(
+                f"--cpu-only is for a host without a GPU; {where} has {report.facts.gpu.count} GPU(s)", key="--cpu-only",
+                fix="Drop --cpu-only: on a GPU host the containers get their GPUs and every GPU check gates."),
+                stage="PREFLIGHT")
         opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive, tune=tune,
                          tune_budget_minutes=tune_budget_minutes,
                          image_tar=str(Path(image_tar).resolve()) if image_tar else None,
@@ -145,11 +169,13 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             raise _fail(record, "failed", CheckFailed(
                 f"doctor on {where}: {doc_line}; nothing was started",
                 results=report.failed, key="doctor",
-                fix="Fix the checks listed below and re-run. On a CPU-only test host the GPU checks can be waived "
-                    f"explicitly: --waive NAME ({WAIVABLE_HINT})."))
+                fix="Fix the failed checks (listed with their fixes), then run the same command again."
+                    + profile_hint(blocking, report.facts.gpu.count)), stage="PREFLIGHT")
         if dry_run:
-            record.set_status("dry-run")
-            record.event("dry_run")
+            stop = plan.stop()
+            result.stops_at = stop[0].name if stop else None
+            record.set_status("dry-run", **({"stops_at": stop[0].name, "stop_reason": stop[1].why} if stop else {}))
+            record.event("dry_run", stops_at=result.stops_at)
             if print_plan:
                 print_plan(result.text)
             result.state = "dry-run"
@@ -166,7 +192,102 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             conn.close()
 
 
+def slurm_variant(recipe, nodes) -> tuple[str, str | None, str]:
+    """(image reference, variant, how) for a cluster: a named variant as is; ``auto`` the best variant a node can
+    run the job with (features, memory, GPUs, CPUs); a full image reference has no known CPU needs."""
+    deploy = recipe.deploy
+    if deploy.image == "auto":
+        fitting = [v for v in reversed(LADDER) if sl.fit(_request(recipe, v), nodes).nodes]
+        variant = fitting[0] if fitting else next((v for v in reversed(LADDER)
+                                                   if any(v in n.features for n in nodes)), "avx2")
+        how = f"auto: the best variant a node of the cluster runs this job with is {variant}"
+    elif deploy.image in VARIANTS:
+        variant, how = deploy.image, "named in the recipe"
+    else:
+        return deploy.image, None, "full image reference from the recipe (no CPU constraint)"
+    image, _v, _how = resolve_image(deploy.model_copy(update={"image": variant}), None)
+    return image, variant, how
+
+
+def _request(recipe, variant):
+    return request_for(recipe, variant)
+
+
+def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: bool = False, resume: str | None = None,
+             waive=(), overrides=(), ssh: dict | None = None, say: Callable[[str], None] | None = None,
+             print_plan: Callable[[str], None] | None = None, connector=None) -> UpResult:
+    """`ktdeploy up --slurm LOGIN`: the same recipe, record and stages, TRAIN and CONVERT as batch jobs submitted on
+    the login node. Nothing is queued when no node can ever run the job (PREFLIGHT's slurm.fit, exit 1)."""
+    say = say or _say_default
+    login = redact_host(login)
+    _check_up_arguments(login, resume, dry_run, None)
+    recipe = load_up_recipe(recipe_path, overrides)
+    waive = tuple(dict.fromkeys(waive))
+    record = _new_record(recipe, login, waive, dry_run, None, say)
+    record.set_status("planned", scheduler="slurm", job_dir=job_dir_of(recipe))
+    result = UpResult(record=record, waived=list(waive))
+    conn, where = _connect_phase(login, record, None, None, connector, ssh, say)
+    try:
+        try:
+            nodes = cluster_nodes(conn)
+        except StepError as e:
+            raise _fail(record, "failed", e) from None
+        record.write_json("cluster.json", [n.__dict__ for n in nodes])
+        image, variant, how = slurm_variant(recipe, nodes)
+        try:
+            request = _request(recipe, variant)
+        except KtdeployError as e:
+            raise _fail(record, "failed", e) from None
+        check = sl.fit_check(request, nodes)
+        record.event("slurm_fit", status=check.status, detail=check.detail, data=check.data)
+        record.write_json(rr.DOCTOR, {"checks": [check.model_dump(mode="json")], "request": request.__dict__})
+        ok = check.status != "fail"
+        say(("[green]✓[/green]" if ok else "[red]✗[/red]") + f" PREFLIGHT: {esc(check.name)}: {esc(check.detail)}")
+        if not ok:
+            raise _fail(record, "failed", CheckFailed(
+                f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key="slurm.fit",
+                fix=check.fix or "See the reasons below."))
+        state = gather_job_state(conn, recipe, image)
+        record.write_json(rr.JOB_STATE, state.to_json())
+        queued = queued_jobs(conn, job_name(recipe))
+        opts = UpOptions(host=login, run_id=record.id, resume=resume, detach=detach, waive=waive,
+                         preflight={"connect": f"connected ({where})"})
+        plan = build_slurm_plan(recipe, state, opts, image=image, variant=variant, queued=queued,
+                                fit_detail=check.detail)
+        gpus_waived = "docker.nvidia_runtime" in waive or "gpu.present" in waive
+        train = train_script(recipe, shipped_recipe(recipe, None), image=image, run_id=record.id, request=request,
+                             gpus_waived=gpus_waived, memlock="docker.memlock" not in waive)
+        conv = convert_script(recipe, image=image, run_id=record.id, request=request)
+        files = {"slurm/train.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/train.sbatch", train.script)),
+                 "slurm/convert.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/convert.sbatch", conv.script))}
+        plan = dataclasses.replace(plan, rendered=files, notes=(*plan.notes, f"image: {how}"))
+        record.write_json(rr.PLAN, plan.to_json())
+        record.set_status("planned", image=image, adapter_dir=plan.adapter_dir,
+                          slurm_request={"mem_mib": request.mem_mib, "cpus": request.cpus, "gpus": request.gpus,
+                                         "constraint": request.constraint},
+                          **({"slurm_jobs": queued} if queued else {}))
+        result.plan = plan
+        result.text = plan_text(plan, run_dir=str(record.path))
+        if dry_run:
+            record.set_status("dry-run")
+            record.event("dry_run")
+            if print_plan:
+                print_plan(result.text)
+            result.state = "dry-run"
+            return result
+        return _apply_phase(conn, plan, recipe, None, result, host=login, detach=detach, say=say,
+                            progress_factory=None)
+    except KeyboardInterrupt:
+        record.event("interrupted", reason="Ctrl-C before anything was submitted")
+        record.set_status("stopped", note="interrupted (Ctrl-C) during preflight/planning; nothing was submitted")
+        raise
+    finally:
+        if conn is not None:
+            conn.close()
+
+
 def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file: str | None) -> None:
+    parse_host(host)  # a --host that is none of the forms is a usage error, before anything is recorded
     if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
         raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
                          key="--resume", fix="ktdeploy up --resume auto ...")
@@ -185,25 +306,89 @@ def _check_api_key(recipe, *, detach: bool, dry_run: bool) -> None:
                          fix=f"export {serve.api_key_env}=<key>, then run ktdeploy up again")
 
 
+def check_run_name(name: str, host: str, container: str) -> None:
+    """--name: a name (the run id's rules), and one job's: a run of another host or job already named so is
+    refused (the same job again — the same `up` re-run — keeps its name)."""
+    if not isinstance(name, str) or not NAME.match(name) or ".." in name or len(name) > 64:
+        raise UsageError(f"--name {printable(name)}: letters, digits, '.', '_' and '-' only, at most 64",
+                         key="--name", fix="e.g. --name qwen-lora-v2")
+    for rec in all_runs():
+        try:
+            st = rec.status()
+        except RunRecordError:
+            continue
+        if st.get("name") == name and (st.get("host"), st.get("container")) != (host, container) \
+                and not st.get("dry_run"):
+            raise UsageError(f"--name {name}: run {rec.id} (host {st.get('host')}, recipe {st.get('recipe')}) has "
+                             "that name", key="--name",
+                             fix="Choose another name; `ktdeploy status --all` lists the runs and their names.")
+
+
+def _sync_phase(conn, recipe, record: RunRecord, sync_model: str | None, sync_data: str | None, *, dry_run: bool,
+                say: Callable[[str], None]) -> None:
+    """--sync-model / --sync-data: the local folders onto the host (controller/sync.py), before doctor reads
+    them; with recorded facts (no connection) only announced."""
+    jobs = [(role, local, recipe.train.get(key)) for role, local, key in
+            (("model", sync_model, "model_name_or_path"), ("data", sync_data, "dataset_dir")) if local]
+    for role, local, target in jobs:
+        if not isinstance(target, str) or not target.startswith("/"):
+            key = "model_name_or_path" if role == "model" else "dataset_dir"
+            raise _fail(record, "failed", UsageError(
+                f"--sync-{role} needs train.{key} to be an absolute host path, not {printable(target)}",
+                key=f"--sync-{role}", fix=f"Set train.{key} to the folder the upload goes to."), stage="SYNC")
+        if conn is None:
+            say(f"[yellow]-[/yellow] SYNC: {esc(local)} -> {esc(target)} happens at the real run (not connected)")
+            continue
+        from ktdeploy.controller.sync import sync_folder
+
+        record.event("stage_start", stage="SYNC", role=role)
+        try:
+            res = sync_folder(conn, local, target, role=role, dry_run=dry_run, say=say)
+        except KtdeployError as e:
+            raise _fail(record, "failed", e, stage="SYNC") from None
+        record.event("sync", **res.to_json(), dry_run=dry_run)
+
+
 def _new_record(recipe, host: str, waive: tuple[str, ...], dry_run: bool, facts_file: str | None,
-                say: Callable[[str], None]) -> RunRecord:
-    record = RunRecord.create(recipe.name)
+                say: Callable[[str], None], *, cpu_only: bool = False, name: str | None = None) -> RunRecord:
+    record = RunRecord.create(name or recipe.name)
     record.write_text(rr.RECIPE, dump_yaml(recipe.to_document()))
     record.set_status("planned", host=host, recipe=recipe.name, recipe_path=str(recipe.path), created=time.time(),
                       container=job_name(recipe), serve_container=f"{job_name(recipe)}-serve",
                       output_dir=output_dir_of(recipe), waived=list(waive), dry_run=dry_run,
+                      profile=CPU_ONLY if cpu_only else None, name=name,
                       **({"facts_file": str(facts_file)} if facts_file is not None else {}))
+    if cpu_only:
+        say(f"[bold yellow]CPU-only test profile: the GPU checks are waived here and in the containers, which "
+            f"start without GPUs — recorded in {esc(record.path)}/{esc(rr.STATUS_JSON)}[/]")
     if waive:
-        say(f"[bold yellow]WARNING: waiving checks {esc(', '.join(waive))} — recorded in {esc(record.path)}/{esc(rr.STATUS_JSON)}[/]")
-        record.event("waived", checks=list(waive))
+        extra = [w for w in waive if not cpu_only or w not in with_profile((), True)]
+        if extra:
+            say(f"[bold yellow]WARNING: {'also ' if cpu_only else ''}waiving checks {esc(', '.join(extra))} — "
+                f"recorded in {esc(record.path)}/{esc(rr.STATUS_JSON)}[/]")
+        record.event("waived", checks=list(waive), profile=CPU_ONLY if cpu_only else None)
     return record
 
 
-def _fail(record: RunRecord, state: str, err: KtdeployError) -> KtdeployError:
-    """Record a failure (event + status with its exit code) and hand the error back for raising."""
-    record.event("failed", error=type(err).__name__, message=err.message, fix=err.fix)
-    record.set_status(state, error=err.message, error_type=type(err).__name__, exit_code=err.exit_code)
+def _fail(record: RunRecord, state: str, err: KtdeployError, stage: str | None = None) -> KtdeployError:
+    """Record a failure — the stage it happened in, the error, its fix, the failed checks, the exit code — in the
+    event log and status.json (what `ktdeploy status` shows, and `down` keeps), and hand the error back."""
+    stage = stage or _current_stage(record)
+    checks = [c.name for c in getattr(err, "results", None) or []]
+    record.event("failed", stage=stage, error=type(err).__name__, message=err.message, fix=err.fix,
+                 failed_checks=checks)
+    record.set_status(state, failed_stage=stage, error=err.message, error_type=type(err).__name__, fix=err.fix,
+                      failed_checks=checks, exit_code=err.exit_code)
     return err
+
+
+def _current_stage(record: RunRecord) -> str:
+    """The stage the executor was in (status.json's "stage"), else PREFLIGHT (connect, doctor, planning)."""
+    try:
+        stage = record.status().get("stage")
+    except RunRecordError:
+        stage = None
+    return stage if isinstance(stage, str) and stage else "PREFLIGHT"
 
 
 def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, connector, ssh: dict | None,
@@ -217,7 +402,7 @@ def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, con
     try:
         conn = connector if connector is not None else connect(host, **(ssh or {}))
     except ConnectError as e:
-        raise _fail(record, "failed", e) from None
+        raise _fail(record, "failed", e, stage="PREFLIGHT") from None
     say(f"[green]✓[/green] PREFLIGHT: connected to {esc(conn.name)}")
     record.event("connected", connector=conn.name)
     return conn, conn.name
@@ -235,12 +420,20 @@ def _doctor_phase(conn, recipe, recorded_facts, where: str, waive, record: RunRe
     return report, blocking, doc_line
 
 
+def planned_user(host: str) -> str:
+    """The --user of a plan made without reaching the host: root's ids, else a placeholder the real run fills."""
+    t = parse_host(host)
+    return "0:0" if t.user == "root" or (t.is_local and os.getuid() == 0) else "<uid>:<gid>"
+
+
 def _plan_phase(conn, recipe, report, opts: UpOptions, record: RunRecord):
     """The job's state on the host, the plan (pure), and the files the run record keeps for reading (the
     container renders its own from the shipped recipe)."""
     image, _variant, _how = resolve_image(recipe.deploy, report.facts)
-    # with recorded facts nothing is known about the host's containers, image and output dir: a first run
-    state = JobState(home="<home>") if conn is None else gather_job_state(conn, recipe, image)
+    # with recorded facts nothing is known about the host's containers, image and output dir: a first run, as the
+    # SSH user the real run reads on the host (its uid:gid; root is 0:0), so the argv is the real run's
+    state = JobState(home="<home>", user=planned_user(opts.host)) if conn is None else \
+        gather_job_state(conn, recipe, image)
     record.write_json(rr.JOB_STATE, state.to_json())
     plan = build_plan(recipe, report.facts, state, opts)
     derived = derived_kt_threads(recipe.train, report.facts, recipe.deploy.reserve_cores)
@@ -259,11 +452,17 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
                  say: Callable[[str], None], progress_factory) -> UpResult:
     """Run the plan on the host; Ctrl-C detaches (training keeps running), a lost connection is exit 3."""
     record = result.record
+    for note in plan.notes:   # what --resume found: said before anything starts, and kept in the record
+        if note.startswith("--resume"):
+            say(f"[yellow]note:[/yellow] {esc(note)}")
+            record.event("resume_note", note=note)
     executor = Executor(conn, record, plan, say=say, progress_factory=progress_factory, recipe=recipe,
-                        facts=report.facts)
+                        facts=report.facts if report is not None else None)
     try:
         executor.apply()
     except KeyboardInterrupt:
+        if executor.jobs:
+            record.set_status("detached", slurm_jobs=dict(executor.jobs))
         record.event("detached", reason="interrupted (Ctrl-C)")
         record.set_status("detached", note="controller interrupted; training keeps running on the host")
         say(f"[yellow]Stopped following; the training container {esc(plan.job)} keeps running on {esc(host)}.[/]\n"
@@ -319,8 +518,23 @@ def load_facts_file(path) -> HostFacts:
 
 
 # -- status / logs / down ------------------------------------------------------------------------
+def _host_filter(host: str | None) -> str | None:
+    """--host of status/logs/down: the runs recorded for it (as `up` recorded it: its password dropped); a value
+    that is no host is a usage error."""
+    if host is None:
+        return None
+    parse_host(host)
+    return redact_host(host)
+
+
 def _connect_for(rec: RunRecord, st: dict, ssh: dict | None):
-    return connect(rec.status_text("host", st, empty_ok=True), **(ssh or {}))  # "" is this machine, as for `up`
+    host = rec.status_text("host", st, empty_ok=True)  # "" is this machine, as for `up`
+    try:
+        target = parse_host(host)
+    except UsageError as e:
+        raise RunRecordError(f"run record {rec.id}: {e.message}",
+                             fix=f"Inspect or remove {rec.path}; `ktdeploy status --all` lists the others.") from None
+    return connect(target, **(ssh or {}))
 
 
 def _container(rec: RunRecord, st: dict, key: str = "container") -> str:
@@ -332,11 +546,23 @@ def _container(rec: RunRecord, st: dict, key: str = "container") -> str:
 
 
 def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None, live: bool = True) -> dict:
-    host = redact_host(host)
-
+    host = _host_filter(host)
     rec = latest_run(host, run_id=run_id)
     st = dict(rec.status())
     st["record"] = str(rec.path)
+    if live and slurm_run.is_slurm(st):
+        try:
+            conn = _connect_for(rec, st, ssh)
+        except ConnectError as e:
+            st["live"] = {"error": e.message}
+            return st
+        try:
+            st["live"] = slurm_run.status(conn, rec, st)
+        except ConnectError as e:
+            st["live"] = {"error": e.message}
+        finally:
+            conn.close()
+        return st
     if live:
         job, serve_job, log = _container(rec, st), _container(rec, st, "serve_container"), rec.status_text("output_dir", st)
         try:
@@ -360,10 +586,18 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
 
 def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = False, tail: int = 100,
          ssh: dict | None = None, write: Callable[[str], None] = print, poll_s: float = 2.0) -> None:
-    host = redact_host(host)
-
+    host = _host_filter(host)
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
+    if slurm_run.is_slurm(st):
+        conn = _connect_for(rec, st, ssh)
+        try:
+            slurm_run.logs(conn, rec, st, follow=follow, tail=tail, write=write, poll_s=poll_s)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            conn.close()
+        return
     name = _container(rec, st)
     conn = _connect_for(rec, st, ssh)
     try:
@@ -398,10 +632,18 @@ def _emit(text: str, after: str | None, write) -> str | None:
 
 
 def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None) -> dict:
-    host = redact_host(host)
     """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
+    host = _host_filter(host)
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
+    if slurm_run.is_slurm(st):
+        conn = _connect_for(rec, st, ssh)
+        try:
+            done = slurm_run.down(conn, rec, st)
+        finally:
+            conn.close()
+        rec.set_status("stopped", down=done)
+        return done
     names = [_container(rec, st, key) for key in ("serve_container", "container") if st.get(key)]
     conn = _connect_for(rec, st, ssh)
     done = {}
@@ -421,8 +663,11 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None
             rec.event("down", container=name)
     finally:
         conn.close()
-    rec.set_status("stopped", down=done)
+    # down stops a job; it never rewrites how a run ended (a failed or crashed run keeps its stage, error and fix)
+    state = st.get("state")
+    keep = isinstance(state, str) and state in ("failed", "crashed", "finished", "dry-run")
+    rec.set_status(state if keep and isinstance(state, str) else "stopped", down=done, down_at=time.time())
     return done
 
 
-__all__ = ["RunRecordError", "UpResult", "check", "doctor", "down", "logs", "render", "status", "up"]
+__all__ = ["RunRecordError", "UpResult", "check", "doctor", "down", "logs", "render", "status", "up", "up_slurm"]

@@ -15,8 +15,10 @@ from pathlib import Path
 from ktdeploy.controller.follow import LogEntry, describe, latest
 from ktdeploy.controller.image_check import image_doctor
 from ktdeploy.controller.runs import RunRecord
+from ktdeploy.controller.slurm_jobs import do_follow_job, do_submit, do_wait_job
 from ktdeploy.core import markers
 from ktdeploy.core import run_record as rr
+from ktdeploy.core.checks.gate import profile_hint
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, StepError
 from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import docker_argv as dk
@@ -98,9 +100,63 @@ def container_logs(conn, name: str, tail: int | None = 200) -> str:
     return (r.stdout + r.stderr) if r.rc == 0 else ""
 
 
-def exit_advice(state: ContainerState, recipe=None, facts=None) -> str:
-    """What to do about a stopped training container, by how it stopped (planner advice for OOM)."""
+BOX = "│┃╭╮╰╯─━┌┐└┘═║ "
+# how the agent's own refusals begin in its log (cli/output.print_error prints "TYPE: message" flat)
+REFUSALS = {"CheckFailed": "check", "RecipeError": "recipe", "UsageError": "recipe", "RunRecordError": "output"}
+
+
+def flat_lines(lines: list[str]) -> list[str]:
+    """A container's last log lines without a rich panel's borders (an image older than the flat errors printed
+    its error in one): a box inside the crash report folds every line at 80 columns."""
+    out = []
+    for ln in lines:
+        core = ln.strip()
+        if core and all(c in BOX for c in core):
+            continue          # a border line
+        if core.startswith(("╭", "┌")):   # a top border with the panel's title (the error's type): "TYPE:"
+            title = core.strip(BOX)
+            if title:
+                out.append(f"{title}:")
+            continue
+        if core.startswith(("│", "┃")):
+            ln = core.strip("│┃ ").rstrip()
+        out.append(ln)
+    return out
+
+
+def _refusal(lines: list[str]) -> str | None:
+    """'check' | 'recipe' | 'output' when the agent refused before training (its doctor, the recipe, the output
+    dir), from the error it printed; None for a crash of the trainer itself."""
+    for ln in lines:
+        head = ln.strip().split(":", 1)[0]
+        if head in REFUSALS:
+            return REFUSALS[head]
+        if "this host cannot run the recipe" in ln:   # the agent's doctor, printed in a panel by older images
+            return "check"
+    return None
+
+
+def exit_advice(state: ContainerState, recipe=None, facts=None, lines: list[str] | tuple[str, ...] = (),
+                progressed: bool | None = None, role: str = "train") -> str:
+    """What to do about a stopped container, by how it stopped: the agent's own refusal (its doctor, the recipe,
+    the output dir) needs a fix and the same command again — there is nothing to resume —; a trainer that crashed
+    after steps resumes from its newest complete checkpoint (planner advice for an OOM)."""
+    again = "then run the same `ktdeploy up` again"
+    if role == "serve":
+        return f"the server stopped: see its log lines above (`ktdeploy logs`), fix the cause, {again}."
     code = state.exit_code
+    why = _refusal(list(lines))
+    if why == "check":
+        return ("the training container's own doctor refused this host before training (its failed checks are in "
+                "the log lines above; nothing was trained). Fix them — `ktdeploy doctor --image IMAGE` shows the "
+                f"container's view — or waive them as `up` did (--cpu-only, --waive NAME), {again}; no --resume: "
+                "there is no checkpoint.")
+    if why == "recipe":
+        return f"the training container refused the recipe (see the error above); fix the recipe, {again}."
+    if why == "output":
+        return f"the training container refused the output dir (see the error above); fix it, {again}."
+    resume = " with --resume auto (it goes on from the newest complete checkpoint, or starts fresh if none)" \
+        if progressed is not False else " (nothing was trained yet: no --resume needed)"
     if state.oom_killed:
         tip = "the container ran out of memory (OOM-killed)."
         try:
@@ -116,16 +172,16 @@ def exit_advice(state: ContainerState, recipe=None, facts=None) -> str:
                 tip += " Lower cutoff_len / per_device_train_batch_size or use a smaller expert weight format."
         except Exception:  # the planner needs the model's config.json; advice stays generic without it
             tip += " Lower cutoff_len / per_device_train_batch_size or use a smaller expert weight format."
-        return tip + " Then: ktdeploy up --resume auto."
+        return f"{tip} Then run the same `ktdeploy up` again{resume}."
     if code == 137:
         return ("the container was killed (SIGKILL: docker kill, or the host's OOM killer outside the container's "
-                "cgroup). Check `dmesg` on the host, then: ktdeploy up --resume auto.")
+                f"cgroup). Check `dmesg` on the host, {again}{resume}.")
     if code == 132:
         return ("Illegal instruction: the image's kt-kernel variant is above this CPU's ISA (AMX listed but unusable?). "
-                "Run `ktdeploy doctor`, set deploy.image: auto (or avx512), then ktdeploy up --resume auto.")
+                f"Run `ktdeploy doctor`, set deploy.image: auto (or avx512), {again}{resume}.")
     if code == 139:
-        return "segmentation fault in the training process: see the log lines; then ktdeploy up --resume auto."
-    return "see the last log lines above; fix the cause, then ktdeploy up --resume auto."
+        return f"segmentation fault in the training process: see the log lines above; {again}{resume}."
+    return f"see the last log lines above; fix the cause, {again}{resume}."
 
 
 MAX_FETCH = 64 << 20  # artifacts are a loss plot and small JSON files
@@ -141,6 +197,8 @@ class Executor:
         self.progress_factory = progress_factory
         self.recipe, self.facts = recipe, facts
         self.poll_s = float(os.environ.get("KTDEPLOY_POLL_S", poll_s))
+        self.jobs: dict[str, str] = {}              # up --slurm: role -> Slurm job id
+        self.submitted_at: dict[str, float] = {}
 
     # -- the loop -------------------------------------------------------------------------------
     def apply(self) -> None:
@@ -200,7 +258,8 @@ class Executor:
                               f"{report.summary_text()}; nothing was trained",
                               results=failed, key="image.check",
                               fix="Fix the checks listed below (the image: `ktdeploy image build`; the host: "
-                                  "`ktdeploy doctor --image " + p["image"] + "`), or --waive NAME.")
+                                  "`ktdeploy doctor --image " + p["image"] + "`)."
+                                  + profile_hint(failed, self.facts.gpu.count if self.facts is not None else None))
         self.say(f"  image check: {esc(report.summary_text())}")
 
     def handlers(self) -> dict[StepAction, Callable[[Stage, Step], None]]:
@@ -208,7 +267,10 @@ class Executor:
         return {StepAction.RUN: self._do_run, StepAction.PUT: self._do_put, StepAction.PUT_SECRET: self._do_put_secret,
                 StepAction.FETCH: self._do_fetch, StepAction.FOLLOW: self._do_follow, StepAction.FAIL: self._do_fail,
                 StepAction.WAIT_RUNNING: self._do_wait_running, StepAction.WAIT_HTTP: self._do_wait_http,
-                StepAction.IMAGE_CHECK: self._do_image_check}
+                StepAction.IMAGE_CHECK: self._do_image_check,
+                StepAction.SUBMIT: lambda st, s: do_submit(self, st, s),
+                StepAction.FOLLOW_JOB: lambda st, s: do_follow_job(self, st, s),
+                StepAction.WAIT_JOB: lambda st, s: do_wait_job(self, st, s)}
 
     @staticmethod
     def _argv(s: Step) -> list[str]:
@@ -236,11 +298,10 @@ class Executor:
                             fix=s.fix or f"Run it by hand on the host to see why: {s.command()}")
 
     def _do_fail(self, stage: Stage, s: Step) -> None:
-        msg = s.why
-        if s.params.get("crash"):
-            st = self._crash_details(self.plan.job)
-            msg = st
-        raise StepError(f"{stage.name}: {msg}", step=s.id, fix=s.fix)
+        if s.params.get("crash"):   # a second `up` finds the training container stopped: why, and what to do
+            what, advice = self._crash_details(self.plan.job)
+            raise StepError(f"{stage.name}: {what}", step=s.id, fix=advice)
+        raise StepError(f"{stage.name}: {s.why}", step=s.id, fix=s.fix)
 
     def _local(self, rel: str) -> Path:
         p = Path(rel)
@@ -284,7 +345,8 @@ class Executor:
                 return
             snap = snapshot(self.conn, name, "/dev/null")
             if snap.state is None or not snap.state.running:
-                raise StepError(f"{stage.name}: {self._crash_details(name)}", step=s.id, fix=s.fix)
+                what, advice = self._crash_details(name, role="serve")
+                raise StepError(f"{stage.name}: {what}", step=s.id, fix=f"{s.fix} Also: {advice}" if s.fix else advice)
             if time.monotonic() > deadline:
                 raise StepError(f"{stage.name}: {name} did not answer /health within {s.timeout:.0f} s", step=s.id,
                                 fix=s.fix)
@@ -333,8 +395,8 @@ class Executor:
         time.sleep(float(s.params.get("seconds", 5)))
         snap = snapshot(self.conn, name, "/dev/null")
         if snap.state is None or not snap.state.running:
-            raise StepError(f"{stage.name}: {self._crash_details(name)}", step=s.id,
-                            fix="See the log lines above (ktdeploy logs); fix and re-run ktdeploy up.")
+            what, advice = self._crash_details(name, role="serve")
+            raise StepError(f"{stage.name}: {what}", step=s.id, fix=advice)
         self.say(f"[green]✓[/green] {esc(stage.name)}: {esc(name)} is running")
 
     def _do_follow(self, stage: Stage, s: Step) -> None:
@@ -370,25 +432,28 @@ class Executor:
         write_file(self.record.path / rr.ARTIFACTS, "container.log", container_logs(self.conn, name, tail=None),
                    overwrite=True)
         if not st.succeeded:
-            raise StepError(f"FOLLOW: {self._crash_details(name, st)}", step=s.id, rc=st.exit_code,
-                            fix=exit_advice(st, self.recipe, self.facts))
+            what, advice = self._crash_details(name, st, progressed=last_step is not None)
+            raise StepError(f"FOLLOW: {what}", step=s.id, rc=st.exit_code, fix=advice)
         self.say(f"[green]✓[/green] training finished: {esc(describe(snap.entry))}")
 
-    def _crash_details(self, name: str, st: ContainerState | None = None) -> str:
+    def _crash_details(self, name: str, st: ContainerState | None = None, *, progressed: bool | None = None,
+                       role: str = "train") -> tuple[str, str]:
+        """(what happened to the container: state, exit code, its last log lines — flat; the advice that fits)."""
         if st is None:
             st = snapshot(self.conn, name, "/dev/null").state
-        lines = container_logs(self.conn, name, tail=15).rstrip().splitlines()
+        lines = flat_lines(container_logs(self.conn, name, tail=15).rstrip().splitlines())
         self.record.event("crash", container=name, state=st.__dict__ if st else None, last_lines=lines)
-        self.record.set_status("crashed", exit_code=st.exit_code if st else None,
-                               oom_killed=st.oom_killed if st else None)
+        if role == "train":
+            self.record.set_status("crashed", exit_code=st.exit_code if st else None,
+                                   oom_killed=st.oom_killed if st else None)
         what = f"container {name} " + (st.describe() if st else "is missing")
         if st is not None and not st.running and st.status in ("exited", "dead"):
-            what += f"\n  exit code: {st.exit_code}   OOM-killed: {'yes' if st.oom_killed else 'no'}"
+            what += f"\nexit code: {st.exit_code}   OOM-killed: {'yes' if st.oom_killed else 'no'}"
         if lines:
-            what += "\n  last log lines:\n    " + "\n    ".join(lines[-15:])
-        if st is not None and not st.running:
-            what += "\n  advice: " + exit_advice(st, self.recipe, self.facts)
-        return what
+            what += "\nlast log lines:\n" + "\n".join(f"  {ln}" for ln in lines[-15:])
+        advice = exit_advice(st, self.recipe, self.facts, lines, progressed, role) if st is not None and not st.running \
+            else "see `ktdeploy logs`; fix the cause, then run the same `ktdeploy up` again."
+        return what, advice
 
 
 def plan_json(plan: Plan) -> str:

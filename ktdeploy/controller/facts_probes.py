@@ -2,7 +2,7 @@
 
 Where a probe binary comes from, in order:
 1. prebuilt at image build time: $KTDEPLOY_PROBE_DIR/<name> or /opt/ktdeploy/probes/<name> on the target;
-2. cached on the target: ~/.cache/ktdeploy/probes/<source-hash>/<name> (or /tmp/ktdeploy-probes-<uid>/...);
+2. cached on the target: ~/.cache/ktdeploy/probes/<source-hash>/<name> (or $TMPDIR, else /tmp, /ktdeploy-probes-<uid>/...);
 3. compiled on the target with its cc/gcc from the source shipped in this package;
 4. compiled here as a static x86_64 binary and uploaded (targets without a compiler).
 If none works the probe is reported as skipped with the reason — never guessed.
@@ -29,7 +29,7 @@ name=$1; hash=$2
 for d in "$KTDEPLOY_PROBE_DIR" /opt/ktdeploy/probes; do
   if [ -n "$d" ] && [ -x "$d/$name" ]; then exec "$d/$name"; fi
 done
-for c in "${XDG_CACHE_HOME:-$HOME/.cache}/ktdeploy/probes" "/tmp/ktdeploy-probes-$(id -u)"; do
+for c in "${XDG_CACHE_HOME:-$HOME/.cache}/ktdeploy/probes" "${TMPDIR:-/tmp}/ktdeploy-probes-$(id -u)"; do
   if [ -x "$c/$hash/$name" ]; then exec "$c/$hash/$name"; fi
 done
 exit 200
@@ -38,7 +38,7 @@ exit 200
 # Fixed script: $1 = hash. Prints a writable cache dir for this hash and the compiler found (if any).
 _PREPARE_SCRIPT = r"""
 hash=$1
-for c in "${XDG_CACHE_HOME:-$HOME/.cache}/ktdeploy/probes" "/tmp/ktdeploy-probes-$(id -u)"; do
+for c in "${XDG_CACHE_HOME:-$HOME/.cache}/ktdeploy/probes" "${TMPDIR:-/tmp}/ktdeploy-probes-$(id -u)"; do
   if mkdir -p "$c/$hash" 2>/dev/null && [ -w "$c/$hash" ]; then echo "dir=$c/$hash"; break; fi
 done
 for cc in cc gcc clang; do

@@ -176,7 +176,8 @@ def find_runs(host: str | None = None, *, container: str | None = None, include_
 
 
 def latest_run(host: str | None = None, *, run_id: str | None = None, root: Path | None = None) -> RunRecord:
-    """The run named by ``run_id`` (an id or a unique prefix), else the newest run (on ``host``)."""
+    """The run named by ``run_id`` (an id, a run's --name — its newest run —, or a unique id prefix), else the
+    newest run (on ``host``)."""
     root = root or runs_dir()
     if run_id is not None:
         from ktdeploy.core.safeio import run_id_name
@@ -185,6 +186,9 @@ def latest_run(host: str | None = None, *, run_id: str | None = None, root: Path
         exact = root / run_id
         if (exact / rr.STATUS_JSON).exists():
             return RunRecord(exact)
+        named = [r for r in all_runs(root) if r.status().get("name") == run_id]
+        if named:
+            return named[-1]
         matches = [r for r in all_runs(root) if r.id.startswith(run_id)]
         if len(matches) == 1:
             return matches[0]

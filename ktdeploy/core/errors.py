@@ -80,4 +80,5 @@ class RunRecordError(KtdeployError):
 EXIT_SYSTEM = 8         # the operating system refused (permissions, disk full, out of memory) outside a known path
 EXIT_INTERNAL = 70      # a bug in ktdeploy: no input may reach it (tests/unit/adversarial checks this)
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGINT at any moment
+EXIT_PIPE = 141         # the reader of the output went away (`ktdeploy ... | head`): 128 + SIGPIPE, as a shell tool
 

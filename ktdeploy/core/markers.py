@@ -196,3 +196,23 @@ def parse_files(text: str) -> tuple[str, dict[str, str]] | None:
         elif cur is not None:
             body.append(line)
     return (folder, files) if folder is not None else None
+
+
+# -- a Slurm job's state (scontrol, then sacct) and the trainer_log tail, framed and closed -------------------------
+JOB_BLOCKS = ("scontrol", "sacct", "log")
+
+# Run as: bash -c JOB_SH ktdeploy-job JOBID LOG
+JOB_SH = "\n".join([
+    sh_block("scontrol"), 'scontrol show job --oneliner -- "$1" 2>&1', sh_block("end"),
+    sh_block("sacct"), 'sacct --noheader --parsable2 --allocations --jobs "$1" '
+                       '--format JobID,State,NodeList,ExitCode,Restarts 2>&1', sh_block("end"),
+    sh_block("log"), 'tail -n 20 -- "$2" 2>/dev/null', sh_block("end"),
+    sh_block("done"), ""])
+
+
+def parse_job(text: str) -> dict[str, str] | None:
+    """JOB_SH's answer -> {scontrol, sacct, log: text}; None when it was cut short (never "no such job")."""
+    if marker("done") not in text.splitlines():
+        return None
+    _fields, blocks = parse_fields(text, JOB_BLOCKS)
+    return {k: "\n".join(v) for k, v in blocks.items()}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """TEST DOUBLE of the training image's agent, for CPU-only test hosts. NOT the trainer.
 
-    fake_llamafactory.py train RECIPE.yaml       # writes what LlamaFactory + HF Trainer write, on a timer
+    fake_llamafactory.py train RECIPE.yaml [--resume auto|PATH]  # writes what LlamaFactory + HF Trainer write
     fake_llamafactory.py convert OUT -o ADAPTER  # the REAL converter (ktdeploy.agent.convert, copied in the image)
     fake_llamafactory.py merge OUT --base M -o D # the REAL `ktdeploy merge` (with numpy, copied in the image)
     fake_llamafactory.py serve RECIPE --adapter DIR | --weights DIR | --merged DIR  # an HTTP server answering /health
@@ -85,7 +85,26 @@ def save_checkpoint(out, step, state, world_size, pause, t=None):
     write(os.path.join(d, "trainer_state.json"), json.dumps(state, indent=2))
 
 
-def train(recipe_path):
+def resume_auto(out, world):
+    """`ktdeploy train --resume auto`: the agent's choice (ktdeploy.core.checkpoints, the package copied into this
+    image): the newest complete checkpoint saved by as many processes as this run has."""
+    sys.path.insert(0, "/opt/ktdeploy-src")
+    from ktdeploy.core.checkpoints import choose_resume, parse_listing
+
+    lines = []
+    for root, dirs, files in os.walk(out):
+        rel = os.path.relpath(root, out)
+        if rel.count(os.sep) >= 2:
+            continue
+        lines += [os.path.normpath(os.path.join(rel, n)) for n in dirs + files]
+    choice = choose_resume(parse_listing("\n".join(lines)), "auto", world)
+    if choice.checkpoint is None:
+        print(f"error: --resume auto: no complete checkpoint in {out}", file=sys.stderr)
+        return None
+    return os.path.join(out, choice.checkpoint.name)
+
+
+def train(recipe_path, resume_arg=None):
     doc = load_yaml(recipe_path)
     t, acc = doc.get("train", {}), doc.get("accelerate", {})
     data_dir = t.get("dataset_dir")
@@ -100,6 +119,12 @@ def train(recipe_path):
     tokens_per_step = int(t.get("cutoff_len") or 512) * int(t.get("per_device_train_batch_size") or 1) * world
     print(f"[fake-llamafactory] TEST DOUBLE training {out}: {total} steps", flush=True)
     resume = t.get("resume_from_checkpoint")
+    if resume_arg == "auto":
+        resume = resume_auto(out, world)
+        if resume is None:
+            return 2
+    elif resume_arg:
+        resume = resume_arg
     start = 0
     history = []
     if resume:
@@ -242,7 +267,7 @@ def main(argv):
             out = load_yaml(rest[0])["train"]["output_dir"]
             os.makedirs(out, exist_ok=True)
             write(os.path.join(out, "ktdeploy_tuned_applied.json"), json.dumps(tuned["chosen"]))
-        return train(rest[0])
+        return train(rest[0], rest[rest.index("--resume") + 1] if "--resume" in rest else None)
     if cmd == "tune":
         return tune(rest)
     if cmd == "convert":

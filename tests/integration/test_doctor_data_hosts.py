@@ -60,3 +60,24 @@ def test_placeholder_missing_broken_and_template(datahost):
     assert c["model.template_family"].status == "warn"
     datahost.exec("sh", "-c", "touch /data/models/Qwen3-235B-A22B-Instruct-2507-INT8/layer0.kt")
     assert _report(datahost, "alpaca_en_demo")["weights.converted"].status == "pass"
+
+
+def test_the_model_a_run_loads_is_checked_over_ssh(datahost):
+    """model.* on a real host: a folder with only config.json fails the tokenizer and the weights; an index naming
+    two shards with one of them absent names it (the host's own grep/sort/wc answer, through SSH)."""
+    m = "/data/models/Qwen3-235B-A22B-Instruct-2507"
+    c = _report(datahost, "alpaca_en_demo")
+    assert c["model.config"].status == "pass"
+    assert c["model.tokenizer"].status == "fail" and "tokenizer_config.json" in c["model.tokenizer"].detail
+    assert c["model.weights"].status == "fail" and "holds no model weights" in c["model.weights"].detail
+    index = json.dumps({"metadata": {"total_size": 1000}, "weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+    datahost.exec("sh", "-c", f"cd {m} && printf '%s' '{index}' > model.safetensors.index.json && "
+                              "truncate -s 4096 model-00001-of-00002.safetensors && echo '{}' > tokenizer_config.json "
+                              "&& echo '{}' > tokenizer.json")
+    c = _report(datahost, "alpaca_en_demo")
+    assert c["model.tokenizer"].status == "pass"
+    w = c["model.weights"]
+    assert w.status == "fail" and "1 of 2 shard(s) missing (model-00002-of-00002.safetensors)" in w.detail, w.detail
+    datahost.exec("sh", "-c", f"truncate -s 4096 {m}/model-00002-of-00002.safetensors")
+    assert _report(datahost, "alpaca_en_demo")["model.weights"].status == "pass"

@@ -4,55 +4,41 @@
   'localhost' / 'local'            -> LocalConnector
   'docker://NAME'                  -> DockerExecConnector(NAME)
   'ssh://user@host:port', 'user@host', 'host', 'user@host:port' -> SSHConnector
+Anything else is a UsageError (exit 2): ktdeploy.core.host_target parses every --host.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from ktdeploy.controller.connectors.base import Connector, Result, quote_argv
 from ktdeploy.controller.connectors.docker import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
-from ktdeploy.core.errors import ConnectError
-from ktdeploy.core.safeio import printable, redact_host
+from ktdeploy.core.errors import UsageError
+from ktdeploy.core.host_target import FORMS, HostTarget, parse_host
+from ktdeploy.core.safeio import printable
 
 __all__ = ["Connector", "DockerExecConnector", "LocalConnector", "Result", "SSHConnector", "connect",
            "parse_ssh_target", "quote_argv"]
 
 
-def _invalid_host(host: str, why: str = "") -> ConnectError:
-    return ConnectError(f"invalid host {printable(redact_host(host))}{': ' + why if why else ''}",
-                        fix="Use host, user@host or ssh://user@host:port.", key="host")
-
-
 def parse_ssh_target(host: str) -> tuple[str | None, str, int]:
-    """'ssh://u@h:2222' / 'u@h:2222' / 'u@h' / 'h' -> (user, hostname, port)."""
-    rest = host[len("ssh://"):] if host.startswith("ssh://") else host
-    userinfo, at, hostport = rest.rpartition("@")  # the userinfo ends at the LAST '@'; its password is dropped
-    user = userinfo.split(":", 1)[0] if at else None
-    try:
-        parts = urlsplit(f"ssh://{hostport}")
-        port = parts.port or 22
-    except ValueError as e:
-        raise _invalid_host(host, str(e)) from None
-    if not parts.hostname or parts.path not in ("", "/") or (at and not user):
-        raise _invalid_host(host)
-    return user, parts.hostname, port
+    """'ssh://u@h:2222' / 'u@h:2222' / 'u@h' / 'h' -> (user, hostname, port); a UsageError (exit 2) otherwise."""
+    t = parse_host(host)
+    if t.kind != "ssh":
+        raise UsageError(f"{printable(t.redacted)} is not an SSH host", key="--host", fix=f"Give {FORMS}.")
+    return t.user, t.address, t.port or 22
 
 
-def connect(host: str, **ssh_options) -> Connector:
-    """A connector for ``host``. SSH options: key, known_hosts, accept_new_host_key, connect_timeout."""
-    host = (host or "").strip()
-    if host in ("localhost", "local", ""):
+def connect(host: str | HostTarget, **ssh_options) -> Connector:
+    """A connector for ``host`` (core/host_target.py's forms; anything else is a UsageError before any
+    connection). SSH options: key, known_hosts, accept_new_host_key, connect_timeout."""
+    t = host if isinstance(host, HostTarget) else parse_host(host)
+    if t.kind == "local":
         return LocalConnector()
-    if host.startswith("docker://"):
-        return DockerExecConnector(host[len("docker://"):])
-    if host.startswith("-") or any(c.isspace() for c in host):
-        raise _invalid_host(host)
+    if t.kind == "docker":
+        return DockerExecConnector(t.address)
     from ktdeploy.controller.connectors.ssh import SSHConnector
 
-    user, hostname, port = parse_ssh_target(host)
-    return SSHConnector(hostname, user=user, port=port, **ssh_options)
+    return SSHConnector(t.address, user=t.user, port=t.port or 22, **ssh_options)
 
 
 def __getattr__(name):  # lazy: pyinfra/paramiko load only when SSH is used

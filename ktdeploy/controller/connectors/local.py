@@ -38,6 +38,18 @@ class LocalConnector:
     def get_file(self, remote, local) -> None:
         shutil.copyfile(remote, local)
 
+    def rsync(self, local_dir: str, remote_dir: str, flags: list[str]) -> None:
+        """rsync a folder's content into another folder of this machine (controller/sync.py chooses the flags)."""
+        from ktdeploy.core.errors import StepError, UsageError
+
+        if shutil.which("rsync") is None:
+            raise UsageError("rsync is not installed on this machine", key="rsync", fix="apt-get install rsync")
+        p = subprocess.run(["rsync", *flags, "--", local_dir.rstrip("/") + "/", remote_dir.rstrip("/") + "/"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise StepError(f"rsync into {remote_dir} failed (exit {p.returncode}): {p.stderr.strip()[-600:]}",
+                            step="sync", rc=p.returncode, fix="Run the same command again: the copy resumes.")
+
     def close(self) -> None:
         pass
 

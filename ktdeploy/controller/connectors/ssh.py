@@ -16,7 +16,7 @@ import stat
 import time
 
 from ktdeploy.controller.connectors.base import Result, checked, env_prefix, quote_argv, to_text
-from ktdeploy.core.errors import ConnectError
+from ktdeploy.core.errors import ConnectError, StepError, UsageError
 
 
 def _regular_or_absent(path: str) -> None:
@@ -171,6 +171,25 @@ class SSHConnector:
         return self.run(["sh", "-c", script], timeout=timeout, check=check)
 
     # -- files ----------------------------------------------------------------------------------
+    def rsync(self, local_dir: str, remote_dir: str, flags: list[str]) -> None:
+        """rsync a local folder's content into ``remote_dir`` through pyinfra's rsync, which builds the ssh
+        command from this connection's settings (user, port, key, known_hosts, host-key policy, BatchMode). Its
+        command line goes through a local shell, so both paths are quoted here; ``-s`` keeps the host's shell
+        away from the remote path."""
+        import shutil
+
+        if shutil.which("rsync") is None:
+            raise UsageError("rsync is not installed on this machine (the controller)", key="rsync",
+                             fix="Install it (apt-get install rsync) on the controller and the host.")
+        src = shlex.quote(local_dir.rstrip("/") + "/")
+        dest = shlex.quote(remote_dir.rstrip("/") + "/")
+        try:
+            self._host.connector.rsync(src, dest, flags)
+        except OSError as e:
+            raise StepError(f"rsync to {self.name}:{remote_dir} failed: {str(e).strip()[-600:]}", step="sync",
+                            fix="Check that rsync is installed on the host, then run the same command again: "
+                                "the copy resumes where it stopped.") from None
+
     def put_file(self, local, remote, mode=None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"
         self.run(["mkdir", "-p", "--", parent], check=True)

@@ -5,6 +5,8 @@
   data/parser.py get_dataset_list raises "Undefined dataset ... in dataset_info.json").
 - data.dataset_files: each local dataset file exists and its first rows parse (json/jsonl; bounded read).
 - model.template_family: the `template` fits the model family of config.json `model_type` (warn).
+- model.config / model.tokenizer / model.weights: the model folder holds what the run loads
+  (core/checks/model.py).
 - weights.converted: INT8/AMXINT4 `kt_weight_path` holds converted weights (INT8: `.kt` files, kt-kernel
   config.py "INT8 SFT requires kt_weight_path pointing to pre-quantized .kt weights"); otherwise names the
   conversion command of kt-kernel 0.7.2 (`kt quant`, kt_kernel/cli/commands/quant.py).
@@ -17,6 +19,7 @@ import posixpath
 from typing import Any
 
 from ktdeploy.core.check_result import CheckResult
+from ktdeploy.core.checks.model import model_checks, model_requests
 from ktdeploy.core.facts.data import READ_LIMIT, DataFacts, first_rows
 
 PLACEHOLDERS = {"your_dataset", "your-dataset", "my_dataset"}
@@ -49,6 +52,7 @@ def data_requests(train: dict) -> list[tuple[str, str]]:
     model = train.get("model_name_or_path")
     if isinstance(model, str) and model.startswith("/"):
         out.append(("read", posixpath.join(model, "config.json")))
+    out += model_requests(train)
     wp = train.get("kt_weight_path")
     if isinstance(wp, str) and wp.startswith("/"):
         out.append(("ls", wp))
@@ -134,6 +138,7 @@ def data_checks(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
             elif checked:
                 out.append(CheckResult(name="data.dataset_files", status="pass",
                                        detail=f"{checked} dataset file(s) exist and their first rows parse"))
+    out += model_checks(train, facts)
     out += _template_check(train, facts)
     out += _weights_check(train, setup, facts)
     return out

@@ -13,6 +13,15 @@ from dataclasses import dataclass, field
 
 from ktdeploy.core.check_result import CheckResult
 
+# The one named profile: a host without a GPU that runs the whole path for a test (`--cpu-only` on `up`, `doctor`,
+# `train`). It waives exactly the checks that ask for a GPU, on the controller and inside the containers (`up`
+# hands the same list to the training container's own doctor); every other check still gates. Offered in a
+# failure's fix only where the host has no GPU.
+CPU_ONLY = "cpu-only"
+CPU_ONLY_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "gpu.memory", "gpu.driver", "docker.nvidia_runtime",
+                    "layer.gpus", "plan.gpu_memory", "stack.cuda", "stack.triton")
+PROFILES = {CPU_ONLY: CPU_ONLY_WAIVERS}
+
 # `up` repairs these in its RUNTIME stage (installs docker / the NVIDIA container toolkit).
 RUNTIME_FIXABLE = ("docker.present", "docker.nvidia_runtime")
 # The agent runs the trainer in this process: no docker-engine check concerns it (a prefix ends in ".").
@@ -49,3 +58,18 @@ def gate(checks: Iterable[CheckResult], waive: Iterable[str] = (), defer: Iterab
         else:
             g.blocking.append(c)
     return g
+
+
+def with_profile(waive: Iterable[str], cpu_only: bool) -> tuple[str, ...]:
+    """The waivers a command runs with: the names given, plus the profile's when ``cpu_only`` (order kept, once)."""
+    return tuple(dict.fromkeys([*waive, *(CPU_ONLY_WAIVERS if cpu_only else ())]))
+
+
+def profile_hint(blocking: Iterable[CheckResult], gpu_count: int | None) -> str:
+    """The fix sentence that offers --cpu-only: only on a host without a GPU whose failures include a GPU check
+    (a GPU host short of memory is never invited to waive a GPU check)."""
+    gpu_fails = sorted({c.name for c in blocking if c.name in CPU_ONLY_WAIVERS})
+    if gpu_count or not gpu_fails:
+        return ""
+    return (f" This host has no GPU: to try the path on it (a test; nothing trains on a GPU), add --cpu-only, which "
+            f"waives exactly the GPU checks ({', '.join(gpu_fails)} fail here).")

@@ -2,7 +2,10 @@
 file, the model's config.json, the listing of kt_weight_path. Pure parsers of the output of DATA_SCRIPT
 (run by controller/doctor.py through a connector; every read is bounded by `head -c`).
 
-DATA_SCRIPT args: pairs of KIND PATH. KIND is `read` (first READ_LIMIT bytes) or `ls` (first 200 names).
+DATA_SCRIPT args: pairs of KIND PATH. KIND is `read` (first READ_LIMIT bytes), `ls` (first 200 names), `sizes`
+(a folder's files, one `BYTES<TAB>NAME` line each, links followed: a Hugging Face cache snapshot links its blobs;
+at most MAX_FILES) or `shards` (a safetensors index: `total<TAB>BYTES` from its metadata, then one
+`shard<TAB>NAME` line per distinct file its weight_map names, however large the index).
 Output: for each pair a header line `@@KTD-DATA<TAB>KIND<TAB>STATUS<TAB>SIZE<TAB>PATH` (a record of
 core/markers.py) then the content.
 """
@@ -16,6 +19,7 @@ from typing import Any
 from ktdeploy.core.markers import field_values, sh_fields
 
 READ_LIMIT = 65536
+MAX_FILES = 5000
 
 DATA_KEY = "KTD-DATA"
 
@@ -31,6 +35,19 @@ DATA_SCRIPT = "\n".join([
     '  if [ "$kind" = ls ]; then',
     f'    if [ -d "$p" ]; then {_head("ls", "ok", "0")}; ls -1 "$p" 2>/dev/null | head -n 200',
     f'    else {_head("ls", "missing", "0")}; fi',
+    '  elif [ "$kind" = sizes ]; then',
+    f'    if [ -d "$p" ]; then {_head("sizes", "ok", "0")}',
+    """      for f in "$p"/* "$p"/.[!.]*; do [ -f "$f" ] || continue""",
+    r"""        printf '%s\t' "$(wc -c < "$f" 2>/dev/null | tr -d ' ')"; printf '%s' "${f##*/}" | tr '\n\r' '??'; echo""",
+    f'      done | head -n {MAX_FILES}',
+    f'    else {_head("sizes", "missing", "0")}; fi',
+    '  elif [ "$kind" = shards ]; then',
+    '    if [ -f "$p" ] && [ -r "$p" ]; then',
+    f'      {_head("shards", "ok", "0")}',
+    r"""      t=$(grep -o '"total_size"[[:space:]]*:[[:space:]]*[0-9]*' "$p" 2>/dev/null | head -n 1 | tr -dc '0-9')""",
+    r"""      printf 'total\t%s\n' "$t" """,
+    r"""      grep -o '"[^"]*[.]safetensors"' "$p" 2>/dev/null | tr -d '"' | sort -u | head -n 20000 | sed 's/^/shard\t/'""",
+    f'    else {_head("shards", "missing", "0")}; fi',
     "  else",
     '    if [ -f "$p" ] && [ -r "$p" ]; then',
     """      size=$(wc -c < "$p" 2>/dev/null | tr -d ' ')""",
@@ -82,6 +99,33 @@ def parse_data_output(text: str) -> DataFacts:
         body.append(line)
     close()
     return facts
+
+
+def file_sizes(entry: Entry | None) -> dict[str, int] | None:
+    """A `sizes` answer -> {file name: bytes}; None when the folder is missing or was not asked for."""
+    if entry is None or not entry.ok:
+        return None
+    out: dict[str, int] = {}
+    for line in entry.content.split("\n"):
+        size, tab, name = line.partition("\t")
+        if tab and size.isdigit() and name:
+            out[name] = int(size)
+    return out
+
+
+def index_shards(entry: Entry | None) -> tuple[int | None, list[str]] | None:
+    """A `shards` answer -> (metadata.total_size or None, the shard files the weight_map names); None when the
+    index is missing."""
+    if entry is None or not entry.ok:
+        return None
+    total, shards = None, []
+    for line in entry.content.split("\n"):
+        kind, _, value = line.partition("\t")
+        if kind == "total" and value.isdigit():
+            total = int(value)
+        elif kind == "shard" and value:
+            shards.append(value)
+    return total, shards
 
 
 def _why(err: ValueError | RecursionError, with_line: bool = False) -> str:

@@ -26,6 +26,12 @@ START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not r
              "docker without CAP_SYS_RESOURCE): run it with that capability, or --waive docker.memlock (test hosts). "
              "Otherwise see `docker logs` of the container.")
 GPU_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime")
+
+
+def container_waivers(waive: tuple[str, ...]) -> tuple[str, ...]:
+    """The waivers the training container's own doctor gets: every doctor check `up` waived (docker.memlock is
+    no check but how the containers start, and stays on the controller)."""
+    return tuple(w for w in waive if w != MEMLOCK_WAIVER)
 ARTIFACTS = ("training_loss.png", "train_results.json", "all_results.json", "trainer_state.json", TRAINER_LOG)
 
 INSTALL_DOCKER = r"""set -e
@@ -149,9 +155,9 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
     chosen = choice.checkpoint
     for c in partial:
         if chosen is None or c.step > chosen.step:
-            notes.append(f"{c.name} is incomplete (missing {', '.join(c.missing)}); never resumed from")
+            notes.append(f"--resume: {c.name} is incomplete (missing {', '.join(c.missing)}); never resumed from")
     if chosen is None:
-        notes.append("no complete checkpoint: training starts from step 0")
+        notes.append(f"--resume {resume}: no complete checkpoint in {out}: training starts fresh, from step 0")
     else:
         if choice.problem == "world_size":
             steps.append(Step("train.resume", f"resume from {chosen.name}", action=StepAction.FAIL,
@@ -447,7 +453,7 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
         tr.append(Step("train.create", f"create the training container {name}",
                        argv=tuple(dk.create_train(name=name, image=j.image, run_id=opts.run_id, volumes=j.vol,
                                                   output_dir=j.out, gpus=j.gpus, memlock=j.memlock, user=j.user,
-                                                  tuned=tuned)),
+                                                  tuned=tuned, waive=container_waivers(opts.waive))),
                        probe=tuple(dk.exists_probe(name)),
                        why=(f"resume from {resume_from}" if resume_from else "fresh start")))
         tr.append(Step("train.copy", "copy the job folder into the container", argv=tuple(dk.copy_job(j.job_dir, name)),

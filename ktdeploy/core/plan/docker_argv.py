@@ -66,11 +66,17 @@ def _create_trainer(role: str, *, name: str, run_id: str, volumes, output_dir: s
             "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1"]
 
 
+def waive_args(waive) -> list[str]:
+    """The checks `up` waived, for the container's own doctor (`ktdeploy train|tune --waive NAME`): one gate."""
+    return [a for name in waive for a in ("--waive", name)]
+
+
 def create_train(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
-                 memlock: bool = True, user: str | None = None, tuned: str | None = None) -> list[str]:
+                 memlock: bool = True, user: str | None = None, tuned: str | None = None,
+                 waive: tuple[str, ...] = ()) -> list[str]:
     return [*_create_trainer("train", name=name, run_id=run_id, volumes=volumes, output_dir=output_dir, gpus=gpus,
                              memlock=memlock, user=user),
-            "--", image, "train", CONTAINER_RECIPE, *(["--tuned", tuned] if tuned else [])]
+            "--", image, "train", CONTAINER_RECIPE, *(["--tuned", tuned] if tuned else []), *waive_args(waive)]
 
 
 def create_tune(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,

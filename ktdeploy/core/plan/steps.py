@@ -25,6 +25,9 @@ class StepAction(StrEnum):
     WAIT_RUNNING = "wait_running"  # the container is still running a few seconds after start
     WAIT_HTTP = "wait_http"        # poll a readiness probe
     IMAGE_CHECK = "image_check"    # doctor inside the image started with the training flags (controller/image_check)
+    SUBMIT = "submit"              # sbatch a batch script (`up --slurm`); the job id goes to the run record
+    FOLLOW_JOB = "follow_job"      # follow a Slurm job (its state, the trainer log) until it ends
+    WAIT_JOB = "wait_job"          # wait for a Slurm job to end
 
 
 Action = StepAction   # the former Literal's name
@@ -98,6 +101,11 @@ class Plan:
         for st in self.stages:
             for s in st.steps:
                 yield st, s
+
+    def stop(self) -> tuple[Stage, Step] | None:
+        """The step where this plan will stop, known before it runs (a FAIL step with no probe that could pass)."""
+        return next(((st, s) for st, s in self.steps() if s.action == "fail" and not s.probe and not s.satisfied),
+                    None)
 
     def to_json(self) -> dict:
         return {"host": self.host, "recipe": self.recipe, "job": self.job, "image": self.image,

@@ -60,7 +60,7 @@ def plan_text(plan: Plan, *, run_dir: str | None = None) -> str:
                 lines.append(f"      check: {' '.join(shlex.quote(a) for a in s.probe)}  (else stop: {s.why})")
             elif s.probe and s.action in ("run", "put"):
                 lines.append(f"      skip when: {' '.join(shlex.quote(a) for a in s.probe)}")
-    stop = next(((st, s) for st, s in plan.steps() if s.action == "fail" and not s.probe and not s.satisfied), None)
+    stop = plan.stop()
     lines.append("")
     if stop:
         lines.append(f"This plan stops at {stop[0].name}: {stop[1].why}")

@@ -65,5 +65,13 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
 
 
 def load_native(train: str | Path, accelerate: str | Path, deploy: str | Path | None = None,
-                overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
-    return build(apply_overrides(read_native(train, accelerate, deploy), overrides))
+                overrides: list[str] | tuple[str, ...] = (), *, derive: bool = False) -> Recipe:
+    """The native pair (+ an optional deploy YAML). ``derive``: with no deploy YAML, the deploy section that
+    core/recipe/from_lf.py derives from the pair (what `up` and `train` run with)."""
+    raw = read_native(train, accelerate, deploy)
+    if derive and deploy is None:
+        from ktdeploy.core.recipe.from_lf import derive_deploy
+
+        raw.doc["deploy"] = derive_deploy(raw.doc.get("train") or {}, raw.doc.get("accelerate") or {})
+        raw.source.locations.setdefault("deploy", ("(derived from the training YAML)", 0))
+    return build(apply_overrides(raw, overrides))

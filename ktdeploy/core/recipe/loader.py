@@ -253,7 +253,7 @@ def read_recipe(path: str | Path) -> RawRecipe:
     return parse_recipe_text(_read(path), str(path))
 
 
-def read_native(train_path: str | Path, accelerate_path: str | Path,
+def read_native(train_path: str | Path, accelerate_path: str | Path | None,
                 deploy_path: str | Path | None = None) -> RawRecipe:
     """The two native files (LlamaFactory training YAML + Accelerate YAML), optionally a deploy YAML."""
     locs: dict[str, tuple[str, int]] = {}

@@ -19,7 +19,7 @@ from ktdeploy.core.recipe import catalog as cat
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.loader import SECTIONS
-from ktdeploy.core.recipe.schema import Deploy, Serve, Volumes
+from ktdeploy.core.recipe.schema import Deploy, Scheduler, Serve, Volumes
 from ktdeploy.core.recipe.types import type_error
 from ktdeploy.core.safeio import inside as _inside
 from ktdeploy.core.safeio import norm_path
@@ -277,7 +277,8 @@ def deploy_schema(ctx: Ctx) -> None:
     Cookbook: — (ktdeploy's own section).
     Code: ktdeploy/core/recipe/schema.py Deploy.
     """
-    fields_by_prefix = {(): Deploy.model_fields, ("volumes",): Volumes.model_fields, ("serve",): Serve.model_fields}
+    fields_by_prefix = {(): Deploy.model_fields, ("volumes",): Volumes.model_fields, ("serve",): Serve.model_fields,
+                        ("scheduler",): Scheduler.model_fields}
     for e in ctx.recipe.deploy_errors:
         loc = tuple(str(x) for x in e.get("loc", ()))
         path = ".".join(("deploy",) + loc)

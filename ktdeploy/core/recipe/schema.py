@@ -70,6 +70,28 @@ class Serve(_Strict):
                                                                       "(as separate argv items, never through a shell).")
 
 
+SLURM_TIME = r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$"   # Slurm's --time forms: MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
+SCHED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class Scheduler(_Strict):
+    """What a batch scheduler needs that a host would tell (`up --slurm`, `render --slurm`, `render --k8s`)."""
+
+    time: str = Field("1-00:00:00", pattern=SLURM_TIME,
+                      description="Wall-clock limit of the training job (Slurm --time: D-HH:MM:SS, HH:MM:SS or MM).")
+    cpus: int | None = Field(None, ge=1, le=4096,
+                             description="Physical cores for kt-kernel's expert threads when "
+                                         "train.kt_config.kt_num_threads is unset (the job asks for these + "
+                                         "deploy.reserve_cores).")
+    mem_gib: float | None = Field(None, gt=0, le=65536,
+                                  description="Host memory of the job in GiB; default: the planner's upper edge.")
+    partition: str | None = Field(None, pattern=SCHED_NAME, description="Slurm partition (--partition).")
+    account: str | None = Field(None, pattern=SCHED_NAME, description="Slurm account (--account).")
+    signal_seconds: int = Field(120, ge=10, le=3600,
+                                description="Seconds before the time limit at which Slurm signals the job, so it "
+                                            "stops its container and can be requeued from its last checkpoint.")
+
+
 class Deploy(_Strict):
     """ktdeploy's own settings: which image, which GPUs, which host paths."""
 
@@ -85,6 +107,7 @@ class Deploy(_Strict):
     reserve_cores: int = Field(2, ge=0, description="Physical cores kept free for the DataLoader and the system when "
                                                     "ktdeploy derives kt_num_threads.")
     serve: Serve = Field(default_factory=Serve)
+    scheduler: Scheduler = Field(default_factory=Scheduler)
 
     @field_validator("gpus")
     @classmethod

@@ -101,10 +101,13 @@ def test_a_password_with_url_characters_is_never_shown(host, secret):
     assert hostname == "gpu01" and user in ("admin", "a")
 
 
-def test_an_unparsable_host_error_hides_its_password(tmp_path):
+def test_an_unparsable_host_error_hides_its_password(tmp_path, monkeypatch):
+    """A usage error (2), decided before anything is recorded or reached."""
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     rc, out, _ = invoke(["up", "--host", f"admin:{SECRET}/x@gpu01:notaport", str(ROOT / "recipes/tiny-moe-lora.yaml")],
                         cwd=tmp_path)
-    assert rc == 3 and not problems(rc, out), out
+    assert rc == 2 and not problems(rc, out, records=tmp_path / "home"), out
+    assert not (tmp_path / "home").exists()
 
 
 def test_a_url_password_in_a_recipe_value_stops_before_any_record(tmp_path, monkeypatch):

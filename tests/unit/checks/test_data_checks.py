@@ -25,7 +25,8 @@ def _checks(extra=(), train=TRAIN, setup="int8"):
 
 
 def test_requests_are_bounded_reads_of_the_recipe_paths():
-    assert data_requests(TRAIN) == [("read", "/d/dataset_info.json"), ("read", "/m/M/config.json"), ("ls", "/m/W"),
+    assert data_requests(TRAIN) == [("read", "/d/dataset_info.json"), ("read", "/m/M/config.json"), ("sizes", "/m/M"),
+                                    ("shards", "/m/M/model.safetensors.index.json"), ("ls", "/m/W"),
                                     ("read", "/m/W/config.json")]
     _, facts = _checks()
     assert file_requests(TRAIN, facts) == [("read", "/d/demo.jsonl"), ("read", "/d/bad.json")]

@@ -245,8 +245,9 @@ def test_up_dry_run_on_the_gpu_golden_host_plans_and_changes_nothing(tmp_path, m
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     conn = _golden_host("gpu-h200-vm")
-    # the golden folder holds no dataset (its data files answer "missing"): that check is waived here
-    res = api.up("gpu01", connector=conn, dry_run=True, say=lambda _m: None, waive=("data.dataset_info",))
+    # the golden folder holds no dataset and no model (its data files answer "missing"): those checks are waived
+    res = api.up("gpu01", connector=conn, dry_run=True, say=lambda _m: None,
+                 waive=("data.dataset_info", "model.config"))
     assert res.state == "dry-run" and res.plan is not None
     assert [s.id for s in res.plan.stage("RUNTIME").steps][0] == "runtime.docker"
     assert (res.record.path / "plan.json").exists() and (res.record.path / "facts.json").exists()

@@ -5,7 +5,7 @@ import shlex
 import pytest
 
 from ktdeploy.controller.connectors import LocalConnector, connect, parse_ssh_target, quote_argv
-from ktdeploy.core.errors import ConnectError
+from ktdeploy.core.errors import UsageError
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -19,10 +19,13 @@ def test_parse_ssh_target(text, expected):
     assert parse_ssh_target(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["gpu01:notaport", "ssh://kt@gpu01/path", "-oProxyCommand=x", "a b"])
-def test_bad_targets_raise_connect_error(bad):
-    with pytest.raises(ConnectError):
+@pytest.mark.parametrize("bad", ["gpu01:notaport", "ssh://kt@gpu01/path", "-oProxyCommand=x", "a b",
+                                 "https://gpu01", "http://kt@gpu01:22", "@gpu01", "docker://", "docker://a b",
+                                 "ssh://gpu01:70000", "gpu01?x=1"])
+def test_bad_targets_are_usage_errors_before_any_connection(bad):
+    with pytest.raises(UsageError) as ei:
         connect(bad)
+    assert ei.value.exit_code == 2 and ei.value.key == "--host" and "ssh://user@host:port" in ei.value.fix
 
 
 def test_local_names():

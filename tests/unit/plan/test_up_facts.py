@@ -32,12 +32,14 @@ def readme_dry_run_line() -> list[str]:
 def test_the_readme_dry_run_works_as_written(tmp_path):
     args = readme_dry_run_line()
     r = cli(args, tmp_path)
-    assert r.returncode == 0, r.stdout + r.stderr
+    # a fresh host has no image and the recipe names no registry: the plan stops at IMAGE, as the real run would (4)
+    assert r.returncode == 4, r.stdout + r.stderr
     assert "ktdeploy up plan — host gpu01" in r.stdout and "not connecting to gpu01" in r.stdout
-    assert "docker create --name ktd-tiny-moe-lora-" in r.stdout
+    assert "docker create --name ktd-tiny-moe-lora-" in r.stdout and "This plan stops at IMAGE" in r.stdout
     (rec,) = runs.all_runs(tmp_path / "runs")
     st = rec.status()
     assert st["state"] == "dry-run" and st["dry_run"] is True and st["facts_file"].endswith(".json")
+    assert st["stops_at"] == "IMAGE"
     assert json.loads((rec.path / "facts.json").read_text())["cpu"]["model_name"]
 
 
@@ -56,7 +58,8 @@ def test_a_bare_golden_facts_json_is_accepted(tmp_path, golden):
     r = cli(["up", "--host", "gpu01", "recipes/tiny-moe-lora.yaml", "--dry-run", "--facts",
              f"tests/golden/{golden}/facts.json", "--waive", "gpu.present", "--waive", "gpu.count_vs_recipe",
              "--waive", "docker.nvidia_runtime", "--waive", "docker.memlock"], tmp_path)
-    assert r.returncode in (0, 1), r.stdout + r.stderr   # doctor's verdict on that machine, never connect (3)
+    # doctor's verdict on that machine (1), or the plan's stop (4: no image on a fresh host), never connect (3)
+    assert r.returncode in (1, 4), r.stdout + r.stderr
     assert "ktdeploy up plan — host gpu01" in r.stdout
 
 

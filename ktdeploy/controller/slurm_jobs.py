@@ -1,0 +1,163 @@
+"""Slurm jobs through a connector to the login node: the cluster's nodes (sinfo), a job's state (scontrol, then
+sacct), its log, and the executor's SUBMIT / FOLLOW_JOB / WAIT_JOB actions for ``up --slurm``. Parsing is
+core/sched/slurm.py's."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ktdeploy.controller.follow import describe, latest
+from ktdeploy.core import markers
+from ktdeploy.core.errors import ConnectError, StepError
+from ktdeploy.core.markup import esc
+from ktdeploy.core.safeio import write_file
+from ktdeploy.core.sched import slurm as sl
+from ktdeploy.core.sched.plan import log_path
+
+
+def cluster_nodes(conn) -> list[sl.ClusterNode]:
+    r = conn.run(sl.SINFO, timeout=60)
+    if r.rc != 0:
+        raise StepError(f"sinfo failed on {conn.name}: {(r.stderr or r.stdout).strip()[-300:] or f'exit {r.rc}'}",
+                        step="preflight.cluster",
+                        fix="Run ktdeploy up --slurm against a Slurm login node (sinfo, sbatch, scontrol on PATH).")
+    return sl.parse_sinfo(r.stdout)
+
+
+def queued_jobs(conn, name: str) -> dict[str, str]:
+    """role -> job id of the jobs of this name still queued or running (a second `up` follows them)."""
+    out = {}
+    for role, jname in (("train", name), ("convert", f"{name}-convert")):
+        r = conn.run(sl.squeue_by_name(jname), timeout=60)
+        if r.rc != 0:
+            raise StepError(f"squeue failed on {conn.name}: {r.stderr.strip()[-300:]}", step="preflight.queue")
+        live = [jid for jid, st in sl.parse_squeue(r.stdout) if st not in sl.TERMINAL]
+        if live:
+            out[role] = live[-1]
+    return out
+
+
+def job_state(conn, job_id: str, log: str = "/dev/null", timeout: float | None = None):
+    """(JobInfo or None when no Slurm command knows the job, the trainer log's last entry)."""
+    timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
+    r = conn.run(["sh", "-c", markers.JOB_SH, "ktdeploy-job", job_id, log], timeout=timeout)
+    blocks = markers.parse_job(r.stdout) if r.rc == 0 else None
+    if blocks is None:
+        raise ConnectError(f"connection to {conn.name} lost while reading Slurm job {job_id}",
+                           fix="The job keeps running; re-run `ktdeploy up` (same arguments) to follow it.")
+    return sl.job_from_blocks(blocks, job_id), latest(blocks["log"])
+
+
+def job_log(conn, job_dir: str, role: str, job_id: str, tail: int | None = 200) -> str:
+    argv = ["tail", "-n", str(tail), "--", log_path(job_dir, role, job_id)] if tail else \
+        ["cat", "--", log_path(job_dir, role, job_id)]
+    r = conn.run(argv, timeout=120)
+    return r.stdout if r.rc == 0 else ""
+
+
+# -- the executor's actions ---------------------------------------------------------------------------------
+def do_submit(ex, stage, s) -> None:
+    role = s.params["role"]
+    argv = list(s.argv or ())
+    after = s.params.get("after")
+    if after:
+        dep = ex.jobs.get(after)
+        if dep:
+            argv = [*argv[:2], f"--dependency=afterok:{dep}", "--kill-on-invalid-dep=yes", *argv[2:]]
+    ex.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
+    r = ex.conn.run(argv, timeout=s.timeout or 120)
+    job_id = sl.parse_sbatch(r.stdout) if r.rc == 0 else None
+    if job_id is None:
+        tail = "\n".join((r.stderr.strip() or r.stdout.strip()).splitlines()[-10:])
+        raise StepError(f"{stage.name}: sbatch refused the {role} job on {ex.plan.host} (exit {r.rc}):\n{tail}",
+                        step=s.id, rc=r.rc, output=tail, fix=s.fix)
+    ex.jobs[role] = job_id
+    ex.submitted_at[role] = time.monotonic()
+    ex.record.event("slurm_submitted", role=role, job_id=job_id, argv=argv)
+    ex.record.set_status("running", slurm_jobs=dict(ex.jobs))
+    ex.say(f"  submitted {role} job {job_id}")
+
+
+def _known(ex, s) -> str | None:
+    role = s.params["role"]
+    job_id = ex.jobs.get(role) or s.params.get("job_id")
+    if job_id:
+        ex.jobs[role] = job_id
+    return job_id
+
+
+def _fetch_job_log(ex, job_dir: str, role: str, job_id: str) -> str:
+    text = job_log(ex.conn, job_dir, role, job_id, tail=None)
+    write_file(ex.record.path / "artifacts", f"slurm-{role}-{job_id}.out", text, overwrite=True)
+    return text
+
+
+def _failed(ex, stage, s, info, job_dir: str, role: str) -> StepError:
+    lines = job_log(ex.conn, job_dir, role, info.job_id, tail=15).rstrip().splitlines()
+    ex.record.event("slurm_job_failed", role=role, job=info.describe(), last_lines=lines)
+    ex.record.set_status("crashed", exit_code=info.exit_code)
+    what = f"Slurm {info.describe()}"
+    if lines:
+        what += "\n  last log lines:\n    " + "\n    ".join(lines)
+    return StepError(f"{stage.name}: {what}", step=s.id, rc=info.exit_code,
+                     fix=f"See the job's log ({log_path(job_dir, role, info.job_id)}); fix the cause, then "
+                         "ktdeploy up --slurm (same arguments): the job resumes from its newest complete checkpoint.")
+
+
+def _poll(ex, stage, s, role: str, log: str, on_entry=None):
+    job_id = _known(ex, s)
+    if job_id is None:
+        raise StepError(f"{stage.name}: no {role} job was submitted", step=s.id, fix="a plan bug; report it")
+    started = None
+    last_state = None
+    while True:
+        info, entry = job_state(ex.conn, job_id, log)
+        if info is None:
+            raise StepError(f"{stage.name}: Slurm no longer knows job {job_id} (neither scontrol nor sacct)",
+                            step=s.id, fix="See the job's log in the job folder; re-run ktdeploy up --slurm.")
+        if info.state != last_state:
+            last_state = info.state
+            ex.record.event("slurm_job", role=role, job_id=job_id, state=info.state, nodes=info.nodes,
+                            restarts=info.restarts, reason=info.reason)
+            if info.state == "RUNNING" and started is None:
+                started = time.monotonic()
+                since = ex.submitted_at.get(role)
+                ex.record.event("slurm_started", role=role, job_id=job_id, nodes=info.nodes,
+                                seconds_after_submit=round(started - since, 3) if since else None)
+            ex.say(f"  {esc(info.describe())}")
+        if on_entry is not None:
+            on_entry(entry, info)
+        if info.finished:
+            return info
+        time.sleep(ex.poll_s)
+
+
+def do_follow_job(ex, stage, s) -> None:
+    role, log, job_dir = s.params["role"], s.params["log"], s.params["job_dir"]
+    ex.record.set_status("training", stage=stage.name)
+    seen = {"step": None}
+
+    def on_entry(entry, info):
+        if entry is not None and entry.current_steps != seen["step"]:
+            seen["step"] = entry.current_steps
+            ex.record.event("progress", **entry.to_json())
+            ex.record.set_status("training", progress=entry.to_json())
+            ex.say(f"  {esc(describe(entry))}")
+
+    info = _poll(ex, stage, s, role, log, on_entry)
+    _fetch_job_log(ex, job_dir, role, info.job_id)
+    ex.record.event("train_exited", job=info.describe(), exit_code=info.exit_code, state=info.state)
+    if not info.succeeded:
+        raise _failed(ex, stage, s, info, job_dir, role)
+    ex.say(f"[green]✓[/green] training job {esc(info.job_id)} finished on {esc(info.nodes)}")
+
+
+def do_wait_job(ex, stage, s) -> None:
+    role, job_dir = s.params["role"], s.params["job_dir"]
+    ex.say(f"[cyan]→[/cyan] {esc(stage.name)}: waiting for the {esc(role)} job")
+    info = _poll(ex, stage, s, role, "/dev/null")
+    _fetch_job_log(ex, job_dir, role, info.job_id)
+    if not info.succeeded:
+        raise _failed(ex, stage, s, info, job_dir, role)
+    ex.say(f"[green]✓[/green] {esc(stage.name)}: {esc(s.title)} (job {esc(info.job_id)})")

@@ -1,0 +1,183 @@
+"""`up --sync-model DIR` / `--sync-data DIR`: a local folder onto the host, before doctor looks at it (SkyPilot's
+file mounts, for one folder).
+
+- the copy is rsync's, over the connection's own settings (connectors: ``SSHConnector.rsync`` hands the key,
+  port, known_hosts and host-key policy to pyinfra's rsync; ``LocalConnector.rsync`` copies on this machine);
+- resumable: ``--partial-dir`` keeps a cut-off file's bytes on the host (in ``.ktdeploy-partial/`` of the target),
+  and the next run goes on from them; files already there are never replaced (``--ignore-existing``);
+- checked: afterwards every file's size and SHA-256 on the host are compared with the local file's;
+- a model folder that exists with other content (a file the local folder does not have, or one of another size)
+  is refused before anything is copied, naming the files: ktdeploy never writes into someone's model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ktdeploy.core.errors import StepError, UsageError
+from ktdeploy.core.markers import marker, sh_block
+from ktdeploy.core.markup import esc
+from ktdeploy.core.safeio import printable
+
+PARTIAL = ".ktdeploy-partial"
+MAX_FILES = 100_000
+HASH_BATCH = 200
+RSYNC_FLAGS = ["-rLt", "-s", f"--partial-dir={PARTIAL}", "--ignore-existing", "--timeout=600"]
+# what the host holds under DIR: `SIZE<TAB>RELATIVE PATH` per regular file (links followed, as the copy does);
+# a newline inside a name becomes '?', so a name can never forge a line
+MISSING = marker("missing")
+LIST_SH = ('[ -d "$1" ] || { ' + sh_block("missing") + '; exit 0; }; '
+           'find -L "$1" -path "$1/' + PARTIAL + '" -prune -o -type f -printf \'%s\\t%P\\0\' 2>/dev/null '
+           f"| tr '\\n\\0' '?\\n' | head -n {MAX_FILES}")
+HASH_SH = 'cd -- "$1" && shift && sha256sum -- "$@"'
+
+
+@dataclass
+class SyncResult:
+    role: str
+    local: str
+    remote: str
+    files: int = 0
+    bytes: int = 0
+    copied: int = 0            # files that were not on the host before
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def local_files(root: Path) -> dict[str, int]:
+    """relative path -> size of every regular file under ``root`` (links followed, as the copy follows them)."""
+    if not root.is_dir():
+        raise UsageError(f"{printable(str(root))} is not a folder", fix="Give the local folder to upload.")
+    out: dict[str, int] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if d != PARTIAL)
+        for name in sorted(filenames):
+            p = Path(dirpath, name)
+            rel = str(p.relative_to(root))
+            if any(ord(c) < 32 for c in rel):
+                raise UsageError(f"{printable(rel)} in {printable(str(root))} has a control character in its name",
+                                 fix="Rename it; ktdeploy uploads files whose names are plain text.")
+            if p.is_file():
+                out[rel] = p.stat().st_size
+            if len(out) > MAX_FILES:
+                raise UsageError(f"{printable(str(root))} holds more than {MAX_FILES} files",
+                                 fix="Upload a model or data folder, not a tree of that size.")
+    return out
+
+
+def remote_files(conn, remote: str) -> dict[str, int] | None:
+    """The host's files under ``remote`` (None when the folder does not exist)."""
+    r = conn.run(["sh", "-c", LIST_SH, "ktdeploy-sync", remote], timeout=300)
+    if r.stdout.strip() == MISSING:
+        return None
+    if r.rc != 0:
+        raise StepError(f"could not list {remote} on {conn.name}: {r.stderr.strip()[-300:]}", step="sync.list")
+    out: dict[str, int] = {}
+    for line in r.stdout.splitlines():
+        size, tab, rel = line.partition("\t")
+        if tab and size.isdigit():
+            out[rel] = int(size)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def remote_hashes(conn, remote: str, names: list[str], nbytes: int) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for i in range(0, len(names), HASH_BATCH):
+        batch = names[i:i + HASH_BATCH]
+        r = conn.run(["sh", "-c", HASH_SH, "ktdeploy-hash", remote, *batch], timeout=120 + nbytes / 50e6)
+        if r.rc != 0:
+            raise StepError(f"could not hash the uploaded files on {conn.name}: {r.stderr.strip()[-300:]}",
+                            step="sync.verify", fix="Check that sha256sum (coreutils) is installed on the host.")
+        for line in r.stdout.splitlines():
+            digest, _, name = line.partition("  ")
+            if name in batch:
+                out[name] = digest
+    return out
+
+
+def conflicts(local: dict[str, int], remote: dict[str, int]) -> list[str]:
+    """What the host's folder holds that is not the local folder's: other files, or the same names, other sizes."""
+    extra = [f"{n} (not in the local folder)" for n in sorted(set(remote) - set(local))]
+    other = [f"{n} ({remote[n]} bytes on the host, {local[n]} here)" for n in sorted(set(remote) & set(local))
+             if remote[n] != local[n]]
+    return extra + other
+
+
+def sync_folder(conn, local_dir: str, remote: str, *, role: str, dry_run: bool = False,
+                say: Callable[[str], None] = print) -> SyncResult:
+    """Upload ``local_dir`` to ``remote`` on the host (role: "model" or "data"); see the module's docstring."""
+    src = Path(local_dir).expanduser().resolve()
+    if not posixpath.isabs(remote):
+        raise UsageError(f"--sync-{role}: the target {printable(remote)} is not an absolute host path",
+                         key=f"--sync-{role}", fix="Set the recipe's path to an absolute folder on the host.")
+    here = local_files(src)
+    res = SyncResult(role=role, local=str(src), remote=remote, files=len(here), bytes=sum(here.values()))
+    there = remote_files(conn, remote) or {}
+    clash = conflicts(here, there)
+    if role == "model" and clash:
+        raise UsageError(f"the host's {printable(remote)} already holds other content: " + "; ".join(clash[:5])
+                         + (f"; ... {len(clash) - 5} more" if len(clash) > 5 else ""), key="--sync-model",
+                         fix="ktdeploy never writes into a model folder with other content: point "
+                             "train.model_name_or_path at a new folder (--set train.model_name_or_path=...), or "
+                             "empty that one on the host yourself.")
+    missing = [n for n in here if n not in there]
+    res.copied = len(missing)
+    what = (f"{len(missing)} of {len(here)} file(s), {_size(sum(here[n] for n in missing))}"
+            if missing else f"all {len(here)} file(s) already there")
+    if dry_run:
+        say(f"[yellow]-[/yellow] SYNC: would upload {esc(what)} from {esc(src)} to {esc(remote)} (dry run)")
+        return res
+    t0 = time.monotonic()
+    if missing:
+        say(f"[cyan]→[/cyan] SYNC: upload {esc(what)} from {esc(src)} to {esc(remote)} on {esc(conn.name)}")
+        r = conn.run(["mkdir", "-p", "--", remote], timeout=120)
+        if r.rc != 0:
+            raise StepError(f"could not create {remote} on {conn.name}: {r.stderr.strip()[-300:]}", step="sync.mkdir",
+                            fix="Create the folder on the host, writable by the SSH user.")
+        rsync = getattr(conn, "rsync", None)
+        if rsync is None:
+            raise UsageError(f"--sync-{role} needs an SSH or local host; {conn.name} is neither", key=f"--sync-{role}",
+                             fix="Copy the folder into the container's volume on its host instead.")
+        rsync(str(src), remote, RSYNC_FLAGS)
+    _verify(conn, src, remote, here, role)
+    res.seconds = round(time.monotonic() - t0, 2)
+    say(f"[green]✓[/green] SYNC: {esc(remote)} holds the {len(here)} file(s) of {esc(src)} ({_size(res.bytes)}), "
+        "checked by size and SHA-256")
+    return res
+
+
+def _verify(conn, src: Path, remote: str, here: dict[str, int], role: str) -> None:
+    there = remote_files(conn, remote) or {}
+    short = [n for n in here if there.get(n) != here[n]]
+    if short:
+        raise StepError(f"after the upload the host's {remote} lacks or holds other sizes of: " + ", ".join(short[:5]),
+                        step=f"sync.{role}", fix="Run the same command again: the upload resumes where it stopped.")
+    names = sorted(here)
+    theirs = remote_hashes(conn, remote, names, sum(here.values()))
+    differ = [n for n in names if theirs.get(n) != _sha256(src / n)]
+    if differ:
+        raise StepError(f"the host's {remote} holds other content than {src} in: " + ", ".join(differ[:5]),
+                        step=f"sync.{role}",
+                        fix="Those files were there before the upload and were not replaced (ktdeploy never "
+                            "overwrites them): remove them on the host, then run the same command again.")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

@@ -1,0 +1,9 @@
+"""Schedulers (pure): what ktdeploy hands Slurm and Kubernetes from its own knowledge — CPU features proven by
+doctor, the planner's memory upper edge, the thread plan, the image variant's CPU needs.
+
+    features.py   proven CPU features of a node, the one image-variant -> CPU-needs mapping, node weights
+    request.py    a training job's resource request (memory, CPUs, GPUs, constraint, time) from recipe + plan
+    slurm.py      slurm.conf node lines and gres.conf from host facts; sinfo/squeue/scontrol parsers; fit check
+    batch.py      the sbatch script (header from the request, body the same container command as `up --host`)
+    k8s.py        Kubernetes Job (training) and Deployment + Service (serving) manifests
+"""

@@ -1,0 +1,46 @@
+"""`ktdeploy render --slurm | --k8s` (pure): the batch scripts and the Kubernetes manifests of a recipe, for sites
+that submit by hand. Without a cluster to look at, ``deploy.image: auto`` needs the variant named (``--variant``)."""
+
+from __future__ import annotations
+
+from ktdeploy.core.errors import UsageError
+from ktdeploy.core.plan.build import resolve_image, shipped_recipe
+from ktdeploy.core.sched import k8s
+from ktdeploy.core.sched.batch import BatchJob, convert_script, train_script
+from ktdeploy.core.sched.features import LADDER
+from ktdeploy.core.sched.request import request_for
+
+
+def image_and_variant(recipe, variant: str | None) -> tuple[str, str | None]:
+    deploy = recipe.deploy
+    if variant is not None and variant not in LADDER:
+        raise UsageError(f"--variant {variant!r}: not an image variant", key="--variant",
+                         fix=f"Use one of {', '.join(LADDER)}.")
+    if deploy.image == "auto":
+        if variant is None:
+            raise UsageError("deploy.image is auto, and without a cluster there is no CPU to choose from",
+                             key="--variant", fix=f"Name the variant the nodes run: --variant {'|'.join(LADDER)} "
+                                                  "(or set deploy.image; `ktdeploy up --slurm` chooses from sinfo).")
+        chosen = variant
+    elif deploy.image in LADDER:
+        if variant is not None and variant != deploy.image:
+            raise UsageError(f"--variant {variant} contradicts deploy.image {deploy.image}", key="--variant",
+                             fix="Drop --variant or change deploy.image.")
+        chosen = deploy.image
+    else:
+        return deploy.image, variant   # a full image reference: its CPU needs are what --variant says (or none)
+    image, _v, _how = resolve_image(deploy.model_copy(update={"image": chosen}), None)
+    return image, chosen
+
+
+def slurm_scripts(recipe, variant: str | None = None, run_id: str = "manual") -> list[BatchJob]:
+    image, chosen = image_and_variant(recipe, variant)
+    request = request_for(recipe, chosen)
+    return [train_script(recipe, shipped_recipe(recipe, None), image=image, run_id=run_id, request=request),
+            convert_script(recipe, image=image, run_id=run_id, request=request)]
+
+
+def k8s_manifests(recipe, variant: str | None = None, namespace: str = "default") -> list[dict]:
+    image, chosen = image_and_variant(recipe, variant)
+    return k8s.manifests(recipe, image=image, variant=chosen, request=request_for(recipe, chosen),
+                         namespace=namespace)

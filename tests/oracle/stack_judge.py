@@ -1,0 +1,464 @@
+"""The real stack's start-up validation of rendered recipes, run in ONE process inside the full image.
+
+    docker run --rm --user 0 -v "$PWD":/src -w /src -e PYTHONPATH=/src --entrypoint python3 ktsft:amx \
+        -m tests.oracle.stack_judge CASES_DIR OUT.json [PER_CASE_SECONDS]
+
+CASES_DIR/manifest.json lists the cases (written by harness.py): for each, the rendered ``train.yaml`` and
+``accelerate.yaml`` (what ``ktdeploy up`` launches), the environment launch.sh exports (CUDA_VISIBLE_DEVICES), and the model's
+config.json stand-in (recipes/models/*.json). Each case goes through what a training start runs, in its order:
+
+1. ``accelerate_launch`` - ``accelerate launch --main_process_port 0 --config_file accelerate.yaml -m
+   llamafactory.launcher train.yaml``: accelerate's own argument parser and ``_validate_launch_command`` (which loads
+   the config file), the launcher ``launch_command`` would pick and its environment (``prepare_multi_gpu_env`` /
+   ``prepare_simple_launcher_cmd_env`` / the DeepSpeed, TPU and SageMaker launchers' first checks), and for torchrun
+   ``torch.distributed.run.config_from_args`` on the arguments accelerate filters for it. Nothing is spawned.
+2. ``llamafactory_args`` - in the training process's environment (the launcher's, for rank 0):
+   ``llamafactory.train.tuner.run_exp()`` with ``sys.argv = [launcher, train.yaml]``: LlamaFactory's ``read_args``
+   (OmegaConf), ``get_ray_args``, ``get_train_args`` (HfArgumentParser over ModelArguments, DataArguments,
+   transformers-kt's TrainingArguments, FinetuningArguments, GeneratingArguments, every check of get_train_args and
+   the KT config it registers through ``apply_kt_config`` / ``update_kt_config``).
+3. ``llamafactory_workflow`` - the real ``run_sft`` up to the Trainer: tokenizer, template and dataset loading are
+   stand-ins (no files), ``load_config`` reads the model's config stand-in, ``validate_kt_deepseek_v4_training``
+   and the KT metric checks run for real; the Trainer stand-in instantiates the ``report_to`` callbacks as
+   ``Trainer.__init__`` does, then stops. Stages other than sft stop at their workflow's entry.
+4. ``kt_kernel`` - inside the ``load_model`` stand-in, what ``from_pretrained`` does with KT on: the runtime metadata
+   it attaches (checkpoint shards of model_name_or_path), then kt-kernel's real ``wrap_moe_layers_with_kt_wrapper``
+   on a weightless module carrying the model config: ``KTConfig.from_object`` (every KTConfig check) and every
+   wrapper check up to the point where it would walk the model's layers.
+5. ``kt_plugin`` - what ``Accelerator.prepare`` checks: the FSDP plugin (from the training arguments' fsdp args or
+   from the launcher's FSDP_* environment, as ``Accelerator.__init__`` builds it), the distributed type
+   AcceleratorState derives on a CUDA host, and the real ``KTransformersPlugin.validate_distributed_setup``.
+
+Bypassed, because this machine has no GPU and no weights (each bypass is a hardware or file gate that would refuse
+every case here, never a configuration rule): transformers' and LlamaFactory's bf16-GPU checks and the TF32 check
+(told a bf16/TF32-capable GPU is present); the FSDP plugin's ``torch.cuda.current_device`` (device 0); the process
+group (the training-process stages see one process: LOCAL_RANK/RANK/WORLD_SIZE are not set there, so no rendezvous
+is attempted; the world size goes to the kt_plugin stage); kt-kernel's INT8/FP8/RAWINT4/MXFP4 kernel selection (the
+target CPU has AMX); weight folders are taken to hold safetensors shards (``_resolve_checkpoint_files``); the
+compiled kernel variant is the one this CPU can load (KT_KERNEL_CPU_VARIANT unset). Not run: weight and dataset
+loading, LlamaFactory's adapter setup (peft injection), the Trainer's own init beyond its report_to callbacks, the
+per-layer KT wrapper construction and the C++ kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+STAGES = ("accelerate_launch", "llamafactory_args", "llamafactory_workflow", "kt_kernel", "kt_plugin")
+TORCHRUN_VARS = ("LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "ROLE_WORLD_SIZE",
+                 "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")
+
+
+class _Stop(BaseException):
+    """Raised by a stand-in where the real start would go on to load weights or train: the stage passed."""
+
+
+class _Timeout(BaseException):
+    pass
+
+
+def _msg(exc: BaseException) -> str:
+    text = str(exc) if str(exc) else repr(exc)
+    return text.replace("\n", " ")[:600]
+
+
+def _where(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(tb):
+        if "/site-packages/" in frame.filename:
+            return f"{frame.filename.split('/site-packages/')[1]}:{frame.lineno}"
+    return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
+
+
+class _Tokenizer:
+    additional_special_tokens_ids: list[int] = []
+    eos_token_id = 1
+    pad_token_id = 0
+
+    def convert_tokens_to_ids(self, tokens):
+        return [0 for _ in tokens]
+
+
+class Judge:
+    def __init__(self, per_case_seconds: float = 30.0) -> None:
+        import torch
+
+        self.per_case = per_case_seconds
+        self.torch = torch
+        self._model_configs: dict[str, Any] = {}
+        self._install_gates()
+
+    # -------------------------------------------------------------- bypassed gates (hardware / files only)
+
+    def _install_gates(self) -> None:
+        import accelerate.utils.dataclasses as acc_dc
+        import kt_kernel.sft.wrapper as ktw
+        import llamafactory.hparams.parser as lf_parser
+        import transformers.training_args as tr_args
+
+        tr_args.is_torch_bf16_gpu_available = lambda *a, **k: True
+        tr_args.is_torch_tf32_available = lambda *a, **k: True
+        tr_args.enable_tf32 = lambda *a, **k: None
+        lf_parser.is_torch_bf16_gpu_available = lambda *a, **k: True
+        acc_dc.is_cuda_available = lambda *a, **k: True
+        self.torch.cuda.current_device = lambda: 0
+
+        runtime = SimpleNamespace(cpu_variant="amx", kernel="(selection bypassed)", weight_layout="(bypassed)")
+        for name in ("get_int8_runtime", "get_fp8_runtime", "get_rawint4_runtime", "get_mxfp4_runtime"):
+            if hasattr(ktw, name):
+                setattr(ktw, name, lambda *a, **k: runtime)
+
+        def shards(path=None, *a, model_name_or_path=None, **k):
+            root = str(model_name_or_path or path or "/model")
+            return ([f"{root}/model-00001-of-00002.safetensors", f"{root}/model-00002-of-00002.safetensors"],
+                    {"weight_map": {}})
+
+        ktw._resolve_checkpoint_files = shards
+        ktw._resolve_raw_safetensors_checkpoint_files = shards
+
+        def stop_at_layers(*a, **k):
+            raise _Stop("kt wrapper reached the model's layers (every configuration check passed)")
+
+        ktw._get_model_container_and_layers = stop_at_layers
+
+    # -------------------------------------------------------------- stage 1: accelerate launch
+
+    def accelerate_launch(self, entry: dict) -> tuple[dict, dict]:
+        import accelerate.commands.launch as acl
+        import accelerate.utils.launch as acu
+        import torch.distributed.run as distrib_run
+        from accelerate.commands.config.config_args import ComputeEnvironment
+
+        info: dict[str, Any] = {"launcher": None, "world_size": 1}
+        parser = acl.launch_command_parser()
+        args = parser.parse_args(["--main_process_port", "0", "--config_file", entry["accelerate_yaml"],
+                                  "-m", "llamafactory.launcher", entry["train_yaml"]])
+        args, defaults, _mp = acl._validate_launch_command(args)
+        if args.use_deepspeed and not args.cpu:
+            info["launcher"] = "deepspeed"
+            from accelerate.utils import is_deepspeed_available
+
+            if not is_deepspeed_available():
+                acl.deepspeed_launcher(args)  # raises: DeepSpeed is not installed
+            _cmd, env = acu.prepare_deepspeed_cmd_env(args)
+        elif (args.use_fsdp or args.use_megatron_lm or args.multi_gpu) and not args.cpu:
+            info["launcher"] = "torchrun"
+            env = acu.prepare_multi_gpu_env(args)
+            targs = acl._filter_args(args, distrib_run.get_args_parser(),
+                                     ["--training_script", args.training_script,
+                                      "--training_script_args", args.training_script_args])
+            config, _cmd, _cmd_args = distrib_run.config_from_args(targs)
+            world = int(config.nproc_per_node) * int(config.max_nodes)
+            info["world_size"] = world
+            env.update({"LOCAL_RANK": "0", "RANK": "0", "GROUP_RANK": "0", "LOCAL_WORLD_SIZE":
+                        str(config.nproc_per_node), "WORLD_SIZE": str(world)})
+        elif args.tpu and not args.cpu:
+            info["launcher"] = "tpu"
+            import importlib.util
+
+            if importlib.util.find_spec("torch_xla") is None:
+                acl.tpu_launcher(args)  # raises: its first line imports torch_xla
+            raise RuntimeError("harness: a TPU launch is not modelled")
+        elif defaults is not None and defaults.compute_environment == ComputeEnvironment.AMAZON_SAGEMAKER:
+            info["launcher"] = "sagemaker"
+            from accelerate.utils import is_sagemaker_available
+
+            if not is_sagemaker_available():
+                acl.sagemaker_launcher(defaults, args)  # raises: sagemaker is not installed
+            raise RuntimeError("harness: a SageMaker launch is not modelled")
+        else:
+            info["launcher"] = "simple"
+            _cmd, env = acu.prepare_simple_launcher_cmd_env(args)
+            info["world_size"] = 1
+        return env, info
+
+    # -------------------------------------------------------------- stages 2-4: the training process
+
+    def model_config(self, path: str | None):
+        from transformers import AutoConfig, PretrainedConfig
+
+        key = path or ""
+        if key not in self._model_configs:
+            data = json.loads(Path(path).read_text()) if path else {"model_type": "qwen3_moe"}
+            data = {k: v for k, v in data.items() if not k.startswith("_")}
+            model_type = data.pop("model_type")
+            try:
+                cfg = AutoConfig.for_model(model_type, **data)
+            except Exception:
+                cfg = PretrainedConfig(**data)
+                cfg.model_type = model_type
+            self._model_configs[key] = cfg
+        import copy
+
+        return copy.deepcopy(self._model_configs[key])
+
+    def training_process(self, entry: dict, state: dict) -> None:
+        import llamafactory.model.loader as lf_loader
+        import llamafactory.train.sft.workflow as wf
+        import llamafactory.train.tuner as tuner
+        import torch.nn as nn
+        from transformers.integrations import get_reporting_integration_callbacks
+
+        judge = self
+        saved = {}
+
+        def patch(mod, name, value):
+            saved[(mod, name)] = getattr(mod, name)
+            setattr(mod, name, value)
+
+        real_get_train_args = tuner.get_train_args
+
+        def get_train_args(args=None):
+            parsed = real_get_train_args(args)
+            state["parsed"] = parsed
+            state["stage"] = "llamafactory_workflow"
+            return parsed
+
+        def other_workflow(*a, **k):
+            state["partial"] = True
+            raise _Stop("reached a non-sft workflow (not modelled further)")
+
+        def load_config(model_args):
+            config = judge.model_config(entry.get("model_config"))
+            if model_args.use_kt:
+                from transformers.integrations.kt_artifacts import prepare_kt_pretrained_config
+
+                prepare_kt_pretrained_config(config)
+            return config
+
+        class WeightlessModel(nn.Module):
+            def __init__(self, config):
+                super().__init__()
+                self.config = config
+
+        def load_model(tokenizer, model_args, finetuning_args, is_trainable=False, *a, **k):
+            config = load_config(model_args)
+            config.name_or_path = model_args.model_name_or_path
+            model = WeightlessModel(config)
+            if model_args.use_kt:
+                from transformers.integrations.kt import _get_kt_config, is_kt_expert_loading_enabled
+
+                state["stage"] = "kt_kernel"
+                handle = _get_kt_config()
+                if is_kt_expert_loading_enabled() and handle is not None:
+                    root = str(model_args.model_name_or_path)
+                    files = [f"{root}/model-00001-of-00002.safetensors", f"{root}/model-00002-of-00002.safetensors"]
+                    meta = {"weight_map": {}}
+                    handle.set_runtime_metadata(kt_checkpoint_files=files, kt_sharded_metadata=meta,
+                                                kt_pretrained_load_plan=None,
+                                                kt_source_model_name_or_path=model_args.model_name_or_path)
+                    from kt_kernel.sft import wrap_moe_layers_with_kt_wrapper
+
+                    try:
+                        wrap_moe_layers_with_kt_wrapper(model, handle)
+                        state["kt_note"] = "wrapper returned without reaching the layers"
+                    except _Stop:
+                        pass
+                else:
+                    state["kt_note"] = "KT expert loading disabled: from_pretrained does not wrap"
+                state["kt_kernel_ran"] = True
+                state["stage"] = "llamafactory_workflow"
+            return model
+
+        def trainer(*a, **k):
+            args = k.get("args")
+            for cb in get_reporting_integration_callbacks(args.report_to):  # as Trainer.__init__ does
+                cb()
+            raise _Stop("reached the Trainer")
+
+        patch(tuner, "get_train_args", get_train_args)
+        for name in ("run_pt", "run_rm", "run_ppo", "run_dpo", "run_kto"):
+            patch(tuner, name, other_workflow)
+        patch(wf, "load_tokenizer", lambda model_args, *a, **k: {"tokenizer": _Tokenizer(), "processor": None})
+        patch(wf, "get_template_and_fix_tokenizer", lambda *a, **k: None)
+        patch(wf, "get_dataset", lambda *a, **k: {})
+        patch(wf, "load_model", load_model)
+        patch(wf, "create_ref_model", lambda *a, **k: None)
+        patch(wf, "SFTDataCollatorWith4DAttentionMask", lambda *a, **k: None)
+        patch(wf, "CustomSeq2SeqTrainer", trainer)
+        patch(lf_loader, "load_config", load_config)
+        argv = sys.argv
+        sys.argv = ["llamafactory.launcher", entry["train_yaml"]]
+        try:
+            tuner.run_exp()
+            raise RuntimeError("harness: run_exp returned without reaching the Trainer")
+        finally:
+            sys.argv = argv
+            for (mod, name), value in saved.items():
+                setattr(mod, name, value)
+
+    # -------------------------------------------------------------- stage 5: the KT plugin in Accelerator.prepare
+
+    def kt_plugin(self, entry: dict, launch_env: dict, info: dict, state: dict) -> str:
+        from accelerate.utils import FullyShardedDataParallelPlugin, KTransformersPlugin
+        from accelerate.utils.dataclasses import DistributedType
+
+        parsed = state.get("parsed")
+        targs = parsed[2] if parsed else None
+        margs = parsed[0] if parsed else None
+        use_kt = bool(margs.use_kt) if margs is not None else bool(entry.get("use_kt_raw"))
+        if not use_kt:
+            return "skip: use_kt is off, no KT plugin"
+        env = dict(launch_env)
+        cpu = (targs is not None and bool(targs.use_cpu)) or env.get("ACCELERATE_USE_CPU", "false").lower() == "true"
+        world = int(info.get("world_size") or 1)
+        if env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true" or (targs is not None and targs.deepspeed):
+            dt = DistributedType.DEEPSPEED
+        elif "LOCAL_RANK" in env:
+            dt = DistributedType.MULTI_CPU if cpu else DistributedType.MULTI_GPU
+        else:
+            dt = DistributedType.NO
+        with _environ(env):
+            plugin = None
+            if targs is not None and targs.fsdp_plugin_args is not None:
+                plugin = FullyShardedDataParallelPlugin(**targs.fsdp_plugin_args)
+                os.environ["ACCELERATE_USE_FSDP"] = "true"
+            elif os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+                plugin = FullyShardedDataParallelPlugin()
+            if dt == DistributedType.MULTI_GPU:
+                if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" or plugin is not None:
+                    dt = DistributedType.FSDP
+                    mp = targs.mixed_precision if targs is not None else os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+                    if mp != "no" and plugin is not None:
+                        plugin.set_mixed_precision(mp)
+                if os.environ.get("ACCELERATE_USE_MEGATRON_LM", "false").lower() == "true":
+                    dt = DistributedType.MEGATRON_LM
+            is_fsdp2 = dt == DistributedType.FSDP and plugin is not None and plugin.fsdp_version == 2
+            kt = KTransformersPlugin(enabled=True, kt_config={})
+            kt.validate_distributed_setup(dt, is_fsdp2=is_fsdp2, num_processes=world)
+        return f"pass: distributed_type={dt}, fsdp2={is_fsdp2}, num_processes={world}"
+
+    # -------------------------------------------------------------- one case
+
+    def run_case(self, entry: dict) -> dict:
+        from accelerate.state import AcceleratorState
+        from transformers.integrations.kt import unset_kt_config
+
+        env0, threads0, t0 = dict(os.environ), self.torch.get_num_threads(), time.monotonic()
+        rec: dict[str, Any] = {"case_id": entry["case_id"], "stages": {}}
+        state: dict[str, Any] = {"stage": "accelerate_launch"}
+
+        def refuse(stage, exc):
+            rec["stages"][stage] = {"status": "refuse", "type": type(exc).__name__, "message": _msg(exc),
+                                    "at": _where(exc)}
+
+        def on_alarm(signum, frame):
+            raise _Timeout(f"case exceeded {self.per_case} s")
+
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, self.per_case)
+        launch_env: dict = {}
+        info: dict = {"world_size": 1}
+        try:
+            base_env = dict(env0)
+            base_env.update(entry.get("launch_env") or {})  # what launch.sh exports before `accelerate launch`
+            try:
+                with _environ(base_env):
+                    launch_env, info = self.accelerate_launch(entry)
+                rec["stages"]["accelerate_launch"] = {"status": "pass", "note": f"launcher={info['launcher']}, "
+                                                      f"world_size={info['world_size']}"}
+            except (Exception, SystemExit) as exc:
+                refuse("accelerate_launch", exc)
+                launch_env = dict(base_env)
+            train_env = {k: v for k, v in launch_env.items() if k not in TORCHRUN_VARS}
+            state["stage"] = "llamafactory_args"
+            failed, note = None, ""
+            try:
+                with _environ(train_env):
+                    self.training_process(entry, state)
+            except _Stop as stop:
+                note = str(stop)
+            except (Exception, SystemExit) as exc:
+                failed = state["stage"]
+                refuse(failed, exc)
+            if failed != "llamafactory_args":
+                rec["stages"]["llamafactory_args"] = {"status": "pass"}
+            if failed is None:
+                rec["stages"]["llamafactory_workflow"] = {"status": "pass", "note": note}
+            if failed != "kt_kernel":
+                parsed = state.get("parsed")
+                if state.get("kt_kernel_ran"):
+                    rec["stages"]["kt_kernel"] = {"status": "pass", "note": state.get("kt_note", "")}
+                elif parsed is not None and not parsed[0].use_kt:
+                    rec["stages"]["kt_kernel"] = {"status": "skip", "note": "use_kt is off"}
+            try:
+                note = self.kt_plugin(entry, launch_env, info, state)
+                rec["stages"]["kt_plugin"] = {"status": "skip" if note.startswith("skip") else "pass", "note": note}
+            except (Exception, SystemExit) as exc:
+                refuse("kt_plugin", exc)
+        except _Timeout as exc:
+            rec["stages"][state["stage"]] = {"status": "timeout", "message": str(exc)}
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            os.environ.clear()
+            os.environ.update(env0)
+            self.torch.set_num_threads(threads0)
+            with contextlib.suppress(Exception):
+                unset_kt_config()
+            with contextlib.suppress(Exception):
+                AcceleratorState._reset_state(reset_partial_state=True)
+        for st in STAGES:
+            rec["stages"].setdefault(st, {"status": "not_reached"})
+        first = next((st for st in STAGES if rec["stages"][st]["status"] in ("refuse", "timeout")), None)
+        rec["verdict"] = "refuse" if first else "accept"
+        rec["partial"] = bool(state.get("partial"))
+        rec["first_refusal"] = first
+        rec["seconds"] = round(time.monotonic() - t0, 3)
+        return rec
+
+
+@contextlib.contextmanager
+def _environ(env: dict):
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in env.items()})
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def main(argv: list[str]) -> int:
+    cases_dir, out = Path(argv[1]), Path(argv[2])
+    per_case = float(argv[3]) if len(argv) > 3 else 30.0
+    os.environ.pop("KT_KERNEL_CPU_VARIANT", None)  # load the kernel build this CPU can run; no check depends on it
+    os.environ["DISABLE_VERSION_CHECK"] = "1"
+    os.environ.setdefault("LLAMAFACTORY_VERBOSITY", "WARN")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    t0 = time.monotonic()
+    judge = Judge(per_case)
+    t_import = time.monotonic() - t0
+    manifest = json.loads((cases_dir / "manifest.json").read_text())
+    only = set(argv[4].split(",")) if len(argv) > 4 else None
+    results = []
+    for entry in manifest["cases"]:
+        if only and entry["case_id"] not in only:
+            continue
+        for key in ("train_yaml", "accelerate_yaml"):
+            entry[key] = str((cases_dir / entry[key]).resolve())
+        results.append(judge.run_case(entry))
+    import importlib.metadata as md
+
+    out.write_text(json.dumps({
+        "versions": {d: md.version(d) for d in ("llamafactory-kt", "transformers-kt", "accelerate-kt", "kt-kernel",
+                                                "torch", "omegaconf", "pyyaml")},
+        "import_seconds": round(t_import, 2), "total_seconds": round(time.monotonic() - t0, 2),
+        "per_case_limit_seconds": per_case, "results": results}, indent=0) + "\n")
+    print(f"judged {len(results)} cases in {time.monotonic() - t0:.1f} s -> {out}", file=sys.__stdout__)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,30 @@
+#!/bin/sh
+# Start munge and one Slurm daemon in this container (run by the cluster fixture with `docker exec`).
+#   ktd-slurm-start controller|node
+# /run/ktd-slurm (a read-only bind mount) holds slurm.conf, gres.conf and munge.key, shared by every container.
+# KTD_FAKE_GPUS=N makes /dev/nvidia0..N-1 (character devices 195:i, what the NVIDIA driver creates), which
+# gres.conf's File= lines name: Slurm allocates them as GPUs without any driver.
+set -eu
+role="$1"
+conf=/run/ktd-slurm
+install -d -o munge -g munge -m 0700 /etc/munge /var/lib/munge /var/log/munge
+install -d -o munge -g munge -m 0755 /run/munge
+install -o munge -g munge -m 0400 "$conf/munge.key" /etc/munge/munge.key
+install -d /etc/slurm /var/log/slurm
+install -m 0644 "$conf/slurm.conf" /etc/slurm/slurm.conf
+[ -f "$conf/gres.conf" ] && install -m 0644 "$conf/gres.conf" /etc/slurm/gres.conf
+i=0
+while [ "$i" -lt "${KTD_FAKE_GPUS:-0}" ]; do
+  [ -e "/dev/nvidia$i" ] || mknod "/dev/nvidia$i" c 195 "$i"
+  i=$((i + 1))
+done
+runuser -u munge -- /usr/sbin/munged
+case "$role" in
+  controller)
+    install -d -o slurm -g slurm /var/lib/slurm/slurmctld /var/log/slurm
+    exec /usr/sbin/slurmctld ;;
+  node)
+    install -d /var/lib/slurm/slurmd
+    exec /usr/sbin/slurmd ;;
+  *) echo "ktd-slurm-start: controller or node, not $role" >&2; exit 2 ;;
+esac
