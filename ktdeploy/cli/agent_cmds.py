@@ -133,18 +133,20 @@ def convert(
 @app.command()
 def merge(
     output_dir: Path = typer.Argument(..., help="KT LoRA training output_dir (or one checkpoint-* in it)."),
-    base: Path = typer.Option(..., "--base", help="The base model folder the adapter was trained on (safetensors: "
+    base: Path = typer.Option(..., "--base", metavar="MODEL_DIR", help="The base model folder the adapter was trained on (safetensors: "
                                                   "BF16, F16, F32, or FP8 with block scales, written as BF16)."),
-    out: str = typer.Option(..., "-o", "--out", help="New folder for the merged model (absent or empty)."),
-    base_root: Optional[Path] = typer.Option(None, "--base-root", help="The volume links inside the base folder may "
+    out: str = typer.Option(..., "-o", "--out", metavar="MERGED_DIR",
+                            help="New folder for the merged model (absent or empty)."),
+    base_root: Optional[Path] = typer.Option(None, "--base-root", metavar="DIR", help="The volume links inside the base folder may "
                                                                        "point into (default: the base folder)."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, max=256, help="Worker threads (default: up to 4)."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the KT manifest's size/SHA-256 check."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the merge summary as JSON."),
 ) -> None:
-    """Fold the KT LoRA (routed experts + attention/router/shared parts) into the base weights: a plain Hugging Face
-    model any engine serves, with ktdeploy_merge.json (SHA-256 of every input and output file). Streams shard by
-    shard in bounded memory; a killed merge resumes; numpy only (no torch)."""
+    """Fold the KT LoRA into the base weights: a plain Hugging Face model any engine serves.
+
+    Both parts (routed experts + attention/router/shared) are merged; ktdeploy_merge.json records the SHA-256 of
+    every input and output file. Streams shard by shard in bounded memory; a killed merge resumes; numpy only."""
     # The merge runs its own worker threads; a BLAS pool per thread would oversubscribe the cores (set before numpy).
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
@@ -171,7 +173,7 @@ def serve(
                                                                    "(LoRA run)."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="A full fine-tune's output_dir: serve the trained "
                                                                    "weights themselves (no adapter, no LoRA)."),
-    merged: Optional[Path] = typer.Option(None, "--merged", help="A model written by `ktdeploy merge`: served as a "
+    merged: Optional[Path] = typer.Option(None, "--merged", metavar="MERGED_DIR", help="A model written by `ktdeploy merge`: served as a "
                                                                  "plain BF16 model (--kt-method BF16, no LoRA)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     cpuinfer: Optional[int] = typer.Option(None, "--kt-cpuinfer", help="CPU expert threads (default: derived "
