@@ -8,6 +8,7 @@ tests/unit/agent/test_merge_docs.py renders it again and compares).
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -47,8 +48,11 @@ def render() -> str:
                      f"(1-min load before the runs: {', '.join(str(r['load_1min_before']) for r in b['runs'])}).")
     earlier = sorted(RESULTS.glob("merge_bench-run*.json"))
     if earlier:
+        ratios = [json.loads(p.read_text())["merge_over_copy"] for p in earlier] + [b["merge_over_copy"]]
         lines.append("Earlier complete benches, same command: " + "; ".join(
-            f"`{p.name}` merge_over_copy {json.loads(p.read_text())['merge_over_copy']:.2f}" for p in earlier) + ".")
+            f"`{p.name}` {r:.3f}" for p, r in zip(earlier, ratios, strict=False)) +
+            f"; this one {b['merge_over_copy']:.3f}: **median over the {len(ratios)} benches "
+            f"{statistics.median(ratios):.3f}**.")
     lines.append("")
     tt, tf, tu = c["tensors_tiny"], c["tensors_fp8_base"], c["tensors_fused_layout"]
     lg = c["logits"]
