@@ -98,16 +98,28 @@ FROM deps AS agent
 COPY --from=light /stage/ /
 USER kt
 
-# One final stage per CPU ISA. KTSFT_VARIANT is what the entrypoint checks against the CPU;
-# KT_KERNEL_CPU_VARIANT pins kt-kernel's kernel (it trusts the pin and would fault on a CPU
-# without the ISA, hence the entrypoint's check).
+# One final stage per kt-kernel CPU build (ktdeploy/core/variants.py). KTSFT_VARIANT is what the entrypoint checks
+# against the CPU; KT_KERNEL_CPU_VARIANT pins kt-kernel's build (it trusts the pin and would fault on a CPU
+# without the ISA, hence the entrypoint's check). The tag is the build's name.
 FROM agent AS amx
 ENV KTSFT_VARIANT=amx KT_KERNEL_CPU_VARIANT=amx
 LABEL io.ktdeploy.isa="amx" io.ktdeploy.kt_kernel_variant="amx"
 
-FROM agent AS avx512
-ENV KTSFT_VARIANT=avx512 KT_KERNEL_CPU_VARIANT=avx512_bf16
-LABEL io.ktdeploy.isa="avx512" io.ktdeploy.kt_kernel_variant="avx512_bf16"
+FROM agent AS avx512_bf16
+ENV KTSFT_VARIANT=avx512_bf16 KT_KERNEL_CPU_VARIANT=avx512_bf16
+LABEL io.ktdeploy.isa="avx512_bf16" io.ktdeploy.kt_kernel_variant="avx512_bf16"
+
+FROM agent AS avx512_vbmi
+ENV KTSFT_VARIANT=avx512_vbmi KT_KERNEL_CPU_VARIANT=avx512_vbmi
+LABEL io.ktdeploy.isa="avx512_vbmi" io.ktdeploy.kt_kernel_variant="avx512_vbmi"
+
+FROM agent AS avx512_vnni
+ENV KTSFT_VARIANT=avx512_vnni KT_KERNEL_CPU_VARIANT=avx512_vnni
+LABEL io.ktdeploy.isa="avx512_vnni" io.ktdeploy.kt_kernel_variant="avx512_vnni"
+
+FROM agent AS avx512_base
+ENV KTSFT_VARIANT=avx512_base KT_KERNEL_CPU_VARIANT=avx512_base
+LABEL io.ktdeploy.isa="avx512_base" io.ktdeploy.kt_kernel_variant="avx512_base"
 
 FROM agent AS avx2
 ENV KTSFT_VARIANT=avx2 KT_KERNEL_CPU_VARIANT=avx2

@@ -3,7 +3,7 @@
 # only), fully offline after two downloads that this script makes first:
 #   1. the base image, debootstrapped from Debian's mirror (docker/base/build-base.sh, ~1-2 min);
 #   2. the reduced wheelhouse from PyPI (~17 MB, checked against docker/requirements/reduced.lock).
-# Then `ktdeploy image build --stack reduced --isa all` builds ktsft-reduced:{amx,avx512,avx2}.
+# Then `ktdeploy image build --stack reduced --isa all` builds ktsft-reduced:<build> for every kt-kernel CPU build (core/variants.py).
 # Idempotent: what exists is reused (docker's layer cache, wheels already present).
 #
 #   docker/ci-build-reduced.sh            (PYTHON=path/to/python to pick the interpreter)

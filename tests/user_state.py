@@ -10,7 +10,8 @@ At the session's start every place a ktdeploy process (or a tool the suite runs:
   ``~/.local/share/ktdeploy/runs/``, a probe cache under ``~/.cache/ktdeploy/``, a ``~/.local/state/`` — what a
   test that forgets its isolation would act on ("the latest run") or write into;
 - ``KTDEPLOY_HOME`` (run records), ``XDG_DATA_HOME``, ``XDG_CACHE_HOME`` (probe and manifest caches),
-  ``XDG_STATE_HOME``, ``XDG_CONFIG_HOME``, ``TMPDIR``, ``ANSIBLE_HOME``, ``DOCKER_CONFIG`` point at the session's
+  ``XDG_STATE_HOME``, ``XDG_CONFIG_HOME``, ``TMPDIR``, ``ANSIBLE_HOME`` (and the ssh plugin's
+  ``ANSIBLE_SSH_CONTROL_PATH_DIR``), ``DOCKER_CONFIG`` point at the session's
   own folders (the real docker config is copied, so registry settings still apply); installed toolchains the
   suite only runs (``RUSTUP_HOME``, ``CARGO_HOME``, ``PYENV_ROOT``) keep pointing at the user's installation.
 
@@ -95,7 +96,9 @@ def _isolate(root: Path) -> dict[str, str | None]:
     folders = {"KTDEPLOY_HOME": root / "ktdeploy-home", "XDG_DATA_HOME": root / "xdg-data",
                "XDG_CACHE_HOME": root / "xdg-cache", "XDG_STATE_HOME": root / "xdg-state",
                "XDG_CONFIG_HOME": root / "xdg-config", "TMPDIR": root / "tmp", "ANSIBLE_HOME": root / "ansible",
-               "DOCKER_CONFIG": root / "docker-config"}
+               "DOCKER_CONFIG": root / "docker-config",
+               # ansible's ssh plugin keeps its ControlPath sockets in ~/.ansible/cp whatever ANSIBLE_HOME says
+               "ANSIBLE_SSH_CONTROL_PATH_DIR": root / "ansible" / "cp"}
     for p in folders.values():
         p.mkdir(parents=True, exist_ok=True)
     real_docker = Path(os.environ.get("DOCKER_CONFIG") or Path(os.path.expanduser("~")) / ".docker") / "config.json"

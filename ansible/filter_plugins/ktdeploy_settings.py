@@ -75,6 +75,20 @@ def ktdeploy_doctor_in_image_argv(settings, image, recipe=None) -> list[str]:
     return _settings(settings).doctor_in_image_argv(str(image), pair)
 
 
+def ktdeploy_variants(_=None) -> list[str]:
+    """The kt-kernel builds (= ktsft image tags) and the old names ktsft_isa still accepts (ktdeploy.core.variants)."""
+    from ktdeploy.core import variants
+
+    return [*variants.NAMES, *variants.ALIASES]
+
+
+def ktdeploy_variant_floor(_=None) -> str:
+    """The build every x86_64 CPU with AVX2 runs (image-mode preflight before a variant is known)."""
+    from ktdeploy.core import variants
+
+    return variants.AVX2
+
+
 def ktdeploy_up_argv(settings, recipe, detach=False, extra=()) -> list[str]:
     return _settings(settings).up_argv(recipe, detach=bool(detach), extra=list(extra or ()))
 
@@ -89,4 +103,5 @@ class FilterModule:
         return {"ktdeploy_settings": ktdeploy_settings, "ktdeploy_doctor_argv": ktdeploy_doctor_argv,
                 "ktdeploy_image_check_argv": ktdeploy_image_check_argv,
                 "ktdeploy_doctor_in_image_argv": ktdeploy_doctor_in_image_argv,
-                "ktdeploy_up_argv": ktdeploy_up_argv, "ktdeploy_launch_record": ktdeploy_launch_record}
+                "ktdeploy_up_argv": ktdeploy_up_argv, "ktdeploy_launch_record": ktdeploy_launch_record,
+                "ktdeploy_variants": ktdeploy_variants, "ktdeploy_variant_floor": ktdeploy_variant_floor}

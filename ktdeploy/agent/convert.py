@@ -34,7 +34,7 @@ from ktdeploy.agent import safetensors_io as st
 from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.hashing import sha256_file
-from ktdeploy.core.safeio import redact, staging_dir
+from ktdeploy.core.safeio import inside, parse_json, redact, staging_dir, write_file
 
 FUSED = "fused_expert_lora.safetensors"
 MANIFEST = "kt_adapter_manifest.json"
@@ -69,14 +69,26 @@ class ConvertSummary:
     checks: list[str] = field(default_factory=list)
 
 
+def _checkpoints(path: Path, marker: str) -> list[Path]:
+    """``path``'s checkpoint-* folders holding ``marker``, oldest first. A checkpoint that is a symbolic link (or
+    resolves outside ``path``) is refused, never published from: docs/security.md promises no link in the output
+    ktdeploy publishes from (issue 35: the newest checkpoint-N linked outside the output folder and was used)."""
+    found = [p for p in path.glob("checkpoint-*") if (p / marker).exists()]
+    for p in found:
+        if p.is_symlink() or not inside(str(p.resolve()), str(path.resolve())):
+            raise ConvertError(f"{p} is a symbolic link (to {os.path.realpath(p)}); ktdeploy never publishes from "
+                               "a link", fix="replace the link with the checkpoint folder itself, or convert "
+                                             "that folder directly")
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
+
+
 def find_adapter_dir(path: Path) -> Path:
     """``path`` itself when it holds the KT output, else its newest ``checkpoint-*`` that does."""
     if not path.is_dir():
         raise ConvertError(f"{path} is not a directory", fix="pass the training output_dir (or one checkpoint-* in it)")
     if (path / FUSED).exists() or (path / MANIFEST).exists():
         return path
-    ckpts = sorted((p for p in path.glob("checkpoint-*") if (p / FUSED).exists()),
-                   key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
+    ckpts = _checkpoints(path, FUSED)
     if ckpts:
         return ckpts[-1]
     raise ConvertError(f"{path} holds no KT LoRA output ({FUSED} not found here or in checkpoint-*)",
@@ -90,10 +102,8 @@ def _load_json(path: Path, what: str) -> dict:
         raise ConvertError(f"{path} is missing ({what})",
                            fix="the training run did not finish writing its adapter; resume it or pick another checkpoint")
     try:
-        data = json.loads(read_bytes(path, 16 << 20, what))  # bounded, regular files only
-    except (UnicodeDecodeError, RecursionError) as err:
-        raise ConvertError(f"{path} is not valid JSON: {type(err).__name__}", fix="the file is damaged; re-save the checkpoint") from None
-    except json.JSONDecodeError as err:
+        data = parse_json(read_bytes(path, 16 << 20, what))  # bounded, regular files only
+    except ValueError as err:
         raise ConvertError(f"{path} is not valid JSON: {err}", fix="the file is damaged; re-save the checkpoint") from None
     if not isinstance(data, dict):
         raise ConvertError(f"{path} is not a JSON object ({what})", fix="the file is damaged; re-save the checkpoint")
@@ -156,8 +166,7 @@ def _fused_slices(path: Path) -> tuple[list[tuple[str, st.Slice]], int, int, int
     if not groups:
         raise ConvertError(f"{path} holds no tensors", fix="the run saved an empty expert LoRA; check kt_config")
     ranks, experts = set(), set()
-    items: list[tuple[str, st.Slice]] = []
-    for layer in sorted(groups):
+    for layer in sorted(groups):   # every layer judged before a single slice is built
         g = groups[layer]
         missing = {f"{p}_{ab}" for p in ("gate", "up", "down") for ab in "ab"} - g.keys()
         if missing:
@@ -172,14 +181,52 @@ def _fused_slices(path: Path) -> tuple[list[tuple[str, st.Slice]], int, int, int
                                    fix="the file is damaged")
             ranks.add(a.shape[1])
             experts.add(a.shape[0])
-            for which, info in (("A", a), ("B", b)):
-                _count_slices(items, info.shape[0], path)
-                for e, s in enumerate(st.split_first_axis(path, info)):
-                    items.append((f"{{layers}}.{layer}.mlp.experts.{e}.{proj}_proj.lora_{which}.weight", s))
+    _count_slices([], sum(info.shape[0] for g in groups.values() for info in g.values()), path)
     if len(ranks) != 1 or len(experts) != 1:
         raise ConvertError(f"{path}: inconsistent ranks {sorted(ranks)} or expert counts {sorted(experts)}",
                            fix="the file mixes runs; re-save it")
+    for layer in sorted(groups):
+        g = groups[layer]
+        for info in g.values():
+            servable(path, info)
+        _consistent_projections(path, layer, g)
+    items: list[tuple[str, st.Slice]] = []
+    for layer in sorted(groups):
+        g = groups[layer]
+        for proj in ("gate", "up", "down"):
+            for which, info in (("A", g[f"{proj}_a"]), ("B", g[f"{proj}_b"])):
+                for e, s in enumerate(st.split_first_axis(path, info)):
+                    items.append((f"{{layers}}.{layer}.mlp.experts.{e}.{proj}_proj.lora_{which}.weight", s))
     return items, ranks.pop(), len(groups), experts.pop(), "model.layers"
+
+
+SERVABLE_DTYPES = ("BF16", "F16", "F32")   # what sglang's LoRA layers load; an int/bool/FP8 LoRA is not one
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TENSOR_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,512}$")
+
+
+def servable(path: Path, info: st.TensorInfo) -> None:
+    """A LoRA tensor sglang-kt can serve: a float dtype, and no NaN/Inf among its sampled values."""
+    if info.dtype not in SERVABLE_DTYPES:
+        raise ConvertError(f"{path}: {info.name} is {info.dtype}; a LoRA sglang-kt serves is BF16, F16 or F32",
+                           fix="the file is damaged or not a LoRA adapter (an integer, bool or FP8 LoRA cannot be "
+                               "served); re-save the checkpoint")
+    bad = st.non_finite(path, info)
+    if bad:
+        raise ConvertError(f"{path}: {info.name} holds NaN/Inf values ({bad} of those sampled): the run diverged",
+                           fix="convert an earlier checkpoint-* (before the loss became NaN), or retrain with a lower "
+                               "learning rate")
+
+
+def _consistent_projections(path: Path, layer: int, g: dict[str, st.TensorInfo]) -> None:
+    """gate/up take the hidden state to the expert width, down takes it back: lora_a [E, r, in], lora_b [E, out, r]
+    with gate == up, down's in == gate's out and down's out == gate's in. Anything else is not one MoE layer."""
+    ga, gb, ua, ub, da, db = (g[k].shape for k in ("gate_a", "gate_b", "up_a", "up_b", "down_a", "down_b"))
+    hidden, width = ga[2], gb[1]
+    if ua != ga or ub != gb or da[2] != width or db[1] != hidden:
+        raise ConvertError(f"{path}: layer {layer}: gate/up/down LoRA sizes do not form one MoE layer (gate "
+                           f"{list(ga)}/{list(gb)}, up {list(ua)}/{list(ub)}, down {list(da)}/{list(db)})",
+                           fix="the file is damaged or mixes models; re-save the checkpoint")
 
 
 def _module_of(key: str) -> str | None:
@@ -270,12 +317,19 @@ def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
                 raise ConvertError(f"{ADAPTER} already holds routed-expert tensor {name!r}",
                                    fix="this output was converted before or mixes formats; convert the raw KT output")
             mod = _module_of(key)
+            if not _TENSOR_NAME.match(key):
+                raise ConvertError(f"{ADAPTER}: tensor name {name!r} holds characters no module path has",
+                                   fix="the file is damaged or not a PEFT LoRA; re-save the checkpoint")
+            if mod is not None and not _MODULE_NAME.match(mod):
+                raise ConvertError(f"{ADAPTER}: tensor {name!r} names no module (an empty or odd module name)",
+                                   fix="the file is damaged or not a PEFT LoRA; re-save the checkpoint")
             if mod is None:
                 raise ConvertError(f"{ADAPTER}: tensor {name!r} is not a LoRA A/B weight (modules_to_save?)",
                                    fix="sglang-kt serves LoRA A/B only; train without additional_target/modules_to_save")
             if len(info.shape) == 2 and info.shape[0 if ".lora_A." in key else 1] != rank:
                 raise ConvertError(f"{name} has rank {info.shape} but the experts use r={rank}",
                                    fix="sglang-kt serves one rank per adapter")
+            servable(src / ADAPTER, info)
             targets.add(mod)
             nonexpert.append((key, st.whole(src / ADAPTER, info)))
         # The decoder stack's name, as PEFT saw it (model.layers for Qwen/DeepSeek/GLM).
@@ -295,7 +349,7 @@ def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     stage = staging_dir(dst.parent, f".{dst.name}.")
     try:
         written = st.write(stage / ADAPTER, items, metadata={"format": "pt", "converted_by": "ktdeploy"})
-        (stage / CONFIG).write_text(json.dumps(out_config, indent=2, sort_keys=True) + "\n")
+        write_file(stage, CONFIG, json.dumps(out_config, indent=2, sort_keys=True) + "\n")
         summary = ConvertSummary(
             input_dir=str(src), output_dir=str(dst), rank=rank, lora_alpha=float(alpha), num_layers=n_layers,
             num_experts=n_experts, expert_tensors=len(expert_items), nonexpert_tensors=len(nonexpert),
@@ -303,7 +357,7 @@ def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
             checks=checks)
         prov = {"summary": summary.__dict__, "inputs": {n: sha256_file(src / n) for n in (FUSED, CONFIG, ADAPTER)
                                                         if (src / n).exists()}}
-        (stage / PROVENANCE).write_text(json.dumps(prov, indent=2) + "\n")
+        write_file(stage, PROVENANCE, json.dumps(prov, indent=2) + "\n")
         if dst.exists():
             dst.rmdir()  # empty (checked above)
         os.replace(stage, dst)
@@ -343,8 +397,7 @@ def find_full_dir(path: Path) -> Path | None:
     """``path`` or its newest ``checkpoint-*`` holding a KT Full checkpoint index, else None."""
     if (path / FULL_INDEX).is_file():
         return path
-    ckpts = sorted((p for p in path.glob("checkpoint-*") if (p / FULL_INDEX).is_file()),
-                   key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
+    ckpts = _checkpoints(path, FULL_INDEX)
     return ckpts[-1] if ckpts else None
 
 
@@ -419,7 +472,7 @@ def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) ->
                 continue
             if p.name.startswith(("optimizer", "scheduler", "rng_state", "training_args", "trainer_state")):
                 continue
-            try:
+            try:  # into the staging folder this process just created (mkdtemp): nothing there to follow
                 os.link(p, stage / p.name)
             except OSError:
                 shutil.copy2(p, stage / p.name)
@@ -433,13 +486,13 @@ def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) ->
                                fix="this output was converted before or is not a KT full fine-tune")
         written = st.write(stage / FULL_EXPERTS_OUT, items, metadata={"format": "pt", "converted_by": "ktdeploy"})
         weight_map.update({k: FULL_EXPERTS_OUT for k, _ in items})
-        (stage / "model.safetensors.index.json").write_text(json.dumps(
+        write_file(stage, "model.safetensors.index.json", json.dumps(
             {"metadata": {"converted_by": "ktdeploy"}, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n")
         summary = FullConvertSummary(input_dir=str(src), output_dir=str(dst), num_layers=len(layers),
                                      num_experts=experts.pop(), expert_tensors=len(items), linked_files=linked,
                                      bytes_written=written)
-        (stage / PROVENANCE).write_text(json.dumps({"summary": summary.__dict__,
-                                                    "inputs": {FULL_INDEX: sha256_file(src / FULL_INDEX)}}, indent=2) + "\n")
+        write_file(stage, PROVENANCE, json.dumps({"summary": summary.__dict__,
+                                                  "inputs": {FULL_INDEX: sha256_file(src / FULL_INDEX)}}, indent=2) + "\n")
         if dst.exists():
             dst.rmdir()
         os.replace(stage, dst)

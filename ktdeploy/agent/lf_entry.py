@@ -21,6 +21,7 @@ import os
 import time
 
 from ktdeploy.core import run_record as rr
+from ktdeploy.core.safeio import appending, read_text, write_path
 
 PROBE_TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
 
@@ -112,7 +113,7 @@ def _callbacks() -> list:
 
         def _write(self, row: dict) -> None:
             if _rank0():
-                with open(self.path, "a") as f:
+                with appending(self.path) as f:
                     f.write(rr.metrics_line(row))
 
     class ProbeLogits(TrainerCallback):
@@ -126,12 +127,11 @@ def _callbacks() -> list:
             try:
                 self._probe(model, processing_class)
             except Exception as err:  # never fail a finished training run over the probe
-                with open(self.out_path + ".error", "w") as f:
-                    f.write(f"{type(err).__name__}: {err}\n")
+                write_path(self.out_path + ".error", f"{type(err).__name__}: {err}\n", overwrite=True)
 
         def _probe(self, model, processing_class):
             import torch
-            from safetensors.torch import save_file
+            from safetensors.torch import save
 
             tok = getattr(processing_class, "tokenizer", processing_class)
             device = next(p for p in model.parameters() if p.device.type != "meta").device
@@ -148,7 +148,7 @@ def _callbacks() -> list:
                     out[f"input_ids.{i}"] = ids[0].to(torch.int64).cpu().contiguous()
                     out[f"logits.{i}"] = logits[0].float().cpu().contiguous()
             model.train(was_training)
-            save_file(out, self.out_path, metadata={"prompts": json.dumps(self.prompts)})
+            write_path(self.out_path, save(out, metadata={"prompts": json.dumps(self.prompts)}), overwrite=True)
 
     cbs = []
     if os.environ.get("KTDEPLOY_METRICS"):
@@ -180,13 +180,13 @@ def finish(rc: int) -> None:
         return
     d = Path(run_dir)
     hwm = _vm_hwm_bytes()
-    with open(d / rr.RANKS, "a") as f:
+    with appending(d / rr.RANKS) as f:
         f.write(rr.rank_line(int(os.environ.get("RANK", "0")), rc, hwm))
     if not _rank0():
         return
     from ktdeploy.agent.train import finish_record
 
-    rows = rr.parse_ranks((d / rr.RANKS).read_text())
+    rows = rr.parse_ranks(read_text(d / rr.RANKS, 16 << 20, "ranks record"))
     t0 = float(os.environ.get("KTDEPLOY_T0") or time.time())
     finish_record(d, Path(os.environ.get("KTDEPLOY_OUTPUT_DIR") or "."), rc, time.time() - t0,
                   resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, sum(r["hwm_bytes"] for r in rows))

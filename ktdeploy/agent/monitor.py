@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from ktdeploy.core.safeio import appending
+
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -221,7 +223,7 @@ def run_streaming(argv: Sequence[str], *, env: dict[str, str], cwd: str | None, 
     """
     t0 = time.monotonic()
     timed_out = False
-    with open(log_path, "ab") as log:
+    with appending(log_path, binary=True) as log:  # never through a link planted at the log
         start = log.tell()
         proc = subprocess.Popen(list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)

@@ -1,7 +1,7 @@
 """``ktdeploy serve``: the sglang-kt command that serves the base model plus the converted KT adapter.
 
-The argv is built from the recipe (model, weight format, KT backend, serve section) and host facts
-(physical cores / NUMA nodes for the CPU expert pool, AMX for the kernel choice); it is an argv
+The argv is built from the recipe (model, weight setup -> --kt-method through core/kt_methods.py, serve section)
+and host facts (physical cores / NUMA nodes for the CPU expert pool); it is an argv
 list, never a shell string, and binds 127.0.0.1 unless the recipe says otherwise. The API key is
 read from the environment variable the recipe names, so it never lands in a recipe or a log.
 
@@ -14,22 +14,16 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ktdeploy.agent.sglang_launch import KEY_ENV_VAR
+from ktdeploy.agent.sglang_launch import KEY_ENV_VAR, cache_root
+from ktdeploy.core import kt_methods
+from ktdeploy.core import variants as V
 from ktdeploy.core.errors import UsageError
 
 LAUNCHER = "ktdeploy.agent.sglang_launch"
-
-# A merged model (`ktdeploy merge`) is BF16 whatever the training format was, and served without a LoRA: sglang-kt
-# then builds kt-kernel's wrapper in inference mode and passes --kt-method as is, where BF16 is the method for plain
-# BF16 experts (AMXBF16 is mapped only in sft mode, i.e. with a KT LoRA; docs/serving-merged.md).
-MERGED_METHOD = "BF16"
-
-# kt_config.kt_backend values that name one sglang-kt --kt-method directly.
-_BACKEND_METHOD = {"AMXBF16": "AMXBF16", "AMXINT8": "AMXINT8", "AMXINT4": "AMXINT4", "FP8": "FP8", "BF16": "BF16",
-                   "INT8": "AMXINT8"}
 
 
 @dataclass
@@ -42,33 +36,52 @@ class ServeCommand:
         return " ".join(shlex.quote(a) for a in self.redacted or self.argv)
 
 
-def kt_method(weight_format: str, backend: str | None, amx: bool) -> str:
-    """sglang-kt --kt-method for the recipe's expert weights (cookbook §2.1; sglang-kt kt_ep_wrapper)."""
-    b = (backend or "auto").upper()
-    if b != "AUTO":
-        if b not in _BACKEND_METHOD:
-            raise UsageError(f"kt_config.kt_backend {backend!r} has no sglang-kt serving method",
-                             key="train.kt_config.kt_backend", fix=f"use one of {sorted(_BACKEND_METHOD)} or auto")
-        return _BACKEND_METHOD[b]
-    fmt = weight_format.lower()
-    if fmt == "bf16":
-        return "AMXBF16" if amx else "BF16"
-    if fmt == "fp8":
-        return "FP8"
-    if fmt == "int8":
-        return "AMXINT8"
-    if fmt == "int4":
-        return "AMXINT4"
-    raise UsageError(f"unknown expert weight format {weight_format!r}", key="train.kt_config.kt_expert_weight_format",
-                     fix="use bf16, fp8 or int8 (or kt_backend: AMXINT4)")
+def kt_method(weight_setup: str, *, lora: bool) -> str:
+    """sglang-kt --kt-method for serving ``weight_setup`` with a LoRA (sglang-kt maps it to an SFT method) or as a
+    full fine-tune (kt-kernel's inference mode): the one table, core/kt_methods.py."""
+    method = kt_methods.serve_method(weight_setup, lora=lora)
+    if method is None:
+        what = "a LoRA adapter" if lora else "a full fine-tune (no LoRA)"
+        raise UsageError(f"sglang-kt cannot serve {weight_setup} experts as {what}",
+                         key="train.kt_config.kt_expert_weight_format",
+                         fix="full fine-tuning is BF16 only; FP8/INT8/AMXINT4 are served as a LoRA (--adapter)")
+    return method
+
+
+def cache_env(environ: Mapping[str, str] | None = None, uid: int | None = None) -> dict[str, str]:
+    """Where sglang-kt and torch keep their caches, so nothing asks the user database who we are.
+
+    sglang-kt splits a composite KT adapter into `$SGLANG_KT_LORA_CACHE_DIR`, else into
+    `<tmp>/sglang_kt_lora_cache_{getpass.getuser()}` (srt/server_args.py); torch's inductor cache defaults to
+    `<tmp>/torchinductor_{getpass.getuser()}`. getpass.getuser() raises for a uid absent from passwd, which is
+    what `docker run --user UID:GID` of an SSH user gives. HOME is kept when it is a writable directory (up sets
+    HOME=/tmp for a non-root user), else /tmp. The directories are per uid, created 0700 by the launcher."""
+    env = dict(os.environ if environ is None else environ)
+    uid = os.getuid() if uid is None else uid
+    home = env.get("HOME") or ""
+    if not home.startswith("/") or home == "/" or not os.access(home, os.W_OK):
+        home = "/tmp"
+    base = cache_root(home, uid)
+    out = {"HOME": home, "SGLANG_KT_LORA_CACHE_DIR": f"{base}/sglang-kt-lora",
+           "TORCHINDUCTOR_CACHE_DIR": f"{base}/torchinductor"}
+    for key in ("SGLANG_KT_LORA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        if env.get(key):
+            out[key] = env[key]   # the operator's own choice wins
+    return out
+
+
+# A merged model (`ktdeploy merge`) is BF16 whatever the training format was, and served without a LoRA: the one
+# table's full-model BF16 row (kt-kernel's inference mode takes BF16, not AMXBF16; docs/serving-merged.md).
+MERGED_SETUP = "bf16"
 
 
 def build_serve_command(recipe, adapter_dir: str | os.PathLike | None, *, cpuinfer: int, threadpools: int,
-                        amx: bool = True, python: str = "python3", host: str | None = None,
-                        port: int | None = None, weights_dir: str | os.PathLike | None = None,
-                        merged_dir: str | os.PathLike | None = None) -> ServeCommand:
+                        python: str = "python3", host: str | None = None, port: int | None = None,
+                        weights_dir: str | os.PathLike | None = None,
+                        environ: Mapping[str, str] | None = None, kt_build: str | None = None,
+                        uid: int | None = None, merged_dir: str | os.PathLike | None = None) -> ServeCommand:
     """argv of sglang-kt's server for ``recipe`` serving ``adapter_dir`` (LoRA), ``weights_dir`` (full fine-tune)
-    or ``merged_dir`` (the base with the LoRA merged in by `ktdeploy merge`: a BF16 model, --kt-method BF16).
+    or ``merged_dir`` (the base with the LoRA merged in by `ktdeploy merge`: a BF16 model, no LoRA).
 
     The server starts through ``ktdeploy.agent.sglang_launch`` (sglang's own launch, in-process) so that the
     API key is read from the environment and never appears in an argv.
@@ -92,9 +105,12 @@ def build_serve_command(recipe, adapter_dir: str | os.PathLike | None, *, cpuinf
     if cpuinfer < 1 or threadpools < 1:
         raise UsageError(f"--kt-cpuinfer {cpuinfer} / --kt-threadpool-count {threadpools} must be >= 1",
                          fix="run on a host with CPU facts (ktdeploy doctor) or set kt_num_threads in the recipe")
-    kt = recipe.kt_config
-    fmt = recipe.weight_setup()
-    method = MERGED_METHOD if merged_dir is not None else kt_method(fmt, kt.get("kt_backend"), amx)
+    method = kt_method(MERGED_SETUP if merged_dir is not None else recipe.weight_setup(), lora=adapter_dir is not None)
+    if adapter_dir is not None and kt_build and V.known(kt_build) and not V.get(kt_build).sft:
+        raise UsageError(f"kt-kernel's {V.canonical(kt_build)} build (this image) has no SFT kernels: sglang-kt serves "
+                         "a KT LoRA through kt-kernel's SFT wrapper, which that build lacks",
+                         key="deploy.image", fix=f"Serve the adapter on a CPU that runs {' or '.join(V.TRAINING)} "
+                                                 "(docs/cpu-builds.md); this CPU can serve a full fine-tune.")
     weights = model if whole is not None else (train.get("kt_weight_path") or model)
     served = s.served_model_name or Path(str(train.get("model_name_or_path"))).name
     argv = [python, "-m", LAUNCHER,
@@ -119,7 +135,7 @@ def build_serve_command(recipe, adapter_dir: str | os.PathLike | None, *, cpuinf
     if s.mem_fraction_static is not None:
         argv += ["--mem-fraction-static", str(s.mem_fraction_static)]
     redacted = list(argv)
-    env = {"CUDA_VISIBLE_DEVICES": recipe.deploy.cuda_visible_devices}
+    env = {"CUDA_VISIBLE_DEVICES": recipe.deploy.cuda_visible_devices, **cache_env(environ, uid)}
     if s.api_key_env:
         key = os.environ.get(s.api_key_env)
         if not key:

@@ -18,6 +18,23 @@ import os
 import sys
 
 KEY_ENV_VAR = "KTDEPLOY_API_KEY_ENV"
+CACHE_VARS = ("SGLANG_KT_LORA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def cache_root(home: str, uid: int) -> str:
+    """This uid's cache folder under HOME (agent/serve.py cache_env points sglang-kt's and torch's caches in it)."""
+    return f"{home.rstrip('/')}/.cache/ktdeploy-{uid}"
+
+
+def _prepare_caches(environ) -> None:
+    """Create the cache folders ktdeploy chose (0700, this uid's own) before sglang-kt writes into them."""
+    from ktdeploy.core.safeio import private_dir
+
+    root = cache_root(environ.get("HOME") or "/tmp", os.getuid())
+    for key in CACHE_VARS:
+        value = environ.get(key)
+        if value and (value == root or value.startswith(root + "/")):
+            private_dir(value, root)
 
 
 def _take_key(environ) -> str | None:
@@ -41,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
               "ps); set deploy.serve.api_key_env instead", file=sys.stderr)
         return 2
     key = _take_key(os.environ)
+    from ktdeploy.core.errors import UsageError
+
+    try:
+        _prepare_caches(os.environ)
+    except UsageError as err:
+        print(f"ktdeploy: {err} ({err.fix})", file=sys.stderr)
+        return 2
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import prepare_server_args
 

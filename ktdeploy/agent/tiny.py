@@ -201,12 +201,12 @@ def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", 
         # Special-token ids for generation and LlamaFactory's template (replace_eos uses <|im_end|>).
         config.update(eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
                       pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), bos_token_id=None)
-        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        write_file(tmp, "config.json", json.dumps(config, indent=2), overwrite=True)
         gen = tmp / "generation_config.json"
         if gen.exists():
             g = json.loads(gen.read_text())
             g.update(eos_token_id=config["eos_token_id"], pad_token_id=config["pad_token_id"])
-            gen.write_text(json.dumps(g, indent=2))
+            write_file(tmp, gen.name, json.dumps(g, indent=2), overwrite=True)
     heldout = build_dataset(data_dir, num_samples, seed, overwrite=overwrite)
     return TinyResult(str(model_dir), str(data_dir), size, config, num_samples, str(heldout))
 

@@ -24,7 +24,7 @@ from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_re
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate, profile_hint
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, RunRecordError, StepError, UsageError
-from ktdeploy.core.safeio import printable, write_file
+from ktdeploy.core.safeio import parse_json, printable, read_text, write_file
 from ktdeploy.core.trainer_log import steady_rate
 
 ENTRY_MODULE = "ktdeploy.agent.lf_entry"
@@ -226,16 +226,21 @@ def write_record(plan: TrainPlan) -> Path:
     write_file(d, rr.TRAIN_YAML, plan.train_yaml)
     write_file(d, rr.ACCELERATE_YAML, plan.accelerate_yaml)
     write_file(d, rr.LAUNCH_SH, plan.launch_sh, mode=0o755)
-    (d / rr.LAUNCH_SH).chmod(0o755)
-    (d / rr.COMMAND).write_text(json.dumps({"argv": plan.argv, "env": plan.env, "env_defaults": plan.env_defaults,
-                                            "derived": plan.derived, "resume_from": plan.resume_from,
-                                            "recipe": plan.recipe_path, "tuned": plan.tuned}, indent=2) + "\n")
+    write_file(d, rr.COMMAND, json.dumps({"argv": plan.argv, "env": plan.env, "env_defaults": plan.env_defaults,
+                                          "derived": plan.derived, "resume_from": plan.resume_from,
+                                          "recipe": plan.recipe_path, "tuned": plan.tuned}, indent=2) + "\n")
     if plan.tuned is not None:
-        (d / rr.TUNED).write_text(json.dumps(plan.tuned, indent=2) + "\n")
+        write_file(d, rr.TUNED, json.dumps(plan.tuned, indent=2) + "\n")
     if plan.doctor is not None:
-        (d / rr.AGENT_DOCTOR).write_text(json.dumps(plan.doctor, indent=2, default=str) + "\n")
-    (d / rr.STATUS).write_text(rr.status_text("starting"))
+        write_file(d, rr.AGENT_DOCTOR, json.dumps(plan.doctor, indent=2, default=str) + "\n")
+    _put(d, rr.STATUS, rr.status_text("starting"))
     return d
+
+
+def _put(run_dir: Path, name: str, text: str) -> None:
+    """A record file (re)written through the safe writer: the trainer (and whatever it runs) shares the output
+    volume, so a link planted in the record is never followed."""
+    write_file(run_dir, name, text, overwrite=True)
 
 
 def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
@@ -243,7 +248,7 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
     gc_frozen = None
     mp = run_dir / rr.METRICS
     if mp.exists():
-        for row in rr.parse_metrics(mp.read_text()):
+        for row in rr.parse_metrics(read_text(mp, 256 << 20, "metrics record")):
             if "gc_frozen" in row:
                 gc_frozen = bool(row["gc_frozen"])
             if "loss" in row and "step_s" not in row:
@@ -260,7 +265,10 @@ def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
     for name in FINISHED_MARKERS:
         p = output_dir / name
         if p.exists():
-            results = json.loads(p.read_text())
+            try:  # the trainer's file on the shared output volume: bounded, and never a crash after training
+                results = parse_json(read_text(p, 16 << 20, name))
+            except (UsageError, ValueError) as e:
+                results = {"unreadable": str(getattr(e, "message", e))[:200]}
             break
     return {"rc": outcome.rc, "wall_s": round(outcome.wall_s, 2), "peak_host_rss_gib": round(outcome.peak_rss_gib, 3),
             "peak_host_rss_hwm_gib": round(outcome.hwm_rss_bytes / 2**30, 3),
@@ -281,10 +289,10 @@ def finish_record(run_dir: Path, output_dir: Path, rc: int, wall_s: float, peak_
     from ktdeploy.agent.monitor import RunOutcome
 
     outcome = RunOutcome(rc=rc, wall_s=wall_s, peak_rss_bytes=peak_rss_bytes, hwm_rss_bytes=hwm_rss_bytes)
-    (run_dir / rr.RC).write_text(rr.rc_text(rc))
+    _put(run_dir, rr.RC, rr.rc_text(rc))
     summary = _summarise(run_dir, outcome, output_dir)
-    (run_dir / rr.SUMMARY).write_text(rr.summary_text(summary))
-    (run_dir / rr.STATUS).write_text(rr.status_text(rr.final_state(rc)))
+    _put(run_dir, rr.SUMMARY, rr.summary_text(summary))
+    _put(run_dir, rr.STATUS, rr.status_text(rr.final_state(rc)))
     return summary
 
 
@@ -297,8 +305,8 @@ def exec_trainer(plan: TrainPlan, run_dir: Path, env: dict[str, str]) -> None:
 
     env = {**env, "KTDEPLOY_RUN_DIR": str(run_dir), "KTDEPLOY_OUTPUT_DIR": plan.output_dir,
            "KTDEPLOY_T0": repr(time.time())}
-    (run_dir / rr.LAUNCH_MODE).write_text(rr.LAUNCH_EXEC + "\n")
-    (run_dir / rr.STATUS).write_text(rr.status_text("running"))
+    _put(run_dir, rr.LAUNCH_MODE, rr.LAUNCH_EXEC + "\n")
+    _put(run_dir, rr.STATUS, rr.status_text("running"))
     sys.stdout.flush()
     sys.stderr.flush()
     os.chdir(trainer_workdir(plan))
@@ -331,14 +339,14 @@ def execute(plan: TrainPlan, echo=sys.stdout, *, exec_launch: bool = False) -> d
     env = trainer_env(plan)
     if exec_launch:
         exec_trainer(plan, d, env)
-    (d / rr.STATUS).write_text(rr.status_text("running"))
+    _put(d, rr.STATUS, rr.status_text("running"))
     try:
         # The trainer writes stdout.log itself; this process samples RSS and echoes the log once a second at
         # SCHED_IDLE (a line relay at nice +5 cost ~10 % tokens/s against a hand launch on the GPU machine).
         outcome = run_streaming(plan.argv, env=env, cwd=str(trainer_workdir(plan)), log_path=d / rr.STDOUT_LOG, echo=echo,
                                 interval=1.0, yield_cpu=True)
     except KeyboardInterrupt:
-        (d / rr.STATUS).write_text(rr.status_text("interrupted"))
+        _put(d, rr.STATUS, rr.status_text("interrupted"))
         raise
     summary = finish_record(d, Path(plan.output_dir), outcome.rc, outcome.wall_s, outcome.peak_rss_bytes,
                             outcome.hwm_rss_bytes)

@@ -5,40 +5,57 @@ Each command group lives in its own module and registers itself on ``app``.
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 
-import typer
+try:  # Ctrl-C while the CLI still starts up (typer's import alone takes ~50 ms): one line, exit 130
+    import importlib
+    import os
 
-from ktdeploy.cli.help import App
-from ktdeploy.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_SYSTEM, KtdeployError, UsageError
+    import typer
 
-app = App(
-    name="ktdeploy",
-    help="Fine-tune trillion-parameter MoE models with KTransformers + LlamaFactory on one checked path.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+    from ktdeploy.cli.help import App
+    from ktdeploy.core.errors import (
+        EXIT_INTERNAL,
+        EXIT_INTERRUPTED,
+        EXIT_PIPE,
+        EXIT_SYSTEM,
+        EXIT_TERMINATED,
+        KtdeployError,
+        Terminated,
+        UsageError,
+    )
 
-# One module per command group; each does `from ktdeploy.cli import app` and decorates its commands.
-COMMAND_MODULES = [
-    "recipe_cmds",   # check, render
-    "plan_cmds",     # plan
-    "image_cmds",    # image build|save|load|layers
-    "doctor_cmds",   # doctor
-    "agent_cmds",    # train, convert, serve, tiny-model
-    "tune_cmds",     # tune
-    "up_cmds",       # up, status, logs, down
-]
+    app = App(
+        name="ktdeploy",
+        help="Fine-tune trillion-parameter MoE models with KTransformers + LlamaFactory on one checked path.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
 
-for _name in COMMAND_MODULES:
-    try:
+    # One module per command group; each does `from ktdeploy.cli import app` and decorates its commands.
+    COMMAND_MODULES = [
+        "recipe_cmds",   # check, render
+        "plan_cmds",     # plan
+        "image_cmds",    # image build|save|load|layers
+        "doctor_cmds",   # doctor
+        "agent_cmds",    # train, convert, serve, tiny-model
+        "tune_cmds",     # tune
+        "up_cmds",       # up, status, logs, down
+    ]
+
+    for _name in COMMAND_MODULES:
         importlib.import_module(f"ktdeploy.cli.{_name}")
-    except KeyboardInterrupt:  # Ctrl-C while the CLI is still starting up
-        sys.stderr.write("interrupted\n")
-        sys.exit(EXIT_INTERRUPTED)
+
+    import signal as _signal
+
+    import ktdeploy as _pkg
+
+    if _signal.getsignal(_signal.SIGINT) is _pkg._interrupted_at_start:   # the start-up guard's job is done
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+except KeyboardInterrupt:
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
 
 
 def _print_version(value: bool) -> None:
@@ -69,6 +86,8 @@ def exit_code_for(err: BaseException) -> int:
     """The one mapping from an exception to a documented exit code (README, "Exit codes")."""
     if isinstance(err, KtdeployError):
         return err.exit_code
+    if isinstance(err, Terminated):
+        return EXIT_TERMINATED
     if isinstance(err, KeyboardInterrupt):
         return EXIT_INTERRUPTED
     kind = _kind(err)
@@ -123,8 +142,6 @@ def _fd_identity_of(path: str) -> tuple[int, int] | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: every exception becomes one screen and a documented exit code, never a traceback."""
-    from ktdeploy.cli.output import print_error, print_internal_error, print_system_error
-
     try:
         stdout_was = _fd_identity(sys.stdout.fileno())
     except (OSError, ValueError):
@@ -139,6 +156,20 @@ def main(argv: list[str] | None = None) -> None:
         _output_closed()
         raise
     except BaseException as err:  # noqa: BLE001 - this is the one place that maps every exception
+        handle(err)
+    rc = rc if isinstance(rc, int) else 0
+    if rc == EXIT_INTERRUPTED:  # typer turns Ctrl-C into Exit(130), which click returns without a word
+        sys.stderr.write("interrupted\n")
+    sys.exit(rc)
+
+
+def handle(err: BaseException) -> None:
+    """One screen for ``err`` and its documented exit code (also for the image's entry point, before the CLI)."""
+    if _kind(err) == "Abort" and isinstance(err.__cause__, KeyboardInterrupt):
+        err = err.__cause__  # click turns Ctrl-C (and our SIGTERM) into Abort: the cause says which
+    try:
+        from ktdeploy.cli.output import print_error, print_internal_error, print_system_error
+
         if isinstance(err, UnicodeError):  # only user text can fail to encode (a lone surrogate in a name)
             # a plain UnicodeError (the idna codec's "label empty or too long") has no .reason
             reason = err.reason if isinstance(err, (UnicodeEncodeError, UnicodeDecodeError, UnicodeTranslateError)) \
@@ -149,20 +180,26 @@ def main(argv: list[str] | None = None) -> None:
         kind = _kind(err)
         if isinstance(err, KtdeployError):
             print_error(err)
+        elif isinstance(err, Terminated):
+            sys.stderr.write("terminated\n")
         elif isinstance(err, KeyboardInterrupt) or kind == "Abort" or (kind == "Exit" and code == EXIT_INTERRUPTED):
             sys.stderr.write("interrupted\n")  # typer turns Ctrl-C into Exit(130) without a word
         elif kind == "ClickException":
-            err.show()  # type: ignore[attr-defined]  # a ClickException, matched by name: typer bundles its own click
+            import io
+
+            from ktdeploy.core.markup import terminal_safe
+
+            buf = io.StringIO()  # click quotes the argv it refuses: sanitized like every other print
+            err.show(file=buf)  # type: ignore[attr-defined]  # a ClickException, matched by name: typer bundles its own click
+            sys.stderr.write(terminal_safe(buf.getvalue()))
         elif kind == "Exit":
             pass
         elif code == EXIT_SYSTEM:
             print_system_error(err)
         else:
             if os.environ.get("KTDEPLOY_DEBUG"):
-                raise
+                raise err
             print_internal_error(err)
-        sys.exit(code)
-    rc = rc if isinstance(rc, int) else 0
-    if rc == EXIT_INTERRUPTED:  # typer turns Ctrl-C into Exit(130), which click returns without a word
-        sys.stderr.write("interrupted\n")
-    sys.exit(rc)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one is reported
+        code = EXIT_INTERRUPTED
+    sys.exit(code)

@@ -9,10 +9,9 @@ import typer
 
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_doctor, print_json
+from ktdeploy.core import variants as V
 from ktdeploy.core.checks.gate import profile_hint, with_profile
 from ktdeploy.core.markup import esc
-
-VARIANTS = ("amx", "avx512", "avx2")
 
 
 def _summary_line(report) -> str:
@@ -30,15 +29,15 @@ def doctor_cmd(
                              help="Where to look: localhost, user@host, ssh://user@host:port or docker://CONTAINER."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="Also check the host against this recipe."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE (with --recipe), "
-                                                     "repeatable; e.g. --set deploy.image=avx512."),
+                                                     f"repeatable; e.g. --set deploy.image={V.AVX2}."),
     image: Optional[str] = typer.Option(None, "--image", help="Container readiness: run this image (e.g. ktsft:amx) "
                                                               "on the host with the training container's flags and "
                                                               "check inside it (layer checks + stack.*: Python.h, "
-                                                              "torch, CUDA, one Triton kernel). A bare amx, avx512 "
-                                                              "or avx2 means --variant (kept for compatibility)."),
-    variant: Optional[str] = typer.Option(None, "--variant", help="Also check that this image variant (amx, avx512, "
-                                                                  "avx2) runs here (image.variant); ansible's "
-                                                                  "ktsft_isa."),
+                                                              "torch, CUDA, one Triton kernel). A bare kt-kernel "
+                                                              "build name means --variant (kept for compatibility)."),
+    variant: Optional[str] = typer.Option(None, "--variant", help="Also check that this image variant (a kt-kernel "
+                                                                  f"build: {', '.join(V.NAMES)}) runs here "
+                                                                  "(image.variant); ansible's ktsft_isa."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="With --image: the GPUs the container gets, e.g. 0,1 "
                                                             "(default: the recipe's deploy.gpus, else every GPU)."),
     stack: bool = typer.Option(False, "--stack", help="Also run the stack probe where doctor runs (stack.*: Python.h, "
@@ -81,12 +80,12 @@ def doctor_cmd(
     if not host.startswith("docker://") and host not in ("localhost", "local"):
         opts = {"key": str(ssh_key) if ssh_key else None, "known_hosts": str(known_hosts) if known_hosts else None,
                 "accept_new_host_key": accept_new_host_key or None}
-    if image in VARIANTS:   # the former meaning of --image: an ISA variant
+    if image is not None and V.known(image):   # the former meaning of --image: an ISA variant
         variant, image = variant or image, None
-    if variant is not None and variant not in VARIANTS:
+    if variant is not None and not V.known(variant):
         from ktdeploy.core.errors import UsageError
 
-        raise UsageError(f"--variant {variant!r} is not a variant", fix="Use amx, avx512 or avx2.")
+        raise UsageError(f"--variant {variant!r} is not a kt-kernel build", fix=f"Use one of {', '.join(V.NAMES)}.")
     if image and container:
         from ktdeploy.core.errors import UsageError
 

@@ -9,7 +9,11 @@ import typer
 from ktdeploy.cli import app
 from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_json
+from ktdeploy.core import variants as V
 from ktdeploy.core.markup import esc
+
+ISA_HELP = (f"A kt-kernel CPU build ({', '.join(V.NAMES)}; docs/cpu-builds.md says which CPU needs which) or all. "
+            + " ".join(f"The old {a} names the {b} build." for a, b in V.ALIASES.items()))
 
 image_app = App(help="Build, save and load the ktsft images (one per CPU ISA), offline.",
                         no_args_is_help=True)
@@ -24,7 +28,7 @@ def _tags(repo: str, isa: str) -> list[str]:
 
 @image_app.command("build")
 def build_cmd(
-    isa: str = typer.Option("all", "--isa", help="amx, avx512, avx2 or all."),
+    isa: str = typer.Option("all", "--isa", help=ISA_HELP),
     stack: str = typer.Option("full", "--stack", help="full: the KT stack; reduced: ktdeploy only (CI)."),
     repo: str = typer.Option(None, "--repo", help="Image repository (default ktsft, or ktsft-reduced)."),
     base_image: str = typer.Option("ktdeploy/base:bookworm", "--base-image",
@@ -71,7 +75,7 @@ def build_cmd(
 @image_app.command("save")
 def save_cmd(
     output: Path = typer.Option(..., "--output", "-o", help="Tarball to write (must not exist)."),
-    isa: str = typer.Option("all", "--isa", help="amx, avx512, avx2 or all."),
+    isa: str = typer.Option("all", "--isa", help=ISA_HELP),
     repo: str = typer.Option("ktsft", "--repo", help="Image repository."),
 ) -> None:
     """Write the images to one tarball for hosts without a registry (shared layers stored once)."""
@@ -84,17 +88,20 @@ def save_cmd(
 
 
 @image_app.command("load")
-def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdeploy image save`.")) -> None:
-    """Load images from a tarball (docker load)."""
+def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdeploy image save`."),
+             repo: str = typer.Option("ktsft", "--repo", help="The images' repository: the archive may name only "
+                                                              "REPO:<variant> (amx, avx512, avx2).")
+             ) -> None:
+    """Load images from a tarball (docker load): only an archive whose every name ktdeploy asked for."""
     from ktdeploy.controller.images.build import load
 
-    for ref in load(archive):
+    for ref in load(archive, repo):
         console.print(f"loaded {esc(ref)}", highlight=False)
 
 
 @image_app.command("layers")
 def layers_cmd(
-    isa: str = typer.Option("all", "--isa", help="amx, avx512, avx2 or all."),
+    isa: str = typer.Option("all", "--isa", help=ISA_HELP),
     repo: str = typer.Option("ktsft", "--repo", help="Image repository."),
     as_json: bool = typer.Option(False, "--json", help="Print the layers as JSON."),
 ) -> None:

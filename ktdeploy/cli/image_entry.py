@@ -25,9 +25,9 @@ def isa_gate(variant: str | None, argv: list[str]):
     from ktdeploy.controller.local_host import local_facts
     from ktdeploy.core.checks.isa import variant_check
 
-    # The AMX probe (a real tile multiply) only decides for the amx variant; flags decide the rest. The facts
-    # are gathered once for the process: the command that follows (train's doctor, serve, tune) reuses them.
-    facts = local_facts(probes=(variant == "amx"))
+    # The probe (a tile multiply, one instruction per AVX512 extension) proves what the pinned build needs; the
+    # facts are gathered once for the process: the command that follows (train's doctor, serve, tune) reuses them.
+    facts = local_facts(probes=True)
     return variant_check(facts, variant)
 
 
@@ -35,18 +35,25 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv) or ["doctor"]
     variant = os.environ.get("KTSFT_VARIANT") or None
 
+    from ktdeploy.cli import handle
     from ktdeploy.cli import main as cli_main
-    from ktdeploy.cli.output import err_console, print_error
-    from ktdeploy.core.errors import CheckFailed
 
-    result = isa_gate(variant, argv)
-    if result is not None and result.status == "fail":
-        print_error(CheckFailed(
-            f"this CPU cannot run the ktsft:{variant} image: {result.detail}",
-            fix=result.fix, key=result.name, results=[result]))
-        sys.exit(CheckFailed.exit_code)
-    if result is not None and result.status == "warn":
-        err_console.print(f"[yellow]note:[/yellow] {esc(result.detail)}. {esc(result.fix)}", highlight=False)
+    try:  # the ISA check gathers this host's facts (a second or more): Ctrl-C there is one line and exit 130
+        from ktdeploy.cli.output import err_console, print_error
+        from ktdeploy.core.errors import CheckFailed
+
+        result = isa_gate(variant, argv)
+        if result is not None and result.status == "fail":
+            print_error(CheckFailed(
+                f"this CPU cannot run the ktsft:{variant} image: {result.detail}",
+                fix=result.fix, key=result.name, results=[result]))
+            sys.exit(CheckFailed.exit_code)
+        if result is not None and result.status == "warn":
+            err_console.print(f"[yellow]note:[/yellow] {esc(result.detail)}. {esc(result.fix)}", highlight=False)
+    except SystemExit:
+        raise
+    except BaseException as err:  # noqa: BLE001 - mapped by the CLI's one mapping, as every other error
+        handle(err)
     cli_main(argv)
 
 

@@ -1,4 +1,9 @@
-"""Rendering helpers shared by every command: errors, findings, JSON."""
+"""Rendering helpers shared by every command: errors, findings, JSON.
+
+Everything the CLI prints goes through ``console``/``err_console`` (SafeConsole): every text segment passes
+``core.markup.terminal_safe`` on its way to the terminal, so a control character that came from a recipe, a
+host, a tensor file or a record is shown as an escape, never acted on. rich's own styling is added after that,
+so colours stay. ``print_json`` escapes them itself (JSON's \u001b)."""
 
 from __future__ import annotations
 
@@ -10,8 +15,26 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-console = Console()
-err_console = Console(stderr=True)
+
+class SafeConsole(Console):
+    """A rich Console whose every printed text segment is sanitized (``terminal_safe``): rich's own control
+    segments (cursor moves of a live progress bar) and styles pass; text from outside never carries one."""
+
+    def render(self, renderable, options=None):
+        from rich.segment import Segment
+
+        from ktdeploy.core.markup import terminal_safe
+
+        for seg in super().render(renderable, options):
+            if seg.control or not seg.text:
+                yield seg
+            else:
+                text = terminal_safe(seg.text)
+                yield seg if text is seg.text else Segment(text, seg.style, seg.control)
+
+
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 
 def _redact(text: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +29,22 @@ def _ssh(key, known_hosts, accept_new) -> dict:
     if accept_new:
         out["accept_new_host_key"] = True
     return out
+
+
+def _sigterm_raises() -> None:
+    """SIGTERM (kill, systemd, a CI timeout) becomes core.errors.Terminated where `up` is: the run record says
+    "stopped" or "detached" instead of staying "planned"; exit 143. Training on the host is never stopped by it."""
+    import signal
+
+    from ktdeploy.core.errors import Terminated
+
+    def _raise(signum, frame):
+        raise Terminated()
+
+    try:
+        signal.signal(signal.SIGTERM, _raise)
+    except ValueError:  # not the main thread (an embedding caller): keep the default
+        pass
 
 
 UP_HELP = ("Provision HOST and run the recipe there, stage by stage.\n\n"
@@ -97,17 +114,26 @@ def up(
                      say=say,
                      print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
         return
+    _sigterm_raises()   # (the slurm path above keeps the default: its record is the cluster's queue)
     factory = None
     if not no_progress and console.is_terminal:
         factory = lambda name: ProgressView(name, console=console)  # noqa: E731
-    res = api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
-                 tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
-                 image_tar=str(image_tar) if image_tar else None, overrides=set_,
-                 ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
-                 say=say,
-                 print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True),
-                 cpu_only=cpu_only, native=native_pair(recipe, train, accelerate, deploy), name=name,
-                 sync_model=str(sync_model) if sync_model else None, sync_data=str(sync_data) if sync_data else None)
+    from ktdeploy.core.errors import EXIT_TERMINATED, Terminated
+
+    try:
+        res = api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
+                     tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
+                     image_tar=str(image_tar) if image_tar else None, overrides=set_,
+                     ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
+                     say=say,
+                     print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True),
+                     cpu_only=cpu_only, native=native_pair(recipe, train, accelerate, deploy), name=name,
+                     sync_model=str(sync_model) if sync_model else None, sync_data=str(sync_data) if sync_data else None)
+    except Terminated:  # typer would turn it into Ctrl-C's 130; the record already says SIGTERM
+        import sys
+
+        sys.stderr.write("terminated\n")
+        raise typer.Exit(EXIT_TERMINATED) from None
     if res.stops_at:   # a dry run whose plan stops: the code the real run would end with (a step fails: 4)
         raise typer.Exit(StepError.exit_code)
 
@@ -234,7 +260,16 @@ def logs(
     from ktdeploy.controller import api
 
     api.logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
-             write=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
+             write=lambda line: console.print(_log_text(line), highlight=False, markup=False, soft_wrap=True))
+
+
+_SGR = re.compile(r"\x1b\[[0-9;]*m")   # a colour code: dropped (it only colours; any other escape is shown)
+
+
+def _log_text(line: str) -> str:
+    """A container's log line for the terminal: its colour codes dropped and a progress bar's carriage returns made
+    line breaks; every other control character is shown as an escape by the console (SafeConsole)."""
+    return _SGR.sub("", line).replace("\r\n", "\n").replace("\r", "\n")
 
 
 @app.command()

@@ -5,6 +5,7 @@ record folder on the controller (ktdeploy.controller.runs)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -18,19 +19,28 @@ from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
 from ktdeploy.controller.follow import TRAINER_LOG
-from ktdeploy.controller.runs import RunRecord, all_runs, latest_run
+from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.core import run_record as rr
+from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.checks.gate import CPU_ONLY, RUNTIME_FIXABLE, gate, profile_hint, with_profile
 from ktdeploy.core.checks.threads import derived_kt_threads
-from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RunRecordError, StepError, UsageError
+from ktdeploy.core.errors import (
+    CheckFailed,
+    ConnectError,
+    KtdeployError,
+    RunRecordError,
+    StepError,
+    Terminated,
+    UsageError,
+)
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.host_target import parse_host
-from ktdeploy.core.markup import esc
+from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import VARIANTS, shipped_recipe
+from ktdeploy.core.plan.build import shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid, validate
 from ktdeploy.core.recipe import render as render_recipe
@@ -77,7 +87,7 @@ def _say_default(msg: str) -> None:
     """Progress lines for a Python caller that passes no ``say`` (the CLI passes its own console's print)."""
     from rich.console import Console
 
-    Console().print(msg, highlight=False)
+    Console().print(terminal_safe(msg), highlight=False)  # text from outside never drives the terminal
 
 
 def load_up_recipe(recipe_path=None, overrides=(), native: tuple[str, str, str | None] | None = None):
@@ -132,7 +142,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
        connector=None, cpu_only: bool = False, native: tuple[str, str, str | None] | None = None,
        name: str | None = None, sync_model: str | None = None, sync_data: str | None = None) -> UpResult:
-    """Phases: arguments -> record -> connect (or recorded facts) -> sync -> facts + doctor -> plan -> apply.
+    """Phases: arguments -> lock -> record -> connect (or recorded facts) -> sync -> facts + doctor -> plan -> apply.
     ``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
     say = say or _say_default
     host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
@@ -140,13 +150,31 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     recorded_facts = load_facts_file(facts_file) if facts_file is not None else None
     recipe = load_up_recipe(recipe_path, overrides, native)
     _check_api_key(recipe, detach=detach, dry_run=dry_run)
+    if image_tar:
+        _check_image_tar(image_tar, recipe)
     if name is not None:
         check_run_name(name, host, job_name(recipe))
     waive = with_profile(waive, cpu_only)
-    record = _new_record(recipe, host, waive, dry_run, facts_file, say, cpu_only=cpu_only, name=name)
-    result = UpResult(record=record, waived=list(waive))
-    conn, where = _connect_phase(host, record, recorded_facts, facts_file, connector, ssh, say)
+    # one run, one lock (not for a dry run: it changes nothing): a second `up` of this job is refused here,
+    # before it records or touches anything
+    with contextlib.nullcontext() if dry_run else job_lock(host, job_name(recipe)):
+        return _up_locked(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive,
+                          image_tar=image_tar, ssh=ssh, tune=tune, tune_budget_minutes=tune_budget_minutes,
+                          facts_file=facts_file, recorded_facts=recorded_facts, say=say,
+                          progress_factory=progress_factory, print_plan=print_plan, connector=connector,
+                          cpu_only=cpu_only, name=name, sync_model=sync_model, sync_data=sync_data)
+
+
+def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive: tuple, image_tar, ssh, tune: bool,
+               tune_budget_minutes: float, facts_file, recorded_facts, say, progress_factory, print_plan,
+               connector, cpu_only: bool, name: str | None, sync_model: str | None,
+               sync_data: str | None) -> UpResult:
+    record: RunRecord | None = None
+    conn = None
     try:
+        record = _new_record(recipe, host, waive, dry_run, facts_file, say, cpu_only=cpu_only, name=name)
+        result = UpResult(record=record, waived=list(waive))
+        conn, where = _connect_phase(host, record, recorded_facts, facts_file, connector, ssh, say)
         _sync_phase(conn, recipe, record, sync_model, sync_data, dry_run=dry_run, say=say)
         report, blocking, doc_line = _doctor_phase(conn, recipe, recorded_facts, where, waive, record, say)
         if cpu_only and report.facts.gpu.count:
@@ -182,10 +210,13 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
             return result
         return _apply_phase(conn, plan, recipe, report, result, host=host, detach=detach, say=say,
                             progress_factory=progress_factory)
-    except KeyboardInterrupt:
-        # Ctrl-C before the executor took over (it handles its own): nothing was started; say so in the record
-        record.event("interrupted", reason="Ctrl-C before anything started on the host")
-        record.set_status("stopped", note="interrupted (Ctrl-C) during preflight/planning; nothing was started")
+    except KeyboardInterrupt as stop:
+        # Ctrl-C or SIGTERM before the executor took over (it handles its own): nothing was started; say so in
+        # the record (a SIGTERM used to leave it "planned")
+        if record is not None and (record.path / rr.STATUS_JSON).exists():
+            how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+            record.event("interrupted", reason=f"{how} before anything started on the host")
+            record.set_status("stopped", note=f"{how} during preflight/planning; nothing was started")
         raise
     finally:
         if conn is not None:
@@ -196,13 +227,13 @@ def slurm_variant(recipe, nodes) -> tuple[str, str | None, str]:
     """(image reference, variant, how) for a cluster: a named variant as is; ``auto`` the best variant a node can
     run the job with (features, memory, GPUs, CPUs); a full image reference has no known CPU needs."""
     deploy = recipe.deploy
-    if deploy.image == "auto":
+    if deploy.image == V.AUTO:
         fitting = [v for v in reversed(LADDER) if sl.fit(_request(recipe, v), nodes).nodes]
         variant = fitting[0] if fitting else next((v for v in reversed(LADDER)
-                                                   if any(v in n.features for n in nodes)), "avx2")
+                                                   if any(v in n.features for n in nodes)), V.AVX2)
         how = f"auto: the best variant a node of the cluster runs this job with is {variant}"
-    elif deploy.image in VARIANTS:
-        variant, how = deploy.image, "named in the recipe"
+    elif V.known(deploy.image):
+        variant, how = V.canonical(deploy.image), "named in the recipe"
     else:
         return deploy.image, None, "full image reference from the recipe (no CPU constraint)"
     image, _v, _how = resolve_image(deploy.model_copy(update={"image": variant}), None)
@@ -294,6 +325,20 @@ def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file
     if facts_file is not None and not dry_run:
         raise UsageError("--facts plans from recorded facts and changes nothing: it needs --dry-run", key="--facts",
                          fix=f"ktdeploy up --host {host} RECIPE --dry-run --facts {facts_file}")
+
+
+def _check_image_tar(image_tar: str, recipe) -> None:
+    """--image-tar is loaded on the host with `docker load`, which applies every name in it: only an archive whose
+    every name is one of the recipe's images (deploy.image_repo:<variant>, or deploy.image) is shipped."""
+    from ktdeploy.controller.images.archive import require_only
+    from ktdeploy.controller.images.variants import ISA_VARIANTS, image_tag
+
+    if not Path(image_tar).is_file():
+        raise UsageError(f"--image-tar {image_tar}: no such file", key="--image-tar",
+                         fix="Give the tarball `ktdeploy image save` wrote.")
+    deploy = recipe.deploy
+    allowed = {image_tag(deploy.image_repo, v) for v in ISA_VARIANTS} | {deploy.image}
+    require_only(image_tar, allowed, f"{deploy.image_repo}:<variant> or deploy.image")
 
 
 def _check_api_key(recipe, *, detach: bool, dry_run: bool) -> None:
@@ -460,11 +505,14 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
                         facts=report.facts if report is not None else None)
     try:
         executor.apply()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
         if executor.jobs:
             record.set_status("detached", slurm_jobs=dict(executor.jobs))
-        record.event("detached", reason="interrupted (Ctrl-C)")
-        record.set_status("detached", note="controller interrupted; training keeps running on the host")
+        record.event("detached", reason=how)
+        record.set_status("detached", note=f"controller {how}; training keeps running on the host")
+        if isinstance(stop, Terminated):
+            raise   # exit 143: the record already says what happened
         say(f"[yellow]Stopped following; the training container {esc(plan.job)} keeps running on {esc(host)}.[/]\n"
             f"  ktdeploy status --host {esc(host)}   |   ktdeploy logs -f --host {esc(host)}   |   ktdeploy up (same args) to go on")
         result.state = "detached"
@@ -632,7 +680,9 @@ def _emit(text: str, after: str | None, write) -> str | None:
 
 
 def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None = None) -> dict:
-    """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay."""
+    """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay.
+    Holds the job's lock: while an `up` of the job runs, `down` is refused (it would race the containers up
+    creates); stop that `up` first (Ctrl-C detaches it), then run down."""
     host = _host_filter(host)
     rec = latest_run(host, run_id=run_id)
     st = rec.status()
@@ -645,6 +695,11 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: dict | None
         rec.set_status("stopped", down=done)
         return done
     names = [_container(rec, st, key) for key in ("serve_container", "container") if st.get(key)]
+    with job_lock(rec.status_text("host", st, empty_ok=True), _container(rec, st)):
+        return _down_locked(rec, st, names, ssh)
+
+
+def _down_locked(rec: RunRecord, st: dict, names: list[str], ssh: dict | None) -> dict:
     conn = _connect_for(rec, st, ssh)
     done = {}
     try:

@@ -21,6 +21,7 @@ from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
 from ktdeploy.core.checks.gate import gate
+from ktdeploy.core.checks.readable import readable_checks
 from ktdeploy.core.facts.data import DATA_SCRIPT, DataFacts, parse_data_output
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
 from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
@@ -67,6 +68,7 @@ def container_checks(facts: HostFacts, container_facts: HostFacts, recipe=None, 
     """Pure: the runtime checks on the training container's facts (layer "container") and the layer comparison
     with its host's."""
     inner = _runtime_checks(container_facts, recipe, req if req is not None else _requirements(facts, recipe))
+    inner += readable_checks(container_facts)
     for r in inner:
         r.layer = "container"
     return inner + layers.layer_checks(facts, container_facts)
@@ -79,6 +81,7 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
     planned = resources.recipe_plan(recipe) if recipe is not None else None   # the planner runs once per doctor run
     req = _requirements(facts, recipe, planned)
     out = _runtime_checks(facts, recipe, req)
+    out += readable_checks(facts)
     out += resources.docker_checks(facts)
     if recipe is not None and req is not None:
         out += resources.path_checks(facts, recipe, req)

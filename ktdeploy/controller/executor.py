@@ -243,7 +243,7 @@ class Executor:
         p = s.params
         report = image_doctor(self.conn, p["image"], recipe=self.recipe, gpus=list(p.get("gpus") or []),
                               user=p.get("user") or "", memlock=bool(p.get("memlock", True)), name=p.get("name"),
-                              host_facts=self.facts, host_checks=False)
+                              host_facts=self.facts, host_checks=False, replace_stale=bool(p.get("name")))
         report.waived = tuple(self.plan.waived)
         failed, waived = report.failed, report.waived_failures
         self.record.event("image_check", image=p["image"], summary=report.summary(),
@@ -324,12 +324,13 @@ class Executor:
         self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
         fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")
         try:
-            with os.fdopen(fd, "w") as f:
+            with os.fdopen(fd, "w") as f:  # the file mkstemp just made (O_EXCL, 0600): nothing to follow
                 f.write(f"{name}={value}\n")
             os.chmod(tmp, 0o600)
             # create the target 0600 first, so the key is never readable by others on the host, even briefly
-            self.conn.run(["sh", "-c", 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && : > "$1"', "ktdeploy-key",
-                           s.remote], check=True)
+            # (a link planted there is removed, never written through: noclobber creates with O_EXCL)
+            self.conn.run(["sh", "-c", 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && rm -f -- "$1" && set -C '
+                           '&& : > "$1"', "ktdeploy-key", s.remote], check=True)
             self.conn.put_file(tmp, s.remote, mode=0o600)
         finally:
             os.unlink(tmp)

@@ -13,10 +13,23 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-from ktdeploy.controller.facts_probes import PROBE_PARSERS, gather_probes
+from ktdeploy.controller.facts_probes import PROBE_PARSERS, gather_probes, parse_probe
 from ktdeploy.core.facts import container, cpu, disk, docker, gpu, kernel, limits, memory, virt
-from ktdeploy.core.facts.host import HostFacts, Probes
+from ktdeploy.core.facts.host import (
+    ContainerFacts,
+    CpuFacts,
+    DockerFacts,
+    GpuFacts,
+    HostFacts,
+    KernelFacts,
+    LimitsFacts,
+    MemoryFacts,
+    Probes,
+    VirtFacts,
+)
+from ktdeploy.core.facts.total import parsed
 from ktdeploy.core.markers import SECTION_SH, Section, parse_sections  # noqa: F401  (re-exported)
+from ktdeploy.core.safeio import write_file
 
 SECTION_MODULES = (kernel, cpu, memory, gpu, docker, virt, container, limits)
 
@@ -73,13 +86,15 @@ def gather_raw(connector, paths=(), *, probes: bool = True, base: RawFacts | Non
 
 def add_probes(connector, raw: RawFacts) -> RawFacts:
     """Run the probes (AMX tile multiply, NUMA mempolicy) and add their outputs to ``raw``."""
-    machine = (raw.sections.get("uname") and kernel.build_kernel(raw.sections["uname"].stdout).machine) or None
-    parsed, outputs = gather_probes(connector, machine)
+    machine = parsed("uname", {}, lambda: (raw.sections.get("uname") and
+                                           kernel.build_kernel(raw.sections["uname"].stdout).machine) or None,
+                     lambda: None)
+    got, outputs = gather_probes(connector, machine)
     raw.probes = outputs
-    if parsed.amx.skipped:
-        raw.probe_skips["amx_probe"] = parsed.amx.skipped
-    if parsed.mempolicy.skipped:
-        raw.probe_skips["numa_probe"] = parsed.mempolicy.skipped
+    if got.amx.skipped:
+        raw.probe_skips["amx_probe"] = got.amx.skipped
+    if got.mempolicy.skipped:
+        raw.probe_skips["numa_probe"] = got.mempolicy.skipped
     return raw
 
 
@@ -101,39 +116,41 @@ def build_facts(raw: RawFacts) -> HostFacts:
             errors[name] = (section.stderr or f"exit {section.rc}").splitlines()[0][:200] if (
                 section.stderr or section.rc) else ""
 
-    cg = limits.parse_cgroup(out("cgroup") or "")
-    cpu_facts = cpu.build_cpu(out("cpuinfo"), out("lscpu_json"), out("lscpu_parse"), out("cpus_allowed"),
-                              out("numa_sysfs"), cpu_quota=cg["cpu_quota"])
+    e = errors   # every section parsed through total.parsed: an unexpected shape is reported, never a crash
+    cg = parsed("cgroup", e, lambda: limits.parse_cgroup(out("cgroup") or ""), lambda: {"cpu_quota": None})
+    cpu_facts = parsed("cpu", e, lambda: cpu.build_cpu(out("cpuinfo"), out("lscpu_json"), out("lscpu_parse"),
+                                                       out("cpus_allowed"), out("numa_sysfs"),
+                                                       cpu_quota=cg.get("cpu_quota")), CpuFacts)
     lscpu_hv = None
     if out("lscpu_json"):
-        try:
-            lscpu_hv = cpu.parse_lscpu_json(out("lscpu_json")).get("hypervisor_vendor")
-        except (ValueError, RecursionError):
-            pass
+        lscpu_hv = parsed("lscpu_json", e, lambda: cpu.parse_lscpu_json(out("lscpu_json")).get("hypervisor_vendor"),
+                          lambda: None)
     v = sec("detect_virt_vm")
     c = sec("detect_virt_container")
     n = sec("nvidia_smi")
     d = sec("docker_info")
     facts = HostFacts(
         host=raw.host,
-        kernel=kernel.build_kernel(out("uname")),
-        os=kernel.parse_os_release(out("os_release")),
+        kernel=parsed("uname", e, lambda: kernel.build_kernel(out("uname")), KernelFacts),
+        os=parsed("os_release", e, lambda: kernel.parse_os_release(out("os_release")), dict),
         cpu=cpu_facts,
-        memory=memory.build_memory(out("meminfo")),
-        gpu=gpu.build_gpu(n.stdout, n.rc, n.stderr, out("nvidia_devices")),
-        docker=docker.build_docker(d.stdout, d.rc, d.stderr),
-        virt=virt.build_virt(cpu_facts.hypervisor, v.stdout, v.rc, out("dmi"), lscpu_hv),
-        container=container.build_container(c.stdout, c.rc, out("container_markers"), out("proc1_cgroup"),
-                                            out("root_mount")),
-        limits=limits.build_limits(out("proc_limits"), out("cgroup"), out("shm")),
-        paths=disk.parse_paths(raw.paths) if raw.paths else [],
+        memory=parsed("meminfo", e, lambda: memory.build_memory(out("meminfo")), MemoryFacts),
+        gpu=parsed("nvidia_smi", e, lambda: gpu.build_gpu(n.stdout, n.rc, n.stderr, out("nvidia_devices")), GpuFacts),
+        docker=parsed("docker_info", e, lambda: docker.build_docker(d.stdout, d.rc, d.stderr), DockerFacts),
+        virt=parsed("virt", e, lambda: virt.build_virt(cpu_facts.hypervisor, v.stdout, v.rc, out("dmi"), lscpu_hv),
+                    VirtFacts),
+        container=parsed("container", e, lambda: container.build_container(
+            c.stdout, c.rc, out("container_markers"), out("proc1_cgroup"), out("root_mount")), ContainerFacts),
+        limits=parsed("limits", e, lambda: limits.build_limits(out("proc_limits"), out("cgroup"), out("shm")),
+                      LimitsFacts),
+        paths=parsed("paths", e, lambda: disk.parse_paths(raw.paths) if raw.paths else [], list),
         errors=errors,
     )
     facts.layer = "container" if facts.container.in_container else ("vm" if facts.virt.is_vm else "host")
     probes = Probes()
-    for name, field_, parse, _model in PROBE_PARSERS:
+    for name, field_, parse, model in PROBE_PARSERS:
         if name in raw.probes:
-            setattr(probes, field_, parse(raw.probes[name]))
+            setattr(probes, field_, parse_probe(name, parse, model, raw.probes[name]))
         else:
             getattr(probes, field_).skipped = raw.probe_skips.get(name, "probe not run")
     facts.probes = probes
@@ -149,22 +166,17 @@ def gather_facts(connector, paths=(), *, probes: bool = True, base: RawFacts | N
 
 # -- golden folders ----------------------------------------------------------------------------
 def save_raw(raw: RawFacts, folder: str) -> None:
-    os.makedirs(folder, exist_ok=True)
+    """Write a golden folder (through the safe writer: a link planted there is never followed)."""
     meta: dict = {"host": raw.host, "sections": {}, "probe_skips": raw.probe_skips}
     for name, sec in raw.sections.items():
         if sec.stdout is not None:
-            with open(os.path.join(folder, f"{name}.txt"), "w") as f:
-                f.write(sec.stdout)
+            write_file(folder, f"{name}.txt", sec.stdout, overwrite=True)
         meta["sections"][name] = {"rc": sec.rc, "stderr": sec.stderr}
     for name, out in raw.probes.items():
-        with open(os.path.join(folder, f"{name}.json"), "w") as f:
-            f.write(out)
+        write_file(folder, f"{name}.json", out, overwrite=True)
     if raw.paths:
-        with open(os.path.join(folder, "paths.txt"), "w") as f:
-            f.write(raw.paths)
-    with open(os.path.join(folder, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-        f.write("\n")
+        write_file(folder, "paths.txt", raw.paths, overwrite=True)
+    write_file(folder, "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n", overwrite=True)
 
 
 def load_raw(folder: str) -> RawFacts:

@@ -2,16 +2,25 @@
 
 Where a probe binary comes from, in order:
 1. prebuilt at image build time: $KTDEPLOY_PROBE_DIR/<name> or /opt/ktdeploy/probes/<name> on the target;
-2. cached on the target: ~/.cache/ktdeploy/probes/<source-hash>/<name> (or $TMPDIR, else /tmp, /ktdeploy-probes-<uid>/...);
-3. compiled on the target with its cc/gcc from the source shipped in this package;
-4. compiled here as a static x86_64 binary and uploaded (targets without a compiler).
+2. cached on the target in the user's own cache: ${XDG_CACHE_HOME:-~/.cache}/ktdeploy/probes/<source-hash>/<name>,
+   next to <name>.sha256 written when it was made;
+3. compiled on the target with its cc/gcc from the source shipped in this package (into that cache, or — when
+   the cache cannot be used, e.g. an unwritable HOME — into a fresh private ``mktemp -d`` folder removed after
+   the run: never a predictable shared path such as /tmp/ktdeploy-probes-<uid>);
+4. compiled here as a static x86_64 binary and uploaded (targets without a compiler), to the same places.
 If none works the probe is reported as skipped with the reason — never guessed.
+
+Nothing is executed from a place another user can write (issue 35: a probe planted in the old /tmp fallback ran
+as whoever ran doctor, root included, and its forged JSON was taken as proof of AMX). Before a binary runs, the
+one runner (``_RUN_SCRIPT``; SSH hosts, docker hosts, ansible preflight and up's PREFLIGHT all call it) resolves
+its real path and checks it and every folder above it: not a link, owned by the user or root, not writable by
+group or others (a folder above may be shared only with the sticky bit, as /tmp); a cached binary must also match
+the sha256 written beside it when it was made.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -20,30 +29,75 @@ import tempfile
 from importlib import resources
 
 from ktdeploy.core.facts.host import AmxProbe, MempolicyProbe, Probes
+from ktdeploy.core.safeio import parse_json
 
 PROBES = ("amx_probe", "numa_probe")
 
-# Fixed script: $1 = probe name, $2 = source hash. Runs a prebuilt or cached probe (exit 200: none found).
-_RUN_SCRIPT = r"""
-name=$1; hash=$2
+# Shell functions every probe script shares: ``chain PATH`` succeeds when PATH (resolved) and every folder above
+# it are trusted: not a link, owned by this user or root, not group/other-writable (a folder may be, with the
+# sticky bit: nobody else can replace what we own in /tmp). ``sealed BIN`` also needs BIN.sha256 to match.
+_TRUST_SH = r"""
+me=$(id -u)
+ok() {
+  [ -e "$1" ] && [ ! -L "$1" ] || return 1
+  s=$(stat -c '%u %a' -- "$1" 2>/dev/null) || return 1
+  u=${s%% *}; m=$((0${s##* }))
+  [ "$u" = "$me" ] || [ "$u" = 0 ] || return 1
+  [ $((m & 022)) -eq 0 ] && return 0
+  [ -d "$1" ] && [ $((m & 01000)) -ne 0 ]
+}
+chain() {
+  p=$(readlink -f -- "$1" 2>/dev/null) || return 1
+  while :; do ok "$p" || return 1; [ "$p" = / ] && return 0; p=$(dirname -- "$p"); done
+}
+sealed() {
+  chain "$1" && chain "$1.sha256" && [ -x "$1" ] || return 1
+  [ "$(sha256sum < "$1" 2>/dev/null | cut -d' ' -f1)" = "$(cat -- "$1.sha256" 2>/dev/null)" ]
+}
+cache_root() { [ -n "${XDG_CACHE_HOME:-$HOME}" ] && printf '%s' "${XDG_CACHE_HOME:-$HOME/.cache}/ktdeploy/probes"; }
+"""
+
+# $1 = probe name, $2 = source hash, $3 = a private folder of this run (optional). Runs a trusted prebuilt probe,
+# or a sealed one from the user's cache or that folder (exit 200: none found).
+_RUN_SCRIPT = _TRUST_SH + r"""
+name=$1; hash=$2; own=$3
 for d in "$KTDEPLOY_PROBE_DIR" /opt/ktdeploy/probes; do
-  if [ -n "$d" ] && [ -x "$d/$name" ]; then exec "$d/$name"; fi
+  if [ -n "$d" ] && [ -e "$d/$name" ] && chain "$d/$name" && [ -x "$d/$name" ]; then
+    exec "$(readlink -f -- "$d/$name")"
+  fi
 done
-for c in "${XDG_CACHE_HOME:-$HOME/.cache}/ktdeploy/probes" "${TMPDIR:-/tmp}/ktdeploy-probes-$(id -u)"; do
-  if [ -x "$c/$hash/$name" ]; then exec "$c/$hash/$name"; fi
+for c in "$own" "$(cache_root)/$hash"; do
+  if [ -n "$c" ] && [ "$c" != "/$hash" ] && [ -e "$c/$name" ] && sealed "$c/$name"; then
+    exec "$(readlink -f -- "$c/$name")"
+  fi
 done
 exit 200
 """
 
-# Fixed script: $1 = hash. Prints a writable cache dir for this hash and the compiler found (if any).
-_PREPARE_SCRIPT = r"""
+# $1 = hash. Prints the folder to build the probe in — the user's cache (cache=1) when it and everything above it
+# is trusted, else a fresh private mktemp -d folder (cache=0, removed after the run) — and the compiler found.
+_PREPARE_SCRIPT = _TRUST_SH + r"""
 hash=$1
-for c in "${XDG_CACHE_HOME:-$HOME/.cache}/ktdeploy/probes" "${TMPDIR:-/tmp}/ktdeploy-probes-$(id -u)"; do
-  if mkdir -p "$c/$hash" 2>/dev/null && [ -w "$c/$hash" ]; then echo "dir=$c/$hash"; break; fi
-done
+c=$(cache_root)
+a=$c; while [ -n "$a" ] && [ ! -e "$a" ]; do a=$(dirname -- "$a"); done   # made only under a trusted folder
+if [ -n "$c" ] && chain "$a" && (umask 077; mkdir -p -- "$c/$hash") 2>/dev/null \
+   && r=$(readlink -f -- "$c/$hash") && chain "$r" && [ -w "$r" ]; then
+  echo "dir=$r"; echo "cache=1"
+elif t=$(mktemp -d 2>/dev/null) && chain "$t"; then
+  echo "dir=$t"; echo "cache=0"
+fi
 for cc in cc gcc clang; do
   if command -v "$cc" >/dev/null 2>&1; then echo "cc=$(command -v "$cc")"; break; fi
 done
+"""
+
+# $1 = the binary just made in the folder _PREPARE_SCRIPT gave: record its sha256 beside it (what _RUN_SCRIPT checks).
+_SEAL_SCRIPT = r"""
+b=$1
+[ -f "$b" ] && [ ! -L "$b" ] || exit 1
+chmod 0755 -- "$b" || exit 1
+rm -f -- "$b.sha256"
+(umask 022; sha256sum < "$b" | cut -d' ' -f1 > "$b.sha256")
 """
 
 
@@ -63,7 +117,7 @@ def build_probe(name: str, out_dir: str, *, cc: str | None = None, static: bool 
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, f"{name}.c")
-        with open(src, "wb") as f:
+        with open(src, "wb") as f:  # a folder this process just created (TemporaryDirectory, mode 0700)
             f.write(probe_source(name))
         out = os.path.join(out_dir, name)
         cmd = [cc, "-O1", "-o", out, src] + (["-static"] if static else [])
@@ -78,18 +132,27 @@ def parse_probe_output(text: str) -> dict:
     for line in reversed((text or "").strip().splitlines()):
         line = line.strip()
         if line.startswith("{"):
-            return json.loads(line)
+            data = parse_json(line)
+            if not isinstance(data, dict):
+                raise ValueError("the probe's JSON line is not an object")
+            return data
     raise ValueError("probe printed no JSON line")
 
 
-def amx_from_output(text: str) -> AmxProbe:
+def _probe_model(model, text: str):
+    """A probe's JSON line as ``model``: only the fields the model has, except ``ran`` and ``skipped`` (what the
+    runner decides, never the probe); a wrong type is a ValueError (pydantic's ValidationError is one)."""
     data = parse_probe_output(text)
-    return AmxProbe(ran=True, **{k: v for k, v in data.items() if k in AmxProbe.model_fields})
+    fields = {k: v for k, v in data.items() if k in model.model_fields and k not in ("ran", "skipped")}
+    return model(**fields, ran=True)
+
+
+def amx_from_output(text: str) -> AmxProbe:
+    return _probe_model(AmxProbe, text)
 
 
 def mempolicy_from_output(text: str) -> MempolicyProbe:
-    data = parse_probe_output(text)
-    return MempolicyProbe(ran=True, **{k: v for k, v in data.items() if k in MempolicyProbe.model_fields})
+    return _probe_model(MempolicyProbe, text)
 
 
 def run_probe(connector, name: str, *, machine: str | None = None) -> tuple[str | None, str | None]:
@@ -104,26 +167,44 @@ def run_probe(connector, name: str, *, machine: str | None = None) -> tuple[str 
     kv = dict(line.split("=", 1) for line in prep.stdout.splitlines() if "=" in line)
     target_dir = kv.get("dir")
     if not target_dir:
-        return None, "no writable cache directory on the target (~/.cache or /tmp)"
+        return None, "no private folder for the probe on the target (the user's cache is not usable and mktemp -d failed)"
+    private = kv.get("cache") != "1"
+    try:
+        why = _make_probe(connector, name, target_dir, kv.get("cc"))
+        if why:
+            return None, why
+        res = connector.run(["sh", "-c", _RUN_SCRIPT, "ktdeploy-probe", name, h, target_dir if private else ""],
+                            timeout=60)
+        if res.rc == 200:
+            return None, "the probe binary did not appear (or is not owned by the user and sealed) in its folder"
+        return _result(res, name)
+    finally:
+        if private:  # the one-run folder goes; the next doctor builds again
+            connector.run(["rm", "-rf", "--", target_dir], timeout=30)
+
+
+def _make_probe(connector, name: str, target_dir: str, cc: str | None) -> str | None:
+    """Compile (or upload) probe ``name`` into ``target_dir`` and seal it; the reason it could not, or None."""
+    binary_path = f"{target_dir}/{name}"
     with tempfile.TemporaryDirectory() as tmp:
-        if kv.get("cc"):
+        if cc:
             src = os.path.join(tmp, f"{name}.c")
-            with open(src, "wb") as f:
+            with open(src, "wb") as f:  # a folder this process just created (TemporaryDirectory, mode 0700)
                 f.write(probe_source(name))
             connector.put_file(src, f"{target_dir}/{name}.c")
-            cc = connector.run([kv["cc"], "-O1", "-o", f"{target_dir}/{name}", f"{target_dir}/{name}.c"], timeout=120)
-            if cc.rc != 0:
-                return None, f"compiling {name}.c on the target failed: {(cc.stderr or cc.stdout).strip()[-300:]}"
+            done = connector.run([cc, "-O1", "-o", binary_path, f"{target_dir}/{name}.c"], timeout=120)
+            if done.rc != 0:
+                return f"compiling {name}.c on the target failed: {(done.stderr or done.stdout).strip()[-300:]}"
         else:
             try:
                 binary = build_probe(name, tmp, static=True)
             except (FileNotFoundError, RuntimeError) as e:
-                return None, f"no C compiler on the target and a static build here failed ({e})"
-            connector.put_file(binary, f"{target_dir}/{name}", mode=0o755)
-    res = connector.run(["sh", "-c", _RUN_SCRIPT, "ktdeploy-probe", name, h], timeout=60)
-    if res.rc == 200:
-        return None, "the probe binary did not appear in the cache directory"
-    return _result(res, name)
+                return f"no C compiler on the target and a static build here failed ({e})"
+            connector.put_file(binary, binary_path, mode=0o755)
+    sealed = connector.run(["sh", "-c", _SEAL_SCRIPT, "ktdeploy-probe", binary_path], timeout=30)
+    if sealed.rc != 0:
+        return f"could not record the sha256 of {binary_path}: {(sealed.stderr or sealed.stdout).strip()[-300:]}"
+    return None
 
 
 def _result(res, name: str) -> tuple[str | None, str | None]:
@@ -138,6 +219,15 @@ PROBE_PARSERS = (("amx_probe", "amx", amx_from_output, AmxProbe),
           ("numa_probe", "mempolicy", mempolicy_from_output, MempolicyProbe))
 
 
+def parse_probe(name: str, parse, model, out: str):
+    """A probe's output parsed, or the probe reported skipped as unreadable: never a crash (host text is
+    untrusted; pydantic's ValidationError is a ValueError)."""
+    try:
+        return parse(out)
+    except (ValueError, TypeError) as e:
+        return model(skipped=f"unreadable {name} output: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+
+
 def gather_probes(connector, machine: str | None) -> tuple[Probes, dict[str, str]]:
     """Run every probe; returns the parsed Probes and the raw outputs (for recording golden files)."""
     raw: dict[str, str] = {}
@@ -148,10 +238,7 @@ def gather_probes(connector, machine: str | None) -> tuple[Probes, dict[str, str
             setattr(probes, field, model(skipped=why))
             continue
         raw[name] = out
-        try:
-            setattr(probes, field, parse(out))
-        except (ValueError, RecursionError) as e:
-            setattr(probes, field, model(skipped=f"unreadable probe output: {e}"))
+        setattr(probes, field, parse_probe(name, parse, model, out))
     return probes, raw
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 from ktdeploy.controller.connectors import connect
 from ktdeploy.controller.facts_gather import build_facts, gather_raw, save_raw
+from ktdeploy.core.safeio import write_file
 
 
 def main(argv=None) -> int:
@@ -28,9 +28,8 @@ def main(argv=None) -> int:
         conn.close()
     save_raw(raw, args.folder)
     facts = build_facts(raw)
-    with open(os.path.join(args.folder, "facts.json"), "w") as f:
-        json.dump(facts.model_dump(mode="json"), f, indent=2, sort_keys=True)
-        f.write("\n")
+    write_file(args.folder, "facts.json", json.dumps(facts.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
+               overwrite=True)
     print(args.folder)
     return 0
 

@@ -27,6 +27,7 @@ from ktdeploy.controller.images.lockfile import Lock, read_lock
 from ktdeploy.controller.images.wheelhouse import missing_wheels
 from ktdeploy.core.errors import ImageError
 from ktdeploy.core.hashing import sha256_file
+from ktdeploy.core.safeio import write_file, write_path
 
 EPOCH = 315532800  # 1980-01-01, like SOURCE_DATE_EPOCH of the ktdeploy wheel
 
@@ -76,10 +77,8 @@ def pack(files: list[Path], root: Path, tarball: Path) -> str:
     data = buf.getvalue()
     digest = hashlib.sha256(data).hexdigest()
     if not (tarball.is_file() and sha256_file(tarball) == digest):  # unchanged: leave the file (and mtime) alone
-        tmp = tarball.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(tarball)
-    tarball.with_name(tarball.name + ".sha256").write_text(digest + "\n")
+        write_path(tarball, data, overwrite=True)  # atomic, never through a link
+    write_path(tarball.with_name(tarball.name + ".sha256"), digest + "\n", overwrite=True)
     return digest
 
 
@@ -96,10 +95,10 @@ def build(lock_path: Path, wheels: Path, tarball: Path, target: list[str]) -> st
     if not list(wheels.glob(f"pip-{pip_version()}-*.whl")):
         _download(wheels, [pip_pin], [])
     pip_wheel = newest(wheels, f"pip-{pip_version()}-*.whl")
-    (wheels / "pip.name").write_text(pip_wheel.name)   # the host runs pip from this wheel (ansible reads the name)
+    write_file(wheels, "pip.name", pip_wheel.name, overwrite=True)   # the host runs pip from this wheel (ansible reads the name)
     wheel = newest(wheels, "ktdeploy-*.whl")
-    (wheels / "requirements.txt").write_text(requirements(lock, wheel))
-    (wheels / "ktdeploy.txt").write_text(ktdeploy_pin(wheel))
+    write_file(wheels, "requirements.txt", requirements(lock, wheel), overwrite=True)
+    write_file(wheels, "ktdeploy.txt", ktdeploy_pin(wheel), overwrite=True)
     files = [wheels / p.filename for p in lock.pins] + [wheel, pip_wheel,
                                                          wheels / "requirements.txt", wheels / "ktdeploy.txt"]
     return pack(files, wheels.parent, tarball)

@@ -48,11 +48,13 @@ def _fail(name: str, detail: str, fix: str) -> CheckResult:
 
 def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None = None, user: str | None = None,
                  memlock: bool = True, name: str | None = None, host_facts=None,
-                 host_checks: bool = True) -> DoctorReport:
+                 host_checks: bool = True, replace_stale: bool = False) -> DoctorReport:
     """doctor on the host and inside ``image`` started there with the training flags. ``gpus``: the GPUs the
     training container gets (default: the recipe's deploy.gpus, else every GPU the host has); ``user``: uid:gid
     it runs as (default: the connecting user's, as up does). ``host_checks=False`` (up's image.check, after its
-    PREFLIGHT doctor): only the container's checks, against ``host_facts``."""
+    PREFLIGHT doctor): only the container's checks, against ``host_facts``. ``replace_stale`` (up, which holds
+    the job's lock, so no other check of this job runs): a container already named ``name`` is a leftover of a
+    check that was killed, and is removed first (it made the next `up` fail once, with a fix about the image)."""
     paths = list(dict.fromkeys(resources.recipe_paths(recipe).values())) if recipe is not None else []
     facts = host_facts if host_facts is not None else gather_facts(connector, paths=paths)
     dfacts = gather_data(connector, dict(recipe.train)) if recipe is not None and host_checks else None
@@ -64,6 +66,8 @@ def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None =
         user = host_user(connector)
     name = name or f"ktdeploy-imgcheck-{secrets.token_hex(4)}"
     argv = dk.image_check(image, name=name, gpus=gpus, memlock=memlock, user=user)
+    if replace_stale:
+        connector.run(dk.remove(name), timeout=60)
     extra: list[CheckResult] = []
     cfacts = None
     stack: list[CheckResult] = []

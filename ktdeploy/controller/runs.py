@@ -27,7 +27,7 @@ from typing import Any
 
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.errors import RunRecordError, UsageError
-from ktdeploy.core.safeio import MAX_JSON, append_line, printable, read_bytes, redact, write_file
+from ktdeploy.core.safeio import MAX_JSON, append_line, parse_json, printable, read_bytes, redact, run_lock, write_file
 
 STATES = rr.RUN_STATES   # the format (file names, states, keys, schema version) is core/run_record.py's
 
@@ -42,6 +42,13 @@ def home() -> Path:
 
 def runs_dir() -> Path:
     return home() / "runs"
+
+
+def job_lock(host: str | None, job: str):
+    """One run, one lock: `up` (not a dry run) and `down` hold it for the job ``job`` on ``host`` (as given to up)
+    while they act, so a second `up`, or a `down` racing an `up`, gets one clear refusal instead of removing the
+    other's containers. flock: a killed process frees it."""
+    return run_lock(home() / "locks", f"{host or ''}\n{job}", what=f"the job {job} on {host or 'localhost'}")
 
 
 def _slug(text: str) -> str:
@@ -116,8 +123,8 @@ class RunRecord:
     def read_json(self, name: str) -> Any:
         raw = self._read(name)
         try:
-            return rr.parse_status_json(raw) if name == rr.STATUS_JSON else json.loads(raw)
-        except (ValueError, RecursionError) as e:
+            return rr.parse_status_json(raw) if name == rr.STATUS_JSON else parse_json(raw)
+        except ValueError as e:
             raise RunRecordError(f"run record {self.id}: {name} is not valid ({printable(e)})",
                                  fix=f"Inspect or remove {self.path}.") from None
 

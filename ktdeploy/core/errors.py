@@ -76,9 +76,15 @@ class RunRecordError(KtdeployError):
     exit_code = 6
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process was (``ktdeploy up`` installs the handler): every place that handles Ctrl-C
+    (a run record marked, training left running) handles it the same way; the exit code is 143."""
+
+
 # Exit codes besides each error's own ``exit_code`` (the README's "Exit codes" table lists them all).
 EXIT_SYSTEM = 8         # the operating system refused (permissions, disk full, out of memory) outside a known path
 EXIT_INTERNAL = 70      # a bug in ktdeploy: no input may reach it (tests/unit/adversarial checks this)
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGINT at any moment
 EXIT_PIPE = 141         # the reader of the output went away (`ktdeploy ... | head`): 128 + SIGPIPE, as a shell tool
+EXIT_TERMINATED = 143   # SIGTERM (128 + 15) while `ktdeploy up` ran: the run record says so
 

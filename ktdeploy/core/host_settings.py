@@ -18,14 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.plan.build import MEMLOCK_WAIVER
 from ktdeploy.core.plan.docker_argv import doctor_in_image
 
-ISA = Literal["auto", "amx", "avx512", "avx2"]
 VOLUMES = ("model", "data", "output")
 
 
@@ -34,7 +34,7 @@ class HostSettings(BaseModel):
 
     gpus: tuple[int, ...] = ()
     volumes: dict[str, str] = Field(default_factory=dict)
-    isa: ISA = "auto"
+    isa: str = V.AUTO
     waive: tuple[str, ...] = ()
     recipe_set: tuple[str, ...] = ()
 
@@ -49,6 +49,13 @@ class HostSettings(BaseModel):
                 raise ValueError(f"volume {name}: {path!r} is not an absolute host path")
         return v
 
+    @field_validator("isa")
+    @classmethod
+    def _known_isa(cls, v: str) -> str:
+        if v != V.AUTO and not V.known(v):
+            raise ValueError(f"ktsft_isa {v!r} is not a kt-kernel build: use {V.AUTO} or one of {', '.join(V.NAMES)}")
+        return v if v == V.AUTO else V.canonical(v)   # an old alias names its build's tag
+
     @field_validator("recipe_set")
     @classmethod
     def _overrides(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -62,7 +69,7 @@ class HostSettings(BaseModel):
         """From ansible host vars (the names in the module docstring); absent ones take their defaults."""
         return cls(gpus=tuple(hostvars.get("ktdeploy_gpus") or ()),
                    volumes=dict(hostvars.get("ktdeploy_volumes") or {}),
-                   isa=hostvars.get("ktsft_isa") or "auto",
+                   isa=hostvars.get("ktsft_isa") or V.AUTO,
                    waive=tuple(hostvars.get("ktdeploy_waive_checks") or ()),
                    recipe_set=tuple(hostvars.get("ktdeploy_recipe_set") or ()))
 
@@ -73,7 +80,7 @@ class HostSettings(BaseModel):
         if self.gpus:
             out.append("deploy.gpus=" + json.dumps(list(self.gpus)))
         out += [f"deploy.volumes.{k}={self.volumes[k]}" for k in sorted(self.volumes)]
-        if self.isa != "auto":
+        if self.isa != V.AUTO:
             out.append(f"deploy.image={self.isa}")
         return out
 
@@ -89,7 +96,7 @@ class HostSettings(BaseModel):
         argv = ["doctor", "--json"]
         if recipe:
             argv += ["--recipe", str(recipe), *self.set_args()]
-        elif self.isa != "auto":
+        elif self.isa != V.AUTO:
             argv += ["--variant", self.isa]
         return argv + self.waive_args()
 

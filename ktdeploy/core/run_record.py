@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ktdeploy.core.safeio import parse_json
+
 SCHEMA_VERSION = 1
 
 # -- the controller's record ---------------------------------------------------------------------------------------
@@ -61,9 +63,9 @@ def parse_status_json(text: str | bytes) -> dict:
     from ktdeploy.core.safeio import redact
 
     try:
-        data = json.loads(text)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+        data = parse_json(text)  # ValueError for bad JSON, too deep or a too-long integer
+    except ValueError:
+        raise
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     for key in STATUS_TEXT_KEYS:
@@ -81,8 +83,8 @@ def parse_events(text: str) -> list[dict]:
     out = []
     for line in text.splitlines():
         try:
-            ev = json.loads(line)
-        except (ValueError, RecursionError):
+            ev = parse_json(line)
+        except ValueError:
             continue
         if isinstance(ev, dict):
             out.append(ev)
@@ -192,10 +194,10 @@ def read_agent_record(files: Mapping[str, str | None]) -> AgentRecord:
     st = (files.get(STATUS) or "").strip()
     rec.state = st if st in AGENT_STATES else None
     rc = (files.get(RC) or "").strip()
-    rec.rc = int(rc) if rc.lstrip("-").isdigit() else None
+    rec.rc = int(rc) if rc.lstrip("-").isdigit() and len(rc) <= 12 else None
     try:
-        summary = json.loads(files.get(SUMMARY) or "{}")
-    except (ValueError, RecursionError):
+        summary = parse_json(files.get(SUMMARY) or "{}")
+    except ValueError:
         summary = {}
     rec.summary = summary if isinstance(summary, dict) else {}
     rec.launch_mode = (files.get(LAUNCH_MODE) or "").strip() or None

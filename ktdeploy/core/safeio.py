@@ -5,8 +5,12 @@
   convert and render run where the files are, so they can see them).
 - ``read_bytes`` / ``read_text`` / ``load_json``: bounded readers that refuse FIFOs, devices and folders before
   reading a byte (a FIFO never blocks: it is opened with O_NONBLOCK and refused on fstat).
-- ``write_file`` / ``append_line``: the one way ktdeploy writes a file: never through a symlink, never out of
-  the target folder, never over an existing file unless asked, always atomically (temp file + rename).
+- ``parse_json``: the one JSON parser for text from outside (hosts, files, records): any failure, a nesting
+  too deep for the parser or an integer past Python's digit limit included, is a ValueError.
+- ``write_file`` / ``writing`` / ``appending`` / ``append_line``: the one way ktdeploy writes a file: never
+  through a symlink, never out of the target folder, never over an existing file unless asked, atomically
+  (temp file + rename) unless appending to a log.
+- ``run_lock``: one lock per job (``up``/``down``), held by an open file so a killed process frees it.
 - ``redact``: drops the password of ``scheme://user:PASSWORD@host`` from any text before it is printed,
   recorded or put on an argv.
 - ``run_id_name``: a run id is a name, never a path.
@@ -21,8 +25,10 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, overload
+from typing import IO, Any, overload
 
 from ktdeploy.core.errors import RunRecordError, UsageError
 
@@ -114,13 +120,24 @@ def read_text(path: str | os.PathLike, limit: int = MAX_TEXT, what: str = "file"
         raise UsageError(f"{path}: not UTF-8 text", fix=f"save the {what} as UTF-8") from None
 
 
+def parse_json(text: str | bytes) -> Any:
+    """JSON text from outside -> a value, or ValueError for ANY failure: bad syntax, bytes that are not UTF-8,
+    a nesting deeper than the parser's stack (RecursionError, which the CLI would map to "the system refused"),
+    an integer of more than 4,300 digits (Python's int limit raises a plain ValueError, not a JSONDecodeError)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except (ValueError, TypeError) as err:
+        raise ValueError(str(err)[:200] or type(err).__name__) from None
+
+
 def load_json(path: str | os.PathLike, limit: int = MAX_JSON, what: str = "JSON file") -> Any:
     text = read_text(path, limit, what)
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as err:
-        raise UsageError(f"{path}: not valid JSON ({type(err).__name__}: {str(err)[:200]})",
-                         fix=f"give a valid {what}") from None
+        return parse_json(text)
+    except ValueError as err:
+        raise UsageError(f"{path}: not valid JSON ({str(err)[:200]})", fix=f"give a valid {what}") from None
 
 
 # ---------------------------------------------------------------- writing
@@ -146,53 +163,64 @@ def _target_dir(directory: str | os.PathLike) -> Path:
     return d
 
 
-def write_file(directory: str | os.PathLike, name: str, data: bytes | str, *, mode: int = 0o644,
-               overwrite: bool = False) -> Path:
-    """Write ``directory/name`` atomically. ``name`` is one path component. A symlink at the target (even a
-    dangling one) is refused; an existing file is refused unless ``overwrite``; the rename replaces the entry
-    in ``directory`` itself, so nothing outside the folder is ever touched."""
-    if not name or "/" in name or name in (".", ".."):
-        raise UsageError(f"invalid file name {name!r}", fix="a bare file name")
-    d = _target_dir(directory)
-    if isinstance(data, str):
-        data = data.encode("utf-8")
+def _open_dir(d: Path) -> int:
     try:
-        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        return os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as err:
         raise UsageError(f"{d}: cannot open the folder: {err.strerror}", fix="choose a writable folder") from None
-    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+
+
+def _check_target(dfd: int, d: Path, name: str, overwrite: bool) -> None:
     try:
+        st = os.lstat(name, dir_fd=dfd)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"{d / name} is a symbolic link; ktdeploy never writes through a link",
+                         fix="remove the link or choose another folder")
+    if not overwrite:
+        raise RunRecordError(f"{d / name} exists; ktdeploy does not overwrite files",
+                             fix="remove it, choose another folder, or pass --force")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{d / name} exists and is not a plain file", fix="choose another folder")
+
+
+def _fdopen(fd: int, binary: bool, mode: str) -> IO[Any]:
+    """os.fdopen in binary or UTF-8 text mode ("w" or "a")."""
+    if binary:
+        return os.fdopen(fd, mode + "b")
+    return os.fdopen(fd, mode, encoding="utf-8")
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or "\x00" in name:
+        raise UsageError(f"invalid file name {name!r}", fix="a bare file name")
+
+
+@contextmanager
+def writing(directory: str | os.PathLike, name: str, *, mode: int = 0o644, overwrite: bool = False,
+            binary: bool = True) -> Iterator[IO[Any]]:
+    """``with writing(folder, name) as f: ...``: a streaming write with write_file's guarantees. ``f`` is a new
+    temp file in ``folder`` (O_EXCL, O_NOFOLLOW); when the block ends without an exception it becomes
+    ``folder/name`` in one step (rename, or link when not overwriting: a file that appeared meanwhile is kept);
+    on an exception it is removed and ``folder/name`` is untouched."""
+    _check_name(name)
+    d = _target_dir(directory)
+    dfd = _open_dir(d)
+    tmp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+    try:
+        _check_target(dfd, d, name, overwrite)
         try:
-            st = os.lstat(name, dir_fd=dfd)
-        except FileNotFoundError:
-            st = None
-        if st is not None:
-            if stat.S_ISLNK(st.st_mode):
-                raise UsageError(f"{d / name} is a symbolic link; ktdeploy never writes through a link",
-                                 fix="remove the link or choose another folder")
-            if not overwrite:
-                raise RunRecordError(f"{d / name} exists; ktdeploy does not overwrite files",
-                                     fix="remove it, choose another folder, or pass --force")
-            if not stat.S_ISREG(st.st_mode):
-                raise UsageError(f"{d / name} exists and is not a plain file", fix="choose another folder")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                         0o600, dir_fd=dfd)
         except OSError as err:
             raise UsageError(f"{d}: cannot write: {err.strerror}", fix="choose a writable folder") from None
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            with _fdopen(fd, binary, "w") as f:
+                yield f   # the caller's own exceptions pass through unchanged; the temp file goes
+                f.flush()
                 os.fchmod(f.fileno(), mode)
-            if overwrite:
-                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            else:
-                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)  # fails if it appeared
-                os.unlink(tmp, dir_fd=dfd)
-        except FileExistsError:
-            raise RunRecordError(f"{d / name} appeared while writing; not overwritten",
-                                 fix="remove it or choose another folder") from None
-        except OSError as err:
-            raise UsageError(f"{d / name}: cannot write: {err.strerror}", fix="choose a writable folder") from None
+            _publish(dfd, d, tmp, name, overwrite)
         finally:
             try:
                 os.unlink(tmp, dir_fd=dfd)
@@ -200,7 +228,90 @@ def write_file(directory: str | os.PathLike, name: str, data: bytes | str, *, mo
                 pass
     finally:
         os.close(dfd)
-    return d / name
+
+
+def _publish(dfd: int, d: Path, tmp: str, name: str, overwrite: bool) -> None:
+    _check_target(dfd, d, name, overwrite)  # a link planted while writing is refused, not replaced
+    try:
+        if overwrite:
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        else:
+            os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)  # fails if it appeared
+    except FileExistsError:
+        raise RunRecordError(f"{d / name} appeared while writing; not overwritten",
+                             fix="remove it or choose another folder") from None
+    except OSError as err:
+        raise UsageError(f"{d / name}: cannot write: {err.strerror}", fix="choose a writable folder") from None
+
+
+def write_file(directory: str | os.PathLike, name: str, data: bytes | str, *, mode: int = 0o644,
+               overwrite: bool = False) -> Path:
+    """Write ``directory/name`` atomically. ``name`` is one path component. A symlink at the target (even a
+    dangling one) is refused; an existing file is refused unless ``overwrite``; the rename replaces the entry
+    in ``directory`` itself, so nothing outside the folder is ever touched."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with writing(directory, name, mode=mode, overwrite=overwrite) as f:
+        f.write(data)
+    return Path(directory) / name
+
+
+def write_path(path: str | os.PathLike, data: bytes | str, *, mode: int = 0o644, overwrite: bool = False) -> Path:
+    """write_file for a whole path (its folder is made when missing)."""
+    p = Path(path)
+    return write_file(p.parent, p.name, data, mode=mode, overwrite=overwrite)
+
+
+def creating(directory: str | os.PathLike, name: str, *, overwrite: bool = False, binary: bool = True,
+             mode: int = 0o644) -> IO[Any]:
+    """A new file opened for writing that others may read while it grows (a trial's log): created with O_EXCL and
+    O_NOFOLLOW in ``directory``; an existing plain file there is removed first when ``overwrite`` (a link, a FIFO
+    or a folder is refused, never followed). The caller closes it."""
+    _check_name(name)
+    d = _target_dir(directory)
+    dfd = _open_dir(d)
+    try:
+        _check_target(dfd, d, name, overwrite)
+        try:
+            os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                         mode, dir_fd=dfd)
+        except FileExistsError:
+            raise RunRecordError(f"{d / name} appeared while writing; not overwritten",
+                                 fix="remove it or choose another folder") from None
+        except OSError as err:
+            raise UsageError(f"{d / name}: cannot write: {err.strerror}", fix="choose a writable folder") from None
+    finally:
+        os.close(dfd)
+    return _fdopen(fd, binary, "w")
+
+
+def appending(path: str | os.PathLike, *, binary: bool = False) -> IO[Any]:
+    """A log or record file opened for appending (created when missing): never through a symlink (the file or its
+    folder), only a regular file (a FIFO or device is refused without blocking). The caller closes it."""
+    p = Path(path)
+    d = p.parent if str(p.parent) else Path(".")
+    _check_name(p.name)
+    if d.is_symlink():
+        raise UsageError(f"{d} is a symbolic link; ktdeploy never writes through a link", fix="give the real folder")
+    dfd = _open_dir(d)
+    try:
+        try:
+            fd = os.open(p.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=dfd)
+        except OSError as err:
+            raise UsageError(f"{p}: cannot append: {err.strerror} (a link there is never followed)",
+                             fix="remove the link or choose another folder") from None
+    finally:
+        os.close(dfd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{p}: not a regular file", fix="remove it or choose another folder")
+    os.set_blocking(fd, True)
+    return _fdopen(fd, binary, "a")
 
 
 def staging_dir(parent: str | os.PathLike, prefix: str) -> Path:
@@ -215,11 +326,67 @@ def staging_dir(parent: str | os.PathLike, prefix: str) -> Path:
     return tmp
 
 
+def private_dir(path: str | os.PathLike, owned_from: str | os.PathLike) -> Path:
+    """``mkdir -p path`` where every folder from ``owned_from`` down is this uid's own, mode 0700, and no link:
+    a cache another user could write into (and so plant files the server reads) is refused."""
+    p, top = Path(path), Path(owned_from)
+    try:
+        rel = p.relative_to(top)
+    except ValueError:
+        raise UsageError(f"{p} is not inside {top}", fix="report this as a ktdeploy bug") from None
+    chain = [top]
+    for part in rel.parts:
+        chain.append(chain[-1] / part)
+    try:
+        top.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"{top.parent}: cannot create it: {err.strerror}",
+                         fix="set HOME to a writable folder of this user") from None
+    for d in chain:
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise UsageError(f"{d}: cannot create the cache folder: {err.strerror}",
+                             fix="set HOME to a writable folder of this user") from None
+        st = os.lstat(d)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{d} is a link or not a folder; ktdeploy keeps its caches in a folder of its own",
+                             fix=f"remove {d}")
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise UsageError(f"{d} belongs to uid {st.st_uid} or is open to others (mode {stat.S_IMODE(st.st_mode):o})",
+                             fix=f"remove {d}, or set HOME to a folder of this user")
+    return p
+
+
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append one line to a log/record file; refuses to follow a symlink."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "a", encoding="utf-8") as f:
+    with appending(path) as f:
         f.write(line.rstrip("\n") + "\n")
+
+
+@contextmanager
+def run_lock(lock_dir: str | os.PathLike, key: str, what: str) -> Iterator[None]:
+    """Hold the lock named ``key`` (any text; hashed into a file name) in ``lock_dir`` for the block, or raise a
+    RunRecordError naming ``what`` holds it. flock on an open file: a process that dies (SIGKILL included)
+    frees its lock, so a stale lock never blocks the next run."""
+    import fcntl
+    import hashlib
+
+    d = _target_dir(lock_dir)
+    name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32] + ".lock"
+    with appending(d / name, binary=True) as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunRecordError(f"another ktdeploy command is already working on {what}; nothing was started",
+                                 fix="Wait for it to end (or stop it with Ctrl-C), then run this again; "
+                                     "`ktdeploy status` shows the job.") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 # ---------------------------------------------------------------- secrets, names, text
@@ -271,9 +438,11 @@ _SECRET_OPTION = re.compile(r"api[-_]key|(^|[-_])(token|password|passwd|secret)(
 def secret_option(arg: Any) -> bool:
     """``arg`` names a command-line option that carries a secret, in any spelling argparse accepts: ``--api-key``,
     ``--api-key=K``, an abbreviation (``--api-k``, argparse's allow_abbrev), ``--admin-api-key``, ``--hf-token``."""
-    if not isinstance(arg, str) or not arg.startswith("--"):
+    if not isinstance(arg, str) or not arg.startswith("-") or len(arg) < 3:
         return False
     name = arg.split("=", 1)[0].lower()
+    if not name.startswith("--"):  # a one-dash spelling (-api-key): not argparse's, but never let a key through
+        return bool(_SECRET_OPTION.search(name[1:]))
     return (len(name) >= 5 and "--api-key".startswith(name)) or bool(_SECRET_OPTION.search(name[2:]))
 
 

@@ -14,9 +14,10 @@ out of the figure.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ktdeploy.core.safeio import parse_json
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ def parse_line(line: str) -> LogEntry | None:
     if not line:
         return None
     try:
-        d = json.loads(line)
-    except (ValueError, RecursionError):
+        d = parse_json(line)
+    except ValueError:
         return None
     if not isinstance(d, dict) or "current_steps" not in d or "total_steps" not in d:
         return None

@@ -3,7 +3,9 @@
  * 1. CPUID leaf 7: AMX-TILE / AMX-INT8 / AMX-BF16 (+ AVX512 bits); XCR0 bits 17/18 (OS enabled tile state).
  * 2. arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): Linux >= 5.16 grants per-process tile state.
  * 3. CPUID leaf 0x1D: tile palettes (hypervisors may report none).
- * 4. ldtilecfg + tileloadd + tdpbssd + tilestored on known int8 matrices, compared with a scalar reference.
+ * 4. ldtilecfg + tileloadd + tdpbssd + tilestored on known int8 matrices, compared with a scalar reference;
+ *    the same with tdpbf16ps on bf16 matrices (kt-kernel's amx build trains BF16 experts with it).
+ * 5. One instruction of each AVX512 extension kt-kernel's builds need (avx512f, bw, vnni, vbmi, bf16).
  * Every instruction that may fault runs under a SIGILL/SIGSEGV handler (sigsetjmp), and nothing AMX runs
  * unless CPUID lists it. Prints exactly one JSON line. Build: cc -O1 -o amx_probe amx_probe.c
  * (gcc >= 11 or clang >= 12 for the AMX intrinsics; older compilers build a probe that reports the error).
@@ -76,6 +78,50 @@ __attribute__((target("amx-tile,amx-int8"), noinline)) static void tile_multiply
     _tile_release();
 }
 
+#define KB 32 /* bf16 pairs: 16 rows of 64 bytes */
+static uint16_t Ab[M][KB] __attribute__((aligned(64)));
+static uint16_t Bb[KB / 2][N * 2] __attribute__((aligned(64))); /* Bb[k/2][n*2 + k%2] = b(k, n) */
+static float Cf[M][N] __attribute__((aligned(64)));
+
+static uint16_t to_bf16(float f) { /* exact for the small integers used here */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+__attribute__((target("amx-tile,amx-bf16"), noinline)) static void tile_multiply_bf16(void) {
+    struct tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    cfg.rows[0] = M; cfg.colsb[0] = N * 4;      /* C: 16 x 16 fp32 */
+    cfg.rows[1] = M; cfg.colsb[1] = KB * 2;     /* A: 16 x 32 bf16 */
+    cfg.rows[2] = KB / 2; cfg.colsb[2] = N * 4; /* B: 16 x (16 pairs) */
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_loadd(1, Ab, KB * 2);
+    _tile_loadd(2, Bb, N * 4);
+    _tile_dpbf16ps(0, 1, 2);
+    _tile_stored(0, Cf, N * 4);
+    _tile_release();
+}
+
+static int check_result_bf16(void) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            float ref = 0.0f;
+            for (int k = 0; k < KB; k++) ref += from_bf16(Ab[m][k]) * from_bf16(Bb[k / 2][n * 2 + k % 2]);
+            if (ref != Cf[m][n]) return 0;
+        }
+    return 1;
+}
+
 static int check_result(void) {
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -98,6 +144,22 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) static int run_avx512_bf
     return _mm512_reduce_add_ps(acc) == 32.0f;
 }
 
+__attribute__((target("avx512f,avx512bw"), noinline)) static int run_avx512bw(void) {
+    __m512i c = _mm512_add_epi8(_mm512_set1_epi8(3), _mm512_set1_epi8(4)); /* vpaddb: 64 bytes of 7 */
+    __m512i s = _mm512_sad_epu8(c, _mm512_setzero_si512());               /* 8 sums of 8 bytes */
+    return _mm512_reduce_add_epi64(s) == 64 * 7;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), noinline)) static int run_avx512_vbmi(void) {
+    unsigned char in[64], idx[64], out[64];
+    for (int i = 0; i < 64; i++) { in[i] = (unsigned char)i; idx[i] = (unsigned char)(63 - i); }
+    __m512i r = _mm512_permutexvar_epi8(_mm512_loadu_si512(idx), _mm512_loadu_si512(in)); /* vpermb */
+    _mm512_storeu_si512(out, r);
+    for (int i = 0; i < 64; i++)
+        if (out[i] != 63 - i) return 0;
+    return 1;
+}
+
 __attribute__((target("avx512f,avx512vnni"), noinline)) static int run_avx512_vnni(void) {
     __m512i a = _mm512_set1_epi8(2), b = _mm512_set1_epi8(3);
     __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b); /* each lane: 4 * 2*3 */
@@ -116,6 +178,7 @@ static const char *jbool(int v) { return v > 0 ? "true" : (v == 0 ? "false" : "n
 
 #ifdef HAVE_AMX_INTRIN
 static int do_tile(void) { tile_multiply(); return 1; }
+static int do_tile_bf16(void) { tile_multiply_bf16(); return 1; }
 #endif
 
 int main(void) {
@@ -123,7 +186,8 @@ int main(void) {
     char error[256] = "";
     int listed = 0, amx_int8 = 0, amx_bf16 = 0, xtile_os = -1, permission = -1, perm_errno = -1;
     int palettes = -1, max_names = -1, max_rows = -1, bytes_per_row = -1, tile_exec = -1, correct = -1;
-    int avx512f = -1, avx512_bf16 = -1, avx512_vnni = -1;
+    int avx512f = -1, avx512_bf16 = -1, avx512_vnni = -1, avx512bw = -1, avx512_vbmi = -1;
+    int bf16_exec = -1, bf16_correct = -1;
     int f7_ebx = 0, f7_edx = 0, f7_1_eax = 0, f7_ecx = 0;
 
     struct sigaction sa;
@@ -194,6 +258,24 @@ int main(void) {
         } else if (permission == 1) {
             snprintf(error, sizeof error, "AMX-TILE listed without AMX-INT8: no tile multiply to run");
         }
+        if (permission == 1 && amx_bf16) {
+            for (int m = 0; m < M; m++)
+                for (int k = 0; k < KB; k++) Ab[m][k] = to_bf16((float)((m * 5 + k * 3) % 9 - 4));
+            for (int k = 0; k < KB; k++)
+                for (int n = 0; n < N; n++) Bb[k / 2][n * 2 + k % 2] = to_bf16((float)((k * 7 + n * 3) % 7 - 3));
+            memset(Cf, 0, sizeof Cf);
+            bf16_exec = guarded(do_tile_bf16);
+            if (bf16_exec == 1) {
+                bf16_correct = check_result_bf16();
+                if (!bf16_correct && !error[0])
+                    snprintf(error, sizeof error, "tdpbf16ps result differs from the scalar reference");
+            } else {
+                bf16_exec = 0;
+                if (!error[0])
+                    snprintf(error, sizeof error, "tdpbf16ps raised %s (hypervisor or kernel blocks AMX-BF16)",
+                             fault_sig == SIGILL ? "SIGILL" : fault_sig == SIGSEGV ? "SIGSEGV" : "a signal");
+            }
+        }
 #else
         snprintf(error, sizeof error, "compiler too old for AMX intrinsics (need gcc >= 11 or clang >= 12)");
 #endif
@@ -206,8 +288,12 @@ int main(void) {
         else avx512_bf16 = 0;
         if ((f7_ecx >> 11) & 1) avx512_vnni = guarded(run_avx512_vnni);
         else avx512_vnni = 0;
+        if ((f7_ebx >> 30) & 1) avx512bw = guarded(run_avx512bw);
+        else avx512bw = 0;
+        if (((f7_ecx >> 1) & 1) && avx512bw == 1) avx512_vbmi = guarded(run_avx512_vbmi);
+        else avx512_vbmi = 0;
     } else {
-        avx512f = avx512_bf16 = avx512_vnni = 0;
+        avx512f = avx512_bf16 = avx512_vnni = avx512bw = avx512_vbmi = 0;
     }
 #endif
 
@@ -223,9 +309,11 @@ int main(void) {
     if (max_rows >= 0) printf("%d", max_rows); else printf("null");
     printf(", \"bytes_per_row\": ");
     if (bytes_per_row >= 0) printf("%d", bytes_per_row); else printf("null");
-    printf(", \"tile_exec\": %s, \"correct\": %s, \"avx512f_exec\": %s, \"avx512_bf16_exec\": %s, "
-           "\"avx512_vnni_exec\": %s, \"error\": ",
-           jbool(tile_exec), jbool(correct), jbool(avx512f), jbool(avx512_bf16), jbool(avx512_vnni));
+    printf(", \"tile_exec\": %s, \"correct\": %s, \"amx_bf16_exec\": %s, \"amx_bf16_correct\": %s, "
+           "\"avx512f_exec\": %s, \"avx512bw_exec\": %s, \"avx512_vnni_exec\": %s, \"avx512_vbmi_exec\": %s, "
+           "\"avx512_bf16_exec\": %s, \"error\": ",
+           jbool(tile_exec), jbool(correct), jbool(bf16_exec), jbool(bf16_correct), jbool(avx512f), jbool(avx512bw),
+           jbool(avx512_vnni), jbool(avx512_vbmi), jbool(avx512_bf16));
     if (error[0]) printf("\"%s\"}\n", error); else printf("null}\n");
     return 0;
 }

@@ -51,3 +51,18 @@ def build_fake_image() -> str:
         if p.returncode != 0:
             raise RuntimeError(f"building the fake trainer image failed:\n{p.stderr[-2000:]}")
     return ref
+
+
+def image_archive(path: Path, tags: tuple[str, ...] = ("ktsft:amx",)) -> Path:
+    """A minimal `docker save`-shaped tarball naming ``tags`` (manifest.json only): what `up --image-tar`
+    reads before it ships an archive. Enough for a dry run, never loaded."""
+    import io
+    import json
+    import tarfile
+
+    data = json.dumps([{"Config": "config.json", "RepoTags": list(tags), "Layers": []}]).encode()
+    with tarfile.open(path, "w") as t:
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    return path

@@ -3,7 +3,7 @@
     pytest --hosts=ssh://kt@gpu01 tests/infra
     pytest --hosts=docker://NAME tests/infra --kt-recipe recipes/qwen35-397b-bf16-lora.yaml
     pytest --hosts=ssh://root@10.0.0.5 --ssh-config=./ssh_config tests/infra --kt-waive gpu.present
-    pytest --hosts=ansible://ktdeploy_fleet --ansible-inventory=inv.yml tests/infra --kt-image ktsft:avx512
+    pytest --hosts=ansible://ktdeploy_fleet --ansible-inventory=inv.yml tests/infra --kt-image ktsft:avx512_bf16
 
 Options: --kt-recipe R (check against a recipe: memory, GPUs, disk, paths), --kt-waive NAME (repeatable: a
 failing check reported as xfail instead), --kt-image IMAGE (run doctor inside IMAGE on the host, started with

@@ -117,7 +117,7 @@ def fleet(host_pool, tmp_path_factory):
     hosts = {
         "fleet-ok": (host_pool.start("fleet-ok", extra=HEALTHY, hide_flags=AMX), {}),
         "fleet-noavx": (host_pool.start("fleet-noavx", extra=HEALTHY, hide_flags=AVX512 + AMX),
-                        {"ktsft_isa": "avx512"}),
+                        {"ktsft_isa": "avx512"}),   # the old name: settings make it the avx512_bf16 build
         "fleet-gone": (host_pool.start("fleet-gone", extra=HEALTHY, hide_flags=AMX), {}),
     }
     inv = write_inventory(tmp / "inventory.yml", host_pool, hosts, ktdeploy_image_repo=repo,
@@ -166,11 +166,11 @@ def test_hidden_avx512_fails_preflight_with_the_checks_text(first_run):
     assert r["fleet-noavx"]["failed"] == 1 and r["fleet-noavx"]["unreachable"] == 0
     # the failure names doctor's check, its reason and fix
     msg = out[out.index("fatal: [fleet-noavx]"):][:3000]
-    assert "image.variant" in msg and "image variant 'avx512' cannot run: this CPU lacks AVX512" in msg, msg
+    assert "image.variant" in msg and "image variant 'avx512_bf16' cannot run: this CPU does not list avx512f" in msg, msg
     assert "fix: Use the ktsft:avx2 image" in msg, msg
     row = rows["fleet-noavx"]
     assert row["status"].startswith("FAILED preflight: ") and "image.variant" in row["failed_checks"], row
-    assert row["variant"] == "avx512" and row["isa"] == "avx2", row
+    assert row["variant"] == "avx512_bf16" and row["isa"] == "avx2", row
     assert "fatal: [fleet-ok]" not in out
 
 
@@ -189,7 +189,7 @@ def test_summary_table_names_every_host(first_run):
     table = out[out.rindex("TASK [Fleet summary]"):]
     assert re.search(r"HOST\s+ISA\s+VARIANT\s+GPUS\s+STATUS", table)
     assert re.search(rf"fleet-ok\s+{V}\S*\s+{V}\s+0\s+ok", table), table
-    assert re.search(r"fleet-noavx\s+avx2\s+avx512\s+0\s+FAILED preflight: .*image\.variant", table), table
+    assert re.search(r"fleet-noavx\s+avx2\s+avx512_bf16\s+0\s+FAILED preflight: .*image\.variant", table), table
     assert re.search(rf"fleet-gone\s+{V}\S*\s+{V}\s+0\s+UNREACHABLE during", table), table
 
 
@@ -258,8 +258,8 @@ def test_preflight_in_image_mode(first_run, fleet):
     """preflight_mode=image: doctor runs as the ktsft image's agent (docker run IMAGE doctor --json) instead of
     the venv; the auto variant uses the avx2 image, which runs on any x86_64 host. The image's container sees
     this machine's own /proc/cpuinfo (the host's hidden flags stay in the host container), so the variant it
-    picks is this machine's: amx where AMX is listed, else avx512 or avx2."""
-    machine_variant = "amx" if "amx_tile" in machine_cpu_flags() and V == "avx512" else V
+    picks is this machine's: amx where AMX is listed, else the best AVX512 build or avx2."""
+    machine_variant = "amx" if "amx_tile" in machine_cpu_flags() and V == "avx512_bf16" else V
     if docker("image", "inspect", "ktsft-reduced:avx2", check=False).returncode != 0:
         # the same idempotent build test_image.py's fixture runs (it then finds the images cached)
         b = subprocess.run(["bash", str(REPO / "docker" / "ci-build-reduced.sh")], capture_output=True, text=True,

@@ -40,7 +40,7 @@ def test_site_yml_syntax_check():
 def test_example_inventory_parses_with_its_host_vars():
     r = run(tool("ansible-inventory"), "-i", "inventory.example.yml", "--host", "gpu03")
     assert r.returncode == 0, r.stderr
-    assert '"ktsft_isa": "avx512"' in r.stdout and '"ktdeploy_gpus"' in r.stdout
+    assert '"ktsft_isa": "avx512_bf16"' in r.stdout and '"ktdeploy_gpus"' in r.stdout
 
 
 def test_ansible_lint_production_profile():

@@ -43,13 +43,14 @@ def _report(h, dataset: str, template: str = "qwen3_nothink"):
     return {c.name: c for c in rep.checks}
 
 
-def test_real_dataset_passes_and_unconverted_weights_name_the_command(datahost):
+def test_real_dataset_passes_and_unconverted_weights_say_where_they_come_from(datahost):
     c = _report(datahost, "alpaca_en_demo")
     assert c["data.dataset_info"].status == "pass"
     assert c["data.dataset_files"].status == "pass"          # first rows of a 100+ KiB JSON array parse
     assert c["model.template_family"].status == "pass"
     w = c["weights.converted"]
-    assert w.status == "fail" and "kt quant /data/models/Qwen3-235B-A22B-Instruct-2507 --method int8" in w.fix
+    assert w.status == "fail" and "convert the experts of /data/models/Qwen3-235B-A22B-Instruct-2507" in w.fix
+    assert "ships no converter" in w.fix and "convert_cpu_weights.py --quant-method int8" in w.fix
 
 
 def test_placeholder_missing_broken_and_template(datahost):
@@ -58,7 +59,10 @@ def test_placeholder_missing_broken_and_template(datahost):
     assert c["data.dataset_info"].status == "fail" and "nosuch" in c["data.dataset_info"].detail
     assert c["data.dataset_files"].status == "fail" and "broken.jsonl" in c["data.dataset_files"].detail
     assert c["model.template_family"].status == "warn"
-    datahost.exec("sh", "-c", "touch /data/models/Qwen3-235B-A22B-Instruct-2507-INT8/layer0.kt")
+    wp = "/data/models/Qwen3-235B-A22B-Instruct-2507-INT8"
+    datahost.exec("sh", "-c", f"touch {wp}/layer0.kt")     # a flat .kt file: not a tree kt-kernel loads
+    assert _report(datahost, "alpaca_en_demo")["weights.converted"].status == "fail"
+    datahost.exec("sh", "-c", f"mkdir -p {wp}/_layer_0/_numa_0 && touch {wp}/kt-weight-manifest.json && rm {wp}/layer0.kt")
     assert _report(datahost, "alpaca_en_demo")["weights.converted"].status == "pass"
 
 

@@ -81,7 +81,8 @@ def test_hidden_bf16_fails_fp8_recipe(hidden):
     assert r.returncode == 1
     c = checks(json.loads(r.stdout))
     wf = c["recipe.weight_format_vs_isa"]
-    assert wf["status"] == "fail" and "AVX512_BF16" in wf["detail"] and "layer.cpu_flags" in wf["fix"]
+    assert wf["status"] == "fail" and "avx512_bf16" in wf["detail"] and "layer.cpu_flags" in wf["fix"]
+    assert "no SFT kernels" in wf["detail"] and "avx512_bf16" in wf["data"]["missing_for_training"]
 
 
 def test_doctor_over_real_ssh(host_pool, plain):

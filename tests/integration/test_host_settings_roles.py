@@ -51,7 +51,7 @@ def test_doctor_train_and_serve_argv_come_from_the_same_host_settings(tmp_path):
     doctor, train, serve = out["doctor"], out["train"], out["serve"]
     sets = flags(doctor, "--set")
     assert "--set=deploy.gpus=[0, 1, 2, 3]" in sets and "--set=deploy.volumes.model=/srv/models/q" in sets
-    assert "--set=deploy.image=avx512" in sets and "--set=train.kt_config.kt_num_threads=28" in sets
+    assert "--set=deploy.image=avx512_bf16" in sets and "--set=train.kt_config.kt_num_threads=28" in sets
     assert flags(train, "--set") == flags(serve, "--set") == sets
     assert flags(doctor, "--waive") == flags(train, "--waive") == flags(serve, "--waive") == ["--waive=gpu.present"]
     assert train[1:3] == ["up", "--host"] and "--detach" in train and "--detach" not in serve

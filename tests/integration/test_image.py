@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.facts.cpu import build_cpu
 
@@ -28,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # never overwrites images that other checkouts' tests use.
 REPO = os.environ.get("KTSFT_REPO", "ktsft-reduced")
 BASE = os.environ.get("KTDEPLOY_BASE_IMAGE", "ktdeploy/base:bookworm")
-VARIANTS = ("amx", "avx512", "avx2")
-ORDER = {"avx2": 1, "avx512": 2, "amx": 3}
+VARIANTS = V.NAMES
+ORDER = {v.name: v.level for v in V.LADDER}
 
 
 def docker(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -64,12 +65,13 @@ def run(image: str, *args: str, volumes: tuple[str, ...] = (), timeout: int = 18
 def test_variants_share_every_filesystem_layer(images):
     layers = {v: inspect(ref)["RootFS"]["Layers"] for v, ref in images.items()}
     assert len(layers["amx"]) >= 5
-    assert layers["avx512"] == layers["amx"] and layers["avx2"] == layers["amx"]
-    # ...and differ in their config: the variant they pin.
+    assert all(ls == layers["amx"] for ls in layers.values())
+    # ...and differ in their config: the build they pin, named by their tag.
     envs = {v: inspect(ref)["Config"]["Env"] for v, ref in images.items()}
-    assert "KT_KERNEL_CPU_VARIANT=amx" in envs["amx"]
-    assert "KT_KERNEL_CPU_VARIANT=avx512_bf16" in envs["avx512"]
-    assert "KTSFT_VARIANT=avx2" in envs["avx2"]
+    for v in VARIANTS:
+        assert f"KT_KERNEL_CPU_VARIANT={v}" in envs[v] and f"KTSFT_VARIANT={v}" in envs[v]
+    # the old tag is the avx512_bf16 image itself (an alias: the same image ID)
+    assert inspect(f"{REPO}:avx512")["Id"] == inspect(images["avx512_bf16"])["Id"]
 
 
 def test_labels_record_isa_stack_and_the_locks_hash(images):
@@ -214,7 +216,7 @@ def test_variant_above_this_cpu_is_refused_naming_the_right_one(images):
         assert "Traceback" not in proc.stderr
 
 
-def test_hidden_cpu_flags_make_the_avx512_variant_refuse_naming_avx2(images, tmp_path):
+def test_hidden_cpu_flags_make_the_avx512_builds_refuse_naming_avx2(images, tmp_path):
     """A container whose /proc/cpuinfo hides avx512 (as a restrictive hypervisor CPU model would)."""
     text = Path("/proc/cpuinfo").read_text()
     hidden = re.sub(r"(?m)^(flags\s*:.*)$",
@@ -224,10 +226,10 @@ def test_hidden_cpu_flags_make_the_avx512_variant_refuse_naming_avx2(images, tmp
     fake = tmp_path / "cpuinfo"
     fake.write_text(hidden)
     vol = (f"{fake}:/proc/cpuinfo:ro",)
-    proc = run(images["avx512"], "doctor", volumes=vol)
+    proc = run(images["avx512_base"], "doctor", volumes=vol)
     assert proc.returncode == 1
     err = " ".join(proc.stderr.split())
-    assert "cannot run the ktsft:avx512 image" in err and "ktsft:avx2" in err
+    assert "cannot run the ktsft:avx512_base image" in err and "ktsft:avx2" in err
     ok = run(images["avx2"], "doctor", "--json", volumes=vol)
     checks = {c["name"]: c for c in json.loads(ok.stdout)["checks"]}
     assert checks["cpu.variant"]["status"] == "pass" and "avx2" in checks["cpu.variant"]["detail"]
@@ -293,7 +295,7 @@ def test_save_and_load_round_trip(images, tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert archive.stat().st_size > 100_000_000
         assert docker("rmi", tag).returncode == 0
-        proc = subprocess.run([_python(), "-m", "ktdeploy", "image", "load", str(archive)],
+        proc = subprocess.run([_python(), "-m", "ktdeploy", "image", "load", "--repo", f"{REPO}-savetest", str(archive)],
                               capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr
         assert tag in proc.stdout
@@ -324,3 +326,58 @@ def test_build_refuses_early_without_base_image_or_wheels(images, tmp_path):
     assert wh.returncode == 5
     assert "docker/wheelhouse.py --stack reduced" in " ".join(wh.stderr.split())
     assert "Traceback" not in base.stderr + wh.stderr
+
+
+def test_the_serving_container_starts_as_a_uid_absent_from_passwd(images, tmp_path):
+    """`up`'s serving container (dk.create_serve: --user of the SSH user) runs `ktdeploy serve` through the image's
+    entrypoint as uid 4242, which the image's passwd does not list. sglang-kt (here its TEST DOUBLE, same cache
+    rule, tests/fakes/sglang_pkg) splits the adapter into $SGLANG_KT_LORA_CACHE_DIR; without it getpass.getuser()
+    raises and the server never starts (what happened before ktdeploy set the variable)."""
+    import yaml
+
+    from ktdeploy.agent.convert import convert
+    from ktdeploy.core.plan import docker_argv as dk
+    from ktdeploy.core.plan.build import shipped_recipe
+    from ktdeploy.core.recipe import builtin_recipe, load_recipe
+    from ktdeploy.core.recipe.render import dump_yaml
+    from tests.fakes.kt_layout import write_lora_adapter
+
+    models, data, outputs, job, report = (tmp_path / n for n in ("models", "data", "out", "job", "report"))
+    for d in (models, data, outputs, job, report):
+        d.mkdir()
+    report.chmod(0o777)
+    model = models / "tiny"
+    model.mkdir()
+    raw = outputs / "run"
+    raw.mkdir()
+    write_lora_adapter(str(raw), base=str(model))
+    convert(raw, outputs / "run-sglang", base_model=str(model))
+    for p in outputs.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    recipe = load_recipe(builtin_recipe(), [f"deploy.volumes.model={models}", f"deploy.volumes.data={data}",
+                                            f"deploy.volumes.output={outputs}", f"train.model_name_or_path={model}",
+                                            f"train.dataset_dir={data}", f"train.output_dir={raw}"])
+    (job / "recipe.yaml").write_text(dump_yaml(shipped_recipe(recipe, None)))
+    assert yaml.safe_load((job / "recipe.yaml").read_text())["deploy"]["volumes"]["output"] == str(outputs)
+    name = f"ktd-serveisa-uid-{os.getpid()}"
+    argv = dk.create_serve(name=name, image=images[host_best()], run_id="uid-test", volumes=recipe.deploy.volumes,
+                           output_dir=str(raw), adapter_dir=str(outputs / "run-sglang"), gpus=None, memlock=False,
+                           user="4242:4242")
+    assert argv[argv.index("--user") + 1] == "4242:4242"
+    i = argv.index("--restart")
+    del argv[i:i + 2]                   # the double exits once it has reported; no restart loop in a test
+    cut = argv.index("--")
+    argv[cut:cut] = ["--mount", f"type=bind,source={ROOT / 'tests/fakes/sglang_pkg'},target=/fake,readonly",
+                     "--mount", f"type=bind,source={report},target=/report", "--env", "PYTHONPATH=/fake",
+                     "--env", "FAKE_SGLANG_REPORT=/report/r.json", "--env", "FAKE_SGLANG_SECRET="]
+    try:
+        assert docker(*argv[1:]).returncode == 0
+        assert docker("cp", "--", f"{job}/.", f"{name}:{dk.JOB_MOUNT}").returncode == 0
+        started = docker("start", "--attach", "--", name, timeout=300)
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+    finally:
+        docker("rm", "--force", "--", name)
+    got = json.loads((report / "r.json").read_text())
+    assert got["uid"] == 4242 and got["home"] == "/tmp"
+    assert got["kt_expert_lora_path"].startswith("/tmp/.cache/ktdeploy-4242/sglang-kt-lora/")
+    assert got["enable_lora"] and got["lora_paths"] == [f"tiny-lora={outputs / 'run-sglang'}"]

@@ -103,8 +103,8 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     recipe_file.write_text((REPO / "recipes" / "tiny-moe-lora.yaml").read_text())
     said: list[str] = []
     secret = "sk-ktdeploy-test-" + os.urandom(6).hex()
-    os.environ["KTD_TEST_API_KEY"] = secret      # served with an API key taken from the controller's environment
-    overrides = [*sets(env, out), "deploy.serve.api_key_env=KTD_TEST_API_KEY"]
+    os.environ["KTDEPLOY_TEST_API_KEY"] = secret      # served with an API key taken from the controller's environment
+    overrides = [*sets(env, out), "deploy.serve.api_key_env=KTDEPLOY_TEST_API_KEY"]
     t0 = time.monotonic()
     res = api.up(host.target, recipe_file, waive=WAIVE, overrides=overrides,
                  ssh=env["pool"].ssh_options(), say=said.append)
@@ -144,7 +144,7 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     assert inspect["Config"]["Labels"]["ktdeploy.output"] == out
     serve = json.loads(docker("inspect", f"{job}-serve").stdout)[0]
     assert serve["State"]["Running"]
-    assert f"KTD_TEST_API_KEY={secret}" in serve["Config"]["Env"]               # the server got the key ...
+    assert f"KTDEPLOY_TEST_API_KEY={secret}" in serve["Config"]["Env"]               # the server got the key ...
     assert not any(secret in a for a in serve["Config"]["Cmd"] + serve["Args"])  # ... not through argv
     assert serve["Args"][-3:] == ["/ktdeploy-job/recipe.yaml", "--adapter", f"{out}-sglang"]
     assert not any(secret in p.read_text(errors="replace") for p in rec.path.rglob("*") if p.is_file())

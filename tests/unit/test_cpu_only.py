@@ -19,6 +19,7 @@ from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.gate import CPU_ONLY_WAIVERS, profile_hint, with_profile
 from ktdeploy.core.errors import CheckFailed
 from ktdeploy.core.recipe import load_recipe
+from tests.fakes.image import image_archive
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes/tiny-moe-lora.yaml"
@@ -76,7 +77,7 @@ def test_up_without_a_gpu_offers_the_profile_and_the_profile_reaches_the_contain
     err = " ".join(r.stderr.split())
     assert r.returncode == 1 and "add --cpu-only" in err and "gpu.present" in err, err
     r = cli("up", "--host", "gpu01", str(TINY), "--dry-run", "--facts", str(NO_GPU), "--cpu-only",
-            "--image-tar", "ktsft.tar", home=tmp_path)
+            "--image-tar", str(image_archive(tmp_path / "ktsft.tar")), home=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     create = next(ln for ln in r.stdout.splitlines() if "$ docker create" in ln and "role=train" in ln)
     assert "--gpus" not in create

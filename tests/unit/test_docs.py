@@ -140,7 +140,7 @@ def test_the_exit_code_table_is_the_codes_ktdeploy_uses():
     table = text[text.index("## Exit codes"):]
     documented = {int(c) for c in re.findall(r"^\|\s*(\d+)\s*\|", table, re.M)}
     used = {c.exit_code for c in vars(errors).values() if isinstance(c, type) and hasattr(c, "exit_code")}
-    used |= {errors.EXIT_SYSTEM, errors.EXIT_INTERNAL, errors.EXIT_INTERRUPTED, errors.EXIT_PIPE, 0}
+    used |= {errors.EXIT_SYSTEM, errors.EXIT_INTERNAL, errors.EXIT_INTERRUPTED, errors.EXIT_PIPE, errors.EXIT_TERMINATED, 0}
     assert documented == used, (documented, used)
 
 

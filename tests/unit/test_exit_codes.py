@@ -16,6 +16,7 @@ from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.plan import UpOptions, build_plan
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.recipe import load_recipe
+from tests.fakes.image import image_archive
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "recipes/tiny-moe-lora.yaml")
@@ -77,7 +78,7 @@ def test_output_to_dev_null_is_not_a_closed_pipe(tmp_path):
 def test_a_dry_run_whose_plan_stops_exits_4_and_one_that_goes_through_0(tmp_path):
     r = cli("up", "--host", "gpu01", TINY, "--dry-run", "--facts", FACTS, home=tmp_path)
     assert r.returncode == 4 and "This plan stops at IMAGE" in r.stdout, r.stdout + r.stderr
-    r = cli("up", "--host", "gpu01", TINY, "--dry-run", "--facts", FACTS, "--image-tar", "ktsft.tar", home=tmp_path)
+    r = cli("up", "--host", "gpu01", TINY, "--dry-run", "--facts", FACTS, "--image-tar", str(image_archive(tmp_path / "ktsft.tar")), home=tmp_path)
     assert r.returncode == 0 and "This plan stops" not in r.stdout, r.stdout + r.stderr
 
 

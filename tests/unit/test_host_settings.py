@@ -23,7 +23,8 @@ def test_doctor_and_up_get_the_same_overrides_and_waivers():
     up = s.up_argv("/opt/ktdeploy/recipes/r.yaml", detach=True, extra=["--resume", "auto"])
     assert _pairs(doctor, "--set") == _pairs(up, "--set") == [
         "--set=train.kt_config.kt_num_threads=28", "--set=deploy.gpus=[0, 1, 2, 3]",
-        "--set=deploy.volumes.model=/srv/models/m", "--set=deploy.volumes.output=/srv/out", "--set=deploy.image=avx512"]
+        "--set=deploy.volumes.model=/srv/models/m", "--set=deploy.volumes.output=/srv/out",
+        "--set=deploy.image=avx512_bf16"]   # the old name ktsft_isa: avx512 is the avx512_bf16 build
     assert _pairs(doctor, "--waive") == _pairs(up, "--waive") == ["--waive=gpu.present"]
     assert doctor[:4] == ["doctor", "--json", "--recipe", "/opt/ktdeploy/recipes/r.yaml"]
     assert up[:5] == ["up", "--host", "localhost", "--no-progress", "--detach"] and up[-2:] == ["--resume", "auto"]

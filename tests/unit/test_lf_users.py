@@ -19,6 +19,7 @@ from ktdeploy.controller.connectors import LocalConnector
 from ktdeploy.controller.runs import RunRecord, latest_run
 from ktdeploy.controller.sync import PARTIAL, sync_folder
 from ktdeploy.core.errors import StepError, UsageError
+from tests.fakes.image import image_archive
 
 REPO = Path(__file__).resolve().parents[2]
 FACTS = str(REPO / "examples/facts/gpu-h200-1gpu.json")
@@ -80,7 +81,7 @@ def test_recipe_from_lf_reports_what_it_cannot_derive(tmp_path, lf_pair):
 def test_up_and_train_take_the_native_pair(tmp_path, lf_pair):
     t, a = lf_pair
     r = cli("up", "--host", "gpu01", "--train", str(t), "--accelerate", str(a), "--dry-run", "--facts", FACTS,
-            "--image-tar", "x.tar", home=tmp_path)
+            "--image-tar", str(image_archive(tmp_path / "ktsft.tar")), home=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "docker create --name ktd-train-" in r.stdout and "source=/srv/ktdeploy/models" in r.stdout
     r = cli("up", "--host", "gpu01", "--train", str(t), home=tmp_path)

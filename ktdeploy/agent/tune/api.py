@@ -118,11 +118,11 @@ def tune(recipe_path: str, overrides: Sequence[str] = (), *, budget_minutes: flo
 
 
 def _read_record(tune_json: str | Path) -> dict:
-    from ktdeploy.core.safeio import read_bytes
+    from ktdeploy.core.safeio import parse_json, read_bytes
 
     try:
-        data = json.loads(read_bytes(tune_json, 1 << 20, "tune record"))  # bounded, regular files only
-    except (UnicodeDecodeError, RecursionError, json.JSONDecodeError) as err:
+        data = parse_json(read_bytes(tune_json, 1 << 20, "tune record"))  # bounded, regular files only
+    except ValueError as err:  # bad JSON, too deep, a 5,000-digit integer: all ValueError from parse_json
         raise UsageError(f"{tune_json}: not a tune record ({err})", fix="give the tune.json written by `ktdeploy tune`") from None
     if not isinstance(data, dict) or not data.get("chosen"):
         raise UsageError(f"{tune_json}: the tune record holds no choice", fix="run `ktdeploy tune` again")

@@ -23,6 +23,7 @@ from ktdeploy.agent.monitor import tree_rss_bytes
 from ktdeploy.agent.tune.candidates import Candidate
 from ktdeploy.agent.tune.measure import failure_reason, parse_log, peak_vram_gib, steady_tokens_per_s
 from ktdeploy.agent.tune.select import Trial, should_stop_early
+from ktdeploy.core.safeio import creating
 
 GIB = 1024 ** 3
 
@@ -75,7 +76,7 @@ def run_trial(spec: TrialSpec, cand: Candidate, index: int, best_rate: float | N
     env = dict(os.environ, RECORD_VRAM="1", PYTHONUNBUFFERED="1")
     started = time.monotonic()
     peak_rss = 0
-    with open(log_path, "w") as log:
+    with creating(log_path.parent, log_path.name, overwrite=True, binary=False) as log:  # never through a link
         proc = subprocess.Popen(trial_argv(spec, cand, out_dir), stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         try:

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from ktdeploy.controller.connectors.base import Result, checked, to_text
 from ktdeploy.core.errors import ConnectError
+from ktdeploy.core.safeio import writing
+
+
+def _remote_stage(via) -> str:
+    """A fresh private folder on the host behind ``via`` (mktemp -d, mode 0700): never a predictable /tmp name
+    another user could plant a link at first."""
+    r = via.run(["mktemp", "-d"], timeout=30)
+    path = r.stdout.strip()
+    if r.rc != 0 or not path.startswith("/") or "\n" in path:
+        raise ConnectError(f"no private staging folder on {via.name} (mktemp -d: {(r.stderr or r.stdout).strip()[:200]})",
+                           fix="Check that /tmp (or $TMPDIR) on the host is writable.")
+    return path
 
 
 class DockerExecConnector:
@@ -74,13 +87,14 @@ class DockerExecConnector:
     def put_file(self, local, remote, mode=None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"
         self.run(["mkdir", "-p", "--", parent], check=True)
-        src = local
-        if self.via is not None:  # stage on the remote host first, then docker cp there
-            src = f"/tmp/ktdeploy-cp-{abs(hash((local, remote)))}"
+        src, stage = local, None
+        if self.via is not None:  # stage on the remote host first (a private mktemp -d folder), then docker cp there
+            stage = _remote_stage(self.via)
+            src = f"{stage}/file"
             self.via.put_file(local, src)
         p = self._docker([self.docker, "cp", "--", src, f"{self.container}:{remote}"])
-        if self.via is not None:
-            self.via.run(["rm", "-f", "--", src])
+        if stage is not None:
+            self.via.run(["rm", "-rf", "--", stage])
         if p.returncode != 0:
             raise ConnectError(f"docker cp to {self.container}:{remote} failed: {p.stderr.strip()}")
         if mode is not None:
@@ -88,13 +102,23 @@ class DockerExecConnector:
 
     def get_file(self, remote, local) -> None:
         if self.via is not None:
-            tmp = f"/tmp/ktdeploy-cp-{abs(hash((remote, local)))}"
-            p = self._docker([self.docker, "cp", "--", f"{self.container}:{remote}", tmp])
-            if p.returncode == 0:
-                self.via.get_file(tmp, local)
-                self.via.run(["rm", "-f", "--", tmp])
+            stage = _remote_stage(self.via)
+            try:
+                p = self._docker([self.docker, "cp", "--", f"{self.container}:{remote}", f"{stage}/file"])
+                if p.returncode == 0:
+                    self.via.get_file(f"{stage}/file", local)
+            finally:
+                self.via.run(["rm", "-rf", "--", stage])
         else:
-            p = self._docker([self.docker, "cp", "--", f"{self.container}:{remote}", local])
+            import shutil
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:  # docker cp writes a private folder; the safe writer the rest
+                p = self._docker([self.docker, "cp", "--", f"{self.container}:{remote}", f"{tmp}/file"])
+                if p.returncode == 0:
+                    with open(f"{tmp}/file", "rb") as f, writing(os.path.dirname(os.path.abspath(local)),
+                                                                  os.path.basename(local), overwrite=True) as out:
+                        shutil.copyfileobj(f, out)
         if p.returncode != 0:
             raise ConnectError(f"docker cp from {self.container}:{remote} failed: {p.stderr.strip()}")
 

@@ -7,6 +7,15 @@ import shutil
 import subprocess
 
 from ktdeploy.controller.connectors.base import Result, checked, to_text
+from ktdeploy.core.safeio import writing
+
+
+def _copy(src, dest, mode) -> None:
+    """A copy through the safe writer: never through a link at ``dest``, atomic (the folder is made when missing)."""
+    dest = os.path.abspath(dest)
+    with open(src, "rb") as f, writing(os.path.dirname(dest), os.path.basename(dest), overwrite=True,
+                                       mode=0o644 if mode is None else mode) as out:
+        shutil.copyfileobj(f, out)
 
 
 class LocalConnector:
@@ -30,13 +39,10 @@ class LocalConnector:
         return self.run(["sh", "-c", script], timeout=timeout, check=check)
 
     def put_file(self, local, remote, mode=None) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(remote)), exist_ok=True)
-        shutil.copyfile(local, remote)
-        if mode is not None:
-            os.chmod(remote, mode)
+        _copy(local, remote, mode)
 
     def get_file(self, remote, local) -> None:
-        shutil.copyfile(remote, local)
+        _copy(remote, local, None)
 
     def rsync(self, local_dir: str, remote_dir: str, flags: list[str]) -> None:
         """rsync a folder's content into another folder of this machine (controller/sync.py chooses the flags)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 
 from ktdeploy.controller.connectors.base import Result, checked, env_prefix, quote_argv
+from ktdeploy.core.safeio import write_path
 
 _CHUNK = 48 * 1024  # bytes per upload command (well under the kernel's 128 KiB limit for one argument)
 
@@ -51,8 +52,7 @@ class TestinfraConnector:
 
     def get_file(self, remote, local) -> None:
         r = self.run(["base64", "--", remote], check=True)
-        with open(local, "wb") as f:
-            f.write(base64.b64decode(r.stdout))
+        write_path(local, base64.b64decode(r.stdout), overwrite=True)  # never through a link at ``local``
 
     def close(self) -> None:
         pass

@@ -41,9 +41,10 @@ from ktdeploy.controller.images.layer_load import (
     write_layer,
 )
 from ktdeploy.controller.images.lockfile import Lock, read_lock
-from ktdeploy.controller.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag
+from ktdeploy.controller.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag, image_tags
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
 from ktdeploy.core.errors import ImageError, UsageError
+from ktdeploy.core.safeio import write_file, writing
 
 DEFAULT_BASE_IMAGE = "ktdeploy/base:bookworm"
 
@@ -186,7 +187,7 @@ def snapshot_context(src: Path, dest: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     for rel in CONTEXT_FILES:
         s, d = src / rel, dest / rel
-        if s.is_dir():
+        if s.is_dir():  # dest is a temp folder this build just created: nothing in it to follow
             shutil.copytree(s, d, symlinks=True, ignore=ignore)
         elif s.is_file():
             d.parent.mkdir(parents=True, exist_ok=True)
@@ -298,7 +299,8 @@ def build(opts: BuildOptions, on_line=None) -> BuildReport:
         report.phases["layer"] = round(time.monotonic() - t1, 1)
         cache = None if opts.no_cache else manifest_cache_dir(report.stage_ids["deps"])
         if cache is not None:   # light's files are hashed every time (see verify_stack.manifest_lines)
-            (cache / "fresh-paths.txt").write_text("".join(p + "\n" for p in layer.paths if "\n" not in p))
+            write_file(cache, "fresh-paths.txt", "".join(p + "\n" for p in layer.paths if "\n" not in p),
+                       overwrite=True)
 
         def labels(manifest: str, created: str) -> dict[str, str]:
             report.manifest_sha256 = manifest
@@ -349,14 +351,15 @@ def _images_by_load(opts: BuildOptions, report: BuildReport, layer: LayerFile, c
         # 2. every variant in one archive: same layers, the variant's config
         t = time.monotonic()
         lab = labels(manifest, created)
-        tags = [image_tag(opts.image_repo, isa) for isa in opts.isas]
-        images = [(image_config(deps, history, layer.diff_id, created, variant_settings(isa, lab)), [tag])
-                  for isa, tag in zip(opts.isas, tags, strict=True)]
+        tags = [image_tags(opts.image_repo, isa) for isa in opts.isas]
+        images = [(image_config(deps, history, layer.diff_id, created, variant_settings(isa, lab)), names)
+                  for isa, names in zip(opts.isas, tags, strict=True)]
         write_archive(tmp / "variants.tar", layer, images)
         load_archive(tmp / "variants.tar")
         report.phases["load_variants"] = round(time.monotonic() - t, 1)
-        for tag in tags:
-            _record_image(report, tag)
+        for names in tags:
+            for tag in names:
+                _record_image(report, tag)
     finally:
         if provisional not in report.images.values():
             docker_cli.run(["rmi", provisional])
@@ -381,6 +384,11 @@ def _images_by_commit(opts: BuildOptions, report: BuildReport, layer: LayerFile,
             if proc.returncode != 0:
                 raise _fail(f"docker commit of {tag}", proc)
             _record_image(report, tag)
+            for alias in image_tags(opts.image_repo, isa)[1:]:
+                proc = docker_cli.run(["tag", tag, alias])
+                if proc.returncode != 0:
+                    raise _fail(f"docker tag {alias}", proc)
+                _record_image(report, alias)
         report.phases["commit"] = round(time.monotonic() - t, 1)
     finally:
         docker_cli.run(["rm", "-f", ctr])
@@ -398,17 +406,21 @@ def _compare_layers(report: BuildReport) -> None:
 
 
 def save(tags: list[str], output: Path) -> int:
-    """`docker save` the tags into one tarball (shared layers stored once). Returns its size."""
-    if os.path.lexists(output):  # a dangling symlink too: docker save would write through it
-        raise UsageError(f"{output} already exists", key="--output", fix="Choose a new file name or remove it.")
+    """`docker save` the tags into one tarball (shared layers stored once). Returns its size. docker writes to
+    our stdout and the safe writer makes the file: new, atomic, never through a link at OUT or OUT.images.json."""
+    from ktdeploy.controller.images.identity import sidecar
+
+    for p in (output, sidecar(output)):
+        if os.path.lexists(p):  # a dangling symlink too
+            raise UsageError(f"{p} already exists", key="--output", fix="Choose a new file name or remove it.")
     for t in tags:
         if docker_cli.inspect_image(t) is None:
             raise ImageError(f"image {t} does not exist", fix=f"Build it first: ktdeploy image build --isa {t.split(':')[-1]}")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    proc = docker_cli.run(["save", "--output", str(output), *tags])
-    if proc.returncode != 0:
-        output.unlink(missing_ok=True)
-        raise ImageError(f"docker save failed: {proc.stderr.strip()[-400:]}", fix="Check free disk space.")
+    with writing(output.parent, output.name) as f:
+        proc = subprocess.run([docker_cli.docker_bin(), "save", *tags], stdout=f, stderr=subprocess.PIPE, text=False)
+        if proc.returncode != 0:  # the temp file goes with the exception; OUT never appears
+            raise ImageError(f"docker save failed: {proc.stderr.decode(errors='replace').strip()[-400:]}",
+                             fix="Check free disk space.")
 
     ids: dict[str, str] = {}
     for t in tags:
@@ -420,10 +432,17 @@ def save(tags: list[str], output: Path) -> int:
     return output.stat().st_size
 
 
-def load(archive: Path) -> list[str]:
-    """`docker load` a tarball made by save(); returns the image references it loaded."""
+def load(archive: Path, repo: str = DEFAULT_REPO["full"]) -> list[str]:
+    """`docker load` a tarball made by save(); returns the image references it loaded. Only an archive whose every
+    name is one of ktdeploy's images (``repo``:<variant>) is loaded; the .images.json beside it is not asked (it
+    comes with the archive, from the same hands)."""
+    from ktdeploy.controller.images.archive import require_only
+    from ktdeploy.controller.images.variants import ISA_VARIANTS
+
     if not archive.is_file():
         raise UsageError(f"{archive} does not exist", key="ARCHIVE", fix="Pass the file `ktdeploy image save` wrote.")
+    allowed = {image_tag(repo, v) for v in ISA_VARIANTS}
+    require_only(archive, allowed, f"{repo}:<{'|'.join(ISA_VARIANTS)}>")
     proc = docker_cli.run(["load", "--input", str(archive)])
     if proc.returncode != 0:
         raise ImageError(f"docker load failed: {proc.stderr.strip()[-400:]}",

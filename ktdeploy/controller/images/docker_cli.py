@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 from collections.abc import Callable
 
 from ktdeploy.core.errors import ImageError
+from ktdeploy.core.safeio import parse_json
 
 # The engine this targets (20.10) has no buildx; the classic builder is what the Dockerfile is
 # written for, so ask for it explicitly rather than depend on the client's default.
@@ -45,7 +45,11 @@ def inspect_image(ref: str) -> dict | None:
     proc = run(["image", "inspect", ref])
     if proc.returncode != 0:
         return None
-    return json.loads(proc.stdout)[0]
+    try:
+        info = parse_json(proc.stdout)
+    except ValueError:
+        return None
+    return info[0] if isinstance(info, list) and info and isinstance(info[0], dict) else None
 
 
 def layers(ref: str) -> list[str]:

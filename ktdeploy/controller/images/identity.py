@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ktdeploy.core.errors import UsageError
 from ktdeploy.core.hashing import sha256_file
+from ktdeploy.core.safeio import parse_json, read_text, write_path
 
 
 def sidecar(archive: Path) -> Path:
@@ -17,10 +19,16 @@ def sidecar(archive: Path) -> Path:
 
 def write_sidecar(archive: Path, images: dict[str, str]) -> dict:
     data = {"images": dict(sorted(images.items())), "sha256": sha256_file(archive), "size": archive.stat().st_size}
-    sidecar(archive).write_text(json.dumps(data, indent=2) + "\n")
+    write_path(sidecar(archive), json.dumps(data, indent=2) + "\n")  # new, never through a link
     return data
 
 
 def read_sidecar(archive: Path) -> dict | None:
     p = sidecar(archive)
-    return json.loads(p.read_text()) if p.is_file() else None
+    if not p.is_file():
+        return None
+    try:
+        data = parse_json(read_text(p, 1 << 20, "image identity file"))
+    except (UsageError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 
 from ktdeploy.controller.images.variants import ISA_VARIANTS
+from ktdeploy.core import variants as V
 
 ENTRYPOINT = ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.cli.image_entry"]
 CMD = ["doctor"]
@@ -33,6 +34,7 @@ class VariantSettings:
 
 def variant_settings(isa: str, labels: dict[str, str]) -> VariantSettings:
     """The config one ISA variant adds to the dependency image (the Dockerfile's final stage, plus labels)."""
+    isa = V.canonical(isa)
     return VariantSettings(
         env={"KTSFT_VARIANT": isa, "KT_KERNEL_CPU_VARIANT": ISA_VARIANTS[isa]},
         labels={**labels, "io.ktdeploy.isa": isa, "io.ktdeploy.kt_kernel_variant": ISA_VARIANTS[isa]})

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ktdeploy.controller.images import docker_cli
 from ktdeploy.core.errors import ImageError
+from ktdeploy.core.safeio import parse_json, writing
 
 
 class LayerLoadUnsupported(ImageError):
@@ -85,7 +86,7 @@ def stage_stream(light_id: str) -> Iterator[subprocess.Popen]:
 
 def write_layer(light_id: str, dest: Path) -> LayerFile:
     """Light's /stage as a layer tar at ``dest`` (paths relative to /), with its diff ID."""
-    with stage_stream(light_id) as out, open(dest, "wb") as f:
+    with stage_stream(light_id) as out, writing(dest.parent, dest.name, overwrite=True) as f:
         assert out.stdout is not None
         w = _HashingWriter(f)
         with tarfile.open(fileobj=out.stdout, mode="r|") as src, \
@@ -99,7 +100,7 @@ def write_archive(dest: Path, layer: LayerFile, images: list[tuple[dict, list[st
     ``layer`` — carrying only that layer's file. Returns each image's ID (sha256 of its config)."""
     new_dir = layer.diff_id.split(":")[-1]
     manifest, ids = [], []
-    with tarfile.open(dest, "w") as t:
+    with writing(dest.parent, dest.name, overwrite=True) as f, tarfile.open(fileobj=f, mode="w") as t:
         def add(name: str, data: bytes) -> None:
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
@@ -141,7 +142,7 @@ def history_rows(image: str) -> list[dict]:
     rows = []
     for line in proc.stdout.splitlines():
         try:
-            rows.append(json.loads(line))
-        except (json.JSONDecodeError, RecursionError):
+            rows.append(parse_json(line))
+        except ValueError:
             return []
     return rows

@@ -1,14 +1,12 @@
-"""The image variants: one final Dockerfile stage per CPU ISA, two stacks (full and reduced)."""
+"""The image variants: one final Dockerfile stage per kt-kernel CPU build (core/variants.py), two stacks."""
 
 from __future__ import annotations
 
-# Image variant -> the kt-kernel library its final stage pins (KT_KERNEL_CPU_VARIANT).
+from ktdeploy.core import variants as V
+
+# Image variant -> the kt-kernel build its final stage pins (KT_KERNEL_CPU_VARIANT): the same name.
 # Must agree with the Dockerfile's final stages; tests/unit/images checks it does.
-ISA_VARIANTS: dict[str, str] = {
-    "amx": "amx",
-    "avx512": "avx512_bf16",
-    "avx2": "avx2",
-}
+ISA_VARIANTS: dict[str, str] = {v.name: v.name for v in V.LADDER}
 STACKS = ("full", "reduced")
 DEFAULT_REPO = {"full": "ktsft", "reduced": "ktsft-reduced"}
 
@@ -20,16 +18,22 @@ LABELLED_DISTRIBUTIONS = (
 
 
 def expand_isa(isa: str) -> list[str]:
-    """'all' -> every variant; otherwise the one named (validated)."""
+    """'all' -> every build; otherwise the one named (an old alias names its build), validated."""
     if isa == "all":
         return list(ISA_VARIANTS)
-    if isa not in ISA_VARIANTS:
+    if not V.known(isa):
         from ktdeploy.core.errors import UsageError
 
         raise UsageError(f"unknown ISA variant {isa!r}", key="--isa",
                          fix=f"Use one of: {', '.join(ISA_VARIANTS)}, all.")
-    return [isa]
+    return [V.canonical(isa)]
 
 
 def image_tag(repo: str, isa: str) -> str:
-    return f"{repo}:{isa}"
+    return f"{repo}:{V.canonical(isa)}"
+
+
+def image_tags(repo: str, isa: str) -> list[str]:
+    """The build's tag, then the old alias tags that name the same image (ktsft:avx512 -> the avx512_bf16 image)."""
+    build = V.canonical(isa)
+    return [image_tag(repo, build)] + [f"{repo}:{a}" for a, b in V.ALIASES.items() if b == build]

@@ -1,6 +1,6 @@
 """AMX verdicts: listed (flags), permission (arch_prctl), palette (CPUID 0x1D), tile_exec (a real tdpbssd).
 
-"AMX absent" (not listed: fine, the avx512 variant runs) is reported distinctly from "AMX listed but
+"AMX absent" (not listed: fine, a lower kt-kernel build runs) is reported distinctly from "AMX listed but
 unusable" (a failure: kt-kernel would pick its AMX library from the flags and die with
 "Fail to do XFEATURE_XTILEDATA" or "Illegal instruction", ktransformers #480/#484/#520).
 """
@@ -8,7 +8,7 @@ unusable" (a failure: kt-kernel would pick its AMX library from the flags and di
 from __future__ import annotations
 
 from ktdeploy.core.check_result import CheckResult
-from ktdeploy.core.checks.isa import AMX_FLAGS
+from ktdeploy.core.checks.isa import AMX_FLAGS, best_variant
 from ktdeploy.core.facts.host import HostFacts
 
 _PASSTHROUGH = ("In a VM expose AMX: libvirt <cpu mode='host-passthrough'/> or qemu -cpu host (or a CPU model "
@@ -52,7 +52,7 @@ def amx_checks(facts: HostFacts) -> list[CheckResult]:
                 "model hides it" if hidden_gen else "; this is a VM: its CPU model may hide AMX"
                 if facts.virt.is_vm else "")
         out.append(CheckResult(name="cpu.amx.listed", status="warn", layer=layer,
-                               detail=f"AMX absent: the CPU lists no amx_* flags{hint}; avx512/avx2 kernels run "
+                               detail=f"AMX absent: the CPU lists no amx_* flags{hint}; lower kt-kernel builds run "
                                       "instead (AMXINT4 weights cannot)",
                                fix="Not required for bf16/fp8/int8. For AMX speed use Sapphire Rapids or newer. "
                                    + (_PASSTHROUGH + "." if facts.virt.is_vm else "")))
@@ -66,7 +66,7 @@ def amx_checks(facts: HostFacts) -> list[CheckResult]:
             out.append(CheckResult(name="cpu.amx.cpuid", status="fail", layer=layer,
                                    detail="CPUID lists AMX-TILE but /proc/cpuinfo does not: the kernel disabled AMX",
                                    fix="Check the kernel command line (clearcpuid / noxsave) and use kernel >= 5.16."))
-        for name in ("cpu.amx.permission", "cpu.amx.palette", "cpu.amx.tile_exec"):
+        for name in ("cpu.amx.permission", "cpu.amx.palette", "cpu.amx.tile_exec", "cpu.amx.bf16_exec"):
             out.append(CheckResult(name=name, status="skip", detail="AMX absent", layer=layer))
         return out
     if len(listed) < len(AMX_FLAGS):
@@ -77,21 +77,21 @@ def amx_checks(facts: HostFacts) -> list[CheckResult]:
         out.append(CheckResult(name="cpu.amx.listed", status="pass", layer=layer, detail="amx_tile amx_int8 amx_bf16"))
     if not p.ran:
         why = p.skipped or "probe not run"
-        for name in ("cpu.amx.permission", "cpu.amx.palette", "cpu.amx.tile_exec"):
+        for name in ("cpu.amx.permission", "cpu.amx.palette", "cpu.amx.tile_exec", "cpu.amx.bf16_exec"):
             out.append(CheckResult(name=name, status="skip", layer=layer,
                                    detail=f"AMX listed but unproven: {why}",
                                    fix="Install a C compiler on the host (apt install gcc) or use the ktsft image, "
                                        "which ships the prebuilt probe; then re-run doctor."))
         return out
     data = p.model_dump(exclude={"ran", "skipped"})
+    fallback = f"ktsft:{best_variant(facts)} (deploy.image: auto picks it)"
     if p.permission:
         out.append(CheckResult(name="cpu.amx.permission", status="pass", layer=layer,
                                detail="arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) granted", data=data))
     else:
         out.append(CheckResult(name="cpu.amx.permission", status="fail", layer=layer,
                                detail=f"AMX listed but unusable: {p.error or 'tile permission refused'}",
-                               fix="Use kernel >= 5.16 on the host; until then use the ktsft:avx512 image "
-                                   "(KT_KERNEL_CPU_VARIANT=avx512_bf16).", data=data))
+                               fix=f"Use kernel >= 5.16 on the host; until then use {fallback}.", data=data))
     if (p.palettes or 0) >= 1:
         out.append(CheckResult(name="cpu.amx.palette", status="pass", layer=layer,
                                detail=f"{p.palettes} tile palette(s): {p.max_names} tiles x {p.max_rows} rows x "
@@ -100,7 +100,7 @@ def amx_checks(facts: HostFacts) -> list[CheckResult]:
         out.append(CheckResult(name="cpu.amx.palette", status="fail", layer=layer,
                                detail="AMX listed but unusable: CPUID leaf 0x1D reports no tile palette "
                                       "(hypervisor hides tile state)",
-                               fix=_PASSTHROUGH + "; or use the ktsft:avx512 image.", data=data))
+                               fix=_PASSTHROUGH + f"; or use {fallback}.", data=data))
     if p.tile_exec and p.correct:
         out.append(CheckResult(name="cpu.amx.tile_exec", status="pass", layer=layer,
                                detail="tdpbssd tile multiply executed and matched the scalar reference", data=data))
@@ -112,6 +112,20 @@ def amx_checks(facts: HostFacts) -> list[CheckResult]:
     else:
         out.append(CheckResult(name="cpu.amx.tile_exec", status="fail", layer=layer,
                                detail=f"AMX listed but unusable: {p.error or 'wrong tile result'}",
-                               fix=_PASSTHROUGH + "; until then use ktsft:avx512 (KT_KERNEL_CPU_VARIANT=avx512_bf16).",
-                               data=data))
+                               fix=_PASSTHROUGH + f"; until then use {fallback}.", data=data))
+    out.append(_bf16_tile_check(facts, fallback, data))
     return out
+
+
+def _bf16_tile_check(facts: HostFacts, fallback: str, data: dict) -> CheckResult:
+    """cpu.amx.bf16_exec: kt-kernel's amx build trains BF16 experts with tdpbf16ps (AMXBF16_SFT): prove that too."""
+    p, layer = facts.probes.amx, facts.layer
+    if p.amx_bf16_exec and p.amx_bf16_correct:
+        return CheckResult(name="cpu.amx.bf16_exec", status="pass", layer=layer, data=data,
+                           detail="tdpbf16ps tile multiply executed and matched the scalar reference")
+    if p.amx_bf16_exec is None:
+        return CheckResult(name="cpu.amx.bf16_exec", status="skip", layer=layer, data=data,
+                           detail="tdpbf16ps not attempted: " + (p.error or "no tile permission, or an older probe"))
+    return CheckResult(name="cpu.amx.bf16_exec", status="fail", layer=layer, data=data,
+                       detail="AMX-BF16 listed but unusable: " + (p.error or "tdpbf16ps gave a wrong result"),
+                       fix=_PASSTHROUGH + f"; until then use {fallback}.")

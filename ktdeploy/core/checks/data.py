@@ -7,9 +7,10 @@
 - model.template_family: the `template` fits the model family of config.json `model_type` (warn).
 - model.config / model.tokenizer / model.weights: the model folder holds what the run loads
   (core/checks/model.py).
-- weights.converted: INT8/AMXINT4 `kt_weight_path` holds converted weights (INT8: `.kt` files, kt-kernel
-  config.py "INT8 SFT requires kt_weight_path pointing to pre-quantized .kt weights"); otherwise names the
-  conversion command of kt-kernel 0.7.2 (`kt quant`, kt_kernel/cli/commands/quant.py).
+- weights.converted: INT8/AMXINT4 `kt_weight_path` holds converted weights (INT8: one manifest and `_layer_N`
+  folders, what kt-kernel's sft/weight_manifest.py validate_persistent_int8_weights reads first); the fix says where
+  they come from (not from the 0.7.2 wheel: docs/stack-rules.md).
+- weights.non_expert_source: an INT8 `kt_non_expert_weight_path` needs an FP8 source model (kt-kernel sft/artifacts.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.model import model_checks, model_requests
 from ktdeploy.core.facts.data import READ_LIMIT, DataFacts, first_rows
+from ktdeploy.core.safeio import parse_json
 
 PLACEHOLDERS = {"your_dataset", "your-dataset", "my_dataset"}
 
@@ -141,7 +143,36 @@ def data_checks(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
     out += model_checks(train, facts)
     out += _template_check(train, facts)
     out += _weights_check(train, setup, facts)
+    out += _fp8_model_check(train, setup, facts)
     return out
+
+
+def _fp8_model_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
+    """weights.format: an FP8 setup (kt_backend FP8, or kt_expert_weight_format fp8) reads the routed experts as
+    FP8; the model's own config.json on the host says how it stores them (issue 35: a BF16 model passed check and
+    doctor, and training failed at load)."""
+    from ktdeploy.core.sizing.model_config import native_format
+
+    model = train.get("model_name_or_path")
+    if setup != "fp8" or not isinstance(model, str) or train.get("kt_weight_path"):
+        return []
+    e = facts.get("read", posixpath.join(model, "config.json"))
+    if e is None or not e.ok:
+        return []
+    try:
+        cfg = parse_json(e.content)
+        fmt = native_format(cfg) if isinstance(cfg, dict) else None
+    except (ValueError, TypeError, AttributeError, IndexError):
+        fmt = None
+    if fmt is None:
+        return []
+    if fmt == "fp8":
+        return [CheckResult(name="weights.format", status="pass", detail=f"{model} stores its experts as FP8")]
+    return [CheckResult(name="weights.format", status="fail",
+                        detail=f"the FP8 setup reads the routed experts as FP8, but {model}/config.json stores them as "
+                               f"{fmt.upper()} (no FP8 quantization_config): loading fails when training starts",
+                        fix="for a BF16 model use kt_backend: AMXBF16 (or auto); FP8 training needs the native FP8 "
+                            "checkpoint")]
 
 
 def _template_check(train: dict, facts: DataFacts) -> list[CheckResult]:
@@ -166,41 +197,83 @@ def _template_check(train: dict, facts: DataFacts) -> list[CheckResult]:
                         fix=f"set train.template: {sorted(want)[0]}")]
 
 
+INT8_MANIFESTS = ("kt-weight-manifest.json", "kt-ephemeral-manifest.json")   # kt-kernel sft/weight_manifest.py
+NO_CONVERTER = ("kt-kernel 0.7.2's wheel ships no converter (`kt quant` needs scripts/convert_cpu_weights.py, which "
+                "it does not install): produce them with the KTransformers repository's kt-kernel/scripts "
+                "({script}) from a source checkout of the same release, or use the native bf16/fp8 setup "
+                "(docs/stack-rules.md, \"INT8 and AMXINT4 weights\")")
+
+
+def _source_quant(facts: DataFacts, folder: str) -> str | None:
+    """quantization_config.quant_method (or fmt) of folder/config.json, '' when it has none, None when unread."""
+    ce = facts.get("read", posixpath.join(folder, "config.json"))
+    if ce is None or not ce.ok:
+        return None
+    try:
+        q = (json.loads(ce.content).get("quantization_config") or {})
+        return str(q.get("quant_method") or q.get("fmt") or "").lower() if isinstance(q, dict) else ""
+    except (ValueError, AttributeError, RecursionError):
+        return ""
+
+
 def _weights_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
     if setup not in ("int8", "int4"):
         return []
     wp, model = train.get("kt_weight_path"), train.get("model_name_or_path")
     if not isinstance(wp, str):
         return []
-    method = "int8" if setup == "int8" else "int4"
-    cmd = f"kt quant {model} --method {method} --output {wp}"
+    script = ("convert_cpu_weights.py --quant-method int8 --no-merge-safetensor, or prepare_ephemeral_int8.py for "
+              "an FP8 source" if setup == "int8" else "convert_cpu_weights.py --quant-method int4")
+    fix_make = NO_CONVERTER.format(script=script)
     e = facts.get("ls", wp)
     names = [n for n in (e.content.split("\n") if e and e.ok else []) if n.strip()]
     if e is None:
         return []
+    out = _non_expert_check(train, setup, facts)
     if setup == "int8":
-        ok = any(n.endswith(".kt") for n in names)
-        what = "no pre-quantized .kt files"
+        manifests = [n for n in names if n in INT8_MANIFESTS]
+        layers = [n for n in names if n.startswith("_layer_")]
+        ok = len(manifests) == 1 and bool(layers)
+        what = (f"no INT8 manifest ({' or '.join(INT8_MANIFESTS)}) with _layer_N folders" if not manifests or not layers
+                else f"{len(manifests)} manifests (kt-kernel requires exactly one)")
     else:
         ok = any(n.endswith((".kt", ".safetensors")) for n in names) and "config.json" not in names
         what = "no converted AMXINT4 expert files"
     if ok:
-        return [CheckResult(name="weights.converted", status="pass", detail=f"{wp} holds converted {setup.upper()} weights")]
+        detail = f"{wp} holds converted {setup.upper()} weights"
+        if setup == "int8":
+            detail += f" ({manifests[0]}, {len(layers)} layer folders; kt-kernel validates sizes and hashes at start)"
+        return out + [CheckResult(name="weights.converted", status="pass", detail=detail)]
     detail = f"{wp} does not exist" if not e.ok else f"{wp} has {what}"
-    ce = facts.get("read", posixpath.join(wp, "config.json"))
-    if ce is not None and ce.ok:
-        try:
-            q = (json.loads(ce.content).get("quantization_config") or {})
-            quant = str(q.get("quant_method") or q.get("fmt") or "").lower() if isinstance(q, dict) else ""
-        except (ValueError, AttributeError, RecursionError):
-            quant = ""
-        if "fp8" in quant:
-            # A native FP8 checkpoint by its config.json, whatever the directory is called (cookbook A.3.1).
-            return [CheckResult(name="weights.converted", status="fail",
-                                detail=f"{wp} is a native FP8 checkpoint (config.json quantization_config "
-                                       f"quant_method {quant}), not converted {setup.upper()} weights (cookbook A.3.1)",
-                                fix="use the native FP8 setup (kt_expert_weight_format: fp8, no kt_weight_path), "
-                                    f"or convert: {cmd} --input-type fp8")]
+    quant = _source_quant(facts, wp)
+    if quant and "fp8" in quant:
+        # A native FP8 checkpoint by its config.json, whatever the directory is called (cookbook A.3.1).
+        return out + [CheckResult(name="weights.converted", status="fail",
+                                  detail=f"{wp} is a native FP8 checkpoint (config.json quantization_config "
+                                         f"quant_method {quant}), not converted {setup.upper()} weights (cookbook A.3.1)",
+                                  fix="use the native FP8 setup (kt_expert_weight_format: fp8, no kt_weight_path); "
+                                      "converted weights: " + fix_make)]
+    if quant is not None:
         detail = f"{wp} is an original checkpoint (it has config.json), not converted {setup.upper()} weights"
-    return [CheckResult(name="weights.converted", status="fail", detail=detail,
-                        fix=f"convert the experts first (kt-kernel 0.7.2 CLI): {cmd}")]
+    return out + [CheckResult(name="weights.converted", status="fail", detail=detail,
+                              fix=f"convert the experts of {model} into {wp}: " + fix_make)]
+
+
+def _non_expert_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
+    """weights.non_expert_source: kt-kernel's artifacts.py accepts an INT8 non-expert cache only from an FP8 source."""
+    nwp, model = train.get("kt_non_expert_weight_path"), train.get("model_name_or_path")
+    if setup != "int8" or not isinstance(nwp, str) or not isinstance(model, str):
+        return []
+    quant = _source_quant(facts, model)
+    if quant is None:
+        return []
+    if "fp8" in quant:
+        return [CheckResult(name="weights.non_expert_source", status="pass",
+                            detail=f"{model} is an FP8 checkpoint: kt-kernel validates the non-expert cache {nwp} "
+                                   "against it at start")]
+    return [CheckResult(name="weights.non_expert_source", status="fail",
+                        detail=f"kt_non_expert_weight_path is set but {model} is not an FP8 checkpoint (config.json "
+                               f"quantization_config: {quant or 'none'}); kt-kernel 0.7.2 (sft/artifacts.py) refuses a "
+                               "non-expert cache whose source is not FP8",
+                        fix="remove kt_non_expert_weight_path: the non-expert weights then load from "
+                            "model_name_or_path (as in recipes/qwen3-235b-int8-lora.yaml)")]

@@ -1,154 +1,151 @@
-"""ISA verdicts (cookbook §1.1, kt-kernel's variant picker): which image variant and which kt_backend.
+"""ISA verdicts: which kt-kernel build (= ktsft image tag) this CPU proves, and what that build can run.
 
-kt-kernel ships variants avx2 / avx512_* / amx and picks one from /proc/cpuinfo flags; ktdeploy images
-come in three variants (amx, avx512, avx2). Flags are necessary, not sufficient for AMX: when the AMX
-probe ran and found tiles unusable, AMX does not count (see checks/amx.py).
+The choice is kt-kernel's own (core/variants.py: its ladder and flag matching on /proc/cpuinfo), then stepped
+down while the execution probe (checks/amx.py, ktdeploy/probes/amx_probe.c) shows an instruction the build needs
+faulting here: flags are necessary, not sufficient. A build above that is never pinned.
 """
 
 from __future__ import annotations
 
+from ktdeploy.core import kt_methods
+from ktdeploy.core import variants as V
 from ktdeploy.core.check_result import CheckResult
-from ktdeploy.core.facts.host import CpuFacts, HostFacts
+from ktdeploy.core.facts.host import AmxProbe, CpuFacts, HostFacts
 
-AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
-AVX512_FLAGS = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
-AVX2_FLAGS = ("avx2", "fma")
-FP8_FLAGS = ("avx512f", "avx512_bf16", "avx512_vnni", "avx512vbmi")  # cookbook §1.1: native FP8
-VARIANTS = ("amx", "avx512", "avx2")
-WEIGHT_FORMATS = ("bf16", "fp8", "int8", "amxint4")
+AMX_FLAGS = V.AMX_FLAGS
+AVX2_FLAGS = (V.AVX2_FLAG, "fma")
+AVX512_FLAGS = V.AVX512_BASE_FLAGS
+FP8_FLAGS = ("avx512f", V.BF16_FLAG, V.VNNI_FLAG, V.VBMI_FLAG)  # cookbook §1.1: native FP8
+WEIGHT_FORMATS = kt_methods.SETUPS + ("amxint4",)
+IMAGE_FIX_FLAGS = "In a VM expose the host CPU model (libvirt host-passthrough / qemu -cpu host)."
 
 
 def _cpu(x) -> CpuFacts:
     return x.cpu if isinstance(x, HostFacts) else x
 
 
+def _probe(x) -> AmxProbe | None:
+    return x.probes.amx if isinstance(x, HostFacts) else None
+
+
+def has(x, *flags: str) -> bool:
+    """kt-kernel's flag test (a flag also matches without underscores)."""
+    return V.has_flags(_cpu(x).flags, *flags)
+
+
 def amx_usable(x) -> bool | None:
     """AMX flags listed and, when the probe ran, a tile multiply gave the right result.
     None when flags are listed but the probe did not run (unproven)."""
-    cpu = _cpu(x)
-    if not cpu.has(*AMX_FLAGS):
+    if not has(x, *AMX_FLAGS):
         return False
-    if isinstance(x, HostFacts) and x.probes.amx.ran:
-        return bool(x.probes.amx.permission and x.probes.amx.tile_exec and x.probes.amx.correct)
+    p = _probe(x)
+    if p is not None and p.ran:
+        return not V.failed_exec(V.get(V.AMX), p) and bool(p.permission and p.tile_exec and p.correct)
     return None
 
 
-def isa_level(x) -> str | None:
-    cpu = _cpu(x)
-    if cpu.has(*AVX512_FLAGS):
-        return "avx512"
-    if cpu.has(*AVX2_FLAGS):
-        return "avx2"
-    return None
+def kt_kernel_variant(x) -> str:
+    """The build kt-kernel picks from this /proc/cpuinfo when nothing pins it."""
+    return V.detect(_cpu(x).flags).name
 
 
 def best_variant(x) -> str | None:
-    """'amx' | 'avx512' | 'avx2' | None for CpuFacts or HostFacts (with HostFacts the AMX probe counts)."""
-    level = isa_level(x)
-    if level == "avx512" and amx_usable(x) is not False:
-        return "amx"
-    return level
+    """The best build this CPU proves (flags + the probe, when it ran); None when not even AVX2 is listed."""
+    v = V.proven(_cpu(x).flags, _probe(x))
+    return v.name if v else None
 
 
-def kt_kernel_variant(x) -> str | None:
-    """The kt-kernel variant library its picker would choose from the flags (what KT_KERNEL_CPU_VARIANT names)."""
-    cpu = _cpu(x)
-    if cpu.has(*AMX_FLAGS) and cpu.has(*AVX512_FLAGS):
-        return "amx"
-    if cpu.has(*AVX512_FLAGS):
-        for flag, name in (("avx512_bf16", "avx512_bf16"), ("avx512vbmi", "avx512_vbmi"), ("avx512_vnni", "avx512_vnni")):
-            if cpu.has(flag):
-                return name
-        return "avx512_base"
-    return "avx2" if cpu.has(*AVX2_FLAGS) else None
-
-
-def _rank(v: str | None) -> int:
-    return {"avx2": 1, "avx512": 2, "amx": 3}.get(v or "", 0)
+def _tags(names) -> str:
+    return ", ".join(f"ktsft:{n}" for n in names)
 
 
 def variant_check(x, variant: str) -> CheckResult:
-    """Can this CPU run image variant ``variant``? Refuses a variant above the host's ISA, naming the right one."""
+    """Can this CPU run image variant ``variant``? Refuses a build above what the CPU proves, naming the right one."""
     best = best_variant(x)
     data = {"requested": variant, "best": best, "kt_kernel_variant": kt_kernel_variant(x)}
-    if variant not in VARIANTS:
+    if not V.known(variant):
         return CheckResult(name="cpu.variant", status="fail", detail=f"unknown image variant {variant!r}",
-                           fix=f"Use one of {', '.join(VARIANTS)} (this CPU: {best or 'none'}).", data=data)
+                           fix=f"Use one of {', '.join(V.NAMES)} or auto (this CPU: {best or 'none'}).", data=data)
+    v = V.get(variant)
+    data["requested_build"] = v.name
     if best is None:
         return CheckResult(name="cpu.variant", status="fail",
-                           detail="CPU has neither AVX2+FMA nor AVX512: no kt-kernel variant can run",
-                           fix="Use an x86_64 CPU with AVX2 at least; in a VM expose the host CPU model "
-                               "(libvirt host-passthrough / qemu -cpu host).", data=data)
-    if _rank(variant) > _rank(best):
-        why = ("AMX flags are listed but AMX is not usable here (see cpu.amx.*)"
-               if variant == "amx" and _cpu(x).has(*AMX_FLAGS) else f"this CPU lacks {variant.upper()}")
-        return CheckResult(name="cpu.variant", status="fail",
-                           detail=f"image variant {variant!r} cannot run: {why}; best variant here is {best!r}",
-                           fix=f"Use the ktsft:{best} image (deploy.image: {best} or auto).", data=data)
-    if _rank(variant) < _rank(best):
-        return CheckResult(name="cpu.variant", status="warn",
-                           detail=f"image variant {variant!r} runs here but {best!r} is faster on this CPU",
-                           fix=f"Use deploy.image: {best} (or auto).", data=data)
-    return CheckResult(name="cpu.variant", status="pass", detail=f"image variant {variant!r} matches this CPU",
-                       data=data)
+                           detail="CPU lists no AVX2: no kt-kernel build can run", data=data,
+                           fix="Use an x86_64 CPU with AVX2 at least. " + IMAGE_FIX_FLAGS)
+    b = V.get(best)
+    alias = f" (the old tag {variant!r} is the {v.name} build)" if variant in V.ALIASES else ""
+    if v.level > b.level:
+        missing = [f for f in v.requires if not has(x, f)]
+        faulted = V.failed_exec(v, _probe(x))
+        why = (f"this CPU does not list {' '.join(missing)}" if missing else
+               f"the probe shows {', '.join(faulted)} failing here (flags are listed, the instructions do not run)")
+        return CheckResult(name="cpu.variant", status="fail", data=data,
+                           detail=f"image variant {variant!r}{alias} cannot run: {why}; kt-kernel's {v.name} build "
+                                  f"needs {' '.join(v.requires)}; this CPU proves {best!r}",
+                           fix=f"Use the ktsft:{best} image (deploy.image: {best} or auto).")
+    if v.level < b.level:
+        note = "" if v.sft or not b.sft else "; it cannot train (no SFT kernels in that build)"
+        return CheckResult(name="cpu.variant", status="warn", data=data,
+                           detail=f"image variant {variant!r}{alias} runs here but {best!r} is faster on this CPU"
+                                  + note,
+                           fix=f"Use deploy.image: {best} (or auto).")
+    return CheckResult(name="cpu.variant", status="pass",
+                       detail=f"image variant {variant!r}{alias} is the best build this CPU proves", data=data)
 
 
 def auto_backend(x, weight_format: str) -> str | None:
-    """What `kt_backend: auto` resolves to for the expert weight format on this CPU (None: cannot run).
-
-    Cookbook §1.1 / A.3.2: BF16 picks AMXBF16 with AMX, else the AVX512/AVX2 BF16 path; native FP8 needs
-    AVX512F+BF16+VNNI+VBMI; INT8 picks AMX-INT8 or AVX512-VNNI; AMXINT4 needs AMX.
-    """
-    cpu = _cpu(x)
-    fmt = weight_format.lower()
-    amx = amx_usable(x) is not False and cpu.has(*AMX_FLAGS) and cpu.has(*AVX512_FLAGS)
-    if fmt == "bf16":
-        if amx:
-            return "AMXBF16"
-        return "BF16" if isa_level(x) else None
-    if fmt == "fp8":
-        return "FP8" if cpu.has(*FP8_FLAGS) else None
-    if fmt == "int8":
-        if amx:
-            return "AMXINT8"
-        return "INT8" if cpu.has("avx512f", "avx512_vnni") else None
-    if fmt == "amxint4":
-        return "AMXINT4" if amx else None
-    raise ValueError(f"unknown expert weight format {weight_format!r}")
+    """What `kt_backend: auto` resolves to (kt-kernel normalize_sft_backend: it does not depend on the CPU), or
+    None when the build this CPU proves cannot run that SFT method (no SFT classes, or AMXINT4 without AMX)."""
+    e = kt_methods.lookup(weight_format)
+    if e is None:
+        raise ValueError(f"unknown expert weight format {weight_format!r}")
+    best = best_variant(x)
+    if best is None or not V.get(best).sft:
+        return None
+    if e.needs_amx and best != V.AMX:
+        return None
+    return e.train_backend
 
 
-_FORMAT_NEEDS = {
-    "bf16": "AVX2 at least (AMX for the AMXBF16 fast path)",
-    "fp8": "AVX512F + AVX512_BF16 + AVX512_VNNI + AVX512_VBMI",
-    "int8": "AMX-INT8 or AVX512-VNNI",
-    "amxint4": "AMX (amx_tile, amx_int8, amx_bf16) that actually executes",
-}
+def _needs(setup: str) -> str:
+    e = kt_methods.lookup(setup)
+    if e is not None and e.needs_amx:
+        return "AMX (amx_tile, amx_int8, amx_bf16) that actually executes (cookbook §1.1)"
+    return f"a kt-kernel build with SFT kernels: {' or '.join(V.TRAINING)}"
 
 
 def weight_format_check(x, weight_format: str, backend: str = "auto") -> CheckResult:
-    """recipe.weight_format_vs_isa: can the recipe's expert weight format / backend run on this CPU?"""
-    fmt = weight_format.lower()
+    """recipe.weight_format_vs_isa: can the build this CPU proves train (and serve as a LoRA) this recipe's experts?"""
+    e = kt_methods.lookup(weight_format)
+    fmt = e.setup if e else weight_format.lower()
+    best = best_variant(x)
     chosen = auto_backend(x, fmt)
-    data = {"weight_format": fmt, "kt_backend": backend, "auto_resolves_to": chosen, "best_variant": best_variant(x)}
+    data: dict[str, object] = {"weight_format": fmt, "kt_backend": backend, "auto_resolves_to": e.train_backend if e else None,
+            "best_variant": best, "sft_method": e.sft_method if e else None, "trainable": chosen is not None}
     name = "recipe.weight_format_vs_isa"
     if chosen is None:
-        alt = [f for f in WEIGHT_FORMATS if auto_backend(x, f)]
-        return CheckResult(name=name, status="fail",
-                           detail=f"expert weight format {fmt} needs {_FORMAT_NEEDS[fmt]}, which this CPU lacks",
-                           fix=f"Use a host with that ISA, or a weight format this CPU runs: {', '.join(alt) or 'none'}. "
-                               "In a VM/container, check that flags are not hidden (layer.cpu_flags).", data=data)
-    forced = backend.upper() if backend and backend.lower() != "auto" else None
-    if forced and forced.startswith("AMX") and not chosen.startswith("AMX"):
-        return CheckResult(name=name, status="fail",
-                           detail=f"kt_backend {forced} forced but AMX is not usable here; auto would pick {chosen}",
-                           fix="Set kt_config.kt_backend: auto (cookbook A.3.2: never force a backend the CPU lacks).",
-                           data=data)
-    if fmt == "bf16" and not chosen.startswith("AMX"):
-        return CheckResult(name=name, status="warn",
-                           detail=f"bf16 experts run on {chosen} ({isa_level(x)}); AMX would be much faster",
-                           fix="Fine for small runs; for big models prefer an AMX CPU (Sapphire Rapids or newer).",
-                           data=data)
-    return CheckResult(name=name, status="pass", detail=f"{fmt} experts: kt_backend auto -> {chosen}", data=data)
+        b = V.get(best) if best else None
+        lowest = V.get(V.TRAINING[-1])
+        missing = [f for f in lowest.requires if not has(x, f)]
+        why = ("no kt-kernel build runs here" if b is None else
+               f"kt-kernel's {b.name} build (the best this CPU proves) has no SFT kernels, so it can neither train "
+               f"nor serve a LoRA; the lowest build with them ({lowest.name}) needs {' '.join(lowest.requires)}"
+               + (f" (not listed here: {' '.join(missing)})" if missing else " (listed, but the probe shows it faulting)")
+               if not b.sft else f"{fmt} experts need {_needs(fmt)}")
+        data["missing_for_training"] = missing
+        return CheckResult(name=name, status="fail", data=data,
+                           detail=f"{fmt} LoRA ({e.sft_method if e else fmt}) cannot train on this CPU: {why}",
+                           fix=f"Train on a CPU that proves {_needs(fmt)} — AMD Zen 4/5 or Intel Sapphire Rapids and "
+                               "newer (see docs/cpu-builds.md). This CPU can still serve a full fine-tune. "
+                               "In a VM/container, check that flags are not hidden (layer.cpu_flags).")
+    if fmt == "bf16" and best != V.AMX:
+        return CheckResult(name=name, status="warn", data=data,
+                           detail=f"bf16 experts train on kt-kernel's {best} build (AMXBF16_SFT without AMX tiles): "
+                                  "measured 1,451 tok/s vs 1,740 on amx (kt-facts.md, tiny model)",
+                           fix="Fine for most runs; for the largest models prefer an AMX CPU (Sapphire Rapids or newer).")
+    return CheckResult(name=name, status="pass", data=data,
+                       detail=f"{fmt} experts: kt_backend {backend} -> {chosen} ({data['sft_method']}) on kt-kernel's "
+                              f"{best} build")
 
 
 def isa_checks(facts: HostFacts) -> list[CheckResult]:
@@ -159,24 +156,25 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
     else:
         out.append(CheckResult(name="cpu.isa.avx2", status="fail", layer=facts.layer,
                                detail=f"avx2/fma missing from /proc/cpuinfo ({cpu.model_name or 'unknown CPU'})",
-                               fix="kt-kernel needs AVX2 at least. In a VM use CPU model passthrough "
-                                   "(libvirt <cpu mode='host-passthrough'/>, qemu -cpu host)."))
-    have = [f for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512vbmi")
-            if cpu.has(f)]
-    exec_note = ""
-    amx_probe = facts.probes.amx
-    if amx_probe.ran and amx_probe.avx512f_exec is not None:
-        exec_note = (f"; executed: avx512f={amx_probe.avx512f_exec}, avx512_bf16={amx_probe.avx512_bf16_exec}, "
-                     f"avx512_vnni={amx_probe.avx512_vnni_exec}")
-    if cpu.has(*AVX512_FLAGS):
-        if amx_probe.ran and amx_probe.avx512f_exec is False:
+                               fix="kt-kernel needs AVX2 at least. " + IMAGE_FIX_FLAGS))
+    have = [f for f in V.AVX512_LISTED if has(facts, f)]
+    p = facts.probes.amx
+    executed = {f: getattr(p, f) for f in ("avx512f_exec", "avx512bw_exec", "avx512_vnni_exec", "avx512_vbmi_exec",
+                                            "avx512_bf16_exec") if p.ran and getattr(p, f) is not None}
+    exec_note = ("; executed: " + ", ".join(f"{k.removesuffix('_exec')}={v}" for k, v in executed.items())
+                 if executed else "")
+    if has(facts, *AVX512_FLAGS):
+        faulted = [k.removesuffix("_exec") for k, v in executed.items() if v is False and
+                   has(facts, k.removesuffix("_exec"))]
+        if faulted:
             out.append(CheckResult(name="cpu.isa.avx512", status="fail", layer=facts.layer,
-                                   detail="avx512 flags listed but an AVX512 instruction faulted" + exec_note,
-                                   fix="The hypervisor or kernel disables AVX512 state: enable it, or use ktsft:avx2."))
+                                   detail=f"listed AVX512 instructions faulted: {' '.join(faulted)}" + exec_note,
+                                   fix=f"The hypervisor or kernel disables that state; until it is enabled use "
+                                       f"ktsft:{best_variant(facts)} (deploy.image: auto picks it)."))
         else:
             out.append(CheckResult(name="cpu.isa.avx512", status="pass", layer=facts.layer,
                                    detail="listed: " + " ".join(have) + exec_note, data={"flags": have}))
-    elif amx_probe.ran and amx_probe.avx512f_exec:
+    elif p.ran and p.avx512f_exec:
         out.append(CheckResult(name="cpu.isa.avx512", status="fail", layer=facts.layer,
                                detail="the CPU executes AVX512 (CPUID + a real instruction) but /proc/cpuinfo hides "
                                       "it; kt-kernel reads /proc/cpuinfo and would fall back to AVX2" + exec_note,
@@ -185,20 +183,30 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
     else:
         out.append(CheckResult(name="cpu.isa.avx512", status="warn", layer=facts.layer,
                                detail="no AVX512 (" + (" ".join(have) or "none listed") + "): kt-kernel falls back "
-                                      "to AVX2, much slower; native FP8 needs AVX512",
-                               fix="Use an AVX512 CPU for real runs; in a VM check that the CPU model exposes AVX512 "
-                                   "(host-passthrough).", data={"flags": have}))
+                                      "to its avx2 build, which cannot train",
+                               fix="Use an AVX512-BF16 or AMX CPU for training. " + IMAGE_FIX_FLAGS,
+                               data={"flags": have}))
     best = best_variant(facts)
+    detected = kt_kernel_variant(facts)
     if best:
+        b = V.get(best)
+        unproven = V.unproven_exec(b, p)
+        proof = ("proven by executing " + ", ".join(f.removesuffix("_exec") for f in b.executes if f not in unproven)
+                 if b.executes and len(unproven) < len(b.executes) else "from flags only (probe did not run)"
+                 if b.executes else "from flags")
         out.append(CheckResult(name="cpu.variant", status="pass", layer=facts.layer,
-                               detail=f"image variant: ktsft:{best} (kt-kernel picks {kt_kernel_variant(facts)} "
-                                      "from the flags)",
-                               data={"best": best, "kt_kernel_variant": kt_kernel_variant(facts)}))
+                               detail=f"image variant: ktsft:{best} ({proof}; kt-kernel detects {detected}; "
+                                      + ("trains and serves" if b.sft else "serves a full fine-tune only, no SFT")
+                                      + ")",
+                               data={"best": best, "kt_kernel_variant": detected, "sft": b.sft,
+                                     "unproven": unproven}))
     else:
-        out.append(variant_check(facts, "avx2"))
-    if kt_kernel_variant(facts) == "amx" and best != "amx":
+        out.append(variant_check(facts, V.AVX2))
+    if best and V.above(detected, best):
         out.append(CheckResult(name="cpu.kt_kernel_variant", status="fail", layer=facts.layer,
-                               detail="kt-kernel will pick its amx library from the flags, but AMX is unusable here",
-                               fix=f"Set KT_KERNEL_CPU_VARIANT=avx512_bf16 (the ktsft:{best} image does) and use "
-                                   f"deploy.image: {best}."))
+                               detail=f"kt-kernel would pick its {detected} build from the flags, but this CPU "
+                                      f"proves only {best} (see cpu.isa.* / cpu.amx.*): an unpinned kt-kernel faults",
+                               fix=f"Use the ktsft:{best} image (it pins KT_KERNEL_CPU_VARIANT={best}); "
+                                   "deploy.image: auto picks it.",
+                               data={"kt_kernel_variant": detected, "best": best}))
     return out

@@ -7,7 +7,7 @@ that layer and the fix. (The VM layer shows in the host's own facts: hypervisor 
 from __future__ import annotations
 
 from ktdeploy.core.check_result import CheckResult
-from ktdeploy.core.checks.isa import AMX_FLAGS, AVX2_FLAGS, FP8_FLAGS, amx_usable
+from ktdeploy.core.checks.isa import AMX_FLAGS, AVX2_FLAGS, FP8_FLAGS, amx_usable, has
 from ktdeploy.core.facts.host import HostFacts
 
 WATCHED_FLAGS = tuple(dict.fromkeys(AMX_FLAGS + AVX2_FLAGS + FP8_FLAGS + (
@@ -16,7 +16,7 @@ WATCHED_FLAGS = tuple(dict.fromkeys(AMX_FLAGS + AVX2_FLAGS + FP8_FLAGS + (
 
 def layer_checks(host: HostFacts, ctr: HostFacts) -> list[CheckResult]:
     out = []
-    hidden = [f for f in WATCHED_FLAGS if host.cpu.has(f) and not ctr.cpu.has(f)]
+    hidden = [f for f in WATCHED_FLAGS if has(host, f) and not has(ctr, f)]
     data = {"hidden": hidden, "host_layer": host.layer, "container_layer": ctr.layer}
     if hidden:
         out.append(CheckResult(name="layer.cpu_flags", status="fail", layer="container", data=data,
@@ -27,7 +27,7 @@ def layer_checks(host: HostFacts, ctr: HostFacts) -> list[CheckResult]:
     else:
         out.append(CheckResult(name="layer.cpu_flags", status="pass", layer="container", data=data,
                                detail="the container sees every host CPU flag that matters "
-                                      f"({sum(host.cpu.has(f) for f in WATCHED_FLAGS)} checked)"))
+                                      f"({sum(has(host, f) for f in WATCHED_FLAGS)} checked)"))
     if amx_usable(host) and amx_usable(ctr) is False:
         out.append(CheckResult(name="layer.amx", status="fail", layer="container",
                                detail="AMX tiles work on the host but not in the container",

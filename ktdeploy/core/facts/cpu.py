@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 from ktdeploy.core.facts.host import CpuFacts, NumaNode
+from ktdeploy.core.facts.total import PARSE_ERRORS
+from ktdeploy.core.safeio import parse_json
 
 SECTIONS = {
     "cpuinfo": "cat /proc/cpuinfo",
@@ -20,19 +21,30 @@ SECTIONS = {
 }
 
 
+MAX_CPUS = 1 << 16   # Linux's NR_CPUS is at most 8192; a list naming more is not a CPU list
+
+
 def parse_cpu_list(text: str) -> list[int]:
-    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]."""
+    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]. ValueError for anything else, or past MAX_CPUS ('0-99999999999'
+    would otherwise build a list of 10^11 numbers)."""
     cpus: list[int] = []
     for part in text.strip().split(","):
         part = part.strip()
         if not part:
             continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.extend(range(int(lo), int(hi) + 1))
-        else:
-            cpus.append(int(part))
+        lo, _, hi = part.partition("-")
+        a, b = _cpu(lo), _cpu(hi) if hi else _cpu(lo)
+        if b < a or len(cpus) + (b - a) >= MAX_CPUS:
+            raise ValueError(f"not a CPU list: {part[:40]!r}")
+        cpus.extend(range(a, b + 1))
     return cpus
+
+
+def _cpu(text: str) -> int:
+    text = text.strip()
+    if not text.isdigit() or len(text) > 6:
+        raise ValueError(f"not a CPU number: {text[:40]!r}")
+    return int(text)
 
 
 def parse_cpuinfo(text: str) -> dict:
@@ -66,18 +78,25 @@ def parse_cpuinfo(text: str) -> dict:
 
 
 def parse_lscpu_json(text: str) -> dict:
-    """Parse `lscpu -J` (util-linux >= 2.30; newer versions nest entries under 'children')."""
-    data = json.loads(text)
-    fields: dict[str, str] = {}
+    """Parse `lscpu -J` (util-linux >= 2.30; newer versions nest entries under 'children'). Entries of another
+    shape (a number for 'children', a list for 'data') are skipped; text that is not such JSON is a ValueError."""
+    data = parse_json(text)
+    if not isinstance(data, dict) or not isinstance(data.get("lscpu"), list):
+        raise ValueError("not lscpu -J output (no 'lscpu' list)")
+    fields: dict[str, str | None] = {}
+    todo = list(reversed(data["lscpu"]))   # depth-first in document order, without recursion
+    while todo:
+        item = todo.pop()
+        if not isinstance(item, dict):
+            continue
+        key = str(item.get("field", "")).rstrip(":").strip()
+        value = item.get("data")
+        if key and key not in fields:
+            fields[key] = value if isinstance(value, str) else None
+        children = item.get("children")
+        if isinstance(children, list):
+            todo.extend(reversed(children))
 
-    def walk(items):
-        for item in items:
-            key = str(item.get("field", "")).rstrip(":").strip()
-            if key and key not in fields:
-                fields[key] = item.get("data")
-            walk(item.get("children", []))
-
-    walk(data.get("lscpu", []))
     out: dict = {
         "vendor": fields.get("Vendor ID"),
         "model_name": fields.get("Model name"),
@@ -87,8 +106,9 @@ def parse_lscpu_json(text: str) -> dict:
         "logical_cpus": _int(fields.get("CPU(s)")),
         "hypervisor_vendor": fields.get("Hypervisor vendor"),
     }
-    if fields.get("Flags"):
-        out["flags"] = sorted(set(fields["Flags"].split()))
+    flags = fields.get("Flags")
+    if flags:
+        out["flags"] = sorted(set(flags.split()))
     nodes = []
     for key, value in fields.items():
         m = re.fullmatch(r"NUMA node(\d+) CPU\(s\)", key)
@@ -138,9 +158,9 @@ def build_cpu(cpuinfo: str | None, lscpu_json: str | None = None, lscpu_parse: s
     info = parse_cpuinfo(cpuinfo) if cpuinfo else {}
     ls = {}
     if lscpu_json:
-        try:
+        try:  # lscpu only adds topology: an unreadable one leaves /proc/cpuinfo's facts standing
             ls = parse_lscpu_json(lscpu_json)
-        except (ValueError, AttributeError):
+        except PARSE_ERRORS:
             ls = {}
     topo = parse_lscpu_parse(lscpu_parse) if lscpu_parse else {}
     core_map = {cpu: (s, c) for cpu, (s, c, _n) in topo.items()} or info.get("_core_map", {})

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ktdeploy.core.markers import field_values, sh_fields
+from ktdeploy.core.safeio import parse_json
 
 READ_LIMIT = 65536
 MAX_FILES = 5000
@@ -150,8 +151,8 @@ def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[lis
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
-            except (ValueError, RecursionError) as err:
+                rows.append(parse_json(line))
+            except ValueError as err:
                 return None, f"line {i + 1} is not JSON: {_why(err)}"
             if len(rows) >= n:
                 break
@@ -159,8 +160,8 @@ def first_rows(content: str, complete: bool, name: str, n: int = 3) -> tuple[lis
     if name.endswith(".json"):
         if complete:
             try:
-                data = json.loads(s)
-            except (ValueError, RecursionError) as err:
+                data = parse_json(s)
+            except ValueError as err:
                 return None, f"not JSON: {_why(err, with_line=True)}"
             if not isinstance(data, list):
                 return None, f"a JSON {type(data).__name__}, not a list of samples"

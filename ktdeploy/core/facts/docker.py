@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from ktdeploy.core.facts.host import DockerFacts
+from ktdeploy.core.safeio import parse_json
 
 SECTIONS = {"docker_info": "docker info --format '{{json .}}'"}
 
@@ -14,8 +13,24 @@ def parse_docker_info(text: str) -> dict:
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("{"):
-            return json.loads(line)
+            info = parse_json(line)
+            if isinstance(info, dict):
+                return info
     raise ValueError("no JSON object in docker info output")
+
+
+def _text(v) -> str | None:
+    return v if isinstance(v, str) and v else (str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               else None)
+
+
+def _names(v) -> list[str]:
+    """A list of names from docker's shapes: {"runc": {...}} (Runtimes), ["a", "b"], or anything else (none)."""
+    if isinstance(v, dict):
+        return sorted(str(k) for k in v)
+    if isinstance(v, list):
+        return sorted({x for x in v if isinstance(x, str)})
+    return []
 
 
 def build_docker(out: str | None, rc: int | None, err: str = "") -> DockerFacts:
@@ -25,20 +40,23 @@ def build_docker(out: str | None, rc: int | None, err: str = "") -> DockerFacts:
         return DockerFacts(present=False, error="docker: command not found")
     try:
         info = parse_docker_info(out or "")
-    except (ValueError, RecursionError):
+    except ValueError:
         msg = (err or out or "").strip().splitlines()
         return DockerFacts(present=True, reachable=False, error=(msg[-1] if msg else f"exit {rc}")[:300])
-    server_errors = info.get("ServerErrors") or []
-    if server_errors or not info.get("ServerVersion"):
+    raw_errors = info.get("ServerErrors")
+    server_errors = [str(x) for x in raw_errors] if isinstance(raw_errors, list) else \
+        ([str(raw_errors)] if raw_errors else [])
+    if server_errors or not _text(info.get("ServerVersion")):
         return DockerFacts(present=True, reachable=False,
                            error="; ".join(server_errors)[:300] or (err or "").strip()[:300] or "daemon not reachable")
+    opts = info.get("SecurityOptions")
     return DockerFacts(
         present=True, reachable=True,
-        server_version=info.get("ServerVersion"),
-        runtimes=sorted((info.get("Runtimes") or {}).keys()),
-        default_runtime=info.get("DefaultRuntime"),
-        cgroup_driver=info.get("CgroupDriver"),
-        cgroup_version=str(info["CgroupVersion"]) if info.get("CgroupVersion") else None,
-        storage_driver=info.get("Driver"),
-        security_options=list(info.get("SecurityOptions") or []),
+        server_version=_text(info.get("ServerVersion")),
+        runtimes=_names(info.get("Runtimes")),
+        default_runtime=_text(info.get("DefaultRuntime")),
+        cgroup_driver=_text(info.get("CgroupDriver")),
+        cgroup_version=_text(info.get("CgroupVersion")),
+        storage_driver=_text(info.get("Driver")),
+        security_options=[x for x in opts if isinstance(x, str)] if isinstance(opts, list) else [],
     )

@@ -71,6 +71,10 @@ class AmxProbe(_Facts):
     avx512f_exec: bool | None = None
     avx512_bf16_exec: bool | None = None
     avx512_vnni_exec: bool | None = None
+    avx512bw_exec: bool | None = Field(None, description="vpaddb on zmm executed (kt-kernel's avx512_base build).")
+    avx512_vbmi_exec: bool | None = Field(None, description="vpermb executed (kt-kernel's avx512_vbmi and above).")
+    amx_bf16_exec: bool | None = Field(None, description="A tdpbf16ps tile multiply executed (kt-kernel's AMXBF16_SFT).")
+    amx_bf16_correct: bool | None = Field(None, description="Its result equals the scalar reference.")
     error: str | None = None
 
 

@@ -8,9 +8,9 @@ one line ``KTDEPLOY_STACK {json}``. ``parse_stack_output`` turns that (or its ab
 
 from __future__ import annotations
 
-import json
-
 from pydantic import BaseModel, Field
+
+from ktdeploy.core.safeio import parse_json
 
 MARKER = "KTDEPLOY_STACK "
 TRITON_TIMEOUT_S = 240      # one Triton kernel: compile (gcc on driver.c, ptxas) and run
@@ -80,7 +80,7 @@ if t["present"]:
             # builds Triton's launcher (driver.c, which includes Python.h)
             import importlib.util
             src = os.path.join(d, "ktdeploy_stack_kernel.py")
-            with open(src, "w") as f:
+            with open(src, "w") as f:  # in the folder mkdtemp just made for this probe
                 f.write(KERNEL)
             spec = importlib.util.spec_from_file_location("ktdeploy_stack_kernel", src)
             mod = importlib.util.module_from_spec(spec)
@@ -145,14 +145,13 @@ def parse_stack_output(stdout: str, rc: int | None = 0, stderr: str = "") -> Sta
     last line of stderr: python3 missing, a crash, a timeout)."""
     for line in reversed((stdout or "").splitlines()):
         if line.startswith(MARKER):
-            try:
-                raw = json.loads(line[len(MARKER):])
-            except (ValueError, RecursionError) as e:
-                return StackFacts(error=f"unreadable stack probe report: {e}")
-            if not isinstance(raw, dict):
-                return StackFacts(error="unreadable stack probe report: not an object")
-            f = StackFacts.model_validate({**raw, "ran": True})
-            return f
+            try:  # the image's text: a number where a version goes is "unreadable", never a crash
+                raw = parse_json(line[len(MARKER):])
+                if not isinstance(raw, dict):
+                    raise ValueError("not an object")
+                return StackFacts.model_validate({**raw, "ran": True})
+            except ValueError as e:  # pydantic's ValidationError is one
+                return StackFacts(error=f"unreadable stack probe report: {str(e).splitlines()[0][:200]}")
     tail = [ln for ln in (stderr or "").strip().splitlines() if ln.strip()]
     why = tail[-1][:300] if tail else "no output"
     if rc == 127:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
+from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune, merged_dir_for
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
@@ -20,7 +21,6 @@ from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 
-VARIANTS = ("amx", "avx512", "avx2")
 MEMLOCK_WAIVER = "docker.memlock"
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
              "docker without CAP_SYS_RESOURCE): run it with that capability, or --waive docker.memlock (test hosts). "
@@ -92,14 +92,15 @@ def job_name(recipe) -> str:
 def resolve_image(deploy, facts: HostFacts | None) -> tuple[str, str | None, str]:
     """(image reference, variant or None, how it was chosen)."""
     img = deploy.image
-    if img == "auto":
+    if img == V.AUTO:
         variant = best_variant(facts) if facts is not None else None
         if variant is None:
-            raise UsageError("deploy.image is auto but no image variant fits this CPU (no AVX2/AVX512 found)",
-                             key="deploy.image", fix="Name an image explicitly: deploy.image: avx2 | avx512 | amx | REF.")
-        how = f"auto: best variant for this CPU is {variant}"
-    elif img in VARIANTS:
-        variant, how = img, "named in the recipe"
+            raise UsageError("deploy.image is auto but no kt-kernel build fits this CPU (no AVX2 found)",
+                             key="deploy.image", fix=f"Name an image explicitly: deploy.image: {' | '.join(V.NAMES)} | REF.")
+        how = f"auto: the best kt-kernel build this CPU proves is {variant}"
+    elif V.known(img):
+        variant = V.canonical(img)
+        how = "named in the recipe" + (f" (old name {img!r})" if img != variant else "")
     else:
         return img, None, "full image reference from the recipe"
     ref = f"{deploy.image_repo}:{variant}"

@@ -5,12 +5,12 @@ is pure."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core.markers import parse_fields, sh_block, sh_fields
+from ktdeploy.core.safeio import parse_json
 
 STATE_SCRIPT = "\n".join([
     "",
@@ -108,8 +108,10 @@ def parse_container_state(text: str, image: str | None = None) -> ContainerState
     if not text.startswith("{"):
         return None
     try:
-        d = json.loads(text)
-    except (ValueError, RecursionError):
+        d = parse_json(text)
+    except ValueError:
+        return None
+    if not isinstance(d, dict):
         return None
     return ContainerState(status=str(d.get("Status", "unknown")), exit_code=d.get("ExitCode"),
                           oom_killed=bool(d.get("OOMKilled")), error=str(d.get("Error") or ""),

@@ -537,12 +537,12 @@ def weight_paths(ctx: Ctx) -> None:
                       "the cookbook §2.4.3 setting does not start with this kt-kernel",
                       "remove kt_non_expert_weight_path: the non-expert weights load from model_name_or_path")
     elif setup == "int8":
+        # kt_non_expert_weight_path is optional (KTConfig): without it the non-experts load from
+        # model_name_or_path; with it kt-kernel's artifacts.py accepts only a cache made from an FP8 source
+        # checkpoint (doctor's weights.non_expert_source reads the model's config.json).
         if not wp:
             ctx.error("train.kt_weight_path", "INT8 needs kt_weight_path: the converted routed-expert weights",
                       "set train.kt_weight_path to the converted expert directory (top level, not inside kt_config)")
-        if not nwp:
-            ctx.error("train.kt_non_expert_weight_path", "INT8 needs kt_non_expert_weight_path matching kt_weight_path",
-                      "set train.kt_non_expert_weight_path to the BF16 non-expert cache made with the same conversion")
         if wp and nwp and _norm(wp) and _norm(wp) == _norm(nwp):
             ctx.error("train.kt_non_expert_weight_path", "kt_non_expert_weight_path is the same directory as kt_weight_path",
                       "point it at the separate BF16 non-expert cache")
@@ -551,8 +551,9 @@ def weight_paths(ctx: Ctx) -> None:
         # original (BF16 or native FP8) checkpoint passed through kt_weight_path fails at load (A.3.1).
         ctx.error("train.kt_weight_path", "kt_weight_path is the original checkpoint (model_name_or_path), "
                   "not converted weights (cookbook A.3.1)",
-                  "convert the experts (ktdeploy convert) and point kt_weight_path at the output, "
-                  "or use the native setup (kt_expert_weight_format: fp8 / bf16) without kt_weight_path")
+                  "point kt_weight_path at converted expert weights (see docs/stack-rules.md: kt-kernel 0.7.2's "
+                  "wheel ships no converter), or use the native setup (kt_expert_weight_format: fp8 / bf16) "
+                  "without kt_weight_path")
 
 
 @rule("format.int8")
@@ -881,7 +882,7 @@ def serve_merge(ctx: Ctx) -> None:
 
     Cookbook: — (ktdeploy merge, docs/serving-merged.md).
     Code: ktdeploy/agent/merge/run.py _UNMERGEABLE (PEFT LoraConfig fields) and the fused expert LoRA layout;
-    LF hparams/finetuning_args.py (use_rslora, use_dora, pissa_init, additional_target).
+    LF hparams/finetuning_args.py (pissa_init; rsLoRA/DoRA/additional_target: lora.servable).
     """
     d = ctx.recipe.deploy
     if d is None or not d.serve.merge:
@@ -894,14 +895,10 @@ def serve_merge(ctx: Ctx) -> None:
     if not ctx.use_kt:
         ctx.error("deploy.serve.merge", "ktdeploy merges a KT LoRA (the routed experts' fused_expert_lora + PEFT's part)",
                   "set use_kt: true, or remove deploy.serve.merge")
-    for key, what in (("use_rslora", "rsLoRA scales by alpha/sqrt(r)"), ("use_dora", "DoRA rescales the weights"),
-                      ("pissa_init", "PiSSA changes the base weights")):
-        if _truthy(t.get(key)):
-            ctx.error(f"train.{key}", f"deploy.serve.merge merges plain LoRA exactly; {what}",
-                      f"set {key}: false, or serve the adapter (deploy.serve.merge: false)")
-    if t.get("additional_target"):
-        ctx.error("train.additional_target", "deploy.serve.merge merges LoRA A/B pairs; additional_target trains whole "
-                  "modules (modules_to_save)", "remove additional_target, or serve the adapter")
+    # rsLoRA, DoRA and additional_target are refused for any served adapter (lora.servable); PiSSA only matters here
+    if _truthy(t.get("pissa_init")):
+        ctx.error("train.pissa_init", "deploy.serve.merge merges plain LoRA into the base; PiSSA changes the base "
+                  "weights themselves", "set pissa_init: false, or serve the adapter (deploy.serve.merge: false)")
 
 
 @rule("types.catalog")
@@ -936,3 +933,7 @@ def run_rules(recipe: Recipe) -> list[Finding]:
             ctx.error("(recipe)", f"rule {rule_id} could not evaluate the recipe: {type(err).__name__}: {err}",
                       "fix the value types reported above")
     return ctx.findings
+
+
+# The serving and CPU-build rules live in their own module; importing it registers them after the ones above.
+from ktdeploy.core.recipe import rules_serving as _rules_serving  # noqa: E402,F401

@@ -11,9 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.safeio import norm_path
-
-ISA_VARIANTS = ("amx", "avx512", "avx2")
 
 
 class _Strict(BaseModel):
@@ -95,8 +94,9 @@ class Scheduler(_Strict):
 class Deploy(_Strict):
     """ktdeploy's own settings: which image, which GPUs, which host paths."""
 
-    image: str = Field("auto", description="Image variant: 'auto' (chosen from the host's CPU facts), one of "
-                                           "amx / avx512 / avx2, or a full image reference.")
+    image: str = Field(V.AUTO, description="Image variant: 'auto' (chosen from the host's CPU facts), a kt-kernel "
+                                          "CPU build (" + ", ".join(V.NAMES) + "; docs/cpu-builds.md), or a full "
+                                          "image reference.")
     image_repo: str = Field("ktsft", description="Repository name of the ktdeploy images (ktsft:<variant>).")
     registry: str | None = Field(None, description="Registry to pull the image from; when unset the image tarball made "
                                                    "by `ktdeploy image save` is shipped to the host and loaded.")
@@ -123,8 +123,8 @@ class Deploy(_Strict):
         return ",".join(str(i) for i in self.gpus)
 
     def variant(self) -> str | None:
-        """The ISA variant named by ``image`` (None for auto or a full reference)."""
-        return self.image if self.image in ISA_VARIANTS else None
+        """The kt-kernel build named by ``image`` (an old alias names its build; None for auto or a reference)."""
+        return V.canonical(self.image) if V.known(self.image) else None
 
 
 Severity = Literal["error", "warning"]

@@ -3,6 +3,7 @@ that submit by hand. Without a cluster to look at, ``deploy.image: auto`` needs 
 
 from __future__ import annotations
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.plan.build import resolve_image, shipped_recipe
 from ktdeploy.core.sched import k8s
@@ -13,20 +14,21 @@ from ktdeploy.core.sched.request import request_for
 
 def image_and_variant(recipe, variant: str | None) -> tuple[str, str | None]:
     deploy = recipe.deploy
-    if variant is not None and variant not in LADDER:
+    if variant is not None and not V.known(variant):
         raise UsageError(f"--variant {variant!r}: not an image variant", key="--variant",
                          fix=f"Use one of {', '.join(LADDER)}.")
-    if deploy.image == "auto":
+    variant = V.canonical(variant) if variant is not None else None
+    if deploy.image == V.AUTO:
         if variant is None:
             raise UsageError("deploy.image is auto, and without a cluster there is no CPU to choose from",
                              key="--variant", fix=f"Name the variant the nodes run: --variant {'|'.join(LADDER)} "
                                                   "(or set deploy.image; `ktdeploy up --slurm` chooses from sinfo).")
         chosen = variant
-    elif deploy.image in LADDER:
-        if variant is not None and variant != deploy.image:
+    elif V.known(deploy.image):
+        if variant is not None and variant != V.canonical(deploy.image):
             raise UsageError(f"--variant {variant} contradicts deploy.image {deploy.image}", key="--variant",
                              fix="Drop --variant or change deploy.image.")
-        chosen = deploy.image
+        chosen = V.canonical(deploy.image)
     else:
         return deploy.image, variant   # a full image reference: its CPU needs are what --variant says (or none)
     image, _v, _how = resolve_image(deploy.model_copy(update={"image": chosen}), None)

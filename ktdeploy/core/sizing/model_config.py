@@ -10,7 +10,6 @@ cross-checks them against the published totals (Qwen3-235B: 235 B, DeepSeek-V3: 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ktdeploy.core.errors import RecipeError, UsageError
-from ktdeploy.core.safeio import read_text
+from ktdeploy.core.safeio import parse_json, read_text
 
 # Fields every family needs: the routed-expert tensors, how often MoE layers occur, and the attention shape.
 _COMMON = ("hidden_size", "num_hidden_layers", "moe_intermediate_size", "num_experts_per_tok", "vocab_size")
@@ -148,6 +147,12 @@ def _vision_params(v: dict | None) -> float:
 
 # ---- quantization --------------------------------------------------------------------------------------
 
+def native_format(cfg: dict) -> str:
+    """bf16 | fp8 | int4: how config.json (a dict) says the checkpoint stores its routed experts."""
+    tc = cfg.get("text_config")
+    return _native_format(cfg, tc if isinstance(tc, dict) else cfg)[0]
+
+
 def _native_format(cfg: dict, text: dict) -> tuple[str, tuple[int, int] | None]:
     q = text.get("quantization_config") or cfg.get("quantization_config")
     if not isinstance(q, dict):
@@ -264,7 +269,8 @@ SUPPORTED = "Qwen3-MoE, Qwen3.5-MoE, DeepSeek-V3/V4, Kimi-K2.x, GLM-4.5 (Glm4Moe
 
 def _family_of(cfg: dict, text: dict) -> Callable[[dict, str], dict] | None:
     names = [str(text.get("model_type", "")), str(cfg.get("model_type", ""))]
-    names += [str(a) for a in (cfg.get("architectures") or []) + (text.get("architectures") or [])]
+    for archs in (cfg.get("architectures"), text.get("architectures")):   # a list, as published; anything else: text
+        names += [str(a) for a in archs] if isinstance(archs, (list, tuple)) else ([str(archs)] if archs else [])
     for keys, parser in _FAMILIES:
         for name in names:
             if not name:
@@ -339,19 +345,21 @@ def parse_model_config(cfg: dict, source: str = "") -> MoEArchitecture:
     try:
         fam = parser(text, where)
         fmt, block = _native_format(cfg, text)
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as err:
+        archs = cfg.get("architectures") or text.get("architectures") or ()
+        return MoEArchitecture(
+            model_type=str(text.get("model_type") or cfg.get("model_type") or ""),
+            architectures=tuple(str(a) for a in archs) if isinstance(archs, (list, tuple)) else (str(archs),),
+            hidden_size=int(text["hidden_size"]), num_layers=int(text["num_hidden_layers"]),
+            experts_per_tok=int(text["num_experts_per_tok"]), moe_intermediate_size=int(text["moe_intermediate_size"]),
+            vocab_size=int(text["vocab_size"]),
+            tie_word_embeddings=bool(text.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
+            extra_non_expert_params=_vision_params(cfg.get("vision_config")),
+            native_format=fmt, quant_block=block, **fam)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError, OverflowError,
+            RecursionError) as err:
         raise RecipeError(f"config.json: a field has the wrong type or value ({type(err).__name__}: "
                           f"{str(err)[:120]}){where}", key="model_config",
                           fix="use the model's own config.json (or one of recipes/models/*.json)") from None
-    return MoEArchitecture(
-        model_type=str(text.get("model_type") or cfg.get("model_type") or ""),
-        architectures=tuple(cfg.get("architectures") or text.get("architectures") or ()),
-        hidden_size=int(text["hidden_size"]), num_layers=int(text["num_hidden_layers"]),
-        experts_per_tok=int(text["num_experts_per_tok"]), moe_intermediate_size=int(text["moe_intermediate_size"]),
-        vocab_size=int(text["vocab_size"]),
-        tie_word_embeddings=bool(text.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
-        extra_non_expert_params=_vision_params(cfg.get("vision_config")),
-        native_format=fmt, quant_block=block, **fam)
 
 
 def load_model_config(path: str | Path) -> MoEArchitecture:
@@ -361,11 +369,9 @@ def load_model_config(path: str | Path) -> MoEArchitecture:
 
     text = read_text(p, 16 << 20, "model config.json")  # bounded; a FIFO or device is refused
     try:
-        cfg = json.loads(text)
-    except RecursionError:
-        raise RecipeError(f"{p} is nested too deeply", key="model_config", fix="use the model's config.json") from None
-    except json.JSONDecodeError as err:
-        raise RecipeError(f"{p} is not valid JSON: {err.msg} at line {err.lineno}", key="model_config",
+        cfg = parse_json(text)
+    except ValueError as err:  # bad syntax, nested too deeply, an integer past Python's 4,300-digit limit
+        raise RecipeError(f"{p} is not valid JSON: {err}", key="model_config",
                           fix="use the model's config.json as published") from None
     return parse_model_config(cfg, source=str(p))
 

@@ -2,7 +2,9 @@
 
 Invariants (docs/security.md): the exit code is a documented one (README "Exit codes") and never 70; no
 traceback or "internal error" in the output; the call ends within DEADLINE_S; nothing is written outside the
-intended target (the sandbox tree is compared before/after); no secret appears in any output or record.
+intended target (the sandbox tree is compared before/after); no secret appears in any output or record; no
+terminal control character (C0/C1, ESC, DEL, bidi overrides: core.markup.CONTROL) appears in the output — the
+calls run without a terminal, so rich adds no styling and any such character came from the input (issue 35).
 
 Each class counts how many generated inputs ran and how many broke an invariant (TALLY); set
 KTDEPLOY_ADV_REPORT=FILE to get the counts as JSON (the figures in the issue-16 report were made that way).
@@ -21,7 +23,7 @@ import stat
 import time
 from pathlib import Path
 
-DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 8, 130, 141}
+DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 8, 130, 141, 143}
 DEADLINE_S = 10
 MAX_GROWTH_KIB = 512 << 10  # one call may raise the process's peak RSS by at most 512 MiB
 SECRET = "S3cr3tPW"
@@ -108,6 +110,11 @@ def problems(rc, output: str, *, secrets: tuple[str, ...] = (SECRET,), records: 
         bad.append("traceback in output")
     if "internal error" in output:
         bad.append("internal error")
+    from ktdeploy.core.markup import CONTROL
+
+    controls = sorted({repr(c) for c in CONTROL.findall(output)})
+    if controls:
+        bad.append(f"control character(s) {', '.join(controls[:5])} printed")
     for s in secrets:
         if s and s in output:
             bad.append("secret in output")

@@ -31,7 +31,8 @@ def _n(default: int) -> int:
 SETTINGS = settings(max_examples=_n(20), deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
 
-META = ["$(touch pwned)", "`touch pwned`", "a;touch pwned", "x\ntouch${IFS}pwned\nuse_unsloth: true\n#",
+ESCAPES = ["\x1b]0;PWNED\x07", "\x1b[2J", "\x9b31m", "\u202eevil", "\x7f", "\r\x1b[1A", "\x1bP+q\x1b\\", "\u2066x"]
+META = ESCAPES + ["$(touch pwned)", "`touch pwned`", "a;touch pwned", "x\ntouch${IFS}pwned\nuse_unsloth: true\n#",
         "&a [*a]", "*a", "!!python/object:os.system", "{a: 1}", "'", '"', "\\", "\u2028use_unsloth: true", "\r\n#",
         "\x85x", "--privileged", "-o", "../../etc/passwd", "//srv/ktdeploy/models", "/srv/./ktdeploy/models/",
         "\ud800", "é🚀", "%s%n", "${HOME}", "a b", "", " ", "#", "key: value", "null", "~", "no", "yes", "0x1F"]
@@ -489,6 +490,115 @@ def _serve(kind, adapter, cfg, key, value):
 
 def test_serve_print():
     _run_class("serve-print", _serve)
+
+
+# ---------------------------------------------------------------- serve settings and volumes (issue 35)
+
+SERVE_KEYS = ["deploy.serve.api_key_env", "deploy.serve.host", "deploy.serve.served_model_name",
+              "deploy.serve.lora_name", "deploy.serve.extra_args", "deploy.volumes.data", "deploy.volumes.model",
+              "train.model_name_or_path"]
+ENV_NAMES = ["AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY", "HOME", "PATH", "KTDEPLOY_HOME", "KTDEPLOY_API_KEY",
+             "KTDEPLOY_SERVE_KEY", "ktdeploy_api_key", "SSH_AUTH_SOCK", "GITHUB_TOKEN", "KTDEPLOY_KEY"]
+FLAGS = ["-x", "--api-key", "-api-key", "--", "-", "-1", "--host=0.0.0.0", "-h", "--enable-lora", "-tp"]
+
+
+@settings(SETTINGS, max_examples=_n(25))
+@given(key=st.sampled_from(SERVE_KEYS), value=st.one_of(st.sampled_from(ENV_NAMES + FLAGS), hostile_text,
+                                                        st.sampled_from(["/", "/srv/ktdeploy/models",
+                                                                         "/srv/ktdeploy/output", "//srv/ktdeploy/output/"])))
+def _serve_settings(key, value):
+    import re
+
+    with Box() as box:
+        box.make("r.yaml", "regular")
+        if key == "deploy.serve.extra_args":
+            setting = f"{key}={json.dumps([value, 'v'])}"
+        elif key == "train.model_name_or_path":
+            setting = f"{key}={json.dumps('/srv/ktdeploy/models/' + value)}"
+        else:
+            setting = f"{key}={json.dumps(value)}"
+
+        def more(rc, _out):
+            bad = []
+            if rc != 0:
+                return bad
+            if key == "deploy.serve.api_key_env" and not re.match(r"^KTDEPLOY_[A-Z0-9_]*KEY[A-Z0-9_]*$", value):
+                bad.append(f"api_key_env {value!r} passed check")
+            flagged = value.startswith("-") and not re.match(r"^-\d+(\.\d+)?$", value)
+            one_dash = flagged and not value.startswith("--")   # extra_args may hold long options, never these
+            if (key in ("deploy.serve.host", "deploy.serve.served_model_name", "deploy.serve.lora_name") and flagged) \
+                    or (key == "deploy.serve.extra_args" and one_dash):
+                bad.append(f"{key} {value!r} passed check")
+            if key == "deploy.volumes.data" and value in ("/", "/srv/ktdeploy/models", "/srv/ktdeploy/output",
+                                                          "//srv/ktdeploy/output/"):
+                bad.append(f"data volume {value!r} passed check")
+            return bad
+
+        _one("serve-settings", f"{setting}", ["check", "r.yaml", "--set", setting], box, then=more)
+
+
+def test_serve_settings():
+    _run_class("serve-settings", _serve_settings)
+
+
+# ---------------------------------------------------------------- convert: values it cannot serve (issue 35)
+
+def _fused_group(dtype: str, fill: bytes, shapes: dict) -> tuple[dict, bytes]:
+    size = {"BF16": 2, "F16": 2, "F32": 4, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I32": 4}[dtype]
+    header, data = {}, b""
+    for key, shape in shapes.items():
+        proj, ab = key.split("_")
+        n = shape[0] * shape[1] * shape[2] * size
+        raw = (fill * n)[:n]
+        header[f"layers.0.experts.{proj}_lora_{ab}"] = {"dtype": dtype, "shape": shape,
+                                                       "data_offsets": [len(data), len(data) + n]}
+        data += raw
+    return header, data
+
+
+SHAPES = {"gate_a": [2, 2, 4], "up_a": [2, 2, 4], "down_a": [2, 2, 3],
+          "gate_b": [2, 3, 2], "up_b": [2, 3, 2], "down_b": [2, 4, 2]}
+
+
+@settings(SETTINGS, max_examples=_n(25))
+@given(dtype=st.sampled_from(["BF16", "F16", "F32", "I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2", "I32"]),
+       fill=st.sampled_from([b"\x00", b"\x3c\x3c", b"\xc0\x7f", b"\x80\x7f", b"\x00\x00\x80\x7f", b"\x01",
+                             b"\x7c\x00"]),
+       tweak=st.sampled_from([None, ("up_b", [2, 5, 2]), ("down_a", [2, 2, 7]), ("down_b", [2, 9, 2]),
+                              ("gate_a", [2, 2, 6])]),
+       module=st.sampled_from(["q_proj", "", "q proj", "q\x1b[2Jproj", "q_proj#", "o_proj"]))
+def _convert_values(dtype, fill, tweak, module):
+    with Box() as box:
+        shapes = dict(SHAPES)
+        if tweak:
+            shapes[tweak[0]] = tweak[1]
+        header, data = _fused_group(dtype, fill, shapes)
+        src = box.work / "run"
+        src.mkdir()
+        (src / "fused_expert_lora.safetensors").write_bytes(_st_bytes(header, data))
+        (src / "adapter_config.json").write_text(json.dumps({"r": 2, "lora_alpha": 4}))
+        name = f"base_model.model.model.layers.0.self_attn.{module}.lora_A.weight"
+        (src / "adapter_model.safetensors").write_bytes(_st_bytes(
+            {name: {"dtype": "BF16", "shape": [2, 4], "data_offsets": [0, 16]}}, b"\x3c\x3c" * 8))
+
+        def more(rc, _out):
+            servable = dtype in ("BF16", "F16", "F32") and tweak is None and module in ("q_proj", "o_proj")
+            if rc == 0 and not servable:
+                return [f"published {dtype} fill={fill!r} tweak={tweak} module={module!r}"]
+            if rc == 0 and dtype in ("BF16", "F16", "F32"):
+                size = 2 if dtype != "F32" else 4
+                mask = {"BF16": 0x7F80, "F16": 0x7C00, "F32": 0x7F800000}[dtype]
+                word = int.from_bytes((fill * size)[:size], "little")
+                if word & mask == mask:
+                    return [f"published NaN/Inf values ({dtype} {fill!r})"]
+            return []
+
+        _one("convert-values", f"{dtype} {fill!r} {tweak} {module!r}", ["convert", "run", "-o", "adapter"], box,
+             allowed=("work/adapter", "work/run"), then=more)
+
+
+def test_convert_values():
+    _run_class("convert-values", _convert_values)
 
 
 # ---------------------------------------------------------------- the CLI's own contract

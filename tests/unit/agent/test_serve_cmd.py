@@ -22,7 +22,7 @@ def flag(argv, name):
 
 def test_tiny_recipe_command():
     r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml")
-    c = build_serve_command(r, "/out/tiny-sglang", cpuinfer=14, threadpools=1, amx=True)
+    c = build_serve_command(r, "/out/tiny-sglang", cpuinfer=14, threadpools=1, environ={"HOME": "/tmp"}, uid=4242)
     a = c.argv
     assert a[:3] == ["python3", "-m", "ktdeploy.agent.sglang_launch"]
     assert flag(a, "--model-path") == r.train["model_name_or_path"] == flag(a, "--kt-weight-path")
@@ -30,20 +30,42 @@ def test_tiny_recipe_command():
     assert flag(a, "--kt-num-gpu-experts") == "0" and flag(a, "--kt-cpuinfer") == "14"
     assert flag(a, "--lora-paths") == "tiny-lora=/out/tiny-sglang" and "--enable-lora" in a
     assert int(flag(a, "--max-running-requests")) >= 2 and flag(a, "--tp-size") == "1"
-    assert "--api-key" not in a and c.env == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert "--api-key" not in a and c.env == {
+        "CUDA_VISIBLE_DEVICES": "0", "HOME": "/tmp",
+        "SGLANG_KT_LORA_CACHE_DIR": "/tmp/.cache/ktdeploy-4242/sglang-kt-lora",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/.cache/ktdeploy-4242/torchinductor"}
 
 
-@pytest.mark.parametrize("fmt,backend,amx,want", [
-    ("bf16", "auto", True, "AMXBF16"), ("bf16", None, False, "BF16"), ("fp8", "auto", True, "FP8"),
-    ("int8", "auto", False, "AMXINT8"), ("int4", "AMXINT4", True, "AMXINT4"), ("bf16", "AMXBF16", False, "AMXBF16")])
-def test_kt_method(fmt, backend, amx, want):
-    assert kt_method(fmt, backend, amx) == want
+@pytest.mark.parametrize("setup,lora,want", [
+    ("bf16", True, "AMXBF16"), ("bf16", False, "BF16"), ("fp8", True, "FP8"), ("int8", True, "AMXINT8"),
+    ("int4", True, "AMXINT4"), ("amxint4", True, "AMXINT4")])
+def test_kt_method(setup, lora, want):
+    assert kt_method(setup, lora=lora) == want
 
 
-def test_unknown_backend():
+@pytest.mark.parametrize("setup", ["fp8", "int8", "int4", "mxfp4"])
+def test_no_full_finetune_method_outside_bf16(setup):
     with pytest.raises(UsageError) as ei:
-        kt_method("bf16", "LLAMAFILE", True)
-    assert ei.value.key == "train.kt_config.kt_backend"
+        kt_method(setup, lora=False)
+    assert ei.value.key == "train.kt_config.kt_expert_weight_format"
+
+
+def test_cache_env_never_needs_the_user_name():
+    """sglang-kt names its LoRA cache after getpass.getuser() unless SGLANG_KT_LORA_CACHE_DIR is set."""
+    from ktdeploy.agent.serve import cache_env
+
+    assert cache_env({"HOME": "/"}, uid=4242)["HOME"] == "/tmp"              # docker's HOME for an unknown uid
+    assert cache_env({}, uid=7)["SGLANG_KT_LORA_CACHE_DIR"] == "/tmp/.cache/ktdeploy-7/sglang-kt-lora"
+    mine = cache_env({"HOME": "/tmp", "SGLANG_KT_LORA_CACHE_DIR": "/srv/cache"}, uid=7)
+    assert mine["SGLANG_KT_LORA_CACHE_DIR"] == "/srv/cache"                 # the operator's choice wins
+
+
+def test_a_lora_is_not_served_by_a_build_without_sft_kernels():
+    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml")
+    with pytest.raises(UsageError, match="no SFT kernels") as ei:
+        build_serve_command(r, "/a", cpuinfer=4, threadpools=1, kt_build="avx512_vnni")
+    assert ei.value.key == "deploy.image"
+    assert build_serve_command(r, "/a", cpuinfer=4, threadpools=1, kt_build="avx512_bf16").argv
 
 
 def test_int8_recipe_uses_converted_weights():
@@ -54,13 +76,13 @@ def test_int8_recipe_uses_converted_weights():
 
 
 def test_api_key_from_env_is_redacted(monkeypatch):
-    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=MY_KEY"])
-    with pytest.raises(UsageError, match="MY_KEY"):
+    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=KTDEPLOY_MY_KEY"])
+    with pytest.raises(UsageError, match="KTDEPLOY_MY_KEY"):
         build_serve_command(r, "/a", cpuinfer=4, threadpools=1)
-    monkeypatch.setenv("MY_KEY", "top secret; rm -rf /")
+    monkeypatch.setenv("KTDEPLOY_MY_KEY", "top secret; rm -rf /")
     c = build_serve_command(r, "/a", cpuinfer=4, threadpools=1)
     assert "--api-key" not in c.argv and not any("top secret" in a for a in c.argv)  # never in an argv
-    assert c.env["KTDEPLOY_API_KEY_ENV"] == "MY_KEY" and "top secret" not in repr(c.env)
+    assert c.env["KTDEPLOY_API_KEY_ENV"] == "KTDEPLOY_MY_KEY" and "top secret" not in repr(c.env)
     assert "top secret" not in c.shell()
 
 
@@ -72,9 +94,11 @@ def _run_launcher(tmp_path, monkeypatch, argv_env_key=True):
     import sys
 
     secret = "sk-ktd-" + os.urandom(8).hex()
-    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=KTD_TEST_KEY"])
-    monkeypatch.setenv("KTD_TEST_KEY", secret)
-    c = build_serve_command(r, "/out/tiny-sglang", cpuinfer=2, threadpools=1, python=sys.executable)
+    r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=KTDEPLOY_TEST_KEY"])
+    monkeypatch.setenv("KTDEPLOY_TEST_KEY", secret)
+    # HOME: this test's folder, where the launcher makes its cache folders (never the session's home)
+    c = build_serve_command(r, "/out/tiny-sglang", cpuinfer=2, threadpools=1, python=sys.executable,
+                            environ={**os.environ, "HOME": str(tmp_path)})
     report = tmp_path / "report.json"
     env = {**os.environ, **c.env, "FAKE_SGLANG_SECRET": secret, "FAKE_SGLANG_REPORT": str(report),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fakes/sglang_pkg"), str(ROOT)])}
@@ -120,9 +144,11 @@ def test_launcher_refuses_a_named_but_unset_key(monkeypatch):
 
 def test_full_finetune_serves_the_weights_without_lora():
     r = load_recipe(ROOT / "recipes/glm-4.5-air-bf16-full.yaml")
-    c = build_serve_command(r, None, weights_dir="/data/output/glm-full", cpuinfer=60, threadpools=2, amx=True)
+    c = build_serve_command(r, None, weights_dir="/data/output/glm-full", cpuinfer=60, threadpools=2,
+                            kt_build="avx512_vnni")   # a full fine-tune is served in inference mode: any build
     assert flag(c.argv, "--model-path") == "/data/output/glm-full" == flag(c.argv, "--kt-weight-path")
-    assert flag(c.argv, "--kt-method") == "AMXBF16"
+    # without a LoRA sglang-kt hands --kt-method to KTMoEWrapper(mode="inference"): BF16, never AMXBF16
+    assert flag(c.argv, "--kt-method") == "BF16"
     assert not {"--enable-lora", "--lora-paths", "--lora-backend", "--max-loras-per-batch"} & set(c.argv)
     with pytest.raises(UsageError):
         build_serve_command(r, "/a", weights_dir="/w", cpuinfer=4, threadpools=1)
@@ -156,7 +182,7 @@ def test_merged_model_is_served_as_bf16_without_lora():
     plain BF16 experts) even for an AMXINT4 recipe on an AMX host, model and KT weights from the merged folder."""
     for name in ("tiny-moe-lora.yaml", "qwen35-397b-amxint4-lora.yaml", "deepseek-v3-fp8-lora.yaml"):
         r = load_recipe(ROOT / "recipes" / name)
-        c = build_serve_command(r, None, merged_dir="/out/run-merged", cpuinfer=14, threadpools=1, amx=True)
+        c = build_serve_command(r, None, merged_dir="/out/run-merged", cpuinfer=14, threadpools=1)
         assert flag(c.argv, "--model-path") == "/out/run-merged" == flag(c.argv, "--kt-weight-path"), name
         assert flag(c.argv, "--kt-method") == "BF16", name
         assert not {"--enable-lora", "--lora-paths", "--lora-backend", "--max-loras-per-batch"} & set(c.argv)

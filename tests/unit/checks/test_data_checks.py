@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ktdeploy.core.checks.data import data_checks, data_requests, file_requests
 from ktdeploy.core.facts.data import first_rows, parse_data_output
 
@@ -39,7 +41,10 @@ def test_names_files_template_and_weights():
     assert c["data.dataset_files"].status == "fail" and "bad.json" in c["data.dataset_files"].detail
     assert c["model.template_family"].status == "pass"
     assert c["weights.converted"].status == "fail"
-    assert "kt quant /m/M --method int8 --output /m/W" in c["weights.converted"].fix
+    fix = c["weights.converted"].fix
+    # `kt quant` exists in the image but its script (site-packages/scripts/convert_cpu_weights.py) does not: never the fix
+    assert "kt-kernel/scripts" in fix and "convert_cpu_weights.py --quant-method int8" in fix
+    assert "ships no converter" in fix
 
 
 def test_missing_name_placeholder_and_wrong_template():
@@ -51,10 +56,31 @@ def test_missing_name_placeholder_and_wrong_template():
 
 
 def test_converted_int8_weights_pass():
-    text = _out(("ls", "ok", 0, "/m/W", "layer0.kt\nlayer1.kt"))
+    """What kt-kernel's validate_persistent_int8_weights reads first: one manifest and the _layer_N folders."""
+    text = _out(("ls", "ok", 0, "/m/W", "kt-weight-manifest.json\n_layer_0\n_layer_1"))
     c = {x.name: x for x in data_checks({"kt_weight_path": "/m/W", "model_name_or_path": "/m/M"}, "int8",
                                         parse_data_output(text))}
     assert c["weights.converted"].status == "pass"
+
+
+@pytest.mark.parametrize("listing", ["layer0.kt\nlayer1.kt", "_layer_0\n_layer_1",
+                                     "kt-weight-manifest.json\nkt-ephemeral-manifest.json\n_layer_0"])
+def test_int8_trees_kt_kernel_refuses_fail(listing):
+    text = _out(("ls", "ok", 0, "/m/W", listing))
+    c = {x.name: x for x in data_checks({"kt_weight_path": "/m/W", "model_name_or_path": "/m/M"}, "int8",
+                                        parse_data_output(text))}
+    assert c["weights.converted"].status == "fail"
+
+
+@pytest.mark.parametrize("config,status", [('{"model_type": "qwen3_moe"}', "fail"),
+                                           ('{"quantization_config": {"quant_method": "fp8"}}', "pass")])
+def test_int8_non_expert_cache_needs_an_fp8_source(config, status):
+    text = _out(("ls", "ok", 0, "/m/W", "kt-weight-manifest.json\n_layer_0"), ("read", "ok", 0, "/m/M/config.json", config))
+    train = {"kt_weight_path": "/m/W", "model_name_or_path": "/m/M", "kt_non_expert_weight_path": "/m/NE"}
+    c = {x.name: x for x in data_checks(train, "int8", parse_data_output(text))}
+    assert c["weights.non_expert_source"].status == status
+    if status == "fail":
+        assert "remove kt_non_expert_weight_path" in c["weights.non_expert_source"].fix
 
 
 def test_first_rows_of_a_truncated_json_array():

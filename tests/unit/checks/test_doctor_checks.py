@@ -20,7 +20,7 @@ def test_dev_machine_reports_amx_absent_and_fails_gpu():
     assert r["cpu.amx.listed"].status == "warn" and "AMX absent" in r["cpu.amx.listed"].detail
     assert r["cpu.amx.tile_exec"].status == "skip"
     assert r["cpu.isa.avx512"].status == "pass"
-    assert r["cpu.variant"].data["best"] == "avx512"
+    assert r["cpu.variant"].data["best"] == "avx512_bf16" and r["cpu.variant"].data["sft"] is True
     assert r["gpu.present"].status == "fail" and "--gpus all" in r["gpu.present"].fix
     assert r["docker.nvidia_runtime"].status == "fail" and "nvidia-ctk" in r["docker.nvidia_runtime"].fix
     assert r["numa.mempolicy"].status == "pass"
@@ -36,9 +36,9 @@ def test_amx_listed_but_tile_faults_is_distinct_from_absent():
     assert r["cpu.amx.palette"].status == "fail" and "listed but unusable" in r["cpu.amx.palette"].detail
     assert r["cpu.amx.tile_exec"].status == "fail"
     assert r["cpu.kt_kernel_variant"].status == "fail" and "KT_KERNEL_CPU_VARIANT" in r["cpu.kt_kernel_variant"].fix
-    assert best_variant(f) == "avx512"
+    assert best_variant(f) == "avx512_bf16"          # stepped down from kt-kernel's own pick (amx)
     vc = variant_check(f, "amx")
-    assert vc.status == "fail" and "ktsft:avx512" in vc.fix
+    assert vc.status == "fail" and "ktsft:avx512_bf16" in vc.fix and "tile_exec" in vc.detail
 
 
 def test_amx_proven_selects_amx():
@@ -48,7 +48,11 @@ def test_amx_proven_selects_amx():
                             max_names=8, max_rows=16, bytes_per_row=64, tile_exec=True, correct=True)
     r = by_name(run_checks(f))
     assert [r[n].status for n in ("cpu.amx.permission", "cpu.amx.palette", "cpu.amx.tile_exec")] == ["pass"] * 3
+    assert r["cpu.amx.bf16_exec"].status == "skip"     # an older probe: tdpbf16ps not attempted, AMX not refused
     assert best_variant(f) == "amx"
+    f.probes.amx.amx_bf16_exec, f.probes.amx.amx_bf16_correct = True, False   # int8 tiles work, bf16 tiles lie
+    r = by_name(run_checks(f))
+    assert r["cpu.amx.bf16_exec"].status == "fail" and best_variant(f) == "avx512_bf16"
 
 
 def test_hidden_flags_in_container_fail_layer_check():

@@ -37,7 +37,7 @@ def test_image_option_checks_the_variant_against_this_cpu():
     (vc,) = [c for c in data["checks"] if c["name"] == "image.variant"]
     assert (vc["status"] == "pass") is expect_amx
     if not expect_amx:
-        assert "lacks AMX" in vc["detail"] and "ktsft:" in vc["fix"]
+        assert "does not list amx_tile" in vc["detail"] and "ktsft:" in vc["fix"]
 
 
 def test_set_without_recipe_is_a_usage_error():
@@ -48,6 +48,6 @@ def test_set_without_recipe_is_a_usage_error():
 
 def test_image_options_are_checked_before_reaching_a_host():
     for args, words in ((["--gpus", "0,1"], "--image"), (["--image", "ktsft:amx", "--gpus", "a,b"], "GPU indices"),
-                        (["--variant", "sse4"], "not a variant")):
+                        (["--variant", "sse4"], "not a kt-kernel")):
         r = _doctor(*args)
         assert r.returncode == 2 and words in r.stderr, (args, r.stderr)

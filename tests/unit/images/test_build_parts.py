@@ -17,7 +17,7 @@ from ktdeploy.controller.images.build import (
     stage_argv,
 )
 from ktdeploy.controller.images.lockfile import read_lock
-from ktdeploy.controller.images.variants import expand_isa
+from ktdeploy.controller.images.variants import expand_isa, image_tags
 from ktdeploy.controller.images.wheelhouse import check_wheelhouse, missing_wheels, serve
 from ktdeploy.core.errors import ImageError, UsageError
 
@@ -26,7 +26,7 @@ REDUCED = read_lock(ROOT / "docker" / "requirements" / "reduced.lock")
 
 
 def test_stage_argv_builds_the_stage_offline_without_the_version(tmp_path):
-    opts = BuildOptions(context=ROOT, isas=["avx512"], stack="reduced", version="9.9.9")
+    opts = BuildOptions(context=ROOT, isas=["avx512_bf16"], stack="reduced", version="9.9.9")
     argv = stage_argv(opts, "deps", REDUCED, "http://127.0.0.1:38711/", tmp_path / "iid")
     assert argv[0] == "build" and argv[-1] == str(ROOT)
     assert argv[argv.index("--target") + 1] == "deps"
@@ -41,14 +41,14 @@ def test_stage_argv_builds_the_stage_offline_without_the_version(tmp_path):
 
 
 def test_commit_changes_give_the_variant_config_and_identity_labels():
-    opts = BuildOptions(context=ROOT, isas=["avx512"], stack="reduced", version="9.9.9")
+    opts = BuildOptions(context=ROOT, isas=["avx512_bf16"], stack="reduced", version="9.9.9")
     labels = identity_labels(opts, REDUCED, "sha256:base", "ab" * 32, revision="deadbeef",
                              source="local", created="2026-01-01T00:00:00Z")
-    changes = commit_changes("avx512", labels)
-    assert "ENV KTSFT_VARIANT=avx512 KT_KERNEL_CPU_VARIANT=avx512_bf16" in changes
+    changes = commit_changes("avx512", labels)      # the old name is the avx512_bf16 build
+    assert "ENV KTSFT_VARIANT=avx512_bf16 KT_KERNEL_CPU_VARIANT=avx512_bf16" in changes
     assert "USER kt" in changes and 'CMD ["doctor"]' in changes
     (label,) = [c for c in changes if c.startswith("LABEL ")]
-    for want in ('io.ktdeploy.isa="avx512"', 'org.opencontainers.image.version="9.9.9"',
+    for want in ('io.ktdeploy.isa="avx512_bf16"', 'org.opencontainers.image.version="9.9.9"',
                  'org.opencontainers.image.revision="deadbeef"', f'io.ktdeploy.lock.sha256="{REDUCED.sha256}"',
                  'org.opencontainers.image.base.digest="sha256:base"',
                  f'io.ktdeploy.content.manifest.sha256="{"ab" * 32}"'):
@@ -59,8 +59,10 @@ def test_commit_changes_give_the_variant_config_and_identity_labels():
 
 
 def test_expand_isa():
-    assert expand_isa("all") == ["amx", "avx512", "avx2"]
-    assert expand_isa("avx2") == ["avx2"]
+    assert expand_isa("all") == ["amx", "avx512_bf16", "avx512_vbmi", "avx512_vnni", "avx512_base", "avx2"]
+    assert expand_isa("avx2") == ["avx2"] and expand_isa("avx512") == ["avx512_bf16"]
+    assert image_tags("ktsft", "avx512_bf16") == ["ktsft:avx512_bf16", "ktsft:avx512"]   # the old tag still works
+    assert image_tags("ktsft", "avx512_vnni") == ["ktsft:avx512_vnni"]
     with pytest.raises(UsageError):
         expand_isa("sse4")
 

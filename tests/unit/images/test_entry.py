@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.cli import image_entry as entry
+from ktdeploy.core import variants as V
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.facts.cpu import build_cpu
 
-ORDER = {"avx2": 1, "avx512": 2, "amx": 3}
+ORDER = {v.name: v.level for v in V.LADDER}
 
 
 def host_best() -> str:

@@ -58,19 +58,19 @@ def test_history_that_cannot_be_matched_is_one_anonymous_entry_per_layer():
 
 def test_commit_changes_and_the_load_config_give_the_same_variant():
     labels = {"org.opencontainers.image.version": "9.9.9", "x": 'a" b'}
-    settings = variant_settings("avx512", labels)
-    changes = commit_changes("avx512", labels)
+    settings = variant_settings("avx512_bf16", labels)
+    changes = commit_changes("avx512_bf16", labels)
     cfg = image_config(DEPS_INSPECT, history_entries(rows(), 5), "sha256:" + "f" * 64, "2026-01-01T00:00:00Z",
                        settings)
     c = cfg["config"]
     env = dict(e.split("=", 1) for e in c["Env"])
     (env_change,) = [ch for ch in changes if ch.startswith("ENV ")]
     assert env_change == "ENV " + " ".join(f"{k}={v}" for k, v in settings.env.items())
-    assert env["KTSFT_VARIANT"] == "avx512" and env["KT_KERNEL_CPU_VARIANT"] == "avx512_bf16"
-    assert [e for e in c["Env"] if e.startswith("KTSFT_VARIANT=")] == ["KTSFT_VARIANT=avx512"]   # replaced, not added
+    assert env["KTSFT_VARIANT"] == "avx512_bf16" == env["KT_KERNEL_CPU_VARIANT"]
+    assert [e for e in c["Env"] if e.startswith("KTSFT_VARIANT=")] == ["KTSFT_VARIANT=avx512_bf16"]   # replaced
     assert f"USER {c['User']}" in changes and f"WORKDIR {c['WorkingDir']}" in changes
     assert f"ENTRYPOINT {json.dumps(c['Entrypoint'])}" in changes and f"CMD {json.dumps(c['Cmd'])}" in changes
-    assert c["Labels"]["io.ktdeploy.isa"] == "avx512" and c["Labels"]["x"] == 'a" b'
+    assert c["Labels"]["io.ktdeploy.isa"] == "avx512_bf16" and c["Labels"]["x"] == 'a" b'
     assert c["Labels"]["io.ktdeploy.base.suite"] == "bookworm"          # the base's labels stay
     assert cfg["rootfs"]["diff_ids"] == [*DEPS_INSPECT["RootFS"]["Layers"], "sha256:" + "f" * 64]
     assert cfg["history"][-1]["created_by"] == LAYER_COMMENT and not cfg["history"][-1].get("empty_layer")

@@ -34,14 +34,14 @@ def steps(plan):
 def test_fresh_host_plan_has_every_stage_and_kt_flags():
     p = build_plan(recipe(), facts(), state(), UpOptions(host="gpu01", run_id="r1"))
     assert [s.name for s in p.stages] == ["PREFLIGHT", "RUNTIME", "IMAGE", "VOLUMES", "TRAIN", "FOLLOW", "CONVERT", "SERVE"]
-    assert p.image == "ktsft:avx512" and p.variant == "avx512"
+    assert p.image == "ktsft:avx512_bf16" and p.variant == "avx512_bf16"
     create = steps(p)["train.create"].argv
     assert create[:2] == ("docker", "create") and "--privileged" not in create
     for flag in ("--ipc=host", "SYS_NICE", "memlock=-1:-1"):
         assert flag in create
     assert create[create.index("--gpus") + 1] == '"device=0"'
     assert "type=bind,source=/srv/ktdeploy/models,target=/srv/ktdeploy/models,readonly" in create
-    assert create[-3:] == ("ktsft:avx512", "train", "/ktdeploy-job/recipe.yaml")
+    assert create[-3:] == ("ktsft:avx512_bf16", "train", "/ktdeploy-job/recipe.yaml")
     assert p.job == job_name(recipe()) and p.job.startswith("ktd-tiny-moe-lora-")
     text = plan_text(p)
     assert "$ docker create --name " + p.job in text and "[5/8] TRAIN" in text
@@ -121,7 +121,7 @@ def test_runtime_stage_installs_nvidia_runtime_unless_waived():
 
 def test_image_sources():
     p = build_plan(recipe("deploy.registry=reg.example:5000"), facts(), state(image_id=None), UpOptions())
-    assert steps(p)["image.pull"].argv == ("docker", "pull", "--", "reg.example:5000/ktsft:avx512")
+    assert steps(p)["image.pull"].argv == ("docker", "pull", "--", "reg.example:5000/ktsft:avx512_bf16")
     p = build_plan(recipe(), facts(), state(image_id=None), UpOptions(image_tar="/c/img.tar"))
     s = steps(p)
     assert s["image.ship"].action == "put" and s["image.load"].argv[-1].endswith("/image.tar")
@@ -188,7 +188,7 @@ def test_tune_runs_in_the_image_before_training_and_training_uses_its_choice():
     assert ids.index("tune.create") < ids.index("tune.run") < ids.index("tune.fetch") < ids.index("train.create")
     st = steps(p)
     tune = st["tune.create"].argv
-    assert tune[-7:-4] == ("ktsft:avx512", "tune", "/ktdeploy-job/recipe.yaml")
+    assert tune[-7:-4] == ("ktsft:avx512_bf16", "tune", "/ktdeploy-job/recipe.yaml")
     workdir = tune[tune.index("--workdir") + 1]
     assert workdir == f"/srv/ktdeploy/output/.ktdeploy-tune/{p.job}" and tune[-1] == "7"
     for flag in ("--ipc=host", "SYS_NICE"):           # trials run with the training container's flags

@@ -24,7 +24,7 @@ CKPTS = {"checkpoint-10": FULL, "checkpoint-20": FULL, "checkpoint-30": FULL[:2]
 
 RECIPES = {
     "tiny": [],
-    "tiny-key": ["deploy.serve.api_key_env=KT_KEY"],
+    "tiny-key": ["deploy.serve.api_key_env=KTDEPLOY_KEY"],
     "tiny-noserve": ["deploy.serve.enabled=false"],
     "tiny-registry": ["deploy.registry=reg.example:5000"],
     "full": ["train.finetuning_type=full"],

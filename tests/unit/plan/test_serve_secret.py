@@ -23,21 +23,21 @@ SECRET = "sk-test-0123456789"
 
 
 def test_api_key_goes_through_an_env_file_and_never_into_the_plan():
-    p = build_plan(recipe("deploy.serve.api_key_env=KT_API_KEY"), facts(), state(), UpOptions(host="gpu01", run_id="r"))
+    p = build_plan(recipe("deploy.serve.api_key_env=KTDEPLOY_API_KEY"), facts(), state(), UpOptions(host="gpu01", run_id="r"))
     st = steps(p)
     key = st["serve.key"]
-    assert key.action == "put_secret" and key.params == {"env": "KT_API_KEY"}
+    assert key.action == "put_secret" and key.params == {"env": "KTDEPLOY_API_KEY"}
     create = st["serve.create"].argv
     assert create[create.index("--env-file") + 1] == key.remote
     assert st["serve.unstage_key"].argv == ("rm", "-f", "--", key.remote)
     ids = [s.id for _, s in p.steps()]
     assert ids.index("serve.key") < ids.index("serve.create") < ids.index("serve.unstage_key") < ids.index("serve.start")
-    os.environ["KT_API_KEY"] = SECRET
+    os.environ["KTDEPLOY_API_KEY"] = SECRET
     try:  # even with the key in the environment, planning never reads it
-        p2 = build_plan(recipe("deploy.serve.api_key_env=KT_API_KEY"), facts(), state(), UpOptions(host="g", run_id="r"))
+        p2 = build_plan(recipe("deploy.serve.api_key_env=KTDEPLOY_API_KEY"), facts(), state(), UpOptions(host="g", run_id="r"))
         assert SECRET not in json.dumps(p2.to_json())
     finally:
-        del os.environ["KT_API_KEY"]
+        del os.environ["KTDEPLOY_API_KEY"]
 
 
 def test_without_api_key_no_env_file():
@@ -61,20 +61,20 @@ class _Exec:
 
 
 def test_put_secret_writes_a_0600_file_from_the_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv("KT_API_KEY", SECRET)
+    monkeypatch.setenv("KTDEPLOY_API_KEY", SECRET)
     target = tmp_path / "job" / "serve.env"
     _Exec().ex._do_put_secret(Stage("SERVE", "serve", ()), Step("serve.key", "key", action="put_secret",
-                                                                  remote=str(target), params={"env": "KT_API_KEY"}))
-    assert target.read_text() == f"KT_API_KEY={SECRET}\n"
+                                                                  remote=str(target), params={"env": "KTDEPLOY_API_KEY"}))
+    assert target.read_text() == f"KTDEPLOY_API_KEY={SECRET}\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
 
 def test_put_secret_without_the_variable_fails_clearly(tmp_path, monkeypatch):
-    monkeypatch.delenv("KT_API_KEY", raising=False)
-    with pytest.raises(StepError, match="KT_API_KEY") as ei:
+    monkeypatch.delenv("KTDEPLOY_API_KEY", raising=False)
+    with pytest.raises(StepError, match="KTDEPLOY_API_KEY") as ei:
         _Exec().ex._do_put_secret(Stage("SERVE", "serve", ()), Step("serve.key", "key", action="put_secret",
-                                                                      remote=str(tmp_path / "k"), params={"env": "KT_API_KEY"}))
-    assert "export KT_API_KEY" in ei.value.fix
+                                                                      remote=str(tmp_path / "k"), params={"env": "KTDEPLOY_API_KEY"}))
+    assert "export KTDEPLOY_API_KEY" in ei.value.fix
     assert not (tmp_path / "k").exists()
 
 
@@ -105,7 +105,7 @@ def test_up_refuses_before_anything_when_the_key_variable_is_missing(monkeypatch
     from ktdeploy.core.errors import UsageError
     from ktdeploy.core.recipe import builtin_recipe
 
-    monkeypatch.delenv("KT_API_KEY", raising=False)
+    monkeypatch.delenv("KTDEPLOY_API_KEY", raising=False)
     monkeypatch.setattr(api, "RunRecord", None)  # nothing may be recorded or started before the refusal
-    with pytest.raises(UsageError, match="KT_API_KEY"):
-        api.up("gpu01", str(builtin_recipe()), overrides=["deploy.serve.api_key_env=KT_API_KEY"])
+    with pytest.raises(UsageError, match="KTDEPLOY_API_KEY"):
+        api.up("gpu01", str(builtin_recipe()), overrides=["deploy.serve.api_key_env=KTDEPLOY_API_KEY"])

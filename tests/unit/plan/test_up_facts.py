@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -75,12 +76,12 @@ def test_bad_facts_files_are_usage_errors(tmp_path):
     for args, words in [
         (["--dry-run", "--facts", str(tmp_path / "missing.json")], "no such file"),
         (["--dry-run", "--facts", str(bad)], "not valid JSON"),
-        (["--dry-run", "--facts", str(deep)], "not valid JSON (RecursionError"),
+        (["--dry-run", "--facts", str(deep)], "nested"),
         (["--dry-run", "--facts", str(fifo)], "not a regular file"),
         (["--dry-run", "--facts", "/dev/zero"], "not a regular file"),
         (["--dry-run", "--facts", str(wrong)], "not host facts: layer"),
         (["--facts", "examples/facts/gpu-h200-1gpu.json"], "needs --dry-run"),
     ]:
         r = cli(["up", "--host", "gpu01", "recipes/tiny-moe-lora.yaml", *args], tmp_path)
-        err = " ".join(r.stderr.split())
+        err = " ".join(re.sub("[│╭╮╰╯─]", " ", r.stderr).split())  # the panel box and its wrapping gone
         assert r.returncode == 2 and words in err and "Traceback" not in err, (args, err)

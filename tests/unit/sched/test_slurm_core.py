@@ -37,29 +37,35 @@ def tiny(*sets):
 
 def test_features_come_from_the_proof_not_the_flags():
     amx = facts("gpu-h200-vm")          # AMX tile multiply executed there
-    assert node_features(amx) == ["avx2", "avx512", "amx"] and node_weight(node_features(amx)) == 100
+    assert node_features(amx) == ["avx2", "avx512_base", "avx512_vnni", "avx512_vbmi", "avx512_bf16", "amx"] and node_weight(node_features(amx)) == 100
     listed_only = amx.model_copy(deep=True)
     listed_only.probes.amx.tile_exec = False       # flags listed, the tile multiply faulted (a hypervisor)
-    assert node_features(listed_only) == ["avx2", "avx512"]
+    assert node_features(listed_only) == ["avx2", "avx512_base", "avx512_vnni", "avx512_vbmi", "avx512_bf16", "amx"][:-1]
+    no_vbmi = amx.model_copy(deep=True)
+    no_vbmi.probes.amx.avx512_vbmi_exec = False    # vpermb faulted: every build that needs VBMI is off
+    assert node_features(no_vbmi) == ["avx2", "avx512_base", "avx512_vnni"]
     unproven = amx.model_copy(deep=True)
     unproven.probes.amx.ran = False                 # no probe: flags alone never make an amx node
     assert "amx" not in node_features(unproven)
     assert node_features(facts("haswell-avx2-qemu")) == ["avx2"]
-    assert node_weight(["avx2"]) < node_weight(["avx2", "avx512"]) < node_weight(["avx2", "avx512", "amx"])
+    assert node_weight(["avx2"]) < node_weight(["avx2", "avx512_base"]) < node_weight(["avx2", "avx512_bf16"]) \
+        < node_weight(["avx2", "avx512_bf16", "amx"])
 
 
 def test_variant_mapping_is_one_function():
     assert constraint("amx") == "amx" and constraint(None) is None
     assert set(variant_flags("amx")) >= {"amx_tile", "amx_bf16", "avx512f"} and "amx_tile" not in variant_flags("avx512")
+    assert constraint("avx512") == "avx512_bf16"          # the old name is the avx512_bf16 build
+    assert "avx512_vbmi" not in variant_flags("avx512_vnni") and "avx512_vnni" in variant_flags("avx512_vnni")
     with pytest.raises(ValueError):
-        variant_flags("avx512_vnni")
+        variant_flags("sse4")
 
 
 def test_node_line_from_facts_and_gres():
     n = sl.node_from_facts("gpu01", facts("gpu-h200-vm"), gpus=2)
     line = n.conf_line()
     assert line.startswith("NodeName=gpu01 CPUs=16 ") and "Gres=gpu:2" in line
-    assert "Features=avx2,avx512,amx Weight=100" in line and f"RealMemory={n.real_memory_mib}" in line
+    assert "Features=avx2,avx512_base,avx512_vnni,avx512_vbmi,avx512_bf16,amx Weight=100" in line and f"RealMemory={n.real_memory_mib}" in line
     assert n.gres_line() == "NodeName=gpu01 Name=gpu File=/dev/nvidia[0-1]"
     conf = sl.slurm_conf("c1", "ctl", [n])
     assert "SelectType=select/cons_tres" in conf and line in conf and conf.endswith("State=UP\n")
@@ -81,20 +87,21 @@ def test_request_from_planner_and_thread_plan():
     assert e.value.key == "deploy.scheduler.cpus"
 
 
-SINFO = ("amx1|avx2,avx512,amx|5120|gpu:2|2|idle|100\navx1|avx2,avx512|4608|gpu:1(S:0)|2|mixed|10\n"
+B16 = "avx2,avx512_base,avx512_vnni,avx512_vbmi,avx512_bf16"
+SINFO = (f"amx1|{B16},amx|5120|gpu:2|2|idle|100\navx1|{B16}|4608|gpu:1(S:0)|2|mixed|41\n"
          "av2|avx2|4608|(null)|2|down*|1\n")
 
 
 def test_fit_names_every_node_and_its_reasons():
     nodes = sl.parse_sinfo(SINFO)
     assert [(n.name, n.gpus, n.usable) for n in nodes] == [("amx1", 2, True), ("avx1", 1, True), ("av2", 0, False)]
-    ok = sl.fit_check(request_for(tiny(), "avx512"), nodes)
+    ok = sl.fit_check(request_for(tiny(), "avx512_bf16"), nodes)
     # CPUs: 4 threads + 2 reserved = 6 > 2 on every node
     assert ok.status == "fail" and "6 CPUs" in ok.detail and "lower kt_num_threads" in ok.fix
-    good = sl.fit_check(request_for(tiny("deploy.scheduler.cpus=1", "deploy.reserve_cores=0"), "avx512"), nodes)
+    good = sl.fit_check(request_for(tiny("deploy.scheduler.cpus=1", "deploy.reserve_cores=0"), "avx512_bf16"), nodes)
     assert good.status == "pass" and good.data["fits"] == ["amx1", "avx1"]
     amx = sl.fit(request_for(tiny("deploy.scheduler.cpus=1", "deploy.reserve_cores=0"), "amx"), nodes)
-    assert amx.nodes == ("amx1",) and amx.reasons["avx1"] == ["lacks CPU feature amx (has avx2,avx512)"]
+    assert amx.nodes == ("amx1",) and amx.reasons["avx1"] == [f"lacks CPU feature amx (has {B16})"]
 
 
 SCONTROL = ("JobId=7 JobName=ktd-x UserId=root(0) JobState=COMPLETED Reason=None Dependency=(null) Requeue=1 "
@@ -191,8 +198,8 @@ def test_train_script_trap_stops_the_container(tmp_path):
 
 def test_convert_script_waits_for_nothing_and_skips_a_converted_adapter(tmp_path):
     r = tiny(f"deploy.volumes.output={tmp_path}", f"train.output_dir={tmp_path}/o")
-    job = convert_script(r, image="ktsft:avx512", run_id="R1", request=request_for(r, "avx512"))
-    assert "#SBATCH --constraint=avx512" in job.script and "#SBATCH --gres" not in job.script
+    job = convert_script(r, image="ktsft:avx512_bf16", run_id="R1", request=request_for(r, "avx512_bf16"))
+    assert "#SBATCH --constraint=avx512_bf16" in job.script and "#SBATCH --gres" not in job.script
     (tmp_path / "o-sglang").mkdir()
     (tmp_path / "o-sglang" / "ktdeploy_convert.json").write_text("{}")
     p, calls = _run_script(job.script, tmp_path, {"SLURM_JOB_ID": "5"})

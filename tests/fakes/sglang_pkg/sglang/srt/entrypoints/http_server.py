@@ -34,7 +34,8 @@ def launch_server(server_args, *a, **kw):
     report = {"api_key_set": server_args.api_key == secret and bool(secret), "model_path": server_args.model_path,
               "lora_paths": server_args.lora_paths, "enable_lora": server_args.enable_lora,
               "child_alive": child.is_alive(), "argv_holders": _holders(secret), "self_pid": os.getpid(),
-              "child_pid": child.pid}
+              "child_pid": child.pid, "kt_expert_lora_path": server_args.kt_expert_lora_path, "uid": os.getuid(),
+              "home": os.environ.get("HOME")}
     done.set()
     child.join(30)
     Path(os.environ["FAKE_SGLANG_REPORT"]).write_text(json.dumps(report))
