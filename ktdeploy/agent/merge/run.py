@@ -42,7 +42,7 @@ from ktdeploy.agent.merge import arith, layout
 from ktdeploy.agent.merge.layout import MergeError
 from ktdeploy.agent.merge.stream import LoraCache, ShardPlan, check_contiguous, write_shard
 from ktdeploy.core.hashing import sha256_file
-from ktdeploy.core.safeio import MAX_JSON, inside, load_json, overlaps, redact, write_file
+from ktdeploy.core.safeio import MAX_JSON, inside, load_json, overlaps, redact, write_file, writing
 
 FORMAT, VERSION = "ktdeploy-merge", 1
 MERGE_MANIFEST = "ktdeploy_merge.json"
@@ -395,21 +395,17 @@ def _remove(p: Path) -> None:
         p.unlink()
 
 
-def _copy(src: Path, dst: Path) -> dict:
-    """Copy (write to ``dst.partial``, rename), hashing what is written."""
-    tmp = dst.with_name(dst.name + ".partial")
-    _remove(tmp)
+def _copy(src: Path, folder: Path, name: str) -> dict:
+    """Copy ``src`` to ``folder/name`` through the safe writer (temp file, rename), hashing what is written."""
     h = hashlib.sha256()
     size = 0
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+    with writing(folder, name, overwrite=True) as out, open(src, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             out.write(chunk)
             h.update(chunk)
             size += len(chunk)
         out.flush()
         os.fsync(out.fileno())
-    os.replace(tmp, dst)
     return {"size": size, "sha256": h.hexdigest()}
 
 
@@ -517,7 +513,7 @@ def _publish(adapter, base, plans, mapping, stage: _Staging, dst: Path, fp8: boo
     base_files: dict[str, dict] = {p.name: {"size": p.file_size, "sha256": stage.done[p.name]["input_sha256"]}
                                    for p in plans}
     for name, src in base.aux:
-        out_files[name] = _copy(src, stage.path / name)
+        out_files[name] = _copy(src, stage.path, name)
         base_files[name] = dict(out_files[name])
     base_files["config.json"] = {"size": base.config_path.stat().st_size, "sha256": sha256_file(base.config_path)}
     base_index = Path(os.path.realpath(base.dir / INDEX))
@@ -525,7 +521,7 @@ def _publish(adapter, base, plans, mapping, stage: _Staging, dst: Path, fp8: boo
         base_files[INDEX] = {"size": base_index.stat().st_size, "sha256": sha256_file(base_index)}
     new_config = _merged_config(base.config, fp8)
     if new_config is None:
-        out_files["config.json"] = _copy(base.config_path, stage.path / "config.json")
+        out_files["config.json"] = _copy(base.config_path, stage.path, "config.json")
     else:
         write_file(stage.path, "config.json", new_config, overwrite=True)
         out_files["config.json"] = {"size": len(new_config), "sha256": hashlib.sha256(new_config).hexdigest()}

@@ -245,6 +245,8 @@ class _Out:
     CAP = 8 << 20
 
     def __init__(self, path: Path):
+        # a new file (O_EXCL, O_NOFOLLOW, as core/safeio's writer) in the staging folder this process created and
+        # holds locked; the raw descriptor is what O_DIRECT needs, and the rename into place is the caller's
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         self.size = 0
         self.n = 0
