@@ -36,6 +36,7 @@ from ktdeploy.core.errors import (  # noqa: E402  (after the start-up guard)
     KtdeployError,
     RecipeError,
     RunRecordError,
+    StackUnavailable,
     StepError,
     UsageError,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "KtdeployError",
     "RecipeError",
     "RunRecordError",
+    "StackUnavailable",
     "StepError",
     "UsageError",
     "__version__",

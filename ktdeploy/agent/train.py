@@ -23,7 +23,7 @@ from ktdeploy.core import run_record as rr
 from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_resume, finished_markers
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate, profile_hint
 from ktdeploy.core.checks.threads import derived_kt_threads
-from ktdeploy.core.errors import CheckFailed, RunRecordError, StepError, UsageError
+from ktdeploy.core.errors import CheckFailed, RecipeError, RunRecordError, StepError, UsageError
 from ktdeploy.core.safeio import parse_json, printable, read_text, write_file
 from ktdeploy.core.trainer_log import steady_rate
 
@@ -168,6 +168,33 @@ def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
     return derived, data, warns
 
 
+def stack_judgement(recipe, rendered, judge: Callable, report: dict | None, waive: Sequence[str] = ()) -> dict | None:
+    """The stack's verdict on the rendered files (stack.judge): a refusal is the recipe's error (RecipeError, with
+    the stack's findings: what `ktdeploy check --stack` reports), no verdict a failed check (both pass when
+    ``--waive stack.judge``, on the record); the verdict joins the doctor's report (agent_doctor.json)."""
+    from ktdeploy.core.checks.stack import judge_check
+    from ktdeploy.core.recipe.stack_judge import findings
+
+    result = judge(rendered)
+    found = findings(result, recipe.train, recipe.accelerate, recipe.raw.source.where) \
+        if result.status == "refused" else []
+    check = judge_check(result, found)
+    if check.status == "fail" and check.name in waive:
+        report = report if report is not None else {}
+        return {**report, "checks": [*report.get("checks", []), check.model_dump(mode="json")],
+                "waived": sorted({*report.get("waived", []), check.name})}
+    if result.status == "refused":
+        raise RecipeError(f"the stack (accelerate, LlamaFactory, kt-kernel) refuses {recipe.name}; nothing was started",
+                          findings=found, key=check.name,
+                          fix="Fix the keys listed below (`ktdeploy check RECIPE --stack` prints the same report).")
+    if check.status == "fail":
+        raise CheckFailed(f"the stack could not judge the recipe here: {check.detail}", results=[check],
+                          key=check.name, fix=check.fix)
+    if report is not None:
+        report = {**report, "checks": [*report.get("checks", []), check.model_dump(mode="json")]}
+    return report
+
+
 def _run_dir(output_dir: Path, root: str | None) -> Path:
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
     base = Path(root) if root else Path(rr.agent_runs_base(str(output_dir)))
@@ -183,8 +210,9 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
                skip_doctor: bool = False, run_root: str | None = None,
                doctor: Callable | None = None, tuned: dict | None = None,
                diagnose: Callable | None = None, topology: Callable | None = None,
-               waive: Sequence[str] = (), recipe=None) -> TrainPlan:
-    """Validate, doctor and render; raises a KtdeployError with the fix when anything is wrong."""
+               waive: Sequence[str] = (), recipe=None, judge: Callable | None = None) -> TrainPlan:
+    """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge.JudgeResult) let the
+    stack judge exactly what will be launched; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
 
     path = Path(recipe_path)
@@ -209,6 +237,8 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
     if resume_from:
         derived["resume_from_checkpoint"] = resume_from
     rendered = render(recipe, derived=derived, header=f"rendered by ktdeploy train from {printable(path.name)}")
+    if judge is not None and not skip_doctor:
+        report = stack_judgement(recipe, rendered, judge, report, waive)
     run_dir = _run_dir(out_dir, run_root)
     argv = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", "0",
             "--config_file", str(run_dir / rr.ACCELERATE_YAML), "-m", ENTRY_MODULE, str(run_dir / rr.TRAIN_YAML)]

@@ -35,7 +35,7 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate, doctor and render; print what would run."),
     resume: Optional[str] = typer.Option(None, "--resume", help="'auto' (last checkpoint-* of output_dir) or a "
                                                                 "checkpoint-N path."),
-    skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not run the host checks first (not recommended); kt threads are still derived from this host's topology."),
+    skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not run the host checks (nor the stack's judgement of the rendered files) first (not recommended); kt threads are still derived from this host's topology."),
     run_root: Optional[str] = typer.Option(None, "--run-root", help="Where run records go (default: "
                                                                      "<output_dir's parent>/.ktdeploy-runs/<name>)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan (dry run) or the summary as JSON."),
@@ -47,7 +47,8 @@ def train(
                                      "--watch: stay as a parent that samples the process tree's RSS and keeps "
                                      "stdout.log in the record."),
 ) -> None:
-    """Fine-tune on this host: validate -> doctor -> render -> accelerate launch LlamaFactory with KT."""
+    """Fine-tune on this host: validate -> doctor -> render -> the stack judges the rendered files -> accelerate
+    launch LlamaFactory with KT."""
     from ktdeploy.agent.train import execute, plan_train
 
     choice = None
@@ -59,6 +60,7 @@ def train(
 
     from ktdeploy.cli.up_cmds import native_pair
     from ktdeploy.controller.local_host import local_doctor, local_facts
+    from ktdeploy.controller.stack_judge import judge_rendered
     from ktdeploy.core.checks.gate import with_profile
 
     pair = native_pair(recipe, native_train, native_accelerate, native_deploy)
@@ -71,7 +73,7 @@ def train(
         raise UsageError("no recipe given", key="RECIPE", fix="ktdeploy train RECIPE, or --train T.yaml --accelerate A.yaml")
     plan = plan_train(str(recipe or native_train), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root,
                       tuned=choice, diagnose=local_doctor, topology=lambda: local_facts(probes=False),
-                      waive=with_profile(waive, cpu_only), recipe=loaded)
+                      waive=with_profile(waive, cpu_only), recipe=loaded, judge=judge_rendered)
     for w in plan.warnings:
         err_console.print(f"[yellow]warning:[/] {esc(w)}")
     if plan.derived:

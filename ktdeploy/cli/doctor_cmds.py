@@ -41,7 +41,8 @@ def doctor_cmd(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="With --image: the GPUs the container gets, e.g. 0,1 "
                                                             "(default: the recipe's deploy.gpus, else every GPU)."),
     stack: bool = typer.Option(False, "--stack", help="Also run the stack probe where doctor runs (stack.*: Python.h, "
-                                                       "torch, CUDA vs the GPUs, one Triton kernel): inside an image "
+                                                       "torch, CUDA vs the GPUs, one Triton kernel; with --recipe the "
+                                                       "stack's own judgement of it, stack.judge): inside an image "
                                                        "on a host without ktdeploy (ansible preflight, image mode); "
                                                        "--image runs it in the container for you."),
     container: Optional[str] = typer.Option(None, "--container",
@@ -121,8 +122,12 @@ def doctor_cmd(
             report = doctor(conn, rec, container=inner, host_raw=local_raw() if local else None)
         if stack and not image:   # --image already ran it inside the container
             from ktdeploy.controller.image_check import stack_probe_checks
+            from ktdeploy.controller.stack_judge import stack_judge_check
 
-            for c in stack_probe_checks(conn, report.facts.gpu.count):
+            checks = stack_probe_checks(conn, report.facts.gpu.count)
+            if rec is not None:   # the stack where doctor runs judges the recipe (stack.judge)
+                checks.append(stack_judge_check(conn, rec, in_container=False))
+            for c in checks:
                 c.layer = report.facts.layer
                 report.checks.append(c)
         if variant:

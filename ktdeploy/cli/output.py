@@ -130,6 +130,16 @@ def print_findings(findings, stream: Console | None = None) -> None:
                       highlight=False)
 
 
+def print_judgement(result, where: str, stream: Console | None = None) -> None:
+    """One line per stage of the stack's judgement (``check --stack``), and what it did not run."""
+    stream = stream or console
+    secs = f" in {result.seconds:.1f} s" if result.seconds is not None else ""
+    stream.print(Text(f"stack judge ({_clip(where, 200)}{secs}): " + ", ".join(
+        f"{k} {v}" for k, v in result.stages.items())), highlight=False)
+    for b in result.bypassed:
+        stream.print(Text("      not run: " + _clip(b), style="dim"), highlight=False)
+
+
 _STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
 

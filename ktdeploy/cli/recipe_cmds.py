@@ -9,7 +9,7 @@ import typer
 
 from ktdeploy.cli import app
 from ktdeploy.cli.help import App
-from ktdeploy.cli.output import console, err_console, print_findings, print_json
+from ktdeploy.cli.output import console, err_console, print_findings, print_json, print_judgement
 from ktdeploy.core.errors import RecipeError, RunRecordError, UsageError
 from ktdeploy.core.markup import esc
 from ktdeploy.core.recipe import errors, load_native, load_recipe, render, require_valid, validate
@@ -40,11 +40,29 @@ def check(
     deploy: Optional[Path] = typer.Option(None, "--deploy", help="Optional deploy YAML for the native pair."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
+    stack: bool = typer.Option(False, "--stack", help="Also let the stack judge: accelerate's launch parsing and the "
+                                                      "KT plugin, LlamaFactory's get_train_args on the rendered "
+                                                      "train.yaml, kt-kernel's KTConfig and wrapper checks, run in "
+                                                      "the image (no weights, no GPU). Exit 7 when it cannot run."),
+    image: Optional[str] = typer.Option(None, "--image", help="With --stack: the image to judge in (default: the "
+                                                              "recipe's deploy.image; auto = the first "
+                                                              "ktsft:<build> on this machine; inside the "
+                                                              "image: its own stack)."),
 ) -> None:
-    """Validate a recipe against every cookbook, LlamaFactory and kt-kernel rule. Exit 0 valid, 2 invalid."""
+    """Validate a recipe against every cookbook, LlamaFactory and kt-kernel rule. Exit 0 valid, 2 invalid
+    (--stack: 7 when the stack's judgement cannot run)."""
+    if image is not None and not stack:
+        raise UsageError("--image names the image --stack judges in", key="--image", fix="add --stack")
+    judged = None
     try:
         r = load_from_cli(recipe, train, accelerate, deploy, set_)
         findings = validate(r)
+        if stack:
+            from ktdeploy.controller.stack_judge import check_with_stack
+            from ktdeploy.core.recipe.stack_judge import merge
+
+            stack_findings, judged, where = check_with_stack(r, image=image)
+            findings = merge(findings, stack_findings)
     except RecipeError as err:
         if not as_json:
             raise
@@ -55,11 +73,14 @@ def check(
     errs = errors(findings)
     if as_json:
         print_json({"valid": not errs, "errors": len(errs), "warnings": len(findings) - len(errs),
-                    "findings": [f.to_json() for f in findings]})
+                    "findings": [f.to_json() for f in findings],
+                    **({"stack": {"where": where, **judged.to_json()}} if judged is not None else {})})
     else:
         name = str(recipe or train)
         if findings:
             print_findings(findings)
+        if judged is not None:
+            print_judgement(judged, where)
         if errs:
             console.print(f"[red]✗ {esc(name)}: {esc(len(errs))} error(s), {esc(len(findings) - len(errs))} warning(s)")
         else:

@@ -30,6 +30,7 @@ from ktdeploy.core.errors import (
     CheckFailed,
     ConnectError,
     KtdeployError,
+    RecipeError,
     RunRecordError,
     StepError,
     Terminated,
@@ -524,6 +525,8 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
         e.fix = (e.fix or "") + f" See it now: `ktdeploy status --host {host}`."
         raise _fail(record, "detached", e) from None
     except CheckFailed as e:   # IMAGE's image.check: doctor in the image failed (exit 1, like PREFLIGHT's)
+        raise _fail(record, "failed", e) from None
+    except RecipeError as e:   # IMAGE's image.check: the stack in the image refuses the recipe (exit 2)
         raise _fail(record, "failed", e) from None
     except StepError as e:
         cur = record.status().get("state")

@@ -19,11 +19,13 @@ from ktdeploy.controller.slurm_jobs import do_follow_job, do_submit, do_wait_job
 from ktdeploy.core import markers
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.checks.gate import profile_hint
-from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, StepError
+from ktdeploy.core.checks.stack import JUDGE
+from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RecipeError, StepError
 from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
+from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.safeio import write_file
 
 # The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
@@ -239,7 +241,9 @@ class Executor:
     # -- actions --------------------------------------------------------------------------------
     def _do_image_check(self, stage: Stage, s: Step) -> None:
         """doctor in the image with the training flags (the one implementation: controller/image_check.py); its
-        failed checks, less the plan's waivers, stop `up` with doctor's report (CheckFailed: exit 1)."""
+        failed checks, less the plan's waivers, stop `up` with doctor's report (CheckFailed: exit 1). When the only
+        failure is the stack refusing the recipe (stack.judge), `up` stops with the stack's findings (RecipeError:
+        exit 2), the same report as `ktdeploy check --stack`."""
         p = s.params
         report = image_doctor(self.conn, p["image"], recipe=self.recipe, gpus=list(p.get("gpus") or []),
                               user=p.get("user") or "", memlock=bool(p.get("memlock", True)), name=p.get("name"),
@@ -251,6 +255,17 @@ class Executor:
                           checks=[c.model_dump(mode="json") for c in report.checks])
         for c in waived:
             self.say(f"  [yellow]waived[/yellow] {esc(c.name)} ({esc(c.layer)}): {esc(c.detail)}")
+        refused = [c for c in failed if c.name == JUDGE and c.data.get("findings")]
+        if failed and len(refused) == len(failed):
+            # the stack itself refuses the recipe: the same report as `ktdeploy check --stack` (exit 2)
+            findings = [Finding(**f) for f in refused[0].data["findings"]]
+            self.record.event("step_failed", stage=stage.name, step=s.id,
+                              message=f"the stack in {p['image']} refuses the recipe",
+                              findings=[f.to_json() for f in findings])
+            raise RecipeError(f"{stage.name}: the stack in {p['image']} (accelerate, LlamaFactory, kt-kernel) refuses "
+                              "the recipe; nothing was trained", findings=findings, key=JUDGE,
+                              fix="Fix the keys listed below (`ktdeploy check RECIPE --stack` prints the same "
+                                  "report), or --waive stack.judge if the stack's verdict is wrong for this host.")
         if failed:
             self.record.event("step_failed", stage=stage.name, step=s.id,
                               message=f"{len(failed)} check(s) failed in {p['image']}")

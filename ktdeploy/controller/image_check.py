@@ -5,7 +5,8 @@ On the host behind ``connector``: gather the host's facts, ``docker run`` IMAGE 
 container's flags (``core/plan/docker_argv.image_check``, which shares ``training_flags`` with ``create_train``),
 gather the same facts inside it (layer checks: AMX tile probe, ISA, shm, memlock as the container sees them,
 ``gpu.present`` / ``gpu.driver`` on the container's nvidia-smi), run the stack probe with the image's ``python3``
-(Python.h, torch, CUDA vs the GPUs given, one Triton kernel), remove the container. Every docker call is bounded.
+(Python.h, torch, CUDA vs the GPUs given, one Triton kernel) and, with a recipe, the stack's own judgement of it
+(``stack.judge``), remove the container. Every docker call is bounded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ktdeploy.controller.connectors.docker import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.controller.doctor import DoctorReport, container_checks, gather_data, run_checks
 from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.controller.stack_judge import stack_judge_check
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import resources
 from ktdeploy.core.checks.stack import stack_checks
@@ -48,13 +50,15 @@ def _fail(name: str, detail: str, fix: str) -> CheckResult:
 
 def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None = None, user: str | None = None,
                  memlock: bool = True, name: str | None = None, host_facts=None,
-                 host_checks: bool = True, replace_stale: bool = False) -> DoctorReport:
+                 host_checks: bool = True, replace_stale: bool = False, judge: bool = True) -> DoctorReport:
     """doctor on the host and inside ``image`` started there with the training flags. ``gpus``: the GPUs the
     training container gets (default: the recipe's deploy.gpus, else every GPU the host has); ``user``: uid:gid
     it runs as (default: the connecting user's, as up does). ``host_checks=False`` (up's image.check, after its
     PREFLIGHT doctor): only the container's checks, against ``host_facts``. ``replace_stale`` (up, which holds
     the job's lock, so no other check of this job runs): a container already named ``name`` is a leftover of a
-    check that was killed, and is removed first (it made the next `up` fail once, with a fix about the image)."""
+    check that was killed, and is removed first (it made the next `up` fail once, with a fix about the image).
+    With a recipe (and ``judge``), the stack in the image judges it there too (``stack.judge``,
+    controller/stack_judge.py)."""
     paths = list(dict.fromkeys(resources.recipe_paths(recipe).values())) if recipe is not None else []
     facts = host_facts if host_facts is not None else gather_facts(connector, paths=paths)
     dfacts = gather_data(connector, dict(recipe.train)) if recipe is not None and host_checks else None
@@ -96,6 +100,8 @@ def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None =
             else:
                 cfacts = gather_facts(inner)
                 stack = stack_probe_checks(inner, len(gpus))
+                if recipe is not None and judge:
+                    stack.append(stack_judge_check(inner, recipe))
     finally:
         connector.run(dk.remove(name), timeout=60)
     if host_checks:

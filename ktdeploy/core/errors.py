@@ -76,6 +76,13 @@ class RunRecordError(KtdeployError):
     exit_code = 6
 
 
+class StackUnavailable(KtdeployError):
+    """The stack's own judgement (``check --stack``, ``stack.judge``) could not run: the image is not there, it holds
+    no LlamaFactory/kt-kernel stack (a reduced or test image), or the judge itself failed."""
+
+    exit_code = 7
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the process was (``ktdeploy up`` installs the handler): every place that handles Ctrl-C
     (a run record marked, training left running) handles it the same way; the exit code is 143."""

@@ -328,6 +328,29 @@ def test_build_refuses_early_without_base_image_or_wheels(images, tmp_path):
     assert "Traceback" not in base.stderr + wh.stderr
 
 
+def test_the_stack_judge_says_the_reduced_image_has_no_stack(images, tmp_path):
+    """`check --stack` in the reduced image (ktdeploy without the ML stack): the judge runs the image's own ktdeploy
+    and answers "absent", naming what is missing: exit 7, distinct from a refusal (2). From the controller (docker
+    run of the judge in the image) and inside the image (its own CLI) alike."""
+    import sys
+
+    image = images[host_best()]
+    r = subprocess.run([sys.executable, "-m", "ktdeploy", "check", str(ROOT / "recipes" / "tiny-moe-lora.yaml"),
+                        "--stack", "--image", image], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    said = " ".join(r.stderr.split())     # the error panel wraps its lines
+    assert r.returncode == 7, (r.stdout, r.stderr)
+    assert "no LlamaFactory/kt-kernel stack" in said and "torch" in said and "Traceback" not in said
+    recipes = ROOT / "recipes"
+    inside = run(image, "check", str(recipes / "tiny-moe-lora.yaml"), "--stack", "--json",
+                 volumes=(f"{recipes}:{recipes}:ro",), timeout=600)
+    assert inside.returncode == 7, (inside.stdout, inside.stderr)
+    assert "no LlamaFactory/kt-kernel stack" in " ".join((inside.stdout + inside.stderr).split())
+    missing = subprocess.run([sys.executable, "-m", "ktdeploy", "check", str(recipes / "tiny-moe-lora.yaml"),
+                              "--stack", "--image", "ktdeploy-no-such-image:1"], capture_output=True, text=True,
+                             timeout=120, cwd=ROOT)
+    assert missing.returncode == 7 and "is not on" in " ".join(missing.stderr.split()), missing.stderr
+
+
 def test_the_serving_container_starts_as_a_uid_absent_from_passwd(images, tmp_path):
     """`up`'s serving container (dk.create_serve: --user of the SSH user) runs `ktdeploy serve` through the image's
     entrypoint as uid 4242, which the image's passwd does not list. sglang-kt (here its TEST DOUBLE, same cache

@@ -84,7 +84,7 @@ def test_suite_targets_the_image_on_the_host(ready_host, host_pool, tmp_path):
     cfg.write_text(f"Host *\n  IdentityFile {host_pool.key}\n  UserKnownHostsFile {host_pool.known_hosts}\n"
                    "  StrictHostKeyChecking yes\n  IdentitiesOnly yes\n")
     target = f"ssh://root@{ready_host.address}" + (f":{ready_host.port}" if ready_host.port != 22 else "")
-    waive = ("gpu.present", "stack.torch", "docker.nvidia_runtime", "docker.memlock")
+    waive = ("gpu.present", "stack.torch", "stack.judge", "docker.nvidia_runtime", "docker.memlock")
     r = suite(f"--hosts={target}", f"--ssh-config={cfg}", "--kt-image", image,
               *[a for w in waive for a in ("--kt-waive", w)], "--kt-timeout", "300")
     out = r.stdout

@@ -32,8 +32,10 @@ from tests.integration.hosts import docker, host_pool  # noqa: E402, F401  (fixt
 pytestmark = pytest.mark.docker
 
 SHM = ["--shm-size", "2g"]  # a training host's /dev/shm (doctor's memory.shm wants >= 1 GiB)
-# stack.torch: the fake trainer image (a test double FROM the base image) has no torch; IMAGE's image.check says so
-WAIVE = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime", "docker.memlock", "stack.torch")
+# stack.torch: the fake trainer image (a test double FROM the base image) has no torch; IMAGE's image.check says so.
+# stack.judge: nor LlamaFactory/kt-kernel (nor ktdeploy's judge), so the stack's judgement of the recipe cannot run
+WAIVE = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime", "docker.memlock", "stack.torch",
+         "stack.judge")
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +118,11 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     # IMAGE ran the container readiness check in the image with the training flags (waivers applied)
     (chk,) = events(rec, "image_check")
     by = {c["name"]: c["status"] for c in chk["checks"]}
-    assert chk["failed"] == [] and set(chk["waived"]) == {"gpu.present", "gpu.count_vs_recipe", "stack.torch"}, chk
+    assert chk["failed"] == [] and set(chk["waived"]) == {"gpu.present", "gpu.count_vs_recipe", "stack.torch",
+                                                          "stack.judge"}, chk
     assert by["image.run"] == "pass" and by["stack.python_headers"] == "pass" and by["memory.shm"] == "pass"
+    judge = next(c for c in chk["checks"] if c["name"] == "stack.judge")
+    assert judge["data"]["verdict"] == "absent" and judge["data"]["missing"] == ["ktdeploy"], judge
     assert not list(root.glob("pwned*")) and not (REPO / "pwned4").exists()
     # training ran in the container through the real docker engine, LlamaFactory's files are on the volume
     lines = [json.loads(x) for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
@@ -230,6 +235,22 @@ def test_image_check_stops_up_before_training(env):
             *[a for s in sets(env, out) for a in ("--set", s)], *ssh_args(env))
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "stack.torch" in r.stderr and "not ready" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    ps = docker("ps", "-a", "--filter", f"label=ktdeploy.output={out}", "--format", "{{.ID}}", check=False).stdout
+    assert ps.strip() == "" and not Path(out, "trainer_log.jsonl").exists()
+
+
+def test_the_stack_judge_runs_in_the_image_stage_and_an_absent_stack_stops_up(env):
+    """up runs the stack's own judgement of the recipe inside the image, in IMAGE's image.check (stack.judge). The
+    fake trainer image holds no LlamaFactory/kt-kernel stack: the judge says so distinctly (not a refusal of the
+    recipe), and up stops before training (exit 1) unless --waive stack.judge, as the other tests here do."""
+    host = env["hosts"]["second"]
+    out = f"{env['root']}/out/judge"
+    r = cli("up", "--host", host.target, *[a for w in WAIVE if w != "stack.judge" for a in ("--waive", w)],
+            *[a for s in sets(env, out) for a in ("--set", s)], *ssh_args(env))
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    said = " ".join(r.stderr.split())     # the error panel wraps its lines
+    assert "stack.judge" in said and "no ktdeploy stack judge" in said, r.stderr
+    assert "Traceback" not in r.stderr
     ps = docker("ps", "-a", "--filter", f"label=ktdeploy.output={out}", "--format", "{{.ID}}", check=False).stdout
     assert ps.strip() == "" and not Path(out, "trainer_log.jsonl").exists()
 

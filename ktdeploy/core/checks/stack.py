@@ -1,4 +1,5 @@
-"""The image's stack in the training container (pure): Python headers, torch, CUDA, one Triton kernel.
+"""The image's stack in the training container (pure): Python headers, torch, CUDA, one Triton kernel, and the
+stack's own judgement of the recipe (``stack.judge``).
 
 Judges ``StackFacts`` (``core/facts/stack.py``). The driver-vs-CUDA check is ``gpu.driver`` on the container's
 nvidia-smi facts (``resources.gpu_driver_check``), not repeated here. Without a GPU the CUDA and Triton checks
@@ -97,3 +98,39 @@ def triton_check(s: StackFacts) -> CheckResult:
 
 def stack_checks(s: StackFacts) -> list[CheckResult]:
     return [probe_check(s), python_headers_check(s), torch_check(s), cuda_check(s), triton_check(s)]
+
+
+JUDGE = "stack.judge"
+
+
+def judge_check(result, findings) -> CheckResult:
+    """``stack.judge``: the stack's own verdict on the recipe (core/recipe/stack_judge.py JudgeResult), with the
+    findings (``core/recipe/stack_judge.findings``) of a refusal in ``data["findings"]``: up and train refuse with
+    exactly those (RecipeError), the same report as ``ktdeploy check --stack``."""
+    data: dict[str, Any] = {"verdict": result.status, "stages": result.stages, "bypassed": result.bypassed,
+                            "versions": result.versions, "seconds": result.seconds}
+    lf, kt, acc = (result.versions.get(k, "?") for k in ("llamafactory-kt", "kt-kernel", "accelerate-kt"))
+    if result.status == "accepted":
+        secs = f" in {result.seconds:.0f} s" if result.seconds is not None else ""
+        return _c(JUDGE, "pass", f"the stack accepts the recipe{secs}: accelerate-kt {acc} launch parsing and KT "
+                  f"plugin, LlamaFactory-KT {lf} get_train_args, kt-kernel {kt} KTConfig and wrapper checks "
+                  "(no weights loaded)", **data)
+    if result.status == "refused":
+        data["findings"] = [f.to_json() for f in findings]
+        first = findings[0] if findings else None
+        more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+        return _c(JUDGE, "fail", f"the stack refuses the recipe: {first.path}: {first.message}{more}" if first else
+                  "the stack refuses the recipe", "Fix the keys listed (`ktdeploy check RECIPE --stack` prints the "
+                  "same report).", **data)
+    if result.status == "absent" and any(m.startswith("ktdeploy") for m in result.missing):
+        data["missing"] = result.missing
+        return _c(JUDGE, "fail", f"the image has no ktdeploy stack judge (its ktdeploy is missing or older than the "
+                  f"judge: {result.detail}); nothing judged the recipe", "Rebuild the image (`ktdeploy image build`); "
+                  "on a test double: --waive stack.judge.", **data)
+    if result.status == "absent":
+        data["missing"] = result.missing
+        return _c(JUDGE, "fail", f"the image has no LlamaFactory/kt-kernel stack to judge the recipe with (missing: "
+                  f"{', '.join(result.missing) or '?'})", "Use a full image (`ktsft:<build>`, `ktdeploy image "
+                  "build`); on a test double or reduced image: --waive stack.judge.", **data)
+    return _c(JUDGE, "fail", f"the stack judge did not give a verdict: {result.detail}",
+              "Run `ktdeploy check RECIPE --stack --image IMAGE` to see it; or --waive stack.judge.", **data)

@@ -101,6 +101,23 @@ def image_check(image: str, *, name: str, gpus: list[int] | None, memlock: bool 
             "--entrypoint", "sleep", "--", image, str(seconds)]
 
 
+JUDGE_MEMORY = "6g"   # the judge imports torch, transformers and LlamaFactory: ~1.5 GiB resident (measured)
+JUDGE_SOURCE = "/opt/ktdeploy-judge"
+
+
+def stack_judge(image: str, *, name: str, bootstrap: str, source: str | None = None) -> list[str]:
+    """``docker run --rm -i`` of the stack judge (``core/recipe/stack_judge.BOOTSTRAP``) with the image's own
+    ``python3``: no network, bounded memory and processes, no capability; the rendered recipe comes on stdin.
+    ``source``: a ktdeploy source folder mounted read-only and put first on PYTHONPATH (benchmarks and tests that
+    judge with a working tree against an image built earlier)."""
+    extra = [*mount(source, JUDGE_SOURCE, readonly=True), "--env", f"PYTHONPATH={JUDGE_SOURCE}"] if source else []
+    return ["docker", "run", "--rm", "--interactive", "--pull", "never", "--name", name,
+            "--label", "ktdeploy.role=stack-judge", "--network", "none", "--memory", JUDGE_MEMORY,
+            "--memory-swap", JUDGE_MEMORY, "--pids-limit", "4096", "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges", *extra, "--entrypoint", "python3", "--", image,
+            "-c", bootstrap, "-"]
+
+
 def doctor_in_image(image: str, doctor_args: list[str], *, gpus: list[int] | None, memlock: bool = True,
                     recipe: tuple[str, str] | None = None) -> list[str]:
     """``docker run --rm`` of the image's own doctor (``IMAGE doctor --json …``) with the training container's

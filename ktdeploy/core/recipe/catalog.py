@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import difflib
 
-from ktdeploy.core.recipe.catalog_data import ACCELERATE_KEYS, TEMPLATES, TRAIN_KEYS  # noqa: F401 (rules.py reads cat.TEMPLATES)
+from ktdeploy.core.recipe.catalog_data import (  # noqa: F401 (rules.py reads cat.TEMPLATES)
+    ACCELERATE_KEYS,
+    KT_FIELDS,
+    LIST_ARGS,
+    TEMPLATES,
+    TRAIN_KEYS,
+)
 
 # Keys of the flat `kt_config` mapping inside the training YAML (kt-facts.md, "Inside kt_config").
 KT_CONFIG_KEYS = (
@@ -31,6 +37,21 @@ KT_DERIVED = {
     "kt_skip_expert_loading": "(set by LlamaFactory)",
     "enabled": "train.use_kt",
 }
+
+# Every kt_config key the stack takes: LlamaFactory forwards kt_config to kt-kernel's KTConfig as written, less the
+# keys it derives (KTConfig's fields are generated into catalog_data.KT_FIELDS). kt_share_cache_pool,
+# kt_checkpoint_files, kt_sharded_metadata, kt_wrap_fn and kt_wrap_kwargs are KTConfig fields too.
+KT_ACCEPTED_KEYS = (frozenset(KT_FIELDS) - frozenset(KT_DERIVED)) | frozenset(KT_CONFIG_KEYS)
+# LlamaFactory drops these two from kt_config when they are `true` (transformers-kt's transport metadata,
+# model_args.py _normalize_advanced_kt_config); any other value is a derived-key conflict.
+KT_DROPPED_WHEN_TRUE = ("enabled", "kt_skip_expert_loading")
+
+
+def kt_structured(key: str) -> bool:
+    """Whether KTConfig annotates ``key`` as a list or a mapping (kt_checkpoint_files, kt_wrap_kwargs, ...)."""
+    ann = KT_FIELDS.get(key, "")
+    return "list" in ann or "dict" in ann or "Mapping" in ann or "Callable" in ann
+
 
 # kt-kernel 0.7.2 (kt_kernel/sft/config.py _KNOWN_SFT_BACKENDS) matches backends case-insensitively and
 # knows no `BF16`; ktdeploy supports the cookbook's setups among them (docs/stack-rules.md).
@@ -65,7 +86,7 @@ def did_you_mean(key: str, candidates) -> str | None:
 
 def home_of(key: str) -> str | None:
     """Where a key belongs when it is written in the wrong place (None when it is unknown everywhere)."""
-    if key in KT_CONFIG_KEYS:
+    if key in KT_ACCEPTED_KEYS:
         return "train.kt_config"
     if key in TRAIN_KEY_SET:
         return "train"

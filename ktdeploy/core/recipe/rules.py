@@ -204,7 +204,7 @@ def kt_config_keys(ctx: Ctx) -> None:
     """LF KTransformersArguments: kt_config is a flat mapping; derived keys inside it are rejected.
 
     Cookbook: §2.3.
-    Code: LF hparams/model_args.py KTransformersArguments._normalize_advanced_kt_config (flat mapping, derived keys rejected); kt-kernel sft/config.py KTConfig._validated_mapping (unknown fields).
+    Code: LF hparams/model_args.py KTransformersArguments._normalize_advanced_kt_config (flat mapping, derived keys rejected, `enabled`/`kt_skip_expert_loading` dropped when true); kt-kernel sft/config.py KTConfig._validated_mapping (unknown fields; its fields generated into catalog_data.KT_FIELDS).
     """
     raw = ctx.t.get("kt_config")
     if raw is None:
@@ -214,11 +214,13 @@ def kt_config_keys(ctx: Ctx) -> None:
         return
     for key, value in raw.items():
         path = f"train.kt_config.{key}"
+        if key in cat.KT_DROPPED_WHEN_TRUE and value is True:
+            continue   # LlamaFactory drops it (transformers-kt's own transport metadata)
         if key in cat.KT_DERIVED:
             owner = cat.KT_DERIVED[key]
             ctx.error(path, f"'{key}' is derived by LlamaFactory and rejected inside kt_config",
                       f"remove it; set {owner} instead" if owner.startswith("train") else "remove it")
-        elif key not in cat.KT_CONFIG_KEYS:
+        elif key not in cat.KT_ACCEPTED_KEYS:
             home = cat.home_of(key)
             if home and home != "train.kt_config":
                 ctx.error(path, f"'{key}' does not belong in kt_config; it belongs in {home}", f"move it to {home}.{key}")
@@ -226,7 +228,7 @@ def kt_config_keys(ctx: Ctx) -> None:
                 guess = ctx.guess(key, cat.KT_CONFIG_KEYS)
                 ctx.error(path, f"unknown kt_config key '{key}'",
                           f"did you mean '{guess}'?" if guess else f"known keys: {', '.join(cat.KT_CONFIG_KEYS)}")
-        elif isinstance(value, (dict, list)):
+        elif isinstance(value, (dict, list)) and not cat.kt_structured(key):
             ctx.error(path, f"'{key}' must be a scalar (kt_config is flat)", "give a single value")
 
 
@@ -441,44 +443,73 @@ def kt_values(ctx: Ctx) -> None:
     """kt-facts: allowed kt_backend / kt_expert_weight_format / kt_weight_lifecycle values and integer ranges.
 
     Cookbook: §2.4 (backend names), A.3.2.
-    Code: kt-kernel sft/config.py _KNOWN_SFT_BACKENDS (case-insensitive), kt_expert_weight_format/kt_weight_lifecycle checks in KTConfig.__post_init__.
+    Code: kt-kernel sft/config.py _KNOWN_SFT_BACKENDS (str(kt_backend).lower(): case-insensitive, blanks not stripped), kt_expert_weight_format/kt_weight_lifecycle checks in KTConfig.__post_init__ (strip().lower()); experts_base.py _get_cpu_infer (threads split over kt_threadpool_count pools).
     """
     k = ctx.k
     b = k.get("kt_backend")
-    if b is not None and (not isinstance(b, str) or b.strip().lower() not in {x.lower() for x in cat.KT_BACKENDS}):
-        known = isinstance(b, str) and b.strip().lower() in cat.KT_KERNEL_BACKENDS
-        guess = cat.did_you_mean(str(b), cat.KT_BACKENDS)
+    if b is not None and (not isinstance(b, str) or b.lower() not in {x.lower() for x in cat.KT_BACKENDS}):
+        known = isinstance(b, str) and b.lower() in cat.KT_KERNEL_BACKENDS
+        guess = cat.did_you_mean(str(b).strip(), cat.KT_BACKENDS)
         if str(b).strip().upper() == "BF16":
             guess = "AMXBF16 (or auto)"
+        elif isinstance(b, str) and b.strip().lower() in {x.lower() for x in cat.KT_BACKENDS}:
+            guess = repr(b.strip())
         ctx.error("train.kt_config.kt_backend",
                   f"kt_backend {b!r} is not a cookbook setup ktdeploy supports" if known else
-                  f"unknown kt_backend {b!r} (kt-kernel 0.7.2 rejects it)",
+                  f"unknown kt_backend {b!r} (kt-kernel 0.7.2 compares it lower-cased, blanks included, and rejects it)",
                   f"did you mean {guess}?" if guess else f"use one of {', '.join(cat.KT_BACKENDS)}")
     f = k.get("kt_expert_weight_format")
     if f is not None and (not isinstance(f, str) or f.strip().lower() not in cat.WEIGHT_FORMATS):
-        ctx.error("train.kt_config.kt_expert_weight_format", f"unknown kt_expert_weight_format {f!r}",
+        known = isinstance(f, str) and f.strip().lower() in ("rawint4", "mxfp4")
+        ctx.error("train.kt_config.kt_expert_weight_format",
+                  f"kt_expert_weight_format {f!r} is not a cookbook setup ktdeploy supports" if known else
+                  f"unknown kt_expert_weight_format {f!r}",
                   f"use one of {', '.join(cat.WEIGHT_FORMATS)} (AMXINT4 is chosen with kt_backend: AMXINT4)")
     lc = k.get("kt_weight_lifecycle")
     if lc is not None and str(lc).strip().lower() not in cat.LIFECYCLES:
         ctx.error("train.kt_config.kt_weight_lifecycle", f"unknown kt_weight_lifecycle {lc!r}", "use persistent or ephemeral")
-    for key, lo in (("kt_num_threads", 1), ("kt_threadpool_count", 1), ("kt_max_cache_depth", 1),
-                    ("kt_model_max_length", 1), ("kt_num_gpu_experts", 0)):
-        v = k.get(key)
-        if v is None:
-            continue
-        if not _is_int(v) or v < lo:
-            ctx.error(f"train.kt_config.{key}", f"{key} must be an integer >= {lo}, got {v!r}",
-                      f"write a whole number >= {lo}")
-        elif v > 1_000_000:
-            ctx.error(f"train.kt_config.{key}", f"{key} = {v} is not a plausible value", "check the number")
+    _kt_counts(ctx)
     for key in ("kt_tp_enabled", "kt_share_backward_bb", "kt_force_fused_expert_lora"):
         v = k.get(key)
         if v is not None and not isinstance(v, bool):
-            ctx.error(f"train.kt_config.{key}", f"{key} must be true or false, got {v!r}", f"write {key}: true or false")
+            ctx.error(f"train.kt_config.{key}", f"{key} must be true or false, got {v!r} (kt-kernel reads it with "
+                      "bool(): any non-empty string, 'false' included, turns it on)", f"write {key}: true or false")
+
+
+def _kt_counts(ctx: Ctx) -> None:
+    """kt-kernel's counts: integers, since its CPU pool does integer arithmetic on them (experts_base.py
+    _get_cpu_infer: kt_num_threads // kt_threadpool_count per pool, a list of ints handed to the C++ pool); a pool
+    count of 0 with kt_tp_enabled divides by zero. Other out-of-range counts are warnings: kt-kernel accepts them
+    and no failure has been shown (measured in ktsft:avx512: a pool of 0 threads starts, a negative pool count is
+    taken by the binding)."""
+    k = ctx.k
+    for key in ("kt_num_threads", "kt_threadpool_count", "kt_max_cache_depth", "kt_num_gpu_experts"):
+        v = k.get(key)
+        if v is None:
+            continue
+        if not _is_int(v):
+            ctx.error(f"train.kt_config.{key}", f"{key} must be a whole number, got {v!r} (kt-kernel does integer "
+                      "arithmetic with it and hands it to its C++ thread pool)", "write a whole number")
+        elif key == "kt_threadpool_count" and v == 0 and _truthy(k.get("kt_tp_enabled")):
+            ctx.error(f"train.kt_config.{key}", "kt_threadpool_count 0 with kt_tp_enabled: kt-kernel divides "
+                      "kt_num_threads by the pool count (ZeroDivisionError when the experts are wrapped)",
+                      "use one pool per NUMA node (>= 1)")
+        elif v < (0 if key == "kt_num_gpu_experts" else 1):
+            ctx.warn(f"train.kt_config.{key}", f"{key} {v} is below {0 if key == 'kt_num_gpu_experts' else 1}",
+                     "remove it to let ktdeploy derive it, or give a positive count")
+    v = k.get("kt_model_max_length")
+    if v is not None:
+        try:
+            ok = int(v) > 0 and not isinstance(v, bool)
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            ctx.error("train.kt_config.kt_model_max_length", f"kt_model_max_length must be a positive integer, got "
+                      f"{v!r} (LlamaFactory: int(value) > 0)", "remove it to let LlamaFactory derive it")
     nt, tp = k.get("kt_num_threads"), k.get("kt_threadpool_count")
-    if _is_int(nt) and _is_int(tp) and tp > 0 and nt > 0 and nt < tp:
-        ctx.error("train.kt_config.kt_num_threads", f"kt_num_threads ({nt}) is smaller than kt_threadpool_count ({tp})",
-                  "give each thread pool (one per NUMA node) at least one thread")
+    if _is_int(nt) and _is_int(tp) and tp > 0 and nt > 0 and nt < tp and _truthy(k.get("kt_tp_enabled")):
+        ctx.warn("train.kt_config.kt_num_threads", f"kt_num_threads ({nt}) is smaller than kt_threadpool_count ({tp}): "
+                 "some pools get no thread", "give each thread pool (one per NUMA node) at least one thread")
 
 
 # ---------------------------------------------------------------- formats and fine-tuning types (cookbook §2)
@@ -505,8 +536,8 @@ def finetuning_type(ctx: Ctx) -> None:
                       "use finetuning_type: lora, or kt_expert_weight_format: bf16 for full fine-tuning")
         for key in cat.LORA_FIELDS:
             if key in ctx.t:
-                ctx.error(f"train.{key}", f"{key} is a LoRA field; full fine-tuning has no LoRA fields (cookbook §2.4.4)",
-                          f"remove {key}")
+                ctx.warn(f"train.{key}", f"{key} is a LoRA field; LlamaFactory ignores it for full fine-tuning "
+                         "(cookbook §2.4.4 writes none)", f"remove {key}")
 
 
 @rule("format.weight_paths")
@@ -521,9 +552,13 @@ def weight_paths(ctx: Ctx) -> None:
     setup = ctx.recipe.weight_setup()
     wp, nwp = ctx.t.get("kt_weight_path"), ctx.t.get("kt_non_expert_weight_path")
     if setup in ("bf16", "fp8"):
-        if wp is not None:
+        same = wp is not None and _norm(wp) is not None and _norm(wp) == _norm(ctx.t.get("model_name_or_path"))
+        if wp is not None and not (setup == "fp8" and same):
+            # kt-kernel wrapper.py: native FP8 reads kt_weight_path as the raw checkpoint's provenance (the model
+            # folder is what it expects); BF16 would load its experts from that folder as pre-converted weights
             ctx.error("train.kt_weight_path", f"native {setup.upper()} never sets kt_weight_path (cookbook §2.4, A.3.1)",
-                      "remove kt_weight_path; the experts load from model_name_or_path")
+                      "remove kt_weight_path; the experts load from model_name_or_path"
+                      + (" (FP8 also accepts kt_weight_path equal to model_name_or_path)" if setup == "fp8" else ""))
         if nwp is not None:
             ctx.error("train.kt_non_expert_weight_path", "kt_non_expert_weight_path is only for converted INT8/AMXINT4 weights",
                       "remove kt_non_expert_weight_path")
@@ -566,12 +601,12 @@ def int8_rules(ctx: Ctx) -> None:
     if not ctx.use_kt or ctx.recipe.weight_setup() != "int8":
         return
     k = ctx.k
-    if k.get("kt_backend", "auto") not in ("auto", "INT8", "AMXINT8"):
+    if str(k.get("kt_backend", "auto")).lower() not in ("auto", "int8", "amxint8"):
         ctx.error("train.kt_config.kt_backend", f"INT8 weights need kt_backend auto or INT8, not {k.get('kt_backend')!r}",
                   "set kt_backend: auto (cookbook A.3.2: do not force a backend)")
     if k.get("kt_num_gpu_experts", 0) != 0:
         ctx.error("train.kt_config.kt_num_gpu_experts", "INT8 training needs kt_num_gpu_experts: 0", "set it to 0 or remove it")
-    if k.get("kt_share_backward_bb", True) is not True:
+    if k.get("kt_share_backward_bb", True) is False:
         ctx.error("train.kt_config.kt_share_backward_bb", "INT8 training needs kt_share_backward_bb: true",
                   "set kt_share_backward_bb: true")
 
@@ -610,14 +645,15 @@ def fp8_lifecycle(ctx: Ctx) -> None:
     if not ctx.use_kt:
         return
     setup, lc = ctx.recipe.weight_setup(), ctx.k.get("kt_weight_lifecycle")
+    lc = str(lc).strip().lower() if lc is not None else None   # KTConfig: str(value).strip().lower()
     if setup == "fp8":
         if lc == "ephemeral":
             ctx.error("train.kt_config.kt_weight_lifecycle", "FP8 experts need kt_weight_lifecycle: persistent",
                       "set kt_weight_lifecycle: persistent (or remove it)")
         r = ctx.t.get("lora_rank", 8)
-        if not _is_int(r) or r <= 0:
+        if _is_int(r) and r <= 0:
             ctx.error("train.lora_rank", "FP8 experts need LoRA with lora_rank > 0", "set lora_rank: 8")
-        if ctx.k.get("kt_share_backward_bb", True) is not True:
+        if ctx.k.get("kt_share_backward_bb", True) is False:
             ctx.error("train.kt_config.kt_share_backward_bb", "FP8 training needs kt_share_backward_bb: true "
                       "(kt-kernel config.py: FP8 SFT requires kt_share_backward_bb=true)", "set it to true or remove it")
         g = ctx.k.get("kt_num_gpu_experts", 0)
@@ -640,6 +676,11 @@ def lora_values(ctx: Ctx) -> None:
     Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1).
     """
     if ctx.t.get("finetuning_type", "lora") != "lora":
+        drop = ctx.t.get("lora_dropout")
+        if ctx.use_kt and drop is not None and (_num(drop) is None or not 0 <= drop < 1):
+            # LlamaFactory hands lora_dropout to KTConfig as kt_lora_dropout whatever the fine-tuning type
+            ctx.error("train.lora_dropout", f"lora_dropout must be in [0, 1), got {drop!r} (kt-kernel checks "
+                      "kt_lora_dropout for full fine-tuning too)", "remove lora_dropout")
         return
     r, alpha, drop = ctx.t.get("lora_rank"), ctx.t.get("lora_alpha"), ctx.t.get("lora_dropout")
     if r is not None and (not _is_int(r) or r <= 0):
@@ -679,11 +720,12 @@ def model_max_length(ctx: Ctx) -> None:
         return
     mml = ctx.k.get("kt_model_max_length")
     if mml is None or not _is_int(mml) or mml <= 0:
-        return
+        return   # kt.values reports a value LlamaFactory cannot read
     if mml <= cutoff:
-        ctx.error("train.kt_config.kt_model_max_length",
-                  f"kt_model_max_length ({mml}) must be greater than cutoff_len ({cutoff})",
-                  f"set it to at least {cutoff + RUNTIME_TOKEN_MARGIN} (cutoff_len + runtime margin), or remove it to let LlamaFactory derive it")
+        ctx.warn("train.kt_config.kt_model_max_length",
+                 f"kt_model_max_length ({mml}) is not above cutoff_len ({cutoff}); LlamaFactory raises it to the "
+                 "length it derives from cutoff_len and the batch",
+                 f"set it to at least {cutoff + RUNTIME_TOKEN_MARGIN} (cutoff_len + runtime margin), or remove it to let LlamaFactory derive it")
     elif mml < cutoff + RUNTIME_TOKEN_MARGIN:
         ctx.warn("train.kt_config.kt_model_max_length",
                  f"kt_model_max_length ({mml}) leaves only {mml - cutoff} tokens above cutoff_len for template tokens",
@@ -739,7 +781,7 @@ def precision(ctx: Ctx) -> None:
     if not ctx.use_kt:
         return
     mp = ctx.a.get("mixed_precision")
-    if mp is not None and mp != "bf16":
+    if mp is not None and str(mp).lower() != "bf16":   # accelerate launch: PrecisionType(value.lower())
         ctx.error("accelerate.mixed_precision", f"mixed_precision {mp!r}; KT recipes train in bf16", "set mixed_precision: bf16")
     if _truthy(ctx.t.get("fp16")):
         ctx.error("train.fp16", "fp16 conflicts with the bf16 KT path", "remove fp16 and set bf16: true")
@@ -771,6 +813,8 @@ def task_basics(ctx: Ctx) -> None:
         v = t.get(key)
         if v is None or (isinstance(v, str) and not v.strip()):
             ctx.error(f"train.{key}", f"{key} is required", fix)
+        elif key in cat.LIST_ARGS and isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+            continue   # LlamaFactory's split_arg takes a YAML list as it is
         elif not isinstance(v, str):
             ctx.error(f"train.{key}", f"{key} must be a string, got {type(v).__name__}", fix)
     tpl = t.get("template")
@@ -778,17 +822,48 @@ def task_basics(ctx: Ctx) -> None:
         guess = cat.did_you_mean(tpl, cat.TEMPLATES)
         ctx.error("train.template", f"LlamaFactory has no template {tpl!r}",
                   f"did you mean '{guess}'?" if guess else "use the template of the model family (see LlamaFactory's template list)")
-    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "save_steps", "logging_steps"):
+    _run_lengths(ctx)
+
+
+def _run_lengths(ctx: Ctx) -> None:
+    """Batch, accumulation, steps, learning rate and epochs, as the Trainer and torch take them: a batch size is a
+    positive whole number (torch's DataLoader refuses others); accumulation is a whole number and not 0 (the Trainer
+    divides by it); save/logging steps are a count or, below 1, a ratio of the run (transformers; lf.values checks
+    its own limits); a learning rate is a number torch's optimizers accept (not negative); epochs a number. Values
+    that run but do nothing useful are warnings."""
+    t = ctx.t
+    bs = t.get("per_device_train_batch_size")
+    if bs is not None and (not _is_int(bs) or bs < 1):
+        ctx.error("train.per_device_train_batch_size", f"per_device_train_batch_size must be a positive whole number, "
+                  f"got {bs!r} (torch's DataLoader refuses it)", "write a whole number >= 1")
+    ga = t.get("gradient_accumulation_steps")
+    if ga is not None and (_num(ga) is None or ga == 0):
+        ctx.error("train.gradient_accumulation_steps", f"gradient_accumulation_steps must be a number other than 0, "
+                  f"got {ga!r} (the Trainer divides the batches per epoch by it)", "write a whole number >= 1")
+    elif ga is not None and (not _is_int(ga) or ga < 0):
+        ctx.warn("train.gradient_accumulation_steps", f"gradient_accumulation_steps {ga} is not a whole number >= 1",
+                 "use 1 or more")
+    for key in ("save_steps", "logging_steps"):
         v = t.get(key)
-        if v is not None and (not _is_int(v) or v < 1 or v > 1_000_000):
-            ctx.error(f"train.{key}", f"{key} must be a positive integer, got {v!r}", "write a whole number >= 1")
-    lr = t.get("learning_rate")
-    if lr is not None and (_num(lr) is None or not 0 < lr < 1):
-        ctx.error("train.learning_rate", f"learning_rate must be a number in (0, 1), got {lr!r}",
-                  "e.g. 1.0e-4 for LoRA, 1.0e-5 for full fine-tuning (write the dot: 1.0e-4)")
-    ep = t.get("num_train_epochs")
-    if ep is not None and (_num(ep) is None or ep <= 0):
-        ctx.error("train.num_train_epochs", f"num_train_epochs must be a positive number, got {ep!r}", "e.g. 3")
+        if v is None:
+            continue
+        if (n := _num(v)) is None:
+            ctx.error(f"train.{key}", f"{key} must be a number of steps (or a ratio below 1), got {v!r}",
+                      "write a whole number >= 1, or a ratio such as 0.1")
+        elif n < 0:
+            ctx.warn(f"train.{key}", f"{key} {v} is negative", "write a whole number >= 1, or a ratio such as 0.1")
+    lr, lr_n = t.get("learning_rate"), _num(t.get("learning_rate"))
+    if lr is not None and (lr_n is None or lr_n < 0):
+        ctx.error("train.learning_rate", f"learning_rate must be a non-negative number, got {lr!r} (torch's "
+                  "optimizers refuse it)", "e.g. 1.0e-4 for LoRA, 1.0e-5 for full fine-tuning (write the dot: 1.0e-4)")
+    elif lr_n is not None and not 0 < lr_n < 1:
+        ctx.warn("train.learning_rate", f"learning_rate {lr} trains nothing useful", "e.g. 1.0e-4 for LoRA")
+    ep, ep_n = t.get("num_train_epochs"), _num(t.get("num_train_epochs"))
+    if ep is not None and ep_n is None:
+        ctx.error("train.num_train_epochs", f"num_train_epochs must be a number, got {ep!r} (the Trainer computes the "
+                  "number of steps from it)", "e.g. 3")
+    elif ep_n is not None and ep_n <= 0 and t.get("max_steps", -1) in (-1, None):
+        ctx.warn("train.num_train_epochs", f"num_train_epochs {ep}: the run has no step", "e.g. 3")
 
 
 # ---------------------------------------------------------------- output safety (cookbook §3(6))
@@ -901,6 +976,11 @@ def serve_merge(ctx: Ctx) -> None:
                   "weights themselves", "set pissa_init: false, or serve the adapter (deploy.serve.merge: false)")
 
 
+# The rules that keep plain `check` from being looser than the stack's own argument checks (issue #36) live in
+# their own module; importing it registers them here, before types.catalog (which skips the keys they report).
+from ktdeploy.core.recipe import rules_stack as _rules_stack  # noqa: E402, F401
+
+
 @rule("types.catalog")
 def catalog_types(ctx: Ctx) -> None:
     """Catalogue types (ktdeploy/core/recipe/types.py): each train/accelerate value against the annotation of
@@ -917,7 +997,7 @@ def catalog_types(ctx: Ctx) -> None:
             path = f"{sec}.{key}"
             if path in flagged:
                 continue
-            err = type_error(key, value)
+            err = type_error(key, value, sec)
             if err:
                 ctx.error(path, *err)
 

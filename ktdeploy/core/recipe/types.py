@@ -1,10 +1,13 @@
 """Value types from the key catalogue: the annotation of each key's owning dataclass in the locked wheels.
 
 `tools/gen_key_catalog.py` copies each field's annotation text (LlamaFactory-KT hparams, transformers-KT
-TrainingArguments, accelerate-KT ClusterConfig) into catalog_data.KEY_TYPES. LlamaFactory builds its
-dataclasses with HfArgumentParser.parse_dict, which does not convert or check types: `overwrite_output_dir:
-1` arrives as the integer 1 and `packing: 'off'` as a truthy string. ktdeploy therefore checks each
-value against the annotation and names the fix. Pure: no wheel is imported.
+TrainingArguments into catalog_data.KEY_TYPES; accelerate-KT ClusterConfig into ACCELERATE_KEY_TYPES).
+LlamaFactory builds its dataclasses with HfArgumentParser.parse_dict and accelerate its ClusterConfig with
+``cls(**yaml)``: neither converts or checks types, so `overwrite_output_dir: 1` arrives as the integer 1 and
+`packing: 'off'` as a truthy string (packing on). ktdeploy therefore checks each value against the annotation
+and names the fix, except where the stack itself takes another form: LlamaFactory's ``split_arg`` fields take a
+YAML list (catalog_data.LIST_ARGS), and accelerate's own ``accelerate config`` writes ``downcast_bf16: 'no'``
+(read only by its TPU launcher). Pure: no wheel is imported.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import re
 from functools import cache
 from typing import Any
 
-from ktdeploy.core.recipe.catalog_data import KEY_TYPES
+from ktdeploy.core.recipe.catalog_data import ACCELERATE_KEY_TYPES, KEY_TYPES, LIST_ARGS
 
 MAX_INT = 2**63 - 1
 
@@ -51,11 +54,19 @@ def kinds(annotation: str) -> tuple[frozenset[str], tuple[Any, ...] | None]:
     return frozenset(out), literal
 
 
-def type_error(key: str, value: Any) -> tuple[str, str] | None:
-    """(message, fix) when ``value`` cannot be the catalogue type of ``key``; None when it fits or is unknown."""
-    ann = KEY_TYPES.get(key)
+# Forms the stack takes beyond the annotation (section, key) -> the annotation as the stack reads it.
+READ_AS = {("accelerate", "downcast_bf16"): "bool | str",   # `accelerate config` writes downcast_bf16: 'no'
+           ("train", "lora_alpha"): "int | float | None"}     # PEFT scales by lora_alpha / r; KTConfig: float
+
+
+def type_error(key: str, value: Any, section: str = "train") -> tuple[str, str] | None:
+    """(message, fix) when ``value`` cannot be the catalogue type of ``key`` in ``section``; None when it fits or is
+    unknown."""
+    ann = READ_AS.get((section, key)) or (ACCELERATE_KEY_TYPES if section == "accelerate" else KEY_TYPES).get(key)
     if ann is None or value is None:
         return None
+    if section == "train" and key in LIST_ARGS and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return None   # split_arg keeps a list as it is
     ks, literal = kinds(ann)
     if "any" in ks:
         return None

@@ -205,3 +205,51 @@ def test_the_trainer_gets_expandable_segments_unless_the_environment_chooses(tmp
         got = subprocess.run(["sh", "-c", plan.launch_sh.split("\n")[-3] + '; printf %s "$PYTORCH_CUDA_ALLOC_CONF"'],
                              env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True).stdout
         assert got == want
+
+
+def _judge(answer: dict, seen: list):
+    """A stand-in for the stack (the real one runs in tests/integration/test_stack_judge.py): records what train
+    hands it and answers as ktdeploy.agent.stack_judge does."""
+    from ktdeploy.core.recipe.stack_judge import MARKER, parse_output
+
+    def judge(rendered):
+        seen.append(rendered)
+        return parse_output(MARKER + json.dumps({"schema": 1, **answer}), 0)
+    return judge
+
+
+def test_train_lets_the_stack_judge_exactly_what_it_launches(tmp_path):
+    recipe, _ = _recipe_copy(tmp_path)
+    seen: list = []
+    plan = T.plan_train(str(recipe), doctor=fake_doctor,
+                        judge=_judge({"status": "accepted", "versions": {"kt-kernel": "0.7.2"}}, seen))
+    assert seen and seen[0].train_yaml == plan.train_yaml and "kt_num_threads: 12" in seen[0].train_yaml
+    (check,) = [c for c in plan.doctor["checks"] if c["name"] == "stack.judge"]
+    assert check["status"] == "pass" and "accepts" in check["detail"] and "0.7.2" in check["detail"]
+
+
+def test_a_stack_refusal_stops_train_with_the_stacks_findings(tmp_path):
+    from ktdeploy.core.errors import RecipeError
+
+    recipe, _ = _recipe_copy(tmp_path)
+    refusal = {"stage": "kt-kernel", "error_type": "ValueError",
+               "message": "kt_max_cache_depth must be at least the number of in-flight micro-batches"}
+    with pytest.raises(RecipeError) as e:
+        T.plan_train(str(recipe), doctor=fake_doctor, judge=_judge({"status": "refused", "refusals": [refusal]}, []))
+    assert e.value.exit_code == 2 and e.value.key == "stack.judge"
+    (f,) = e.value.findings
+    assert f.path == "train.kt_config.kt_max_cache_depth" and f.rule == "stack.kt-kernel" and f.file == str(recipe)
+    assert f.line and "kt-kernel refuses it: ValueError: kt_max_cache_depth" in f.message
+
+
+def test_no_stack_to_judge_with_is_a_failed_check_and_skip_doctor_skips_the_judge(tmp_path):
+    from ktdeploy.core.errors import CheckFailed
+
+    recipe, _ = _recipe_copy(tmp_path)
+    absent = _judge({"status": "absent", "missing": ["torch", "llamafactory"]}, [])
+    with pytest.raises(CheckFailed) as e:
+        T.plan_train(str(recipe), doctor=fake_doctor, judge=absent)
+    assert e.value.results[0].name == "stack.judge" and "torch, llamafactory" in e.value.message
+    seen: list = []
+    T.plan_train(str(recipe), skip_doctor=True, doctor=fake_doctor, judge=_judge({"status": "absent"}, seen))
+    assert seen == []

@@ -75,3 +75,36 @@ def test_plan_argv_is_what_image_doctor_runs():
     assert list(s.argv) == dk.image_check(pr["image"], name=pr["name"], gpus=pr["gpus"] or None,
                                           memlock=pr["memlock"], user=pr["user"])
     assert dataclasses.asdict(s)["action"] == StepAction.IMAGE_CHECK
+
+
+REFUSED = [{"name": "stack.judge", "status": "fail", "layer": "container",
+            "detail": "the stack refuses the recipe: train.streaming: LlamaFactory-KT refuses it: ...",
+            "data": {"status": "refused", "findings": [
+                {"severity": "error", "path": "train.streaming", "rule": "stack.llamafactory", "file": "r.yaml",
+                 "line": 12, "message": "LlamaFactory-KT refuses it: ValueError: Please specify `max_steps` in "
+                                        "streaming mode.", "fix": "change train.streaming ..."}]}},
+           {"name": "stack.torch", "status": "pass", "layer": "container"}]
+
+
+def test_the_stack_refusing_the_recipe_stops_up_with_its_findings(monkeypatch, tmp_path):
+    """stack.judge failing alone is the recipe's fault: RecipeError (exit 2) carrying the stack's findings, the same
+    report as `ktdeploy check --stack`; the event records them."""
+    from ktdeploy.core.errors import RecipeError
+
+    with pytest.raises(RecipeError) as e:
+        _run(monkeypatch, tmp_path, REFUSED)
+    assert e.value.exit_code == 2 and e.value.key == "stack.judge"
+    assert [f.path for f in e.value.findings] == ["train.streaming"]
+    assert "max_steps" in e.value.findings[0].message and e.value.findings[0].line == 12
+
+
+def test_a_refusal_beside_another_failed_check_is_a_failed_check(monkeypatch, tmp_path):
+    with pytest.raises(CheckFailed) as e:
+        _run(monkeypatch, tmp_path, [*REFUSED, FAILING[0]])
+    assert {c.name for c in e.value.results} == {"stack.judge", "stack.python_headers"}
+
+
+def test_a_waived_judge_lets_up_go_on(monkeypatch, tmp_path):
+    ex, _ = _run(monkeypatch, tmp_path, REFUSED, waived=("stack.judge",))
+    ev = [e for e in ex.record.events() if e.get("event") == "image_check"]
+    assert ev[0]["waived"] == ["stack.judge"] and ev[0]["failed"] == []
