@@ -70,12 +70,18 @@ def cache_env(environ: Mapping[str, str] | None = None, uid: int | None = None) 
     return out
 
 
+# A merged model (`ktdeploy merge`) is BF16 whatever the training format was, and served without a LoRA: the one
+# table's full-model BF16 row (kt-kernel's inference mode takes BF16, not AMXBF16; docs/serving-merged.md).
+MERGED_SETUP = "bf16"
+
+
 def build_serve_command(recipe, adapter_dir: str | os.PathLike | None, *, cpuinfer: int, threadpools: int,
                         python: str = "python3", host: str | None = None, port: int | None = None,
                         weights_dir: str | os.PathLike | None = None,
                         environ: Mapping[str, str] | None = None, kt_build: str | None = None,
-                        uid: int | None = None) -> ServeCommand:
-    """argv of sglang-kt's server for ``recipe`` serving ``adapter_dir`` (LoRA) or ``weights_dir`` (full fine-tune).
+                        uid: int | None = None, merged_dir: str | os.PathLike | None = None) -> ServeCommand:
+    """argv of sglang-kt's server for ``recipe`` serving ``adapter_dir`` (LoRA), ``weights_dir`` (full fine-tune)
+    or ``merged_dir`` (the base with the LoRA merged in by `ktdeploy merge`: a BF16 model, no LoRA).
 
     The server starts through ``ktdeploy.agent.sglang_launch`` (sglang's own launch, in-process) so that the
     API key is read from the environment and never appears in an argv.
@@ -89,21 +95,23 @@ def build_serve_command(recipe, adapter_dir: str | os.PathLike | None, *, cpuinf
     if not model:
         raise UsageError("train.model_name_or_path is not set", key="train.model_name_or_path",
                          fix="set it to the base model directory")
-    if (adapter_dir is None) == (weights_dir is None):
-        raise UsageError("give exactly one of --adapter (LoRA run) and --weights (full fine-tune)",
-                         fix="--adapter <output_dir>-sglang for a LoRA run, --weights <output_dir> for a full fine-tune")
-    if weights_dir is not None:
-        model = str(weights_dir)
+    if sum(x is not None for x in (adapter_dir, weights_dir, merged_dir)) != 1:
+        raise UsageError("give exactly one of --adapter (LoRA run), --weights (full fine-tune) and --merged (merged "
+                         "LoRA)", fix="--adapter <output_dir>-sglang for a LoRA run, --weights <output_dir> for a full "
+                                      "fine-tune, --merged <output_dir>-merged for `ktdeploy merge`'s model")
+    whole = weights_dir if weights_dir is not None else merged_dir
+    if whole is not None:
+        model = str(whole)
     if cpuinfer < 1 or threadpools < 1:
         raise UsageError(f"--kt-cpuinfer {cpuinfer} / --kt-threadpool-count {threadpools} must be >= 1",
                          fix="run on a host with CPU facts (ktdeploy doctor) or set kt_num_threads in the recipe")
-    method = kt_method(recipe.weight_setup(), lora=adapter_dir is not None)
+    method = kt_method(MERGED_SETUP if merged_dir is not None else recipe.weight_setup(), lora=adapter_dir is not None)
     if adapter_dir is not None and kt_build and V.known(kt_build) and not V.get(kt_build).sft:
         raise UsageError(f"kt-kernel's {V.canonical(kt_build)} build (this image) has no SFT kernels: sglang-kt serves "
                          "a KT LoRA through kt-kernel's SFT wrapper, which that build lacks",
                          key="deploy.image", fix=f"Serve the adapter on a CPU that runs {' or '.join(V.TRAINING)} "
                                                  "(docs/cpu-builds.md); this CPU can serve a full fine-tune.")
-    weights = model if weights_dir is not None else (train.get("kt_weight_path") or model)
+    weights = model if whole is not None else (train.get("kt_weight_path") or model)
     served = s.served_model_name or Path(str(train.get("model_name_or_path"))).name
     argv = [python, "-m", LAUNCHER,
             "--model-path", str(model),

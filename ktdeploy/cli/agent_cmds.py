@@ -1,5 +1,5 @@
 """The agent's commands - what the image's entrypoint runs on the training host:
-`ktdeploy train`, `ktdeploy convert`, `ktdeploy serve`, `ktdeploy tiny-model`."""
+`ktdeploy train`, `ktdeploy convert`, `ktdeploy merge`, `ktdeploy serve`, `ktdeploy tiny-model`."""
 
 from __future__ import annotations
 
@@ -133,12 +133,50 @@ def convert(
 
 
 @app.command()
+def merge(
+    output_dir: Path = typer.Argument(..., help="KT LoRA training output_dir (or one checkpoint-* in it)."),
+    base: Path = typer.Option(..., "--base", metavar="MODEL_DIR", help="The base model folder the adapter was trained on (safetensors: "
+                                                  "BF16, F16, F32, or FP8 with block scales, written as BF16)."),
+    out: str = typer.Option(..., "-o", "--out", metavar="MERGED_DIR",
+                            help="New folder for the merged model (absent or empty)."),
+    base_root: Optional[Path] = typer.Option(None, "--base-root", metavar="DIR", help="The volume links inside the base folder may "
+                                                                       "point into (default: the base folder)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, max=256, help="Worker threads (default: up to 4)."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the KT manifest's size/SHA-256 check."),
+    as_json: bool = typer.Option(False, "--json", help="Print the merge summary as JSON."),
+) -> None:
+    """Fold the KT LoRA into the base weights: a plain Hugging Face model any engine serves.
+
+    Both parts (routed experts + attention/router/shared) are merged; ktdeploy_merge.json records the SHA-256 of
+    every input and output file. Streams shard by shard in bounded memory; a killed merge resumes; numpy only."""
+    # The merge runs its own worker threads; a BLAS pool per thread would oversubscribe the cores (set before numpy).
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    from ktdeploy.agent.merge import merge as do_merge
+
+    s = do_merge(output_dir, base, out, base_root=base_root, verify_manifest=not no_verify, workers=threads,
+                 say=None if as_json else (lambda m: err_console.print(esc(m), highlight=False)))
+    if as_json:
+        print_json(asdict(s))
+        return
+    console.print(f"[green]merged model written[/]: {esc(s.output_dir)}")
+    console.print(f"rank {s.rank}, alpha {s.lora_alpha:g} (scale {s.scale:g}); {s.expert_tensors} expert tensors "
+                  f"({s.expert_layers} layers x {s.num_experts} experts, {esc(s.layout)}) + {s.nonexpert_tensors} other "
+                  f"tensors merged; {s.shards} shard(s), {s.kept_shards} kept from an interrupted run; "
+                  f"{s.bytes_out / 1e9:.2f} GB in {s.seconds:.1f} s", highlight=False)
+    for note in s.notes:
+        console.print(f"note: {esc(note)}", highlight=False)
+
+
+@app.command()
 def serve(
     recipe: Path = typer.Argument(..., help="Recipe YAML (model, KT settings, deploy.serve)."),
     adapter: Optional[Path] = typer.Option(None, "--adapter", help="Adapter directory written by `ktdeploy convert` "
                                                                    "(LoRA run)."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="A full fine-tune's output_dir: serve the trained "
                                                                    "weights themselves (no adapter, no LoRA)."),
+    merged: Optional[Path] = typer.Option(None, "--merged", metavar="MERGED_DIR", help="A model written by `ktdeploy merge`: served as a "
+                                                                 "plain BF16 model (--kt-method BF16, no LoRA)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     cpuinfer: Optional[int] = typer.Option(None, "--kt-cpuinfer", help="CPU expert threads (default: derived "
                                                                          "from this host's physical cores)."),
@@ -146,15 +184,20 @@ def serve(
     print_only: bool = typer.Option(False, "--print", help="Print the command instead of starting the server."),
     as_json: bool = typer.Option(False, "--json", help="With --print: the argv as JSON."),
 ) -> None:
-    """Serve the base model with the converted KT adapter (or a full fine-tune's weights) through sglang-kt."""
+    """Serve the base model with the converted KT adapter (or a full fine-tune's weights, or a merged model) through
+    sglang-kt."""
     from ktdeploy.agent.serve import build_serve_command
     from ktdeploy.core.recipe import load_recipe, require_valid
 
     r = load_recipe(recipe, set_)
     require_valid(r)
-    if (adapter is None) == (weights is None):
-        raise UsageError("give exactly one of --adapter ADAPTER_DIR (LoRA run) and --weights OUTPUT_DIR (full fine-tune)",
+    if sum(x is not None for x in (adapter, weights, merged)) != 1:
+        raise UsageError("give exactly one of --adapter ADAPTER_DIR (LoRA run), --weights OUTPUT_DIR (full fine-tune) "
+                         "and --merged MERGED_DIR (`ktdeploy merge`)",
                          fix="`ktdeploy up` passes the right one; by hand: --adapter <output_dir>-sglang")
+    if merged is not None and not (merged / "ktdeploy_merge.json").is_file():
+        raise UsageError(f"{merged} is not a merged model (no ktdeploy_merge.json)", key="--merged",
+                         fix="run `ktdeploy merge OUTPUT_DIR --base MODEL_DIR -o MERGED_DIR` first")
     if weights is not None and not (weights / "config.json").is_file():
         raise UsageError(f"{weights} holds no trained model (no config.json)", key="--weights",
                          fix="point at the output_dir of a finished full fine-tune (finetuning_type: full)")
@@ -170,7 +213,7 @@ def serve(
         t, p, _ = local_threads(r)
         threads, pools = threads or t, pools or p
     cmd = build_serve_command(r, adapter, cpuinfer=int(threads), threadpools=int(pools), weights_dir=weights,
-                              kt_build=os.environ.get("KT_KERNEL_CPU_VARIANT") or None)
+                              kt_build=os.environ.get("KT_KERNEL_CPU_VARIANT") or None, merged_dir=merged)
     if print_only:
         if as_json:
             print_json({"argv": cmd.redacted, "env": cmd.env})

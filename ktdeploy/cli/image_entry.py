@@ -14,8 +14,8 @@ import sys
 
 from ktdeploy.core.markup import esc
 
-# Pure recipe work never touches kt-kernel: it runs on any CPU, whatever the variant.
-NO_ISA_COMMANDS = {"check", "render", "--help", "-h", "help", "--version"}
+# Pure recipe work and the merge (numpy only) never touch kt-kernel: they run on any CPU, whatever the variant.
+NO_ISA_COMMANDS = {"check", "render", "merge", "--help", "-h", "help", "--version"}
 
 
 def isa_gate(variant: str | None, argv: list[str]):

@@ -3,6 +3,8 @@
 * A LoRA run (``finetuning_type: lora``) is converted into a *sibling* of the training output,
   ``<output_dir>-sglang``: never inside the training output (KT's output is the record of a multi-hour run and
   `convert` refuses to write into it), never over an existing adapter.
+* With ``deploy.serve.merge`` a LoRA run is also merged into the base (`ktdeploy merge`) into the sibling
+  ``<output_dir>-merged``, served as a plain model.
 * A full fine-tune (``finetuning_type: full``) has no adapter: sglang-kt serves the trained weights in
   ``output_dir`` themselves, so there is nothing to convert.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import posixpath
 
 ADAPTER_SUFFIX = "-sglang"
+MERGED_SUFFIX = "-merged"
 
 
 def adapter_dir_for(output_dir: str) -> str:
@@ -22,6 +25,14 @@ def adapter_dir_for(output_dir: str) -> str:
     if out in ("/", "."):
         raise ValueError(f"output_dir {output_dir!r} has no sibling directory")
     return out + ADAPTER_SUFFIX
+
+
+def merged_dir_for(output_dir: str) -> str:
+    """Where `up` (deploy.serve.merge) writes the merged model: the sibling ``<output_dir>-merged``."""
+    out = posixpath.normpath(str(output_dir))
+    if out in ("/", "."):
+        raise ValueError(f"output_dir {output_dir!r} has no sibling directory")
+    return out + MERGED_SUFFIX
 
 
 def destination_problem(src: str, dst: str) -> str | None:

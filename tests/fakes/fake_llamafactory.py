@@ -3,7 +3,8 @@
 
     fake_llamafactory.py train RECIPE.yaml [--resume auto|PATH]  # writes what LlamaFactory + HF Trainer write
     fake_llamafactory.py convert OUT -o ADAPTER  # the REAL converter (ktdeploy.agent.convert, copied in the image)
-    fake_llamafactory.py serve RECIPE --adapter DIR | --weights DIR  # an HTTP server answering /health
+    fake_llamafactory.py merge OUT --base M -o D # the REAL `ktdeploy merge` (with numpy, copied in the image)
+    fake_llamafactory.py serve RECIPE --adapter DIR | --weights DIR | --merged DIR  # an HTTP server answering /health
 
 What ``train`` saves (output_dir and every checkpoint-N) is what kt-kernel 0.7.2 + LlamaFactory-KT save
 (tests/fakes/kt_layout.py, checked byte-size for byte-size against the GPU machine's recorded output): for
@@ -194,6 +195,27 @@ def convert(args):
     return 0
 
 
+def merge(args):
+    """Not a double: the real ktdeploy merge (the package and numpy are copied into this image; the base image has
+    no typer/rich for the CLI, so the function is called as the CLI calls it)."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    sys.path.insert(0, "/opt/ktdeploy-src")
+    from ktdeploy.agent.merge import merge as real_merge
+    from ktdeploy.core.errors import KtdeployError
+
+    out, base, dst = args[0], args[args.index("--base") + 1], args[args.index("-o") + 1]
+    root = args[args.index("--base-root") + 1] if "--base-root" in args else None
+    try:
+        s = real_merge(out, base, dst, base_root=root, say=lambda m: print(f"[ktdeploy merge] {m}", flush=True))
+    except KtdeployError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"[ktdeploy merge] merged model written: {s.output_dir} ({s.expert_tensors} expert + {s.nonexpert_tensors} "
+          f"other tensors, {s.kept_shards} shards kept)", flush=True)
+    return 0
+
+
 def serve(args):
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -201,7 +223,8 @@ def serve(args):
     s = (doc.get("deploy") or {}).get("serve") or {}
     port = int(s.get("port", 30000))
     what = {}
-    for flag, must in (("--adapter", "adapter_config.json"), ("--weights", "config.json")):
+    for flag, must in (("--adapter", "adapter_config.json"), ("--weights", "config.json"),
+                       ("--merged", "ktdeploy_merge.json")):
         if flag in args:
             d = args[args.index(flag) + 1]
             if not os.path.isfile(os.path.join(d, must)):
@@ -249,6 +272,8 @@ def main(argv):
         return tune(rest)
     if cmd == "convert":
         return convert(rest)
+    if cmd == "merge":
+        return merge(rest)
     if cmd == "serve":
         return serve(rest)
     print(f"unknown command {cmd}", file=sys.stderr)

@@ -19,6 +19,10 @@ def _ruamel_dir() -> Path:
     return Path(ruamel.yaml.__file__).parent.parent
 
 
+def _site_packages_of(module: str) -> Path:
+    return Path(__import__(module).__file__).parent.parent
+
+
 def build_fake_image() -> str:
     """Build (or reuse) the image; returns its reference 'ktdeploy/fake-trainer:<hash>'."""
     h = hashlib.sha256()
@@ -26,6 +30,9 @@ def build_fake_image() -> str:
         h.update((HERE / f).read_bytes())
     for f in sorted(PKG.rglob("*.py")):
         h.update(str(f.relative_to(PKG)).encode() + b"\0" + f.read_bytes())
+    import numpy
+
+    h.update(numpy.__version__.encode())
     ref = f"{REPO}:{h.hexdigest()[:12]}"
     if subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0:
         return ref
@@ -35,6 +42,11 @@ def build_fake_image() -> str:
         shutil.copytree(PKG, Path(ctx) / "ktdeploy", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         shutil.copy(HERE / "Dockerfile.fake-trainer", Path(ctx) / "Dockerfile")
         shutil.copytree(_ruamel_dir(), Path(ctx) / "ruamel", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        # the real merge needs numpy: this interpreter's (CPython 3.11, manylinux) runs in the bookworm base image
+        site = _site_packages_of("numpy")
+        for name in ("numpy", "numpy.libs"):
+            if (site / name).is_dir():
+                shutil.copytree(site / name, Path(ctx) / "site" / name, ignore=shutil.ignore_patterns("__pycache__"))
         p = subprocess.run(["docker", "build", "-q", "-t", ref, ctx], capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"building the fake trainer image failed:\n{p.stderr[-2000:]}")

@@ -92,3 +92,15 @@ def test_api_key_and_extra_args_parse(full_image, monkeypatch):
     # the key is not in the argv: the launcher sets ServerArgs.api_key from $KTDEPLOY_TEST_KEY (named by the env)
     assert got["api_key"] is None and got["host"] == "0.0.0.0" and got["kt_method"] == "AMXBF16"   # a LoRA
     assert cmd.env["KTDEPLOY_API_KEY_ENV"] == "KTDEPLOY_TEST_KEY" and "s3cret" not in cmd.shell()
+
+
+def test_sglang_kt_parses_the_merged_model_command(full_image):
+    """deploy.serve.merge: the merged folder is model and KT weights, --kt-method BF16 (sglang-kt's inference-mode
+    method for plain BF16 experts), no LoRA flags; sglang-kt's own parser reads it back so."""
+    recipe = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.merge=true"])
+    merged = "/srv/ktdeploy/output/tiny-moe-lora-merged"
+    cmd = build_serve_command(recipe, None, merged_dir=merged, cpuinfer=14, threadpools=1)
+    got = parse_in_image(full_image, cmd.argv)
+    assert got["model_path"] == merged == got["kt_weight_path"]
+    assert got["kt_method"] == "BF16" and got["kt_num_gpu_experts"] == 0
+    assert not got["enable_lora"] and not got["lora_paths"]

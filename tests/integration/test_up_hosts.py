@@ -24,6 +24,7 @@ from ktdeploy.agent.tiny import build_dataset  # noqa: E402 (after the sys.path 
 from ktdeploy.controller import api  # noqa: E402 (after the sys.path insert)
 from ktdeploy.controller.runs import RunRecord  # noqa: E402 (after the sys.path insert)
 from ktdeploy.core.errors import StepError  # noqa: E402 (after the sys.path insert)
+from tests.fakes import kt_layout  # noqa: E402 (after the sys.path insert)
 from tests.fakes.image import build_fake_image  # noqa: E402 (after the sys.path insert)
 from tests.fakes.tiny_model import write_tiny_model  # noqa: E402 (after the sys.path insert)
 from tests.integration.hosts import docker, host_pool  # noqa: E402, F401  (fixture)
@@ -403,6 +404,63 @@ def test_full_finetune_is_regrouped_and_served_as_weights(env):
     assert serve["State"]["Running"]
     assert serve["Args"][-3:] == ["/ktdeploy-job/recipe.yaml", "--weights", f"{out}-sglang"]
     docker("rm", "-f", f"{plan['job']}-serve", check=False)  # free the port; the fixture removes the rest
+
+
+def test_merge_true_merges_the_lora_and_serves_the_merged_model(env):
+    """deploy.serve.merge: true: CONVERT converts the adapter AND runs the real `ktdeploy merge` (numpy, in the
+    image) into <output_dir>-merged, against a base with its routed experts (kt_layout, the tiny model's shapes);
+    SERVE gets --merged <output_dir>-merged (the oracle test parses that argv: --kt-method BF16, no LoRA flags).
+    A second up changes nothing; a base the adapter does not fit stops CONVERT with the merge's error and publishes
+    nothing."""
+    root, host = env["root"], env["hosts"]["second"]
+    base = root / "models" / "tiny-base"
+    kt_layout.write_base_model(str(base), shards=2)
+    out = f"{root}/out/merged-run"
+    overrides = [*sets(env, out, port=31003), "deploy.serve.merge=true", f"train.model_name_or_path={base}",
+                 "train.save_steps=10"]
+    said: list[str] = []
+    res = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
+                 ssh=env["pool"].ssh_options(), say=said.append)
+    assert res.state == "finished", said
+    rec = res.record
+    plan = rec.read_json("plan.json")
+    merged = Path(f"{out}-merged")
+    man = json.loads((merged / "ktdeploy_merge.json").read_text())
+    assert man["tensors"]["expert"] == 4 * 16 * 3 and man["tensors"]["nonexpert"] == 4 * 5
+    for name, r in man["output"]["files"].items():
+        assert (merged / name).stat().st_size == r["size"], name
+    assert man["adapter"]["files"]["fused_expert_lora.safetensors"]["sha256"] == \
+        json.loads(Path(out, "kt_adapter_manifest.json").read_text())["artifacts"]["fused_expert_lora.safetensors"]["sha256"]
+    b, m = (base / "model-00001-of-00002.safetensors").read_bytes(), (merged / "model-00001-of-00002.safetensors").read_bytes()
+    assert len(b) == len(m) and b != m                       # same layout, merged values
+    assert Path(f"{out}-sglang", "ktdeploy_convert.json").is_file()   # the adapter is converted beside it
+    done = {e["step"] for e in events(rec, "step_done")}
+    assert {"convert.adapter", "convert.merge", "serve.ready"} <= done
+    step = next(st for stage in plan["stages"] for st in stage["steps"] if st["id"] == "convert.merge")
+    assert step["argv"][-8:] == ["merge", out, "--base", str(base), "--base-root", f"{root}/models", "-o", str(merged)]
+    serve = json.loads(docker("inspect", f"{plan['job']}-serve").stdout)[0]
+    assert serve["State"]["Running"]
+    assert serve["Args"][-3:] == ["/ktdeploy-job/recipe.yaml", "--merged", str(merged)]
+    assert any(n.endswith("(model=tiny-base)") for n in plan["notes"]), plan["notes"]   # no :lora suffix
+    # second up: nothing runs again
+    res2 = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
+                  ssh=env["pool"].ssh_options(), say=said.append)
+    assert res2.state == "finished"
+    assert not {e["step"] for e in events(res2.record, "step_start")} & {"convert.merge", "convert.adapter", "serve.create"}
+    docker("rm", "-f", f"{plan['job']}-serve", check=False)  # free the port; the fixture removes the rest
+
+    # a base of another shape: the merge refuses before writing, up stops in CONVERT, nothing is published
+    other = root / "models" / "other-base"
+    kt_layout.write_base_model(str(other), m={**kt_layout.SMALL, "moe_inter": 128}, shards=1)
+    bad_out = f"{root}/out/merged-bad"
+    r = cli("up", "--host", host.target, *[a for w in WAIVE for a in ("--waive", w)],
+            *[a for x in [*sets(env, bad_out, port=31004), "deploy.serve.merge=true",
+                          f"train.model_name_or_path={other}", "train.save_steps=10"] for a in ("--set", x)],
+            *ssh_args(env))
+    assert r.returncode == 4, (r.stdout[-2000:], r.stderr[-3000:])
+    said_all = r.stdout + r.stderr
+    assert "is [128, 512] but the expert LoRA needs [256, 512]" in said_all and "Traceback" not in said_all, said_all[-4000:]
+    assert not Path(f"{bad_out}-merged").exists()
 
 
 # KTDEPLOY_DROP_REPEAT=20 repeats the drop on the same hosts (one pytest session): the 20x stability loop.

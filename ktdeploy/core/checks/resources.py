@@ -17,6 +17,7 @@ from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.safeio import overlaps
 from ktdeploy.core.sizing import plan_recipe
 from ktdeploy.core.sizing.calibration import upper_edges
+from ktdeploy.core.sizing.estimate import merges
 
 GiB = 1024**3
 MIN_SHM = 1 * GiB           # DataLoader workers + NCCL; docker's default is 64 MiB
@@ -114,6 +115,11 @@ def threshold_requirements(recipe, facts: HostFacts) -> Requirements:
         req.basis["host_memory"] = f"threshold: {factor}x weights ({size / GiB:.1f} GiB at {weights_path}) + 8 GiB"
         req.output_disk_bytes = int(size * 3) if full else 20 * GiB
         req.basis["output_disk"] = "threshold: 3x weights (full checkpoints)" if full else "threshold: 20 GiB (LoRA)"
+        if not full and merges(recipe):
+            # the merged model is BF16: an FP8 base doubles
+            merged = size * (2 if recipe_weight_format(recipe)[0] == "fp8" else 1)
+            req.output_disk_bytes += int(merged)
+            req.basis["output_disk"] += f" + the merged model ({merged / GiB:.1f} GiB, deploy.serve.merge)"
         kt = t.get("kt_config") or {}
         if kt.get("kt_weight_lifecycle") == "ephemeral":
             req.shm_bytes = int(size)

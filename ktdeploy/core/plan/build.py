@@ -12,7 +12,7 @@ from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core import variants as V
-from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune
+from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune, merged_dir_for
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.errors import RecipeError, UsageError
@@ -264,6 +264,8 @@ class _Job:
     name: str                # the training container
     full: bool               # a full fine-tune (served as weights, not an adapter)
     adapter: str             # what sglang-kt serves: the sibling <output_dir>-sglang
+    merged: str | None       # deploy.serve.merge: the merged model <output_dir>-merged, served instead
+    model_bytes: int | None  # du of the base model on the host (sizes the merge's timeout)
     job_dir: str
     image: str
     variant: str | None
@@ -299,14 +301,43 @@ def _job(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
         raise RecipeError(f"the adapter directory {adapter} (sibling of train.output_dir) lies outside "
                           f"deploy.volumes.output {vol_out}", key="train.output_dir",
                           fix=f"Put train.output_dir in a folder below {vol_out}, e.g. {vol_out}/my-run.")
+    merged = merged_dir_for(out) if deploy.serve.merge and not is_full_finetune(recipe.train) else None
+    if deploy.serve.merge:
+        base = recipe.train.get("model_name_or_path")
+        vol_model = posixpath.normpath(deploy.volumes.model)
+        if not isinstance(base, str) or not (posixpath.normpath(base) + "/").startswith(vol_model.rstrip("/") + "/"):
+            raise RecipeError(f"deploy.serve.merge merges into train.model_name_or_path {base!r}, which lies outside "
+                              f"deploy.volumes.model {vol_model} (the merge container sees that volume only)",
+                              key="deploy.serve.merge", fix=f"Put the base model below {vol_model}, or serve the adapter "
+                                                            "(deploy.serve.merge: false).")
     name = job_name(recipe)
     home = state.home.rstrip("/") or "/tmp"
     image, variant, image_how = resolve_image(deploy, facts)
     gpu_waived = "docker.nvidia_runtime" in opts.waive or "gpu.present" in opts.waive
     return _Job(recipe=recipe, deploy=deploy, state=state, opts=opts, out=out, name=name,
-                full=is_full_finetune(recipe.train), adapter=adapter, job_dir=f"{home}/.cache/ktdeploy/jobs/{name}",
+                full=is_full_finetune(recipe.train), adapter=adapter, merged=merged,
+                model_bytes=_model_bytes(facts, recipe), job_dir=f"{home}/.cache/ktdeploy/jobs/{name}",
                 image=image, variant=variant, image_how=image_how, gpus=None if gpu_waived else list(deploy.gpus),
                 memlock=MEMLOCK_WAIVER not in opts.waive)
+
+
+def _model_bytes(facts: HostFacts | None, recipe) -> int | None:
+    model = recipe.train.get("model_name_or_path")
+    pf = facts.path(model) if facts is not None and isinstance(model, str) else None
+    return pf.used_bytes if pf is not None else None
+
+
+MERGE_MIN_TIMEOUT_S = 3600
+MERGE_BYTES_PER_S = 50e6        # 10x below the merge's measured rate (bench/results/merge): a slow disk still fits
+MERGE_UNKNOWN_TIMEOUT_S = 48 * 3600
+
+
+def merge_timeout(model_bytes: int | None) -> float:
+    """How long CONVERT waits for `ktdeploy merge`: the base's size at 50 MB/s (at least an hour), 48 h when the
+    size is unknown. A merge stopped by it resumes where it was at the next `up`."""
+    if not model_bytes:
+        return MERGE_UNKNOWN_TIMEOUT_S
+    return max(MERGE_MIN_TIMEOUT_S, model_bytes / MERGE_BYTES_PER_S)
 
 
 def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
@@ -479,14 +510,26 @@ def _convert_stage(j: _Job) -> Stage:
     if j.opts.detach:
         return Stage("CONVERT", "convert the adapter", skipped="--detach")
     present = j.state.adapter_present
-    return Stage("CONVERT", ("regroup the full fine-tune's KT experts into a servable model" if j.full
-                             else "convert the adapter for sglang-kt"), (
+    steps = [
         Step("convert.adapter", f"convert {j.out} -> {j.adapter}",
              argv=tuple(dk.run_convert(name=f"{j.name}-convert", image=j.image, run_id=j.opts.run_id, volumes=j.vol,
                                        output_dir=j.out, adapter_dir=j.adapter, user=j.user)),
              probe=("test", "-f", f"{j.adapter}/ktdeploy_convert.json"), satisfied=present,
              timeout=3600, why="already converted" if present else ""),
-    ))
+    ]
+    if j.merged is not None:
+        base = posixpath.normpath(str(j.recipe.train.get("model_name_or_path")))
+        steps.append(Step(
+            "convert.merge", f"merge {j.out} into {base} -> {j.merged}",
+            argv=tuple(dk.run_merge(name=f"{j.name}-merge", image=j.image, run_id=j.opts.run_id, volumes=j.vol,
+                                    output_dir=j.out, base=base, merged_dir=j.merged, user=j.user)),
+            probe=("test", "-f", f"{j.merged}/ktdeploy_merge.json"), timeout=merge_timeout(j.model_bytes),
+            why="deploy.serve.merge: the LoRA folded into the base weights (resumes where a stopped merge was)",
+            fix="See the error above (the merge checks the adapter against the base before writing); a merge stopped "
+                "by its timeout resumes at the next `ktdeploy up`."))
+    title = ("regroup the full fine-tune's KT experts into a servable model" if j.full
+             else "convert the adapter for sglang-kt" + (" and merge it into the base" if j.merged else ""))
+    return Stage("CONVERT", title, tuple(steps))
 
 
 def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
@@ -517,9 +560,11 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
                            action=StepAction.PUT_SECRET, remote=env_file, params={"env": deploy.serve.api_key_env}))
         sv.append(Step("serve.create", f"create the serving container {serve_name}",
                        argv=tuple(dk.create_serve(name=serve_name, image=j.image, run_id=j.opts.run_id, volumes=j.vol,
-                                                  output_dir=j.out, adapter_dir=None if j.full else j.adapter,
+                                                  output_dir=j.out,
+                                                  adapter_dir=None if j.full or j.merged else j.adapter,
                                                   weights_dir=j.adapter if j.full else None, gpus=j.gpus,
-                                                  memlock=j.memlock, user=j.user, env_file=env_file)),
+                                                  memlock=j.memlock, user=j.user, env_file=env_file,
+                                                  merged_dir=j.merged)),
                        probe=tuple(dk.exists_probe(serve_name)),
                        # a failed create must not leave the key behind: serve.unstage_key never runs then
                        params={"cleanup": ["rm", "-f", "--", env_file]} if env_file else {}))
@@ -539,7 +584,7 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
     url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
     mp = j.recipe.train.get("model_name_or_path")
     served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")
-    note = (f"serving endpoint: {url} (model={served})" if j.full else
+    note = (f"serving endpoint: {url} (model={served})" if j.full or j.merged else
             f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
-    what = "trained weights" if j.full else "adapter"
+    what = "trained weights" if j.full else "merged model (BF16, no LoRA)" if j.merged else "adapter"
     return Stage("SERVE", f"serve the {what} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}", tuple(sv)), note

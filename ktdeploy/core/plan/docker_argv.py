@@ -140,15 +140,25 @@ def run_convert(*, name: str, image: str, run_id: str, volumes, output_dir: str,
             "--", image, "convert", output_dir, "-o", adapter_dir]
 
 
+def run_merge(*, name: str, image: str, run_id: str, volumes, output_dir: str, base: str, merged_dir: str,
+              user: str | None = None) -> list[str]:
+    """`ktdeploy merge` in the image: the model volume read-only (links inside the base may point anywhere in it,
+    nowhere else), the merged model written to the output volume."""
+    return ["docker", "run", "--rm", "--name", name, *labels(name, run_id, "merge", output_dir), *user_flags(user),
+            *mount(volumes.model, readonly=True), *mount(volumes.output),
+            "--", image, "merge", output_dir, "--base", base, "--base-root", volumes.model, "-o", merged_dir]
+
+
 def create_serve(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str | None,
                  weights_dir: str | None = None, gpus: list[int] | None, memlock: bool = True, user: str | None = None,
-                 env_file: str | None = None) -> list[str]:
+                 env_file: str | None = None, merged_dir: str | None = None) -> list[str]:
     secret = ["--env-file", env_file] if env_file else []
+    served = (["--merged", merged_dir] if merged_dir else ["--weights", weights_dir] if weights_dir
+              else ["--adapter", adapter_dir])
     return ["docker", "create", "--name", name, *labels(name, run_id, "serve", output_dir), *user_flags(user), *secret,
             "--network", "host", "--restart", "unless-stopped", *gpu_flags(gpus), *runtime_flags(memlock),
             *mount(volumes.model, readonly=True), *mount(volumes.output, readonly=True),
-            "--", image, "serve", CONTAINER_RECIPE,
-            *(["--weights", weights_dir] if weights_dir else ["--adapter", adapter_dir])]
+            "--", image, "serve", CONTAINER_RECIPE, *served]
 
 
 def copy_job(job_dir: str, name: str) -> list[str]:

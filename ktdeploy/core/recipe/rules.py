@@ -950,6 +950,32 @@ def deploy_paths(ctx: Ctx) -> None:
         ctx.warn("deploy.volumes.data", "the data volume is inside the read-only model volume", "keep datasets apart from models")
 
 
+@rule("deploy.serve_merge")
+def serve_merge(ctx: Ctx) -> None:
+    """ktdeploy merge: deploy.serve.merge folds a plain KT LoRA into the base; anything else has nothing to merge
+    or would not merge exactly.
+
+    Cookbook: — (ktdeploy merge, docs/serving-merged.md).
+    Code: ktdeploy/agent/merge/run.py _UNMERGEABLE (PEFT LoraConfig fields) and the fused expert LoRA layout;
+    LF hparams/finetuning_args.py (pissa_init; rsLoRA/DoRA/additional_target: lora.servable).
+    """
+    d = ctx.recipe.deploy
+    if d is None or not d.serve.merge:
+        return
+    t = ctx.t
+    if str(t.get("finetuning_type", "lora")).lower() == "full":
+        ctx.error("deploy.serve.merge", "a full fine-tune has no adapter to merge: its output is the whole model",
+                  "remove deploy.serve.merge (the trained weights are served as they are)")
+        return
+    if not ctx.use_kt:
+        ctx.error("deploy.serve.merge", "ktdeploy merges a KT LoRA (the routed experts' fused_expert_lora + PEFT's part)",
+                  "set use_kt: true, or remove deploy.serve.merge")
+    # rsLoRA, DoRA and additional_target are refused for any served adapter (lora.servable); PiSSA only matters here
+    if _truthy(t.get("pissa_init")):
+        ctx.error("train.pissa_init", "deploy.serve.merge merges plain LoRA into the base; PiSSA changes the base "
+                  "weights themselves", "set pissa_init: false, or serve the adapter (deploy.serve.merge: false)")
+
+
 # The rules that keep plain `check` from being looser than the stack's own argument checks (issue #36) live in
 # their own module; importing it registers them here, before types.catalog (which skips the keys they report).
 from ktdeploy.core.recipe import rules_stack as _rules_stack  # noqa: E402, F401

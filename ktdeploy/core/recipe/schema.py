@@ -61,6 +61,10 @@ class Serve(_Strict):
     ready_timeout_s: int = Field(1800, ge=10, le=86400, description="How long `ktdeploy up` waits for the server's "
                                                                      "/health to answer (loading a large model takes "
                                                                      "minutes).")
+    merge: bool = Field(False, description="LoRA runs: CONVERT also folds the adapter into the base weights (`ktdeploy "
+                                           "merge`, written to <output_dir>-merged, the base's size again on the output "
+                                           "volume) and SERVE starts sglang-kt on that plain BF16 model (--kt-method "
+                                           "BF16, no LoRA flags) instead of base + adapter.")
     extra_args: list[str] = Field(default_factory=list, description="Extra sglang.launch_server arguments, passed as-is "
                                                                       "(as separate argv items, never through a shell).")
 

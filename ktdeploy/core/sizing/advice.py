@@ -17,6 +17,8 @@ from ktdeploy.core.sizing.estimate import GIB, ResourcePlan, estimate, setup_fro
 from ktdeploy.core.sizing.model_config import MoEArchitecture
 
 Dicts = tuple[dict, dict]
+# Plan terms that come from the deploy section (no train/accelerate knob changes them): the advice adds them as is.
+DEPLOY_TERMS = ("merged model",)
 
 
 @dataclass(frozen=True)
@@ -137,12 +139,13 @@ def _edge(plan: ResourcePlan, resource: str) -> float:
 
 
 def advise(recipe_dicts: Dicts, arch: MoEArchitecture, resource: str, available_gib: float,
-           gpus: int | None = None) -> list[Advice]:
-    """Every single-knob change that lowers the resource, with its new figure and whether it fits."""
-    base = _edge(estimate(recipe_dicts, arch, gpus), resource)
+           gpus: int | None = None, extra_gib: float = 0.0) -> list[Advice]:
+    """Every single-knob change that lowers the resource, with its new figure and whether it fits. ``extra_gib``:
+    what the recipe adds beyond train/accelerate and no knob here changes (the merged model's disk)."""
+    base = _edge(estimate(recipe_dicts, arch, gpus), resource) + extra_gib
     advice = []
     for knob, change, dicts, g in _candidates(recipe_dicts, arch, resource):
-        new = _edge(estimate(dicts, arch, g or gpus), resource)
+        new = _edge(estimate(dicts, arch, g or gpus), resource) + extra_gib
         if new < base - 1e-6:
             advice.append(Advice(resource, knob, change, base - new, new, new <= available_gib))
     return advice
@@ -190,7 +193,8 @@ def plan_checks(recipe_dicts: Dicts, arch: MoEArchitecture, *, host_available_by
                                               f"(headroom {cap - need:.1f} GiB)", data=data))
             continue
         short = need - cap
-        adv = advise(recipe_dicts, arch, resource, cap, gpus)
+        extra = sum(t.gib for t in plan.terms(resource) if t.name in DEPLOY_TERMS)
+        adv = advise(recipe_dicts, arch, resource, cap, gpus, extra)
         data["advice"] = [a.__dict__ for a in adv]
         results.append(CheckResult(name=name, status="fail",
                                    detail=f"predicted {predicted:.1f} GiB, upper edge of its calibration band {need:.1f} GiB > "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.sizing.advice import plan_checks
+from ktdeploy.core.sizing.estimate import estimate
 from ktdeploy.core.sizing.model_config import MoEArchitecture, resolve_model_config
 
 
@@ -55,6 +56,8 @@ def plan_check_results(recipe, facts, model_config=None, planned=None) -> list[C
             plan, arch, where = planned
         else:
             arch, where = _arch(recipe, model_config)
+            if getattr(recipe, "deploy", None) is not None:   # deploy.serve.merge adds the merged model's disk
+                plan = estimate(recipe, arch)
     except KtdeployError as err:
         return [CheckResult(name=f"plan.{r}", status="skip", layer=facts.layer,
                             detail=f"no resource plan: {err.message}", fix=err.fix or "")

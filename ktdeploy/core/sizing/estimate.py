@@ -230,6 +230,17 @@ def expert_bytes_per_param(fmt: str, arch: MoEArchitecture) -> float:
     return 2.0           # bf16
 
 
+def merges(recipe_or_dicts: Any) -> bool:
+    """deploy.serve.merge is on (a Recipe or a document dict); the merged model then needs the base's size again."""
+    deploy = getattr(recipe_or_dicts, "deploy", None)
+    if deploy is not None:
+        return bool(getattr(getattr(deploy, "serve", None), "merge", False))
+    if isinstance(recipe_or_dicts, dict):
+        serve = (recipe_or_dicts.get("deploy") or {}).get("serve") if isinstance(recipe_or_dicts.get("deploy"), dict) else None
+        return isinstance(serve, dict) and serve.get("merge") is True
+    return False
+
+
 def _inputs(recipe_or_dicts: Any) -> tuple[dict, dict]:
     if hasattr(recipe_or_dicts, "train") and hasattr(recipe_or_dicts, "accelerate"):
         return dict(recipe_or_dicts.train or {}), dict(recipe_or_dicts.accelerate or {})
@@ -471,6 +482,10 @@ def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = Non
     add("disk", "final output", final,
         "final adapter in output_dir + its sglang-converted copy" if s.finetuning == "lora"
         else "final full model in output_dir")
+    if s.finetuning == "lora" and merges(recipe_or_dicts):
+        add("disk", "merged model", arch.total_params * 2,
+            "deploy.serve.merge: the base with the LoRA merged in (<output_dir>-merged), BF16 whatever the base's "
+            f"format ({arch.total_params:,.0f} parameters x 2 bytes; an FP8 base is dequantized)")
 
     host = sum(t.gib for t in terms if t.resource == "host")
     gpu = sum(t.gib for t in terms if t.resource == "gpu")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,30 @@ def test_cli_refuses_raw_output(tmp_path):
                         "--adapter", str(tmp_path), "--print"], capture_output=True, text=True, cwd=ROOT,
                        env={**__import__("os").environ, "COLUMNS": "200"})
     assert p.returncode == 2 and "ktdeploy convert" in p.stderr
+
+
+def test_merged_model_is_served_as_bf16_without_lora():
+    """A merged model is BF16 whatever the training format: --kt-method BF16 (sglang-kt's inference-mode method for
+    plain BF16 experts) even for an AMXINT4 recipe on an AMX host, model and KT weights from the merged folder."""
+    for name in ("tiny-moe-lora.yaml", "qwen35-397b-amxint4-lora.yaml", "deepseek-v3-fp8-lora.yaml"):
+        r = load_recipe(ROOT / "recipes" / name)
+        c = build_serve_command(r, None, merged_dir="/out/run-merged", cpuinfer=14, threadpools=1)
+        assert flag(c.argv, "--model-path") == "/out/run-merged" == flag(c.argv, "--kt-weight-path"), name
+        assert flag(c.argv, "--kt-method") == "BF16", name
+        assert not {"--enable-lora", "--lora-paths", "--lora-backend", "--max-loras-per-batch"} & set(c.argv)
+    with pytest.raises(UsageError, match="exactly one"):
+        build_serve_command(r, "/a", merged_dir="/m", cpuinfer=4, threadpools=1)
+
+
+def test_cli_merged_needs_a_published_merge(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    args = [sys.executable, "-m", "ktdeploy", "serve", str(ROOT / "recipes/tiny-moe-lora.yaml"), "--merged",
+            str(tmp_path), "--kt-cpuinfer", "8", "--kt-threadpool-count", "1", "--print", "--json"]
+    env = {**__import__("os").environ, "COLUMNS": "200"}
+    p = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env)
+    assert p.returncode == 2 and "ktdeploy merge" in p.stderr
+    (tmp_path / "ktdeploy_merge.json").write_text("{}")
+    p = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stderr
+    argv = json.loads(p.stdout)["argv"]
+    assert argv[argv.index("--kt-method") + 1] == "BF16" and "--enable-lora" not in argv

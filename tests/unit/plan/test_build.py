@@ -199,3 +199,40 @@ def test_tune_runs_in_the_image_before_training_and_training_uses_its_choice():
     assert create[-2:] == ("--tuned", f"{workdir}/tune.json")
     without = steps(build_plan(recipe(), facts(), state(), UpOptions(host="gpu01", run_id="r1")))
     assert "tune.run" not in without and "--tuned" not in without["train.create"].argv
+
+
+def test_merge_true_adds_the_merge_step_and_serves_the_merged_model():
+    from ktdeploy.core.facts.host import PathFacts
+    from ktdeploy.core.plan.build import MERGE_MIN_TIMEOUT_S, merge_timeout
+
+    r = recipe("deploy.serve.merge=true")
+    base = r.train["model_name_or_path"]
+    out = r.train["output_dir"]
+    f = facts()
+    f.paths = [PathFacts(path=base, exists=True, checked=base, used_bytes=800 * 10**9)]
+    p = build_plan(r, f, state(), UpOptions(run_id="r1"))
+    s = steps(p)
+    m = s["convert.merge"]
+    assert m.argv[:3] == ("docker", "run", "--rm") and "--gpus" not in m.argv
+    assert "type=bind,source=/srv/ktdeploy/models,target=/srv/ktdeploy/models,readonly" in m.argv
+    assert m.argv[-8:] == ("merge", out, "--base", base, "--base-root", "/srv/ktdeploy/models", "-o", out + "-merged")
+    assert m.probe == ("test", "-f", out + "-merged/ktdeploy_merge.json")
+    assert m.timeout == 800e9 / 50e6 and merge_timeout(None) > merge_timeout(10**9) == MERGE_MIN_TIMEOUT_S
+    assert "convert.adapter" in s                                   # the adapter is converted beside it
+    create = s["serve.create"].argv
+    assert create[-2:] == ("--merged", out + "-merged") and "--adapter" not in create
+    assert any(n.endswith("(model=tiny-qwen3-moe)") for n in p.notes), p.notes
+    # off by default: no merge step, the adapter is served
+    s0 = steps(build_plan(recipe(), facts(), state(), UpOptions()))
+    assert "convert.merge" not in s0 and s0["serve.create"].argv[-2] == "--adapter"
+
+
+def test_merge_needs_the_base_inside_the_model_volume():
+    import pytest
+
+    from ktdeploy.core.errors import RecipeError
+
+    r = recipe("deploy.serve.merge=true")
+    r.train["model_name_or_path"] = "/elsewhere/model"
+    with pytest.raises(RecipeError, match="deploy.volumes.model"):
+        build_plan(r, facts(), state(), UpOptions())

@@ -115,3 +115,38 @@ def test_gate_is_the_upper_edge_of_the_band(bf16):
     assert res.data["upper_edge_gib"] == round(edge, 2) and res.data["predicted_gib"] == round(plan.host_memory_gib, 2)
     assert "upper edge" in res.detail
     assert any(k in res.fix for k in ("kt_max_cache_depth", "cutoff_len", "INT8", "AMXINT4", "num_processes"))
+
+
+def test_merge_counts_the_merged_model_on_the_output_volume():
+    """deploy.serve.merge: the disk plan (and so doctor's plan.disk gate, before training) adds the merged model,
+    BF16 whatever the base's format: the FP8 DeepSeek base doubles, the BF16 Qwen3.5 one is its own size."""
+    for name in ("qwen35-397b-bf16-lora.yaml", "deepseek-v3-fp8-lora.yaml"):
+        off = load_recipe(RECIPES / name)
+        on = load_recipe(RECIPES / name, ["deploy.serve.merge=true"])
+        p_off, arch, _ = plan_recipe(off)
+        p_on = plan_recipe(on)[0]
+        (term,) = [t for t in p_on.terms("disk") if t.name == "merged model"]
+        assert term.gib == pytest.approx(arch.total_params * 2 / GiB)
+        assert p_on.disk_gib == pytest.approx(p_off.disk_gib + term.gib)
+        assert not [t for t in p_off.terms("disk") if t.name == "merged model"]
+        # a disk with room for the run but not for the merged model fails doctor's plan.disk
+        between = p_off.disk_gib * 1.5 + 1
+        assert between < upper_edges(p_on)["disk"], name
+        bad = _by_name(plan_check_results(on, _facts(on, 4096, 200_000, between)))["plan.disk"]
+        good = _by_name(plan_check_results(off, _facts(off, 4096, 200_000, between)))["plan.disk"]
+        assert bad.status == "fail" and good.status == "pass", (bad.detail, good.detail)
+
+
+def test_merge_adds_the_model_size_to_the_threshold_without_a_planner():
+    """No config.json known (no planner): the LoRA threshold (20 GiB) grows by the weights on disk for
+    deploy.serve.merge, twice that for an FP8 base (written as BF16)."""
+    from ktdeploy.core.checks.resources import threshold_requirements
+
+    for name, factor in (("qwen35-397b-bf16-lora.yaml", 1), ("deepseek-v3-fp8-lora.yaml", 2)):
+        r = load_recipe(RECIPES / name, ["deploy.serve.merge=true"])
+        model = r.train["model_name_or_path"]
+        facts = HostFacts(paths=[PathFacts(path=model, exists=True, is_dir=True, checked=model, used_bytes=100 * GiB)])
+        off = threshold_requirements(load_recipe(RECIPES / name), facts)
+        on = threshold_requirements(r, facts)
+        assert on.output_disk_bytes - off.output_disk_bytes == factor * 100 * GiB, name
+        assert "merged model" in on.basis["output_disk"]

@@ -243,6 +243,12 @@ BAD = [
     ("amxint4-on-avx512", "deploy.image_build",
      [("deploy.image", "avx512_bf16"), ("train.kt_config.kt_backend", "AMXINT4"),
       ("train.kt_weight_path", "/data/models/q4")], "deploy.image"),
+    ("merge-pissa", "deploy.serve_merge", [("deploy.serve.merge", True), ("train.pissa_init", True)],
+     "train.pissa_init"),
+    ("merge-full", "deploy.serve_merge", [("deploy.serve.merge", True), ("train.finetuning_type", "full")],
+     "deploy.serve.merge"),
+    ("merge-no-kt", "deploy.serve_merge", [("deploy.serve.merge", True), ("train.use_kt", False),
+                                           ("train.kt_config", _DEL)], "deploy.serve.merge"),
 ]
 
 
@@ -327,6 +333,7 @@ GOOD = [
     ("rslora-off", [("train.use_rslora", False), ("train.use_dora", False)]),
     ("image-build-that-trains", [("deploy.image", "avx512_bf16")]),
     ("image-amx", [("deploy.image", "amx")]),
+    ("merge", [("deploy.serve.merge", True)]),
 ]
 
 
