@@ -263,7 +263,7 @@ def accelerate_launch(ctx: Ctx) -> None:
     FSDP plugin's choices (auto wrap policy, state dict type, sharding, prefetch, reshard_after_forward).
 
     Cookbook: A.2 (distributed_type FSDP, fsdp_version 2).
-    Code: accelerate-kt commands/config/config_args.py (process_config, ClusterConfig.__post_init__ DistributedType); commands/launch.py _validate_launch_command / launch_command (launcher choice, --fsdp_version default "1"); utils/launch.py prepare_multi_gpu_env (PrecisionType, DynamoBackend, cpu_ram_efficient_loading needs sync_module_states); utils/dataclasses.py FullyShardedDataParallelPlugin.__post_init__ and KTransformersPlugin.validate_distributed_setup; generated lists catalog_data.DISTRIBUTED_TYPES / FSDP_*.
+    Code: accelerate-kt commands/config/config_args.py (process_config, ClusterConfig.__post_init__ DistributedType); commands/launch.py _validate_launch_command / launch_command (launcher choice, --fsdp_version default "1"); utils/launch.py prepare_multi_gpu_env (PrecisionType, DynamoBackend, cpu_ram_efficient_loading needs sync_module_states); utils/launch.py prepare_multi_gpu_env (each fsdp_config value exported as str(value), the switches as str(value).lower()); utils/dataclasses.py FullyShardedDataParallelPlugin.__post_init__ (str_to_bool on the switches, BackwardPrefetch[...] / 'Invalid auto wrap policy'), set_state_dict_type (StateDictType[...], 'FSDP2 does not support LOCAL_STATE_DICT') and KTransformersPlugin.validate_distributed_setup; utils/environment.py str_to_bool ('invalid truth value'); generated lists catalog_data.DISTRIBUTED_TYPES / FSDP_*.
     """
     a = ctx.a
     if "accelerate" not in ctx.recipe.raw.doc:
@@ -321,29 +321,113 @@ def _truthy_raw(v: Any) -> bool:
     return bool(v)
 
 
+# accelerate launch exports each fsdp_config value into the training process's environment as text --
+# str(value) for the choices, str(value).lower() for the switches (utils/launch.py prepare_multi_gpu_env) -- and
+# FullyShardedDataParallelPlugin.__post_init__ reads it back from there, whatever type the YAML gave.
+FSDP_SWITCHES_ALWAYS = ("fsdp_offload_params", "fsdp_activation_checkpointing", "fsdp_cpu_ram_efficient_loading")
+FSDP_SWITCHES_V1 = ("fsdp_use_orig_params", "fsdp_sync_module_states", "fsdp_forward_prefetch")
+STATE_DICT_NUMBERS = (1, 2, 3)        # torch StateDictType: FULL_STATE_DICT, LOCAL_STATE_DICT, SHARDED_STATE_DICT
+BACKWARD_PREFETCH_NUMBERS = (1, 2)    # torch BackwardPrefetch: BACKWARD_PRE, BACKWARD_POST
+
+
+def _exported(v: Any) -> str:
+    """The text launch exports for a choice: str(value) (a list becomes "['X']", true becomes 'True')."""
+    return str(v)
+
+
 def _fsdp_choices(ctx: Ctx, version: int | None) -> None:
+    """The FSDP plugin's reading of what launch exported (accelerate-kt utils/dataclasses.py
+    FullyShardedDataParallelPlugin.__post_init__ and set_state_dict_type; utils/environment.py str_to_bool)."""
     fsdp = ctx.a.get("fsdp_config")
     if not isinstance(fsdp, dict):
         return
-    lists: tuple[tuple[str, tuple[str, ...]], ...] = (
-        ("fsdp_auto_wrap_policy", cd.FSDP_AUTO_WRAP_POLICY), ("fsdp_state_dict_type", cd.FSDP_STATE_DICT_TYPE),
-        ("fsdp_backward_prefetch", cd.FSDP_BACKWARD_PREFETCH))
+    _fsdp_policy(ctx, fsdp)
+    _fsdp_state_dict(ctx, fsdp, version)
+    _fsdp_prefetch(ctx, fsdp)
+    _fsdp_switches(ctx, fsdp, version)
     if version == 1:
-        lists += (("fsdp_sharding_strategy", cd.FSDP_SHARDING_STRATEGY),)
-    for key, allowed in lists:
-        v = fsdp.get(key)
-        if isinstance(v, str) and not v.isdigit() and v.upper() not in allowed:
-            ctx.error(f"accelerate.fsdp_config.{key}", f"unknown {key} {v!r}: accelerate's FSDP plugin takes "
-                      f"{', '.join(allowed)}", f"use one of {', '.join(allowed)}")
-    raf = fsdp.get("fsdp_reshard_after_forward")
-    if version == 2 and raf is not None and not isinstance(raf, bool) \
-            and str(raf).lower() not in (*TRUE_WORDS, *FALSE_WORDS):
-        ctx.error("accelerate.fsdp_config.fsdp_reshard_after_forward", f"fsdp_reshard_after_forward {raf!r}: FSDP2 "
-                  "takes a boolean (accelerate's str_to_bool refuses it: 'invalid truth value')",
-                  "write fsdp_reshard_after_forward: true")
-    if version == 1 and isinstance(raf, str) and not raf.isdigit() and raf.upper() not in cd.FSDP_SHARDING_STRATEGY:
-        ctx.error("accelerate.fsdp_config.fsdp_reshard_after_forward", f"fsdp_reshard_after_forward {raf!r}: FSDP1 "
-                  f"takes a sharding strategy ({', '.join(cd.FSDP_SHARDING_STRATEGY)})", "use fsdp_version: 2")
+        v = fsdp.get("fsdp_sharding_strategy")
+        if isinstance(v, str) and not v.isdigit() and v.upper() not in cd.FSDP_SHARDING_STRATEGY:
+            ctx.error("accelerate.fsdp_config.fsdp_sharding_strategy", f"unknown fsdp_sharding_strategy {v!r}: "
+                      f"accelerate's FSDP plugin takes {', '.join(cd.FSDP_SHARDING_STRATEGY)}", "use fsdp_version: 2")
+        raf = fsdp.get("fsdp_reshard_after_forward")
+        if isinstance(raf, str) and not raf.isdigit() and raf.upper() not in cd.FSDP_SHARDING_STRATEGY:
+            ctx.error("accelerate.fsdp_config.fsdp_reshard_after_forward", f"fsdp_reshard_after_forward {raf!r}: "
+                      f"FSDP1 takes a sharding strategy ({', '.join(cd.FSDP_SHARDING_STRATEGY)})", "use fsdp_version: 2")
+
+
+def _fsdp_policy(ctx: Ctx, fsdp: dict) -> None:
+    """launch exports fsdp_auto_wrap_policy (unless null) as str(value); the plugin refuses any text whose upper case
+    is not a policy name ('Invalid auto wrap policy: ... Must be one of [...]'): no numbers, no lists, no booleans."""
+    if fsdp.get("fsdp_auto_wrap_policy") is None:
+        return
+    text = _exported(fsdp["fsdp_auto_wrap_policy"])
+    if text.upper() not in cd.FSDP_AUTO_WRAP_POLICY:
+        ctx.error("accelerate.fsdp_config.fsdp_auto_wrap_policy", f"fsdp_auto_wrap_policy {text!r}: accelerate's "
+                  f"FSDP plugin refuses it ('Invalid auto wrap policy: {text}. Must be one of "
+                  f"{list(cd.FSDP_AUTO_WRAP_POLICY)}'; launch passes the value on as text)",
+                  "write fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP (cookbook A.2)")
+
+
+def _fsdp_state_dict(ctx: Ctx, fsdp: dict, version: int | None) -> None:
+    """launch exports fsdp_state_dict_type (unless null) as str(value); set_state_dict_type takes a number as
+    StateDictType(int(text)) and anything else as StateDictType[text.upper()] (KeyError for a list, true/false or an
+    unknown name); FSDP2 then refuses LOCAL_STATE_DICT."""
+    if fsdp.get("fsdp_state_dict_type") is None:
+        return
+    text = _exported(fsdp["fsdp_state_dict_type"])
+    path = "accelerate.fsdp_config.fsdp_state_dict_type"
+    fix = "write fsdp_state_dict_type: FULL_STATE_DICT (cookbook A.2) or SHARDED_STATE_DICT"
+    if text.isdigit():
+        if int(text) not in STATE_DICT_NUMBERS:
+            ctx.error(path, f"fsdp_state_dict_type {text}: accelerate's FSDP plugin reads a number as "
+                      f"StateDictType({int(text)}), which refuses it ('is not a valid StateDictType')", fix)
+            return
+        name = cd.FSDP_STATE_DICT_TYPE[int(text) - 1]
+    elif text.upper() not in cd.FSDP_STATE_DICT_TYPE:
+        ctx.error(path, f"fsdp_state_dict_type {text!r}: accelerate's FSDP plugin looks StateDictType[{text.upper()!r}] "
+                  f"up, which refuses it (KeyError; it takes {', '.join(cd.FSDP_STATE_DICT_TYPE)})", fix)
+        return
+    else:
+        name = text.upper()
+    if version == 2 and name == "LOCAL_STATE_DICT":
+        ctx.error(path, "fsdp_state_dict_type LOCAL_STATE_DICT with FSDP2: accelerate refuses it ('FSDP2 does not "
+                  "support LOCAL_STATE_DICT. Please set `fsdp_state_dict_type` to `SHARDED_STATE_DICT` or "
+                  "`FULL_STATE_DICT`.')", fix)
+
+
+def _fsdp_prefetch(ctx: Ctx, fsdp: dict) -> None:
+    """launch exports fsdp_backward_prefetch (unless null) as str(value); the plugin turns NO_PREFETCH into None, a
+    known name or a number into BackwardPrefetch, and looks anything else up as BackwardPrefetch[text.upper()]
+    (KeyError) -- before FSDP2 drops the setting."""
+    if fsdp.get("fsdp_backward_prefetch") is None:
+        return
+    text = _exported(fsdp["fsdp_backward_prefetch"])
+    if text.upper() in cd.FSDP_BACKWARD_PREFETCH or (text.isdigit() and int(text) in BACKWARD_PREFETCH_NUMBERS):
+        return
+    why = (f"BackwardPrefetch({int(text)}), which refuses it" if text.isdigit() else
+           f"BackwardPrefetch[{text.upper()!r}], which refuses it (KeyError)")
+    ctx.error("accelerate.fsdp_config.fsdp_backward_prefetch", f"fsdp_backward_prefetch {text!r}: accelerate's FSDP "
+              f"plugin reads it as {why}; it takes {', '.join(cd.FSDP_BACKWARD_PREFETCH)}",
+              "remove fsdp_backward_prefetch (FSDP2 does not use it) or write NO_PREFETCH")
+
+
+def _fsdp_switches(ctx: Ctx, fsdp: dict, version: int | None) -> None:
+    """launch exports each switch as str(value).lower() and the plugin reads it with accelerate's str_to_bool, which
+    takes only y/yes/t/true/on/1 and n/no/f/false/off/0 ('invalid truth value ...'): null, '', lists and other numbers
+    are refused. FSDP2 does not read use_orig_params, sync_module_states or forward_prefetch; it reads
+    reshard_after_forward the same way (FSDP1 reads a sharding strategy there)."""
+    keys = FSDP_SWITCHES_ALWAYS + (FSDP_SWITCHES_V1 if version == 1 else ())
+    if version == 2:
+        keys += ("fsdp_reshard_after_forward",)
+    for key in keys:
+        if key not in fsdp:
+            continue
+        text = str(fsdp[key]).lower()
+        if text not in (*TRUE_WORDS, *FALSE_WORDS):
+            ctx.error(f"accelerate.fsdp_config.{key}", f"{key} {fsdp[key]!r}: accelerate launch exports it as "
+                      f"{text!r} and the FSDP plugin's str_to_bool refuses that ('invalid truth value {text}')",
+                      f"write {key}: true or false")
 
 
 # ---------------------------------------------------------------- kt-kernel's KTConfig, beyond the cookbook setups
