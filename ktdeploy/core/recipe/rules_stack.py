@@ -47,6 +47,34 @@ def _strategy(ctx: Ctx, key: str) -> str | None:
 
 # ---------------------------------------------------------------- LlamaFactory / transformers arguments
 
+# LlamaFactory's hparams define these argument classes, but get_train_args parses a KT run with _TRAIN_ARGS
+# (Model/Data/Training/Finetuning/GeneratingArguments) only: MegatronBridgeArguments is parsed only under
+# USE_MEGATRON_BRIDGE=1, EvaluationArguments only by the evaluation entry (get_eval_args).
+NOT_PARSED_FOR_TRAINING = {"MegatronBridgeArguments": "the Megatron-Bridge trainer (USE_MEGATRON_BRIDGE=1)",
+                           "EvaluationArguments": "LlamaFactory's evaluation command (llamafactory-cli eval)"}
+ACCELERATE_HOMES = ("mixed_precision",)
+
+
+@rule("lf.parser")
+def lf_parser(ctx: Ctx) -> None:
+    """Keys of LlamaFactory argument classes that its training parser does not read: HfArgumentParser.parse_dict
+    (allow_extra_keys=False) refuses them ('Some keys are not used by the HfArgumentParser: [...]'), e.g.
+    `mixed_precision` (MegatronBridgeArguments; accelerate's key) in the training YAML.
+
+    Cookbook: §2.3 (the training YAML; mixed_precision belongs in the Accelerate YAML, A.2).
+    Code: LF hparams/parser.py _TRAIN_ARGS / _parse_train_args and get_train_args (MegatronBridgeArguments only in _TRAIN_MBRIDGE_ARGS under USE_MEGATRON_BRIDGE, EvaluationArguments only in _EVAL_ARGS); transformers-kt hf_argparser.py parse_dict ('Some keys are not used by the HfArgumentParser'); owners from catalog_data.TRAIN_KEYS.
+    """
+    for key in ctx.t:
+        owner = cd.TRAIN_KEYS.get(key)
+        if owner not in NOT_PARSED_FOR_TRAINING:
+            continue
+        fix = (f"move it to accelerate.{key} (KT trains in bf16: accelerate.mixed_precision: bf16 and train.bf16: true)"
+               if key in ACCELERATE_HOMES else "remove it")
+        ctx.error(f"train.{key}", f"'{key}' belongs to LlamaFactory's {owner}, which only {NOT_PARSED_FOR_TRAINING[owner]} "
+                  "reads; the training parser refuses it ('Some keys are not used by the HfArgumentParser: "
+                  f"[{key!r}]')", fix)
+
+
 @rule("lf.choices")
 def lf_choices(ctx: Ctx) -> None:
     """transformers' TrainingArguments converts these arguments with an enum, spelled exactly (case included):
