@@ -245,7 +245,7 @@ def lf_packages(ctx: Ctx) -> None:
     REPORT_INTEGRATIONS against the image's lock (catalog_data.LOCKED).
 
     Cookbook: §1.2 (the stack's packages).
-    Code: LF hparams/parser.py _check_extra_dependencies; LF model/model_utils/quantization.py (check_version per quantization_method); transformers-kt integrations/integration_utils.py (each callback raises 'requires X to be installed'); docker/requirements/full.lock.
+    Code: LF hparams/parser.py _check_extra_dependencies; LF model/model_utils/quantization.py (check_version per quantization_method); transformers-kt training_args.py TrainingArguments.__post_init__ (report_to 'all'/'none', a single value listed) and integrations/integration_utils.py get_reporting_integration_callbacks ('X is not supported, only ... are supported.'; each callback raises 'requires X to be installed'); docker/requirements/full.lock.
     """
     t = ctx.t
     fix = ("remove it; if the feature belongs in a KT fine-tune, add the package to docker/stack.toml and rebuild the "
@@ -264,11 +264,25 @@ def lf_packages(ctx: Ctx) -> None:
                       "remove quantization_bit: KT keeps the routed experts in its own CPU formats")
     report = t.get("report_to")
     names = report if isinstance(report, list) else [report] if isinstance(report, str) else []
+    if report is not None and report not in ("all", "none", ["all"], ["none"]):
+        _report_names(ctx, report if isinstance(report, list) else [report])
     for name in names:
         if isinstance(name, str) and name in cd.REPORT_INTEGRATIONS and name.replace("_", "-") not in cd.LOCKED:
             ctx.error("train.report_to", f"report_to {name}: the image does not install {name}, and transformers' "
                       f"callback for it raises at Trainer start ('requires {name} to be installed')",
                       "use report_to: none (the run record keeps trainer_log.jsonl and the loss plot)")
+
+
+def _report_names(ctx: Ctx, names: list) -> None:
+    """transformers' TrainingArguments keeps report_to 'all'/'none' (alone) as keywords and wraps any other single
+    value in a list; the Trainer then refuses every entry that is not an integration name, spelled exactly
+    ('X is not supported, only azure_ml, ... are supported.'): a module name, 'none' beside another entry, true."""
+    for name in names:
+        if not (isinstance(name, str) and name in cd.REPORT_INTEGRATIONS):
+            ctx.error("train.report_to", f"report_to entry {name!r}: transformers refuses it ('{name} is not supported, "
+                      f"only {', '.join(cd.REPORT_INTEGRATIONS)} are supported.')",
+                      "use report_to: none (the run record keeps trainer_log.jsonl and the loss plot)")
+            return
 
 
 # ---------------------------------------------------------------- accelerate launch and the KT plugin
