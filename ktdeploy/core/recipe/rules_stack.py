@@ -12,10 +12,11 @@ Registered into rules.RULES by rules.py (before ``types.catalog``, which skips t
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from ktdeploy.core.recipe import catalog_data as cd
-from ktdeploy.core.recipe.rules import Ctx, _is_int, _num, rule
+from ktdeploy.core.recipe.rules import Ctx, _is_int, _num, inside, rule
 
 SEED_MAX = 2**32 - 1          # numpy's legacy seed range (transformers.set_seed -> np.random.seed)
 EVAL_KEYS = ("do_eval", "do_predict", "predict_with_generate")
@@ -283,6 +284,60 @@ def _report_names(ctx: Ctx, names: list) -> None:
                       f"only {', '.join(cd.REPORT_INTEGRATIONS)} are supported.')",
                       "use report_to: none (the run record keeps trainer_log.jsonl and the loss plot)")
             return
+
+
+# Files LlamaFactory (and transformers) open while parsing the training arguments, before anything is loaded:
+# key -> (what it is, the stack's own refusal when it is not there, where such a file belongs).
+START_FILES = {
+    "new_special_tokens_config": ("a YAML file", "Failed to load special tokens config from '...' (llamafactory-kt "
+                                  "0.9.6.dev0 then fails on its own logger: 'Logger' object has no attribute "
+                                  "'error_rank0')", "data"),
+    "accelerator_config": ("a JSON file", "[Errno 2] No such file or directory", "data"),
+    "adapter_name_or_path": ("a directory", "KTransformers training requires a local adapter directory.", "output"),
+}
+
+
+@rule("lf.start_files")
+def lf_start_files(ctx: Ctx) -> None:
+    """Paths the stack opens while it parses the training arguments: LlamaFactory's ModelArguments loads
+    new_special_tokens_config with OmegaConf; transformers loads a text accelerator_config as a JSON file; a KT run
+    resolves adapter_name_or_path (one entry of the comma-separated list, plus adapter_folder) to a local directory.
+    The training container sees only the three deploy volumes (at the same paths), so a path outside them, or a
+    relative one, cannot be there: refused. Inside a volume it is a fact of the GPU host: a warning here; `train`
+    runs the stack's own check on the real files before training starts.
+
+    Cookbook: — (ktdeploy: three volumes, model read-only).
+    Code: LF hparams/model_args.py ModelArguments.__post_init__ (adapter_name_or_path split on ',', OmegaConf.load(new_special_tokens_config), logger.error_rank0 + raise) and KTransformersArguments._resolve_kt_adapter_artifact_dir ('KTransformers accepts a single `adapter_name_or_path`.', 'KTransformers training requires a local adapter directory.'); transformers-kt training_args.py TrainingArguments.__post_init__ (AcceleratorConfig.from_json_file for a non-dict accelerator_config) and trainer_pt_utils.py AcceleratorConfig.from_json_file; ktdeploy/core/plan/docker_argv.py volume mounts.
+    """
+    deploy = ctx.recipe.deploy
+    for key, (what, refusal, home) in START_FILES.items():
+        value = ctx.t.get(key)
+        if not isinstance(value, str) or (key == "adapter_name_or_path" and not ctx.use_kt):
+            continue
+        paths = [p.strip() for p in value.split(",")] if key == "adapter_name_or_path" else [value]
+        if len(paths) > 1:
+            ctx.error(f"train.{key}", f"{key} lists {len(paths)} adapters: KT refuses it ('KTransformers accepts a "
+                      "single `adapter_name_or_path`.')", "give one adapter directory")
+            continue
+        path = paths[0]
+        if key == "adapter_name_or_path" and isinstance(ctx.t.get("adapter_folder"), str):
+            path = posixpath.join(path, ctx.t["adapter_folder"])
+        if deploy is None:
+            continue
+        v = deploy.volumes
+        volumes = (v.model, v.data, v.output)
+        target = getattr(v, home)
+        if not path.startswith("/") or not any(inside(path, root) for root in volumes):
+            ctx.error(f"train.{key}", f"{key} {value!r} is {'relative' if not path.startswith('/') else 'outside'} "
+                      f"the volumes the training container mounts ({', '.join(volumes)}), so the stack cannot open "
+                      f"{what} there when it parses the arguments ('{refusal}')",
+                      f"put it under deploy.volumes.{home} (e.g. {target.rstrip('/')}/...) and give its absolute path"
+                      + (", or write accelerator_config as a mapping in the recipe" if key == "accelerator_config"
+                         else ""))
+        else:
+            ctx.warn(f"train.{key}", f"{key} {path} must be {what} on the GPU host when training starts (the stack "
+                     f"refuses otherwise: '{refusal}')", "make sure it is there; `train` runs the stack's own check "
+                     "on the real files before training")
 
 
 # ---------------------------------------------------------------- accelerate launch and the KT plugin
