@@ -50,9 +50,21 @@ def _strategy(ctx: Ctx, key: str) -> str | None:
 
 # LlamaFactory's hparams define these argument classes, but get_train_args parses a KT run with _TRAIN_ARGS
 # (Model/Data/Training/Finetuning/GeneratingArguments) only: MegatronBridgeArguments is parsed only under
-# USE_MEGATRON_BRIDGE=1, EvaluationArguments only by the evaluation entry (get_eval_args).
+# USE_MEGATRON_BRIDGE=1, EvaluationArguments only by the evaluation entry (get_eval_args). The keys below are those
+# two classes' fields that no _TRAIN_ARGS class defines (catalog_data.TRAIN_KEYS names one owner per key, so `seed`,
+# also a TrainingArguments field, is not one of them); tests/unit/recipe/test_rules_stack_parser.py holds the list
+# against the argument classes dumped from the image's wheels (tests/oracle/stack_catalog.json).
 NOT_PARSED_FOR_TRAINING = {"MegatronBridgeArguments": "the Megatron-Bridge trainer (USE_MEGATRON_BRIDGE=1)",
                            "EvaluationArguments": "LlamaFactory's evaluation command (llamafactory-cli eval)"}
+NOT_PARSED_KEYS = frozenset((
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "apply_rope_fusion", "batch_size",
+    "bias_activation_fusion", "calculate_per_token_loss", "context_parallel_size", "cross_entropy_loss_fusion",
+    "download_mode", "expert_model_parallel_size", "export_hf_on_finish", "extra_config", "lang",
+    "masked_softmax_fusion", "megatron_pretrained_checkpoint", "mixed_precision", "moe_grouped_gemm",
+    "moe_token_dispatcher_type", "n_shot", "overlap_grad_reduce", "overlap_param_gather",
+    "pipeline_model_parallel_size", "recompute_granularity", "recompute_method", "recompute_num_layers", "save_dir",
+    "sequence_parallel", "task", "task_dir", "tensor_model_parallel_size", "use_distributed_optimizer",
+    "use_packed_sequences", "virtual_pipeline_model_parallel_size"))
 ACCELERATE_HOMES = ("mixed_precision",)
 
 
@@ -67,7 +79,7 @@ def lf_parser(ctx: Ctx) -> None:
     """
     for key in ctx.t:
         owner = cd.TRAIN_KEYS.get(key)
-        if owner not in NOT_PARSED_FOR_TRAINING:
+        if key not in NOT_PARSED_KEYS or owner not in NOT_PARSED_FOR_TRAINING:
             continue
         fix = (f"move it to accelerate.{key} (KT trains in bf16: accelerate.mixed_precision: bf16 and train.bf16: true)"
                if key in ACCELERATE_HOMES else "remove it")
