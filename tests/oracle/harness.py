@@ -425,8 +425,8 @@ def report_md(res: dict, image: str, image_id: str) -> str:
 
 METHOD = """
 The cases come from `tests/oracle/independent_gen.py`, written without reading ktdeploy's rules or its key catalogue:
-each is one shipped recipe (recipes/*.yaml) with 1-4 random mutations (seeded; case *i* depends only on the seed and
-*i*) drawn from the real stack's own argument definitions, which `tests/oracle/extract_stack_catalog.py` dumps from
+each is one shipped recipe (recipes/*.yaml) with 1-4 random mutations (seeded; case *i* is drawn from the seed and
+*i*, again if it repeats an earlier case; prefix-stable) drawn from the real stack's own argument definitions, which `tests/oracle/extract_stack_catalog.py` dumps from
 the wheels in the image (LlamaFactory's Model/Data/Finetuning/Generating arguments and transformers-kt's
 TrainingArguments, kt-kernel's KTConfig, accelerate's ClusterConfig and launch arguments: names, types, choices):
 valid values, wrong types, case/whitespace variants of choices, YAML 1.1 spellings (`yes`/`off`/`~`/`0x10`/`1e3`/

@@ -1,7 +1,8 @@
 """A seeded generator of recipe variants, independent of ktdeploy's rules.
 
 ``cases(seed, n)`` returns ``n`` distinct ``(case_id, recipe_dict, description)`` triples, deterministic for a seed
-(case ``i`` depends only on ``(seed, i)``, so a longer run extends a shorter one). Each case is one shipped recipe
+(case ``i`` is drawn from ``(seed, i)``, drawn again when it repeats an earlier case -- 40 of seed 20261204's 2,500 --
+so it also depends on the cases before it; a longer run extends a shorter one). Each case is one shipped recipe
 (recipes/*.yaml) with 1-4 mutations of its ``train:`` / ``accelerate:`` sections. Keys, value types and choices come
 from the real stack's argument definitions only (stack_catalog.json, written from the wheels in the full image by
 extract_stack_catalog.py: LlamaFactory's ModelArguments/DataArguments/FinetuningArguments/GeneratingArguments,

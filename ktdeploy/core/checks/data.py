@@ -11,6 +11,10 @@
   folders, what kt-kernel's sft/weight_manifest.py validate_persistent_int8_weights reads first); the fix says where
   they come from (not from the 0.7.2 wheel: docs/stack-rules.md).
 - weights.non_expert_source: an INT8 `kt_non_expert_weight_path` needs an FP8 source model (kt-kernel sft/artifacts.py).
+- data.start_files: the files the stack opens while it parses the training arguments are on the host: a KT
+  `adapter_name_or_path` (+ `adapter_folder`) is a directory (LlamaFactory: "KTransformers training requires a local
+  adapter directory."), `new_special_tokens_config` and a text `accelerator_config` are files (check's
+  lf.start_files refuses them outside the volumes; whether they exist is this host's fact).
 """
 
 from __future__ import annotations
@@ -59,7 +63,37 @@ def data_requests(train: dict) -> list[tuple[str, str]]:
     if isinstance(wp, str) and wp.startswith("/"):
         out.append(("ls", wp))
         out.append(("read", posixpath.join(wp, "config.json")))  # an original checkpoint has one
+    out += [(kind, path) for _key, kind, path in start_files(train)]
     return out
+
+
+def start_files(train: dict) -> list[tuple[str, str, str]]:
+    """(key, "ls" for a directory | "read" for a file, absolute path) the stack opens while parsing the arguments."""
+    out = []
+    adapter = train.get("adapter_name_or_path")
+    if train.get("use_kt") is True and isinstance(adapter, str) and adapter.startswith("/") and "," not in adapter:
+        folder = train.get("adapter_folder")
+        out.append(("adapter_name_or_path", "ls",
+                    posixpath.join(adapter, folder) if isinstance(folder, str) else adapter))
+    for key in ("new_special_tokens_config", "accelerator_config"):
+        value = train.get(key)
+        if isinstance(value, str) and value.startswith("/"):
+            out.append((key, "read", value))
+    return out
+
+
+def _start_files_check(train: dict, facts: DataFacts) -> list[CheckResult]:
+    wanted = start_files(train)
+    missing = [f"{key} {path} ({'no such directory' if kind == 'ls' else 'no such file'})"
+               for key, kind, path in wanted if (e := facts.get(kind, path)) is not None and not e.ok]
+    if missing:
+        return [CheckResult(name="data.start_files", status="fail", detail="; ".join(missing) + ": the stack refuses "
+                            "the run while it parses the arguments (KT: 'KTransformers training requires a local adapter "
+                            "directory.')", fix="put the file or directory there, or remove the key from the recipe")]
+    if wanted:
+        return [CheckResult(name="data.start_files", status="pass",
+                            detail=f"{', '.join(k for k, _, _ in wanted)} found on the host")]
+    return []
 
 
 def dataset_info(train: dict, facts: DataFacts) -> dict | None:
@@ -141,6 +175,7 @@ def data_checks(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
                 out.append(CheckResult(name="data.dataset_files", status="pass",
                                        detail=f"{checked} dataset file(s) exist and their first rows parse"))
     out += model_checks(train, facts)
+    out += _start_files_check(train, facts)
     out += _template_check(train, facts)
     out += _weights_check(train, setup, facts)
     out += _fp8_model_check(train, setup, facts)

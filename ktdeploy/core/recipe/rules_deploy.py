@@ -13,6 +13,8 @@ the same RULES list by importing this module (validate.py does).
 - ``format.fp8_model``: kt_backend FP8 (or kt_expert_weight_format fp8) reads the routed experts as FP8; a model
   whose config.json stores them in BF16 fails at load. Judged where the model's config.json is known (its folder
   here, or recipes/models/<name>.json); on the host doctor's ``weights.format`` reads the real one.
+- ``format.fp8_tp_slices``: FP8 experts split over kt_threadpool_count pools (kt_tp_enabled) need slices of the
+  routed intermediate size that are multiples of 128 (kt-kernel's wrapper refuses others); judged the same way.
 """
 
 from __future__ import annotations
@@ -134,13 +136,53 @@ def fp8_model(ctx: Ctx) -> None:
               "checkpoint")
 
 
-def model_native_format(train: dict) -> str | None:
-    """How the recipe's model stores its routed experts (bf16 | fp8 | int4) by the config.json the planner would
-    use, or None when none is known here (the host's doctor then reads the real one)."""
+FP8_BLOCK = 128   # kt-kernel's FP8 kernels work on 128-wide blocks of the routed experts' weights
+
+
+@rule("format.fp8_tp_slices")
+def fp8_tp_slices(ctx: Ctx) -> None:
+    """FP8 experts are split over the thread pools along the routed intermediate dimension (one slice per pool when
+    kt_tp_enabled), and kt-kernel's FP8 kernels need every slice a multiple of 128: it refuses the wrap otherwise
+    ('FP8 SFT requires each TP intermediate slice divisible by 128; intermediate_size=..., threadpool_count=...').
+    Judged where the model's config.json is known (moe_intermediate_size, hidden_size), as format.fp8_model.
+
+    Cookbook: §2.4.1 (native FP8), A.3.1.
+    Code: kt-kernel 0.7.2 kt_kernel/sft/wrapper.py wrap_moe_layers_with_kt_wrapper (threadpool_count = kt_threadpool_count if kt_tp_enabled else 1; 'FP8 SFT requires hidden and routed intermediate dimensions divisible by 128'; 'FP8 SFT requires each TP intermediate slice divisible by 128').
+    """
+    if not ctx.use_kt or expert_setup(ctx.k) != "fp8":
+        return
+    pools = ctx.k.get("kt_threadpool_count")
+    if ctx.k.get("kt_tp_enabled") is not True or not isinstance(pools, int) or isinstance(pools, bool) or pools < 1:
+        return   # one pool, or a count kt.values already refuses
+    arch = model_arch(ctx.t)
+    if arch is None:
+        return
+    inter, hidden = arch.moe_intermediate_size, arch.hidden_size
+    if inter % FP8_BLOCK or hidden % FP8_BLOCK:
+        ctx.error("train.model_name_or_path", f"FP8 experts need hidden_size ({hidden}) and moe_intermediate_size "
+                  f"({inter}) divisible by 128: kt-kernel refuses the model ('FP8 SFT requires hidden and routed "
+                  "intermediate dimensions divisible by 128')", "train this model in BF16 (kt_backend: AMXBF16)")
+    elif inter % pools or (inter // pools) % FP8_BLOCK:
+        fits = [n for n in range(1, min(inter // FP8_BLOCK, 64) + 1) if inter % n == 0 and (inter // n) % FP8_BLOCK == 0]
+        ctx.error("train.kt_config.kt_threadpool_count", f"kt_threadpool_count {pools} with kt_tp_enabled splits the "
+                  f"FP8 experts' intermediate size {inter} into slices that are not multiples of 128: kt-kernel refuses "
+                  f"it ('FP8 SFT requires each TP intermediate slice divisible by 128; intermediate_size={inter}, "
+                  f"threadpool_count={pools}')", f"use one pool per NUMA node among {', '.join(map(str, fits))}")
+
+
+def model_arch(train: dict):
+    """The recipe's model architecture by the config.json the planner would use, or None when none is known here."""
     try:
         from ktdeploy.core.sizing.model_config import resolve_model_config
 
         arch, _where = resolve_model_config(train)
     except Exception:  # noqa: BLE001 - no config here, or one the planner cannot read: the planner rules say so
         return None
-    return arch.native_format
+    return arch
+
+
+def model_native_format(train: dict) -> str | None:
+    """How the recipe's model stores its routed experts (bf16 | fp8 | int4) by the config.json the planner would
+    use, or None when none is known here (the host's doctor then reads the real one)."""
+    arch = model_arch(train)
+    return None if arch is None else arch.native_format

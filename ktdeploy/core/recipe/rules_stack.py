@@ -12,10 +12,11 @@ Registered into rules.RULES by rules.py (before ``types.catalog``, which skips t
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from ktdeploy.core.recipe import catalog_data as cd
-from ktdeploy.core.recipe.rules import Ctx, _is_int, _num, rule
+from ktdeploy.core.recipe.rules import Ctx, _is_int, _num, inside, rule
 
 SEED_MAX = 2**32 - 1          # numpy's legacy seed range (transformers.set_seed -> np.random.seed)
 EVAL_KEYS = ("do_eval", "do_predict", "predict_with_generate")
@@ -46,6 +47,46 @@ def _strategy(ctx: Ctx, key: str) -> str | None:
 
 
 # ---------------------------------------------------------------- LlamaFactory / transformers arguments
+
+# LlamaFactory's hparams define these argument classes, but get_train_args parses a KT run with _TRAIN_ARGS
+# (Model/Data/Training/Finetuning/GeneratingArguments) only: MegatronBridgeArguments is parsed only under
+# USE_MEGATRON_BRIDGE=1, EvaluationArguments only by the evaluation entry (get_eval_args). The keys below are those
+# two classes' fields that no _TRAIN_ARGS class defines (catalog_data.TRAIN_KEYS names one owner per key, so `seed`,
+# also a TrainingArguments field, is not one of them); tests/unit/recipe/test_rules_stack_parser.py holds the list
+# against the argument classes dumped from the image's wheels (tests/oracle/stack_catalog.json).
+NOT_PARSED_FOR_TRAINING = {"MegatronBridgeArguments": "the Megatron-Bridge trainer (USE_MEGATRON_BRIDGE=1)",
+                           "EvaluationArguments": "LlamaFactory's evaluation command (llamafactory-cli eval)"}
+NOT_PARSED_KEYS = frozenset((
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "apply_rope_fusion", "batch_size",
+    "bias_activation_fusion", "calculate_per_token_loss", "context_parallel_size", "cross_entropy_loss_fusion",
+    "download_mode", "expert_model_parallel_size", "export_hf_on_finish", "extra_config", "lang",
+    "masked_softmax_fusion", "megatron_pretrained_checkpoint", "mixed_precision", "moe_grouped_gemm",
+    "moe_token_dispatcher_type", "n_shot", "overlap_grad_reduce", "overlap_param_gather",
+    "pipeline_model_parallel_size", "recompute_granularity", "recompute_method", "recompute_num_layers", "save_dir",
+    "sequence_parallel", "task", "task_dir", "tensor_model_parallel_size", "use_distributed_optimizer",
+    "use_packed_sequences", "virtual_pipeline_model_parallel_size"))
+ACCELERATE_HOMES = ("mixed_precision",)
+
+
+@rule("lf.parser")
+def lf_parser(ctx: Ctx) -> None:
+    """Keys of LlamaFactory argument classes that its training parser does not read: HfArgumentParser.parse_dict
+    (allow_extra_keys=False) refuses them ('Some keys are not used by the HfArgumentParser: [...]'), e.g.
+    `mixed_precision` (MegatronBridgeArguments; accelerate's key) in the training YAML.
+
+    Cookbook: §2.3 (the training YAML; mixed_precision belongs in the Accelerate YAML, A.2).
+    Code: LF hparams/parser.py _TRAIN_ARGS / _parse_train_args and get_train_args (MegatronBridgeArguments only in _TRAIN_MBRIDGE_ARGS under USE_MEGATRON_BRIDGE, EvaluationArguments only in _EVAL_ARGS); transformers-kt hf_argparser.py parse_dict ('Some keys are not used by the HfArgumentParser'); owners from catalog_data.TRAIN_KEYS.
+    """
+    for key in ctx.t:
+        owner = cd.TRAIN_KEYS.get(key)
+        if key not in NOT_PARSED_KEYS or owner not in NOT_PARSED_FOR_TRAINING:
+            continue
+        fix = (f"move it to accelerate.{key} (KT trains in bf16: accelerate.mixed_precision: bf16 and train.bf16: true)"
+               if key in ACCELERATE_HOMES else "remove it")
+        ctx.error(f"train.{key}", f"'{key}' belongs to LlamaFactory's {owner}, which only {NOT_PARSED_FOR_TRAINING[owner]} "
+                  "reads; the training parser refuses it ('Some keys are not used by the HfArgumentParser: "
+                  f"[{key!r}]')", fix)
+
 
 @rule("lf.choices")
 def lf_choices(ctx: Ctx) -> None:
@@ -217,7 +258,7 @@ def lf_packages(ctx: Ctx) -> None:
     REPORT_INTEGRATIONS against the image's lock (catalog_data.LOCKED).
 
     Cookbook: §1.2 (the stack's packages).
-    Code: LF hparams/parser.py _check_extra_dependencies; LF model/model_utils/quantization.py (check_version per quantization_method); transformers-kt integrations/integration_utils.py (each callback raises 'requires X to be installed'); docker/requirements/full.lock.
+    Code: LF hparams/parser.py _check_extra_dependencies; LF model/model_utils/quantization.py (check_version per quantization_method); transformers-kt training_args.py TrainingArguments.__post_init__ (report_to 'all'/'none', a single value listed) and integrations/integration_utils.py get_reporting_integration_callbacks ('X is not supported, only ... are supported.'; each callback raises 'requires X to be installed'); docker/requirements/full.lock.
     """
     t = ctx.t
     fix = ("remove it; if the feature belongs in a KT fine-tune, add the package to docker/stack.toml and rebuild the "
@@ -236,11 +277,79 @@ def lf_packages(ctx: Ctx) -> None:
                       "remove quantization_bit: KT keeps the routed experts in its own CPU formats")
     report = t.get("report_to")
     names = report if isinstance(report, list) else [report] if isinstance(report, str) else []
+    if report is not None and report not in ("all", "none", ["all"], ["none"]):
+        _report_names(ctx, report if isinstance(report, list) else [report])
     for name in names:
         if isinstance(name, str) and name in cd.REPORT_INTEGRATIONS and name.replace("_", "-") not in cd.LOCKED:
             ctx.error("train.report_to", f"report_to {name}: the image does not install {name}, and transformers' "
                       f"callback for it raises at Trainer start ('requires {name} to be installed')",
                       "use report_to: none (the run record keeps trainer_log.jsonl and the loss plot)")
+
+
+def _report_names(ctx: Ctx, names: list) -> None:
+    """transformers' TrainingArguments keeps report_to 'all'/'none' (alone) as keywords and wraps any other single
+    value in a list; the Trainer then refuses every entry that is not an integration name, spelled exactly
+    ('X is not supported, only azure_ml, ... are supported.'): a module name, 'none' beside another entry, true."""
+    for name in names:
+        if not (isinstance(name, str) and name in cd.REPORT_INTEGRATIONS):
+            ctx.error("train.report_to", f"report_to entry {name!r}: transformers refuses it ('{name} is not supported, "
+                      f"only {', '.join(cd.REPORT_INTEGRATIONS)} are supported.')",
+                      "use report_to: none (the run record keeps trainer_log.jsonl and the loss plot)")
+            return
+
+
+# Files LlamaFactory (and transformers) open while parsing the training arguments, before anything is loaded:
+# key -> (what it is, the stack's own refusal when it is not there, where such a file belongs).
+START_FILES = {
+    "new_special_tokens_config": ("a YAML file", "Failed to load special tokens config from '...' (llamafactory-kt "
+                                  "0.9.6.dev0 then fails on its own logger: 'Logger' object has no attribute "
+                                  "'error_rank0')", "data"),
+    "accelerator_config": ("a JSON file", "[Errno 2] No such file or directory", "data"),
+    "adapter_name_or_path": ("a directory", "KTransformers training requires a local adapter directory.", "output"),
+}
+
+
+@rule("lf.start_files")
+def lf_start_files(ctx: Ctx) -> None:
+    """Paths the stack opens while it parses the training arguments: LlamaFactory's ModelArguments loads
+    new_special_tokens_config with OmegaConf; transformers loads a text accelerator_config as a JSON file; a KT run
+    resolves adapter_name_or_path (one entry of the comma-separated list, plus adapter_folder) to a local directory.
+    The training container sees only the three deploy volumes (at the same paths), so a path outside them, or a
+    relative one, cannot be there: refused. Inside a volume it is a fact of the GPU host: a warning here; `train`
+    runs the stack's own check on the real files before training starts.
+
+    Cookbook: — (ktdeploy: three volumes, model read-only).
+    Code: LF hparams/model_args.py ModelArguments.__post_init__ (adapter_name_or_path split on ',', OmegaConf.load(new_special_tokens_config), logger.error_rank0 + raise) and KTransformersArguments._resolve_kt_adapter_artifact_dir ('KTransformers accepts a single `adapter_name_or_path`.', 'KTransformers training requires a local adapter directory.'); transformers-kt training_args.py TrainingArguments.__post_init__ (AcceleratorConfig.from_json_file for a non-dict accelerator_config) and trainer_pt_utils.py AcceleratorConfig.from_json_file; ktdeploy/core/plan/docker_argv.py volume mounts.
+    """
+    deploy = ctx.recipe.deploy
+    for key, (what, refusal, home) in START_FILES.items():
+        value = ctx.t.get(key)
+        if not isinstance(value, str) or (key == "adapter_name_or_path" and not ctx.use_kt):
+            continue
+        paths = [p.strip() for p in value.split(",")] if key == "adapter_name_or_path" else [value]
+        if len(paths) > 1:
+            ctx.error(f"train.{key}", f"{key} lists {len(paths)} adapters: KT refuses it ('KTransformers accepts a "
+                      "single `adapter_name_or_path`.')", "give one adapter directory")
+            continue
+        path = paths[0]
+        if key == "adapter_name_or_path" and isinstance(ctx.t.get("adapter_folder"), str):
+            path = posixpath.join(path, ctx.t["adapter_folder"])
+        if deploy is None:
+            continue
+        v = deploy.volumes
+        volumes = (v.model, v.data, v.output)
+        target = getattr(v, home)
+        if not path.startswith("/") or not any(inside(path, root) for root in volumes):
+            ctx.error(f"train.{key}", f"{key} {value!r} is {'relative' if not path.startswith('/') else 'outside'} "
+                      f"the volumes the training container mounts ({', '.join(volumes)}), so the stack cannot open "
+                      f"{what} there when it parses the arguments ('{refusal}')",
+                      f"put it under deploy.volumes.{home} (e.g. {target.rstrip('/')}/...) and give its absolute path"
+                      + (", or write accelerator_config as a mapping in the recipe" if key == "accelerator_config"
+                         else ""))
+        else:
+            ctx.warn(f"train.{key}", f"{key} {path} must be {what} on the GPU host when training starts (the stack "
+                     f"refuses otherwise: '{refusal}')", "make sure it is there; `train` runs the stack's own check "
+                     "on the real files before training")
 
 
 # ---------------------------------------------------------------- accelerate launch and the KT plugin
@@ -263,7 +372,7 @@ def accelerate_launch(ctx: Ctx) -> None:
     FSDP plugin's choices (auto wrap policy, state dict type, sharding, prefetch, reshard_after_forward).
 
     Cookbook: A.2 (distributed_type FSDP, fsdp_version 2).
-    Code: accelerate-kt commands/config/config_args.py (process_config, ClusterConfig.__post_init__ DistributedType); commands/launch.py _validate_launch_command / launch_command (launcher choice, --fsdp_version default "1"); utils/launch.py prepare_multi_gpu_env (PrecisionType, DynamoBackend, cpu_ram_efficient_loading needs sync_module_states); utils/dataclasses.py FullyShardedDataParallelPlugin.__post_init__ and KTransformersPlugin.validate_distributed_setup; generated lists catalog_data.DISTRIBUTED_TYPES / FSDP_*.
+    Code: accelerate-kt commands/config/config_args.py (process_config, ClusterConfig.__post_init__ DistributedType); commands/launch.py _validate_launch_command / launch_command (launcher choice, --fsdp_version default "1"); utils/launch.py prepare_multi_gpu_env (PrecisionType, DynamoBackend, cpu_ram_efficient_loading needs sync_module_states); utils/launch.py prepare_multi_gpu_env (each fsdp_config value exported as str(value), the switches as str(value).lower()); utils/dataclasses.py FullyShardedDataParallelPlugin.__post_init__ (str_to_bool on the switches, BackwardPrefetch[...] / 'Invalid auto wrap policy'), set_state_dict_type (StateDictType[...], 'FSDP2 does not support LOCAL_STATE_DICT') and KTransformersPlugin.validate_distributed_setup; utils/environment.py str_to_bool ('invalid truth value'); generated lists catalog_data.DISTRIBUTED_TYPES / FSDP_*.
     """
     a = ctx.a
     if "accelerate" not in ctx.recipe.raw.doc:
@@ -321,29 +430,113 @@ def _truthy_raw(v: Any) -> bool:
     return bool(v)
 
 
+# accelerate launch exports each fsdp_config value into the training process's environment as text --
+# str(value) for the choices, str(value).lower() for the switches (utils/launch.py prepare_multi_gpu_env) -- and
+# FullyShardedDataParallelPlugin.__post_init__ reads it back from there, whatever type the YAML gave.
+FSDP_SWITCHES_ALWAYS = ("fsdp_offload_params", "fsdp_activation_checkpointing", "fsdp_cpu_ram_efficient_loading")
+FSDP_SWITCHES_V1 = ("fsdp_use_orig_params", "fsdp_sync_module_states", "fsdp_forward_prefetch")
+STATE_DICT_NUMBERS = (1, 2, 3)        # torch StateDictType: FULL_STATE_DICT, LOCAL_STATE_DICT, SHARDED_STATE_DICT
+BACKWARD_PREFETCH_NUMBERS = (1, 2)    # torch BackwardPrefetch: BACKWARD_PRE, BACKWARD_POST
+
+
+def _exported(v: Any) -> str:
+    """The text launch exports for a choice: str(value) (a list becomes "['X']", true becomes 'True')."""
+    return str(v)
+
+
 def _fsdp_choices(ctx: Ctx, version: int | None) -> None:
+    """The FSDP plugin's reading of what launch exported (accelerate-kt utils/dataclasses.py
+    FullyShardedDataParallelPlugin.__post_init__ and set_state_dict_type; utils/environment.py str_to_bool)."""
     fsdp = ctx.a.get("fsdp_config")
     if not isinstance(fsdp, dict):
         return
-    lists: tuple[tuple[str, tuple[str, ...]], ...] = (
-        ("fsdp_auto_wrap_policy", cd.FSDP_AUTO_WRAP_POLICY), ("fsdp_state_dict_type", cd.FSDP_STATE_DICT_TYPE),
-        ("fsdp_backward_prefetch", cd.FSDP_BACKWARD_PREFETCH))
+    _fsdp_policy(ctx, fsdp)
+    _fsdp_state_dict(ctx, fsdp, version)
+    _fsdp_prefetch(ctx, fsdp)
+    _fsdp_switches(ctx, fsdp, version)
     if version == 1:
-        lists += (("fsdp_sharding_strategy", cd.FSDP_SHARDING_STRATEGY),)
-    for key, allowed in lists:
-        v = fsdp.get(key)
-        if isinstance(v, str) and not v.isdigit() and v.upper() not in allowed:
-            ctx.error(f"accelerate.fsdp_config.{key}", f"unknown {key} {v!r}: accelerate's FSDP plugin takes "
-                      f"{', '.join(allowed)}", f"use one of {', '.join(allowed)}")
-    raf = fsdp.get("fsdp_reshard_after_forward")
-    if version == 2 and raf is not None and not isinstance(raf, bool) \
-            and str(raf).lower() not in (*TRUE_WORDS, *FALSE_WORDS):
-        ctx.error("accelerate.fsdp_config.fsdp_reshard_after_forward", f"fsdp_reshard_after_forward {raf!r}: FSDP2 "
-                  "takes a boolean (accelerate's str_to_bool refuses it: 'invalid truth value')",
-                  "write fsdp_reshard_after_forward: true")
-    if version == 1 and isinstance(raf, str) and not raf.isdigit() and raf.upper() not in cd.FSDP_SHARDING_STRATEGY:
-        ctx.error("accelerate.fsdp_config.fsdp_reshard_after_forward", f"fsdp_reshard_after_forward {raf!r}: FSDP1 "
-                  f"takes a sharding strategy ({', '.join(cd.FSDP_SHARDING_STRATEGY)})", "use fsdp_version: 2")
+        v = fsdp.get("fsdp_sharding_strategy")
+        if isinstance(v, str) and not v.isdigit() and v.upper() not in cd.FSDP_SHARDING_STRATEGY:
+            ctx.error("accelerate.fsdp_config.fsdp_sharding_strategy", f"unknown fsdp_sharding_strategy {v!r}: "
+                      f"accelerate's FSDP plugin takes {', '.join(cd.FSDP_SHARDING_STRATEGY)}", "use fsdp_version: 2")
+        raf = fsdp.get("fsdp_reshard_after_forward")
+        if isinstance(raf, str) and not raf.isdigit() and raf.upper() not in cd.FSDP_SHARDING_STRATEGY:
+            ctx.error("accelerate.fsdp_config.fsdp_reshard_after_forward", f"fsdp_reshard_after_forward {raf!r}: "
+                      f"FSDP1 takes a sharding strategy ({', '.join(cd.FSDP_SHARDING_STRATEGY)})", "use fsdp_version: 2")
+
+
+def _fsdp_policy(ctx: Ctx, fsdp: dict) -> None:
+    """launch exports fsdp_auto_wrap_policy (unless null) as str(value); the plugin refuses any text whose upper case
+    is not a policy name ('Invalid auto wrap policy: ... Must be one of [...]'): no numbers, no lists, no booleans."""
+    if fsdp.get("fsdp_auto_wrap_policy") is None:
+        return
+    text = _exported(fsdp["fsdp_auto_wrap_policy"])
+    if text.upper() not in cd.FSDP_AUTO_WRAP_POLICY:
+        ctx.error("accelerate.fsdp_config.fsdp_auto_wrap_policy", f"fsdp_auto_wrap_policy {text!r}: accelerate's "
+                  f"FSDP plugin refuses it ('Invalid auto wrap policy: {text}. Must be one of "
+                  f"{list(cd.FSDP_AUTO_WRAP_POLICY)}'; launch passes the value on as text)",
+                  "write fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP (cookbook A.2)")
+
+
+def _fsdp_state_dict(ctx: Ctx, fsdp: dict, version: int | None) -> None:
+    """launch exports fsdp_state_dict_type (unless null) as str(value); set_state_dict_type takes a number as
+    StateDictType(int(text)) and anything else as StateDictType[text.upper()] (KeyError for a list, true/false or an
+    unknown name); FSDP2 then refuses LOCAL_STATE_DICT."""
+    if fsdp.get("fsdp_state_dict_type") is None:
+        return
+    text = _exported(fsdp["fsdp_state_dict_type"])
+    path = "accelerate.fsdp_config.fsdp_state_dict_type"
+    fix = "write fsdp_state_dict_type: FULL_STATE_DICT (cookbook A.2) or SHARDED_STATE_DICT"
+    if text.isdigit():
+        if int(text) not in STATE_DICT_NUMBERS:
+            ctx.error(path, f"fsdp_state_dict_type {text}: accelerate's FSDP plugin reads a number as "
+                      f"StateDictType({int(text)}), which refuses it ('is not a valid StateDictType')", fix)
+            return
+        name = cd.FSDP_STATE_DICT_TYPE[int(text) - 1]
+    elif text.upper() not in cd.FSDP_STATE_DICT_TYPE:
+        ctx.error(path, f"fsdp_state_dict_type {text!r}: accelerate's FSDP plugin looks StateDictType[{text.upper()!r}] "
+                  f"up, which refuses it (KeyError; it takes {', '.join(cd.FSDP_STATE_DICT_TYPE)})", fix)
+        return
+    else:
+        name = text.upper()
+    if version == 2 and name == "LOCAL_STATE_DICT":
+        ctx.error(path, "fsdp_state_dict_type LOCAL_STATE_DICT with FSDP2: accelerate refuses it ('FSDP2 does not "
+                  "support LOCAL_STATE_DICT. Please set `fsdp_state_dict_type` to `SHARDED_STATE_DICT` or "
+                  "`FULL_STATE_DICT`.')", fix)
+
+
+def _fsdp_prefetch(ctx: Ctx, fsdp: dict) -> None:
+    """launch exports fsdp_backward_prefetch (unless null) as str(value); the plugin turns NO_PREFETCH into None, a
+    known name or a number into BackwardPrefetch, and looks anything else up as BackwardPrefetch[text.upper()]
+    (KeyError) -- before FSDP2 drops the setting."""
+    if fsdp.get("fsdp_backward_prefetch") is None:
+        return
+    text = _exported(fsdp["fsdp_backward_prefetch"])
+    if text.upper() in cd.FSDP_BACKWARD_PREFETCH or (text.isdigit() and int(text) in BACKWARD_PREFETCH_NUMBERS):
+        return
+    why = (f"BackwardPrefetch({int(text)}), which refuses it" if text.isdigit() else
+           f"BackwardPrefetch[{text.upper()!r}], which refuses it (KeyError)")
+    ctx.error("accelerate.fsdp_config.fsdp_backward_prefetch", f"fsdp_backward_prefetch {text!r}: accelerate's FSDP "
+              f"plugin reads it as {why}; it takes {', '.join(cd.FSDP_BACKWARD_PREFETCH)}",
+              "remove fsdp_backward_prefetch (FSDP2 does not use it) or write NO_PREFETCH")
+
+
+def _fsdp_switches(ctx: Ctx, fsdp: dict, version: int | None) -> None:
+    """launch exports each switch as str(value).lower() and the plugin reads it with accelerate's str_to_bool, which
+    takes only y/yes/t/true/on/1 and n/no/f/false/off/0 ('invalid truth value ...'): null, '', lists and other numbers
+    are refused. FSDP2 does not read use_orig_params, sync_module_states or forward_prefetch; it reads
+    reshard_after_forward the same way (FSDP1 reads a sharding strategy there)."""
+    keys = FSDP_SWITCHES_ALWAYS + (FSDP_SWITCHES_V1 if version == 1 else ())
+    if version == 2:
+        keys += ("fsdp_reshard_after_forward",)
+    for key in keys:
+        if key not in fsdp:
+            continue
+        text = str(fsdp[key]).lower()
+        if text not in (*TRUE_WORDS, *FALSE_WORDS):
+            ctx.error(f"accelerate.fsdp_config.{key}", f"{key} {fsdp[key]!r}: accelerate launch exports it as "
+                      f"{text!r} and the FSDP plugin's str_to_bool refuses that ('invalid truth value {text}')",
+                      f"write {key}: true or false")
 
 
 # ---------------------------------------------------------------- kt-kernel's KTConfig, beyond the cookbook setups

@@ -108,3 +108,21 @@ def test_native_fp8_checkpoint_as_kt_weight_path_is_named_whatever_its_path():
                                         parse_data_output(text))}
     w = c["weights.converted"]
     assert w.status == "fail" and "native FP8 checkpoint" in w.detail and "kt_expert_weight_format: fp8" in w.fix
+
+
+def test_start_files_the_stack_opens_are_on_the_host():
+    train = {**TRAIN, "use_kt": True, "adapter_name_or_path": "/o/run1", "adapter_folder": "adapter",
+             "new_special_tokens_config": "/d/tokens.yaml"}
+    wanted = [("ls", "/o/run1/adapter"), ("read", "/d/tokens.yaml")]
+    assert data_requests(train)[-2:] == wanted
+    c, _ = _checks([("ls", "missing", 0, "/o/run1/adapter", ""), ("read", "ok", 8, "/d/tokens.yaml", "<a>: x")],
+                   train=train)
+    assert c["data.start_files"].status == "fail"
+    assert "adapter_name_or_path /o/run1/adapter (no such directory)" in c["data.start_files"].detail
+    assert "tokens.yaml" not in c["data.start_files"].detail
+    c, _ = _checks([("ls", "ok", 0, "/o/run1/adapter", "adapter_config.json"),
+                    ("read", "ok", 8, "/d/tokens.yaml", "<a>: x")], train=train)
+    assert c["data.start_files"].status == "pass"
+    # without KT LlamaFactory hands the adapter to PEFT (a hub id works): not a start file; a relative path is check's
+    assert data_requests({**train, "use_kt": False, "new_special_tokens_config": "t.yaml"}) == data_requests(TRAIN)
+    assert "data.start_files" not in _checks()[0]
