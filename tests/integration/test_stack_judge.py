@@ -194,6 +194,7 @@ def test_the_standing_oracle_finds_no_looser_case(full_image, tmp_path):
                         "PYTHONDONTWRITEBYTECODE=1", "--entrypoint", "python3", full_image,
                         "bench/stack_judge_oracle.py", "--fuzz", str(n), "--corpus-singles", "--json", "/out/oracle.json"],
                        capture_output=True, text=True, timeout=3600)
+    assert out.is_file(), f"exit {r.returncode}: " + r.stdout[-3000:] + r.stderr[-3000:]
     report = json.loads(out.read_text())
     cases = sum(g["cases"] for g in report["generators"].values())
     assert cases >= 2000
