@@ -8,6 +8,7 @@ F1: the Slurm batch script. sbatch reads ``#SBATCH`` lines with its own tokenize
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -145,3 +146,48 @@ def test_f1_k8s_manifests_come_from_the_yaml_library_and_a_bad_namespace_is_refu
         with pytest.raises(UsageError) as e:
             k8s_manifests(r, "amx", namespace=ns)
         assert e.value.key == "--namespace"
+
+
+# -- F10: render --slurm/--k8s to a terminal ----------------------------------------------------------------------
+def _on_a_terminal(argv: list[str], timeout: float = 60) -> tuple[int, str]:
+    """Run ``argv`` with stdout and stderr on a pseudo-terminal; (exit code, everything it printed)."""
+    import pty
+    import select
+    import time
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen(argv, stdout=slave, stderr=slave, stdin=subprocess.DEVNULL, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([master], [], [], 0.2)
+            if r:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif p.poll() is not None:
+                break
+        rc = p.wait(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(master)
+    return rc, b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_f10_render_to_a_terminal_shows_control_characters_as_escapes():
+    import json
+    import sys
+
+    bidi = "a\u202eb\u2066c"
+    rc, out = _on_a_terminal([sys.executable, "-m", "ktdeploy", "render", "--k8s", "--variant", "amx", "--set",
+                              "deploy.scheduler.cpus=4", "--set", f"train.run_name={json.dumps(bidi)}", str(TINY)])
+    assert rc == 0, out
+    assert "kind: Job" in out and "a\\u202eb\\u2066c" in out
+    assert "\u202e" not in out and "\u2066" not in out
