@@ -216,7 +216,9 @@ def _print_status(st: dict) -> None:
 
     live: dict = st.get("live") or {}
     name = f"  name {st['name']}" if st.get("name") else ""
-    _line(f"{st['id']}{name}  host {st['host']}  recipe {st['recipe']}  recorded state {st['state']}", first="")
+    # a record may lack a key (written by an older ktdeploy, or edited): shown as '?', never a crash
+    _line(f"{st.get('id') or '?'}{name}  host {st.get('host') or '?'}  recipe {st.get('recipe') or '?'}  "
+          f"recorded state {st.get('state') or '?'}", first="")
     if st.get("state") in ("failed", "crashed") or st.get("error"):
         where = st.get("failed_stage") or st.get("stage") or "?"
         code = f" (exit {st['exit_code']})" if st.get("exit_code") is not None else ""

@@ -8,6 +8,7 @@ F1: the Slurm batch script. sbatch reads ``#SBATCH`` lines with its own tokenize
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -191,3 +192,53 @@ def test_f10_render_to_a_terminal_shows_control_characters_as_escapes():
     assert rc == 0, out
     assert "kind: Job" in out and "a\\u202eb\\u2066c" in out
     assert "\u202e" not in out and "\u2066" not in out
+
+
+# -- F8/F12: forged or truncated run records: status/logs/down give a documented exit, never 70 ------------------
+GOOD = {"id": "r1", "host": "ssh://u@127.0.0.1:1", "recipe": "tiny", "state": "running", "container": "ktd-a",
+        "serve_container": "ktd-a-serve", "output_dir": "/o", "created": 1.0}
+SLURM = {**GOOD, "scheduler": "slurm", "slurm_jobs": {"train": "12"}, "job_dir": "/o/.ktdeploy-jobs/ktd-a"}
+ODD_VALUES = [None, 5, -1, 10 ** 40, 1.5, True, "", "x\x1b[2J", [], ["a", 5], {}, {"a": [1]}, "9" * 5000]
+FORGED_KEYS = ("id", "name", "state", "created", "updated", "error", "fix", "failed_checks", "failed_stage",
+               "stage", "exit_code", "down", "live", "stops_at", "stop_reason", "dry_run", "scheduler")
+SLURM_KEYS = ("slurm_jobs", "job_dir")
+
+
+def _forged_records():
+    for key in FORGED_KEYS:
+        for v in ODD_VALUES:
+            yield f"{key}={v!r:.30}", {**GOOD, key: v}
+    for key in SLURM_KEYS:
+        for v in ODD_VALUES + [{"train": 12}, {"train": "12; rm -rf /"}, {"train": "1" * 400}, {5: "1"}]:
+            yield f"slurm {key}={v!r:.30}", {**SLURM, key: v}
+    for key in ("host", "recipe", "container", "output_dir", "state"):
+        yield f"no {key}", {k: v for k, v in GOOD.items() if k != key}
+    yield "truncated", json.dumps(GOOD)[:40]
+    yield "empty", ""
+    yield "not utf-8", b"\xff\xfe{"
+
+
+def test_f8_f12_forged_records_give_a_documented_exit(tmp_path, monkeypatch):
+    import json
+
+    from tests.unit.adversarial.harness import tally
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KTDEPLOY_CONNECT_TIMEOUT_S", "2")
+    bad = []
+    for i, (label, st) in enumerate(_forged_records()):
+        d = tmp_path / "home" / "runs" / f"r{i}"
+        d.mkdir(parents=True)
+        raw = st if isinstance(st, bytes) else (st if isinstance(st, str) else json.dumps(st)).encode()
+        (d / "status.json").write_bytes(raw)
+        for args in (["status", "--run", f"r{i}"], ["status", "--run", f"r{i}", "--json"], ["status", "--all"],
+                     ["logs", "--run", f"r{i}"], ["down", "--run", f"r{i}"]):
+            rc, out, _ = invoke(args, cwd=tmp_path)
+            p = problems(rc, out)
+            tally("probe3.forged_records", f"{label} {args[0]}", p)
+            if p:
+                bad.append((label, args, rc, p, out[-300:]))
+        import shutil
+
+        shutil.rmtree(d)
+    assert not bad, "\n".join(sorted({f"{b[0]} | {b[1][0]} | {b[2]} | {b[4][-150:]!r}" for b in bad}))
