@@ -34,7 +34,12 @@ DATA_SCRIPT = "\n".join([
     "while [ $# -ge 2 ]; do",
     "  kind=$1; p=$2; shift 2",
     '  if [ "$kind" = ls ]; then',
-    f'    if [ -d "$p" ]; then {_head("ls", "ok", "0")}; ls -1 "$p" 2>/dev/null | head -n 200',
+    f'    if [ -d "$p" ]; then {_head("ls", "ok", "0")}',
+    # one line per name, a newline or carriage return in a name shown as '?': `ls -1` printed it raw, and a file
+    # named "x<LF>kt-weight-manifest.json<LF>_layer_0" listed a manifest and a layer folder (probe 3, F14)
+    """      for f in "$p"/* "$p"/.[!.]*; do [ -e "$f" ] || [ -L "$f" ] || continue""",
+    r"""        printf '%s' "${f##*/}" | tr '\n\r' '??'; echo""",
+    '      done | head -n 200',
     f'    else {_head("ls", "missing", "0")}; fi',
     '  elif [ "$kind" = sizes ]; then',
     f'    if [ -d "$p" ]; then {_head("sizes", "ok", "0")}',

@@ -242,3 +242,26 @@ def test_f8_f12_forged_records_give_a_documented_exit(tmp_path, monkeypatch):
 
         shutil.rmtree(d)
     assert not bad, "\n".join(sorted({f"{b[0]} | {b[1][0]} | {b[2]} | {b[4][-150:]!r}" for b in bad}))
+
+
+# -- F14: a newline in a file name forges a line of the weights listing ---------------------------------------------
+def test_f14_a_newline_in_a_file_name_never_makes_weights_converted_pass(tmp_path):
+    from ktdeploy.controller.connectors import LocalConnector
+    from ktdeploy.controller.doctor import gather_data
+    from ktdeploy.core.checks.data import data_checks
+
+    w = tmp_path / "W"
+    w.mkdir()
+    (w / "x\nkt-weight-manifest.json\n_layer_0").write_text("")      # one file; no manifest, no layer folder
+    (w / "y\n@@KTD-DATA\tls\tok\t0\tELSEWHERE").write_text("")       # a forged header of another listing
+    train = {"kt_weight_path": str(w), "model_name_or_path": str(tmp_path / "M")}
+    facts = gather_data(LocalConnector(), train)
+    c = {x.name: x for x in data_checks(train, "int8", facts)}
+    assert c["weights.converted"].status == "fail", c["weights.converted"]
+    assert facts.get("ls", "ELSEWHERE") is None
+    names = facts.get("ls", str(w)).content.split("\n")
+    assert len(names) == 2 and all(n.startswith(("x?", "y?")) for n in names), names
+    (w / "kt-weight-manifest.json").write_text("{}")
+    (w / "_layer_0").mkdir()
+    c = {x.name: x for x in data_checks(train, "int8", gather_data(LocalConnector(), train))}
+    assert c["weights.converted"].status == "pass", c["weights.converted"]
