@@ -358,7 +358,16 @@ def check_run_name(name: str, host: str, container: str) -> None:
     if not isinstance(name, str) or not NAME.match(name) or ".." in name or len(name) > 64:
         raise UsageError(f"--name {printable(name)}: letters, digits, '.', '_' and '-' only, at most 64",
                          key="--name", fix="e.g. --name qwen-lora-v2")
+    # --run takes an id, a name or an id's prefix, the id first: a name that reads as (the start of) an id would
+    # name another run, or the next one (ids start with their UTC date)
+    if not name[0].isalpha():
+        raise UsageError(f"--name {printable(name)}: a run name starts with a letter (run ids start with their date, "
+                         "and `--run` would take it for one)", key="--name", fix="e.g. --name qwen-lora-v2")
     for rec in all_runs():
+        if rec.id.startswith(name):
+            raise UsageError(f"--name {name}: it is (the start of) the id of run {rec.id}, which `--run {name}` "
+                             "would name", key="--name",
+                             fix="Choose another name; `ktdeploy status --all` lists the runs and their names.")
         try:
             st = rec.status()
         except RunRecordError:

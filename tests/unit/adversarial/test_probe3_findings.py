@@ -265,3 +265,29 @@ def test_f14_a_newline_in_a_file_name_never_makes_weights_converted_pass(tmp_pat
     (w / "_layer_0").mkdir()
     c = {x.name: x for x in data_checks(train, "int8", gather_data(LocalConnector(), train))}
     assert c["weights.converted"].status == "pass", c["weights.converted"]
+
+
+# -- F16: --name that reads as a run id --------------------------------------------------------------------------
+def test_f16_a_name_that_is_or_starts_a_run_id_is_refused(tmp_path, monkeypatch):
+    import json
+
+    from ktdeploy.controller.api import check_run_name
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
+    rid = "20261204-204500-tiny-moe-lora-abc123"
+    d = tmp_path / "home" / "runs" / rid
+    d.mkdir(parents=True)
+    (d / "status.json").write_text(json.dumps({**GOOD, "id": rid}))
+    for name in (rid, rid[:10], "20261205-000000-x", "1", "-x"):
+        with pytest.raises(UsageError) as e:
+            check_run_name(name, "h", "ktd-b")
+        assert e.value.key == "--name" and e.value.fix, name
+    forged = tmp_path / "home" / "runs" / "qwen-v2"          # a record folder named like a name: --run takes the id
+    forged.mkdir()
+    (forged / "status.json").write_text(json.dumps({**GOOD, "id": "qwen-v2"}))
+    with pytest.raises(UsageError):
+        check_run_name("qwen-v2", "h", "ktd-b")
+    check_run_name("qwen-v3", "h", "ktd-b")
+    rc, out, _ = invoke(["up", "--dry-run", "--host", "gpu01", "--facts", str(REPO / "examples/facts/gpu-h200-1gpu.json"),
+                         "--name", rid[:8], str(TINY)], cwd=tmp_path)
+    assert rc == 2 and "--name" in out and not problems(rc, out), out
