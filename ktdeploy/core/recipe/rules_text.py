@@ -9,8 +9,10 @@ host paths and every other string of the deploy section.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.recipe.rules import Ctx, rule
 from ktdeploy.core.recipe.schema import LINE_BREAKING
 
@@ -52,3 +54,45 @@ def control_chars(ctx: Ctx) -> None:
         ctx.error(path, f"{_shown(value)} holds a control character (newline, tab, ESC …): it would end a line of "
                         "the batch script or record ktdeploy writes, or act on the terminal",
                   "remove the control character (rename the folder if it is in a path)")
+
+
+# docker's reference grammar (distribution/reference): [host[:port]/]path[:tag][@digest], path components lower case
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REF = re.compile(r"^(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+                       r"(?::[0-9]+)?/)?" + _COMPONENT + r"(?:/" + _COMPONENT + r")*"
+                       r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+
+
+@rule("deploy.image_spelling")
+def image_spelling(ctx: Ctx) -> None:
+    """deploy.image is auto, a build's exact name, or a docker reference that is not one of ktdeploy's own images.
+
+    Cookbook: — (ktdeploy: one spelling per image; a second spelling resolved to another image, or bypassed the
+    build's CPU checks). Code: ktdeploy/core/variants.py known/canonical; ktdeploy/core/plan/build.py resolve_image;
+    docker distribution/reference grammar.
+    """
+    d = ctx.recipe.deploy
+    if d is None:
+        return
+    img = d.image
+    if img == V.AUTO or V.known(img):
+        return
+    names = (V.AUTO, *V.NAMES, *V.ALIASES)
+    folded = img.strip().lower()
+    if folded in names:
+        ctx.error("deploy.image", f"{img!r} is another spelling of {folded!r}: ktdeploy takes only the exact name "
+                  "(a full image reference is used as it is, without the build's CPU checks)",
+                  f"write deploy.image: {folded}")
+        return
+    repo, _, tag = folded.rpartition("@")[0 if "@" in folded else 2].rpartition(":")
+    last = repo.rsplit("/", 1)[-1]
+    if last == d.image_repo.lower() and tag in names:
+        ctx.error("deploy.image", f"{img!r} names ktdeploy's own {tag} image by reference: it would skip the "
+                  "build's CPU and training checks (and on a case-sensitive tag, name another image)",
+                  f"write deploy.image: {V.canonical(tag) if V.known(tag) else tag} (and deploy.registry for a "
+                  "registry)")
+        return
+    if not IMAGE_REF.match(img):
+        ctx.error("deploy.image", f"{img[:80]!r} is neither auto, a kt-kernel build ({', '.join(V.NAMES)}) nor a "
+                  "docker image reference (no blanks, paths or upper-case repository names)",
+                  "name a build (e.g. amx) or an image as docker pulls it, e.g. registry.example.com/team/ktsft:amx")

@@ -291,3 +291,20 @@ def test_f16_a_name_that_is_or_starts_a_run_id_is_refused(tmp_path, monkeypatch)
     rc, out, _ = invoke(["up", "--dry-run", "--host", "gpu01", "--facts", str(REPO / "examples/facts/gpu-h200-1gpu.json"),
                          "--name", rid[:8], str(TINY)], cwd=tmp_path)
     assert rc == 2 and "--name" in out and not problems(rc, out), out
+
+
+# -- F17: other spellings of deploy.image ------------------------------------------------------------------------
+@pytest.mark.parametrize("image", ["AMX", " amx", "amx\u00a0", "Auto", "AVX512_BF16", "ktsft:AMX", "ktsft:amx",
+                                   "reg.example.com/team/ktsft:avx512", "./ktsft-amx.tar", "/images/amx",
+                                   "../amx", "-amx", "ktsft: amx"])
+def test_f17_another_spelling_of_an_image_is_refused_at_check(image):
+    import json
+
+    errs = [f for f in errors(validate(tiny(f"deploy.image={json.dumps(image)}"))) if f.path == "deploy.image"]
+    assert errs and errs[0].fix, image
+
+
+@pytest.mark.parametrize("image", ["auto", "amx", "avx512", "reg/x:1", "ktdeploy/fake-trainer:0123abcd",
+                                   "registry.example.com:5000/team/trainer:v2"])
+def test_f17_the_exact_spellings_still_pass(image):
+    assert not [f for f in errors(validate(tiny(f"deploy.image={image}"))) if f.path == "deploy.image"]
