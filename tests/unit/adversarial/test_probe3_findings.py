@@ -347,3 +347,43 @@ def test_f6_a_link_to_the_output_folder_takes_the_same_lock(tmp_path, monkeypatc
         assert "already working" in e.value.message and e.value.fix
         with output_lock(LocalConnector(), "localhost", str(tmp_path / "out" / "other")):
             pass    # another folder: its own lock
+
+
+# -- F9/F7: the Slurm job log on the shared volume: no link followed, never read whole -------------------------------
+def test_f9_f7_a_planted_link_or_a_huge_job_log_is_never_followed_or_read_whole(tmp_path):
+    from ktdeploy.controller.connectors import LocalConnector
+    from ktdeploy.controller.slurm_jobs import MAX_JOB_LOG, job_log
+
+    secret = tmp_path / "secret"
+    secret.write_text("S3cr3tPW\n")
+    job_dir = tmp_path / "jobs"
+    job_dir.mkdir()
+    (job_dir / "train-7.out").symlink_to(secret)
+    (job_dir / "convert-7.out").symlink_to("/dev/zero")
+    conn = LocalConnector()
+    for role in ("train", "convert"):
+        for tail in (None, 100):
+            text = job_log(conn, str(job_dir), role, "7", tail=tail)
+            assert "S3cr3tPW" not in text and "not a regular file" in text, (role, tail, text[:200])
+    assert job_log(conn, str(job_dir), "train", "8", tail=None) == ""          # no log yet: nothing, no error
+    with open(job_dir / "train-9.out", "wb") as f:                             # 20 MB, one line with no end
+        f.truncate(20 << 20)
+    assert len(job_log(conn, str(job_dir), "train", "9", tail=None)) <= MAX_JOB_LOG
+    assert len(job_log(conn, str(job_dir), "train", "9", tail=5)) <= MAX_JOB_LOG
+    bindir = tmp_path / "bin"      # JOB_SH's trainer-log tail: a link to the secret is not read
+    bindir.mkdir()
+    for tool in ("scontrol", "sacct"):
+        (bindir / tool).write_text("#!/bin/sh\necho JobId=7 JobState=RUNNING\n")
+        (bindir / tool).chmod(0o755)
+    old = os.environ["PATH"]
+    os.environ["PATH"] = f"{bindir}:{old}"
+    try:
+        import subprocess as sp
+
+        from ktdeploy.core import markers
+
+        out = sp.run(["sh", "-c", markers.JOB_SH, "t", "7", str(job_dir / "train-7.out")], capture_output=True,
+                     text=True, timeout=30).stdout
+        assert "S3cr3tPW" not in out and markers.parse_job(out) is not None
+    finally:
+        os.environ["PATH"] = old
