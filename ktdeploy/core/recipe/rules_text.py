@@ -15,6 +15,7 @@ from typing import Any
 from ktdeploy.core import variants as V
 from ktdeploy.core.recipe.rules import Ctx, rule
 from ktdeploy.core.recipe.schema import LINE_BREAKING
+from ktdeploy.core.safeio import norm_path
 
 TRAIN_PATHS = ("output_dir", "model_name_or_path", "adapter_name_or_path", "dataset_dir", "kt_weight_path",
                "resume_from_checkpoint", "logging_dir", "eval_dataset", "dataset", "template")
@@ -96,3 +97,41 @@ def image_spelling(ctx: Ctx) -> None:
         ctx.error("deploy.image", f"{img[:80]!r} is neither auto, a kt-kernel build ({', '.join(V.NAMES)}) nor a "
                   "docker image reference (no blanks, paths or upper-case repository names)",
                   "name a build (e.g. amx) or an image as docker pulls it, e.g. registry.example.com/team/ktsft:amx")
+
+
+# folders of the operating system: a volume there (or inside) hands the training container the host itself
+SYSTEM_TREES = ("/etc", "/usr", "/proc", "/sys", "/dev", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                "/libx32", "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd", "/snap")
+HOME_ROOTS = ("/home", "/root", "/Users")   # a user's home itself (its subfolders are fine: ~/models)
+
+
+def system_folder(path: str) -> str | None:
+    """Why ``path`` (normalized) is no volume: a system tree, a home folder itself, or None."""
+    for tree in SYSTEM_TREES:
+        if path == tree or path.startswith(tree + "/"):
+            return f"{tree} is the operating system's" + ("" if path == tree else f" ({path} lies inside it)")
+    parts = path.strip("/").split("/")
+    if path in HOME_ROOTS or (len(parts) == 2 and "/" + parts[0] in HOME_ROOTS[:1]):
+        return f"{path} is a user's home (or all of them): keys, shell profiles and other projects live there"
+    if path == "/root":
+        return "/root is the superuser's home"
+    return None
+
+
+@rule("deploy.system_volumes")
+def system_volumes(ctx: Ctx) -> None:
+    """No volume is a system folder (/etc, /usr, /proc, /sys, /dev, /boot, /run and the docker socket, …) or a home.
+
+    Cookbook: — (ktdeploy: three volumes, the model read-only, never the host itself).
+    Code: ktdeploy/core/plan/docker_argv.py volume mounts (-v PATH:PATH, data and output writable).
+    """
+    d = ctx.recipe.deploy
+    if d is None:
+        return
+    for key in ("model", "data", "output"):
+        path = norm_path(getattr(d.volumes, key))
+        why = system_folder(path)
+        if why:
+            ctx.error(f"deploy.volumes.{key}", f"a volume of {path} mounts it into the training container"
+                      f"{'' if key == 'model' else ' writable'}: {why}",
+                      f"give the folder that holds the {key}, e.g. /srv/ktdeploy/{key} (or a folder inside your home)")

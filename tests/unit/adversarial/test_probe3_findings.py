@@ -387,3 +387,19 @@ def test_f9_f7_a_planted_link_or_a_huge_job_log_is_never_followed_or_read_whole(
         assert "S3cr3tPW" not in out and markers.parse_job(out) is not None
     finally:
         os.environ["PATH"] = old
+
+
+# -- F2: volumes at system folders --------------------------------------------------------------------------------
+@pytest.mark.parametrize("key", ["model", "data", "output"])
+@pytest.mark.parametrize("path", ["/etc", "/usr/local", "/proc", "/sys/fs", "/dev", "/boot", "/var/run/docker.sock",
+                                  "/run/docker.sock", "/home/alice", "/root", "/home", "//etc/", "/srv/../etc"])
+def test_f2_a_volume_at_a_system_folder_is_refused_naming_the_key(key, path):
+    sets = [f"deploy.volumes.{key}={path}"]
+    errs = [f for f in errors(validate(tiny(*sets))) if f.path == f"deploy.volumes.{key}" and f.rule ==
+            "deploy.system_volumes"]
+    assert errs and errs[0].fix, (key, path)
+
+
+@pytest.mark.parametrize("path", ["/srv/ktdeploy/models", "/home/alice/models", "/data/etc", "/mnt/usr"])
+def test_f2_ordinary_folders_still_pass(path):
+    assert not [f for f in validate(tiny(f"deploy.volumes.model={path}")) if f.rule == "deploy.system_volumes"]

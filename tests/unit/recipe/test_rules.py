@@ -236,6 +236,8 @@ BAD = [
     ("image-upper-case", "deploy.image_spelling", [("deploy.image", "AMX")], "deploy.image"),
     ("image-own-reference", "deploy.image_spelling", [("deploy.image", "ktsft:AMX")], "deploy.image"),
     ("image-path", "deploy.image_spelling", [("deploy.image", "./ktsft-amx.tar")], "deploy.image"),
+    ("output-volume-etc", "deploy.system_volumes", [("deploy.volumes.output", "/etc"),
+                                                   ("train.output_dir", "/etc/run")], "deploy.volumes.output"),
     ("fp8-backend-bf16-model", "format.fp8_model", [("train.kt_config.kt_backend", "FP8"),
                                                     ("train.kt_config.kt_expert_weight_format", _DEL)],
      "train.kt_config.kt_backend"),
