@@ -192,7 +192,7 @@ class SSHConnector:
 
     def put_file(self, local, remote, mode=None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"
-        self.run(["mkdir", "-p", "--", parent], check=True)
+        self.run(["mkdir", "-p", "--", parent], check=True, timeout=120)
         try:
             ok = self._host.connector.put_file(local, remote)
         except OSError as e:
