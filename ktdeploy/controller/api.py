@@ -324,9 +324,10 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
                 return result
             return _apply_phase(conn, plan, recipe, None, result, host=login, detach=detach, say=say,
                                 progress_factory=None)
-        except KeyboardInterrupt:
-            record.event("interrupted", reason="Ctrl-C before anything was submitted")
-            record.set_status("stopped", note="interrupted (Ctrl-C) during preflight/planning; nothing was submitted")
+        except KeyboardInterrupt as stop:
+            how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+            record.event("interrupted", reason=f"{how} before anything was submitted")
+            record.set_status("stopped", note=f"{how} during preflight/planning; nothing was submitted")
             raise
         finally:
             if conn is not None:
@@ -532,6 +533,9 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
         executor.apply()
     except KeyboardInterrupt as stop:
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+        if isinstance(stop, Terminated) and executor.submitted_at:
+            _cancel_submitted(conn, record, executor, say)   # up --slurm: a terminated submitter takes its jobs back
+            raise
         if executor.jobs:
             record.set_status("detached", slurm_jobs=dict(executor.jobs))
         record.event("detached", reason=how)
@@ -565,6 +569,36 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
         result.state = "finished"
         say(f"[green bold]done:[/] adapter {esc(plan.adapter_dir)}; run record {esc(record.path)}")
     return result
+
+
+def _cancel_submitted(conn, record: RunRecord, executor, say: Callable[[str], None]) -> None:
+    """SIGTERM during ``up --slurm``: scancel the jobs this run submitted (not ones an earlier run left queued) —
+    their batch scripts' traps stop the containers — and say so in the record: "stopped"; exit 143."""
+    import signal
+
+    ids = {role: executor.jobs[role] for role in executor.submitted_at if role in executor.jobs}
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN) if threading_main() else None
+    try:
+        done = {}
+        for role, job_id in ids.items():
+            try:
+                r = conn.run(["scancel", "--", job_id], timeout=60)
+                done[f"{role} job {job_id}"] = "cancelled" if r.rc == 0 else f"scancel exit {r.rc}"
+            except ConnectError as e:
+                done[f"{role} job {job_id}"] = f"not cancelled ({e.message})"
+        record.event("cancelled", reason="terminated (SIGTERM)", jobs=done)
+        record.set_status("stopped", slurm_jobs=dict(executor.jobs), down=done,
+                          note="controller terminated (SIGTERM): the jobs it submitted were cancelled (scancel)")
+        say(f"[yellow]Terminated: cancelled {esc(', '.join(f'{k}: {v}' for k, v in done.items()))}.[/]")
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def load_facts_file(path) -> HostFacts:
