@@ -200,7 +200,7 @@ class SSHConnector:
         if ok is False:
             raise ConnectError(f"upload of {local} to {self.name}:{remote} failed")
         if mode is not None:
-            self.run(["chmod", format(mode, "o"), "--", remote], check=True)
+            self.run(["chmod", format(mode, "o"), "--", remote], check=True, timeout=60)
 
     def get_file(self, remote, local) -> None:
         try:

@@ -574,3 +574,20 @@ def test_f18_the_cli_maps_sigterm_of_up_slurm_to_143(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "up_slurm", terminated)
     rc, out, _ = invoke(["up", "--slurm", "login01", str(TINY)], cwd=tmp_path)
     assert rc == 143 and not problems(rc, out), out
+
+
+def test_f7_every_remote_command_has_a_timeout():
+    """Each connector call in the controller names its timeout (testinfra's connector has its own default)."""
+    import ast
+
+    missing = []
+    for p in (REPO / "ktdeploy").rglob("*.py"):
+        if p.name == "testinfra.py":
+            continue
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("run", "run_shell"):
+                owner = ast.unparse(n.func.value)
+                if any(k in owner for k in ("conn", "connector", "self")) and "subprocess" not in owner \
+                        and not any(k.arg == "timeout" for k in n.keywords):
+                    missing.append(f"{p.relative_to(REPO)}:{n.lineno} {ast.unparse(n)[:80]}")
+    assert not missing, missing
