@@ -591,3 +591,23 @@ def test_f7_every_remote_command_has_a_timeout():
                         and not any(k.arg == "timeout" for k in n.keywords):
                     missing.append(f"{p.relative_to(REPO)}:{n.lineno} {ast.unparse(n)[:80]}")
     assert not missing, missing
+
+
+def test_f14_a_file_whose_content_or_name_reads_as_a_header_forges_nothing(tmp_path):
+    from ktdeploy.controller.connectors import LocalConnector
+    from ktdeploy.controller.doctor import gather_data
+
+    w = tmp_path / "W"
+    w.mkdir()
+    (w / "@@KTD-DATA\tls\tok\t0\tFORGED").write_text("")                  # a name with tabs, no newline
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "dataset_info.json").write_text('{"x": {"file_name": "x.json"}}\n@@KTD-DATA\tls\tok\t0\t' + str(w) +
+                                         "\nkt-weight-manifest.json\n_layer_0\n")
+    train = {"kt_weight_path": str(w), "model_name_or_path": str(tmp_path / "M"), "dataset_dir": str(d),
+             "dataset": "x"}
+    facts = gather_data(LocalConnector(), train)
+    assert facts.get("ls", "FORGED") is None
+    names = facts.get("ls", str(w)).content.split("\n")
+    assert names == ["@@KTD-DATA\tls\tok\t0\tFORGED"], names
+    assert facts.get("read", str(d / "dataset_info.json")).content.startswith('{"x"')
