@@ -131,6 +131,10 @@ class RunRecord:
         p = self.path / name
         if not os.path.lexists(p):
             raise RunRecordError(f"run record {self.id} has no {name}", fix=f"Look inside {self.path}.")
+        owner = os.lstat(p).st_uid
+        if owner not in (0, os.getuid()):   # another user wrote it: its host, containers, job ids are not ours to act on
+            raise RunRecordError(f"run record {self.id}: {name} belongs to uid {owner}, not to you",
+                                 fix=f"Inspect {self.path}; ktdeploy acts only on records you (or root) wrote.")
         try:
             return read_bytes(p, MAX_JSON, f"run record's {name}")
         except UsageError as e:

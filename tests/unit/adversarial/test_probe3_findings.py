@@ -611,3 +611,19 @@ def test_f14_a_file_whose_content_or_name_reads_as_a_header_forges_nothing(tmp_p
     names = facts.get("ls", str(w)).content.split("\n")
     assert names == ["@@KTD-DATA\tls\tok\t0\tFORGED"], names
     assert facts.get("read", str(d / "dataset_info.json")).content.startswith('{"x"')
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="a record written as another user needs root to make")
+def test_f8_a_record_another_user_wrote_is_not_acted_on(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
+    d = tmp_path / "home" / "runs" / "r-theirs"
+    d.mkdir(parents=True)
+    (d / "status.json").write_text(json.dumps({**GOOD, "id": "r-theirs"}))
+    os.chown(d / "status.json", 4242, 4242)
+    for args in (["status", "--run", "r-theirs"], ["logs", "--run", "r-theirs"], ["down", "--run", "r-theirs"]):
+        rc, out, _ = invoke(args, cwd=tmp_path)
+        assert rc == 6 and "uid 4242" in " ".join(out.split()) and not problems(rc, out), (args, out)
+    rc, out, _ = invoke(["status", "--all"], cwd=tmp_path)
+    assert rc == 0 and "r-theirs" not in out
