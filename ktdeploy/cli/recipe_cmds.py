@@ -145,7 +145,12 @@ def _render_scheduler(r, out: Optional[Path], *, slurm: bool, variant: Optional[
     if out is None:
         import sys
 
-        sys.stdout.write(files["train.sbatch"] if slurm else render_yaml(k8s_manifests(r, variant, namespace)))
+        text = files["train.sbatch"] if slurm else render_yaml(k8s_manifests(r, variant, namespace))
+        if sys.stdout.isatty():   # on a terminal, a recipe value's bidi override or escape is shown, never acted on
+            from ktdeploy.core.markup import terminal_safe
+
+            text = terminal_safe(text)
+        sys.stdout.write(text)
         return
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():

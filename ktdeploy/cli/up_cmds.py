@@ -109,12 +109,21 @@ def up(
             raise UsageError("--slurm submits to a cluster: it takes no --host, --tune, --image-tar, --facts, "
                              "--cpu-only, --name, --sync-model/--sync-data or --train/--accelerate/--deploy",
                              key="--slurm", fix="ktdeploy up --slurm LOGIN_HOST RECIPE")
-        api.up_slurm(slurm, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, overrides=set_,
-                     ssh=_ssh(ssh_key, known_hosts, accept_new_host_key),
-                     say=say,
-                     print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
+        from ktdeploy.core.errors import EXIT_TERMINATED, Terminated
+
+        _sigterm_raises()   # as plain up: the record says so, the jobs this run submitted are cancelled; exit 143
+        try:
+            api.up_slurm(slurm, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, overrides=set_,
+                         ssh=_ssh(ssh_key, known_hosts, accept_new_host_key),
+                         say=say,
+                         print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
+        except Terminated:
+            import sys
+
+            sys.stderr.write("terminated\n")
+            raise typer.Exit(EXIT_TERMINATED) from None
         return
-    _sigterm_raises()   # (the slurm path above keeps the default: its record is the cluster's queue)
+    _sigterm_raises()
     factory = None
     if not no_progress and console.is_terminal:
         factory = lambda name: ProgressView(name, console=console)  # noqa: E731
@@ -216,7 +225,9 @@ def _print_status(st: dict) -> None:
 
     live: dict = st.get("live") or {}
     name = f"  name {st['name']}" if st.get("name") else ""
-    _line(f"{st['id']}{name}  host {st['host']}  recipe {st['recipe']}  recorded state {st['state']}", first="")
+    # a record may lack a key (written by an older ktdeploy, or edited): shown as '?', never a crash
+    _line(f"{st.get('id') or '?'}{name}  host {st.get('host') or '?'}  recipe {st.get('recipe') or '?'}  "
+          f"recorded state {st.get('state') or '?'}", first="")
     if st.get("state") in ("failed", "crashed") or st.get("error"):
         where = st.get("failed_stage") or st.get("stage") or "?"
         code = f" (exit {st['exit_code']})" if st.get("exit_code") is not None else ""

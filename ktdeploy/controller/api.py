@@ -19,7 +19,7 @@ from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
 from ktdeploy.controller.follow import TRAINER_LOG
-from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run
+from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run, output_lock
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
@@ -172,10 +172,13 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
                sync_data: str | None) -> UpResult:
     record: RunRecord | None = None
     conn = None
+    held = contextlib.ExitStack()
     try:
         record = _new_record(recipe, host, waive, dry_run, facts_file, say, cpu_only=cpu_only, name=name)
         result = UpResult(record=record, waived=list(waive))
         conn, where = _connect_phase(host, record, recorded_facts, facts_file, connector, ssh, say)
+        if conn is not None and not dry_run:
+            held.enter_context(output_lock(conn, host, output_dir_of(recipe)))
         _sync_phase(conn, recipe, record, sync_model, sync_data, dry_run=dry_run, say=say)
         report, blocking, doc_line = _doctor_phase(conn, recipe, recorded_facts, where, waive, record, say)
         if cpu_only and report.facts.gpu.count:
@@ -220,6 +223,7 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
             record.set_status("stopped", note=f"{how} during preflight/planning; nothing was started")
         raise
     finally:
+        held.close()
         if conn is not None:
             conn.close()
 
@@ -255,67 +259,79 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
     _check_up_arguments(login, resume, dry_run, None)
     recipe = load_up_recipe(recipe_path, overrides)
     waive = tuple(dict.fromkeys(waive))
-    record = _new_record(recipe, login, waive, dry_run, None, say)
-    record.set_status("planned", scheduler="slurm", job_dir=job_dir_of(recipe))
-    result = UpResult(record=record, waived=list(waive))
-    conn, where = _connect_phase(login, record, None, None, connector, ssh, say)
-    try:
+    # one run, one lock, as plain `up`: a second `up --slurm` of this job (or a `down` of it) is refused (exit 6)
+    held = contextlib.ExitStack()
+    if not dry_run:
+        held.enter_context(job_lock(login, job_name(recipe)))
+    with held:
+        record = _new_record(recipe, login, waive, dry_run, None, say)
+        record.set_status("planned", scheduler="slurm", job_dir=job_dir_of(recipe))
+        result = UpResult(record=record, waived=list(waive))
+        conn, where = _connect_phase(login, record, None, None, connector, ssh, say)
+        if not dry_run:
+            try:
+                held.enter_context(output_lock(conn, login, output_dir_of(recipe)))
+            except RunRecordError:
+                conn.close()
+                raise
         try:
-            nodes = cluster_nodes(conn)
-        except StepError as e:
-            raise _fail(record, "failed", e) from None
-        record.write_json("cluster.json", [n.__dict__ for n in nodes])
-        image, variant, how = slurm_variant(recipe, nodes)
-        try:
-            request = _request(recipe, variant)
-        except KtdeployError as e:
-            raise _fail(record, "failed", e) from None
-        check = sl.fit_check(request, nodes)
-        record.event("slurm_fit", status=check.status, detail=check.detail, data=check.data)
-        record.write_json(rr.DOCTOR, {"checks": [check.model_dump(mode="json")], "request": request.__dict__})
-        ok = check.status != "fail"
-        say(("[green]✓[/green]" if ok else "[red]✗[/red]") + f" PREFLIGHT: {esc(check.name)}: {esc(check.detail)}")
-        if not ok:
-            raise _fail(record, "failed", CheckFailed(
-                f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key="slurm.fit",
-                fix=check.fix or "See the reasons below."))
-        state = gather_job_state(conn, recipe, image)
-        record.write_json(rr.JOB_STATE, state.to_json())
-        queued = queued_jobs(conn, job_name(recipe))
-        opts = UpOptions(host=login, run_id=record.id, resume=resume, detach=detach, waive=waive,
-                         preflight={"connect": f"connected ({where})"})
-        plan = build_slurm_plan(recipe, state, opts, image=image, variant=variant, queued=queued,
-                                fit_detail=check.detail)
-        gpus_waived = "docker.nvidia_runtime" in waive or "gpu.present" in waive
-        train = train_script(recipe, shipped_recipe(recipe, None), image=image, run_id=record.id, request=request,
-                             gpus_waived=gpus_waived, memlock="docker.memlock" not in waive)
-        conv = convert_script(recipe, image=image, run_id=record.id, request=request)
-        files = {"slurm/train.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/train.sbatch", train.script)),
-                 "slurm/convert.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/convert.sbatch", conv.script))}
-        plan = dataclasses.replace(plan, rendered=files, notes=(*plan.notes, f"image: {how}"))
-        record.write_json(rr.PLAN, plan.to_json())
-        record.set_status("planned", image=image, adapter_dir=plan.adapter_dir,
-                          slurm_request={"mem_mib": request.mem_mib, "cpus": request.cpus, "gpus": request.gpus,
-                                         "constraint": request.constraint},
-                          **({"slurm_jobs": queued} if queued else {}))
-        result.plan = plan
-        result.text = plan_text(plan, run_dir=str(record.path))
-        if dry_run:
-            record.set_status("dry-run")
-            record.event("dry_run")
-            if print_plan:
-                print_plan(result.text)
-            result.state = "dry-run"
-            return result
-        return _apply_phase(conn, plan, recipe, None, result, host=login, detach=detach, say=say,
-                            progress_factory=None)
-    except KeyboardInterrupt:
-        record.event("interrupted", reason="Ctrl-C before anything was submitted")
-        record.set_status("stopped", note="interrupted (Ctrl-C) during preflight/planning; nothing was submitted")
-        raise
-    finally:
-        if conn is not None:
-            conn.close()
+            try:
+                nodes = cluster_nodes(conn)
+            except StepError as e:
+                raise _fail(record, "failed", e) from None
+            record.write_json("cluster.json", [n.__dict__ for n in nodes])
+            image, variant, how = slurm_variant(recipe, nodes)
+            try:
+                request = _request(recipe, variant)
+            except KtdeployError as e:
+                raise _fail(record, "failed", e) from None
+            check = sl.fit_check(request, nodes)
+            record.event("slurm_fit", status=check.status, detail=check.detail, data=check.data)
+            record.write_json(rr.DOCTOR, {"checks": [check.model_dump(mode="json")], "request": request.__dict__})
+            ok = check.status != "fail"
+            say(("[green]✓[/green]" if ok else "[red]✗[/red]") + f" PREFLIGHT: {esc(check.name)}: {esc(check.detail)}")
+            if not ok:
+                raise _fail(record, "failed", CheckFailed(
+                    f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key="slurm.fit",
+                    fix=check.fix or "See the reasons below."))
+            state = gather_job_state(conn, recipe, image)
+            record.write_json(rr.JOB_STATE, state.to_json())
+            queued = queued_jobs(conn, job_name(recipe))
+            opts = UpOptions(host=login, run_id=record.id, resume=resume, detach=detach, waive=waive,
+                             preflight={"connect": f"connected ({where})"})
+            plan = build_slurm_plan(recipe, state, opts, image=image, variant=variant, queued=queued,
+                                    fit_detail=check.detail)
+            gpus_waived = "docker.nvidia_runtime" in waive or "gpu.present" in waive
+            train = train_script(recipe, shipped_recipe(recipe, None), image=image, run_id=record.id, request=request,
+                                 gpus_waived=gpus_waived, memlock="docker.memlock" not in waive)
+            conv = convert_script(recipe, image=image, run_id=record.id, request=request)
+            files = {"slurm/train.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/train.sbatch", train.script)),
+                     "slurm/convert.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/convert.sbatch", conv.script))}
+            plan = dataclasses.replace(plan, rendered=files, notes=(*plan.notes, f"image: {how}"))
+            record.write_json(rr.PLAN, plan.to_json())
+            record.set_status("planned", image=image, adapter_dir=plan.adapter_dir,
+                              slurm_request={"mem_mib": request.mem_mib, "cpus": request.cpus, "gpus": request.gpus,
+                                             "constraint": request.constraint},
+                              **({"slurm_jobs": queued} if queued else {}))
+            result.plan = plan
+            result.text = plan_text(plan, run_dir=str(record.path))
+            if dry_run:
+                record.set_status("dry-run")
+                record.event("dry_run")
+                if print_plan:
+                    print_plan(result.text)
+                result.state = "dry-run"
+                return result
+            return _apply_phase(conn, plan, recipe, None, result, host=login, detach=detach, say=say,
+                                progress_factory=None)
+        except KeyboardInterrupt as stop:
+            how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+            record.event("interrupted", reason=f"{how} before anything was submitted")
+            record.set_status("stopped", note=f"{how} during preflight/planning; nothing was submitted")
+            raise
+        finally:
+            if conn is not None:
+                conn.close()
 
 
 def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file: str | None) -> None:
@@ -358,7 +374,16 @@ def check_run_name(name: str, host: str, container: str) -> None:
     if not isinstance(name, str) or not NAME.match(name) or ".." in name or len(name) > 64:
         raise UsageError(f"--name {printable(name)}: letters, digits, '.', '_' and '-' only, at most 64",
                          key="--name", fix="e.g. --name qwen-lora-v2")
+    # --run takes an id, a name or an id's prefix, the id first: a name that reads as (the start of) an id would
+    # name another run, or the next one (ids start with their UTC date)
+    if not name[0].isalpha():
+        raise UsageError(f"--name {printable(name)}: a run name starts with a letter (run ids start with their date, "
+                         "and `--run` would take it for one)", key="--name", fix="e.g. --name qwen-lora-v2")
     for rec in all_runs():
+        if rec.id.startswith(name):
+            raise UsageError(f"--name {name}: it is (the start of) the id of run {rec.id}, which `--run {name}` "
+                             "would name", key="--name",
+                             fix="Choose another name; `ktdeploy status --all` lists the runs and their names.")
         try:
             st = rec.status()
         except RunRecordError:
@@ -508,6 +533,9 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
         executor.apply()
     except KeyboardInterrupt as stop:
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+        if isinstance(stop, Terminated) and executor.submitted_at:
+            _cancel_submitted(conn, record, executor, say)   # up --slurm: a terminated submitter takes its jobs back
+            raise
         if executor.jobs:
             record.set_status("detached", slurm_jobs=dict(executor.jobs))
         record.event("detached", reason=how)
@@ -541,6 +569,36 @@ def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, det
         result.state = "finished"
         say(f"[green bold]done:[/] adapter {esc(plan.adapter_dir)}; run record {esc(record.path)}")
     return result
+
+
+def _cancel_submitted(conn, record: RunRecord, executor, say: Callable[[str], None]) -> None:
+    """SIGTERM during ``up --slurm``: scancel the jobs this run submitted (not ones an earlier run left queued) —
+    their batch scripts' traps stop the containers — and say so in the record: "stopped"; exit 143."""
+    import signal
+
+    ids = {role: executor.jobs[role] for role in executor.submitted_at if role in executor.jobs}
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN) if threading_main() else None
+    try:
+        done = {}
+        for role, job_id in ids.items():
+            try:
+                r = conn.run(["scancel", "--", job_id], timeout=60)
+                done[f"{role} job {job_id}"] = "cancelled" if r.rc == 0 else f"scancel exit {r.rc}"
+            except ConnectError as e:
+                done[f"{role} job {job_id}"] = f"not cancelled ({e.message})"
+        record.event("cancelled", reason="terminated (SIGTERM)", jobs=done)
+        record.set_status("stopped", slurm_jobs=dict(executor.jobs), down=done,
+                          note="controller terminated (SIGTERM): the jobs it submitted were cancelled (scancel)")
+        say(f"[yellow]Terminated: cancelled {esc(', '.join(f'{k}: {v}' for k, v in done.items()))}.[/]")
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def load_facts_file(path) -> HostFacts:

@@ -345,7 +345,7 @@ class Executor:
             # create the target 0600 first, so the key is never readable by others on the host, even briefly
             # (a link planted there is removed, never written through: noclobber creates with O_EXCL)
             self.conn.run(["sh", "-c", 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && rm -f -- "$1" && set -C '
-                           '&& : > "$1"', "ktdeploy-key", s.remote], check=True)
+                           '&& : > "$1"', "ktdeploy-key", s.remote], check=True, timeout=60)
             self.conn.put_file(tmp, s.remote, mode=0o600)
         finally:
             os.unlink(tmp)

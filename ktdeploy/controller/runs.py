@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ktdeploy.core import run_record as rr
-from ktdeploy.core.errors import RunRecordError, UsageError
+from ktdeploy.core.errors import ConnectError, RunRecordError, UsageError
 from ktdeploy.core.safeio import MAX_JSON, append_line, parse_json, printable, read_bytes, redact, run_lock, write_file
 
 STATES = rr.RUN_STATES   # the format (file names, states, keys, schema version) is core/run_record.py's
@@ -49,6 +49,22 @@ def job_lock(host: str | None, job: str):
     while they act, so a second `up`, or a `down` racing an `up`, gets one clear refusal instead of removing the
     other's containers. flock: a killed process frees it."""
     return run_lock(home() / "locks", f"{host or ''}\n{job}", what=f"the job {job} on {host or 'localhost'}")
+
+
+def output_lock(conn, host: str | None, output_dir: str):
+    """The second lock of one run: the output folder as the host resolves it (``realpath -m``: links, '..'), so two
+    spellings of one folder — a link to it, '//srv/o', 'a/./b' — are one job, whatever their container names.
+    A host without GNU realpath: the folder's normalized spelling (core: ``output_dir_of``)."""
+    resolved = output_dir
+    try:
+        r = conn.run(["realpath", "-m", "--", output_dir], timeout=30)
+        text = r.stdout.strip() if r.rc == 0 else ""
+        if text.startswith("/") and "\n" not in text and "\0" not in text:
+            resolved = text
+    except ConnectError:
+        pass
+    return run_lock(home() / "locks", f"{host or ''}\noutput\n{resolved}",
+                    what=f"the output folder {printable(resolved)} on {host or 'localhost'}")
 
 
 def _slug(text: str) -> str:
@@ -115,6 +131,10 @@ class RunRecord:
         p = self.path / name
         if not os.path.lexists(p):
             raise RunRecordError(f"run record {self.id} has no {name}", fix=f"Look inside {self.path}.")
+        owner = os.lstat(p).st_uid
+        if owner not in (0, os.getuid()):   # another user wrote it: its host, containers, job ids are not ours to act on
+            raise RunRecordError(f"run record {self.id}: {name} belongs to uid {owner}, not to you",
+                                 fix=f"Inspect {self.path}; ktdeploy acts only on records you (or root) wrote.")
         try:
             return read_bytes(p, MAX_JSON, f"run record's {name}")
         except UsageError as e:

@@ -49,10 +49,19 @@ def job_state(conn, job_id: str, log: str = "/dev/null", timeout: float | None =
     return sl.job_from_blocks(blocks, job_id), latest(blocks["log"])
 
 
+MAX_JOB_LOG = 8 << 20    # bytes of a job's log read from the login node (the end of it): logs, down's copy
+# the job log on the shared output volume, which other users of the cluster may write to: read only when it is a
+# regular file and not a link (a link to /dev/zero, or to a file of someone else's, is never followed), and only
+# its last $2 bytes (then lines: $3, 0 for all of them)
+JOB_LOG_SH = ('p=$1; if [ -f "$p" ] && [ ! -h "$p" ]; then '
+              'if [ "$3" -gt 0 ]; then tail -c "$2" -- "$p" | tail -n "$3"; else tail -c "$2" -- "$p"; fi; '
+              'else [ -e "$p" ] || [ -h "$p" ] || exit 0; echo "ktdeploy: $p is not a regular file (a link?): not read"; fi')
+
+
 def job_log(conn, job_dir: str, role: str, job_id: str, tail: int | None = 200) -> str:
-    argv = ["tail", "-n", str(tail), "--", log_path(job_dir, role, job_id)] if tail else \
-        ["cat", "--", log_path(job_dir, role, job_id)]
-    r = conn.run(argv, timeout=120)
+    """The end of a job's log (at most MAX_JOB_LOG bytes, ``tail`` lines when given); "" when there is none."""
+    r = conn.run(["sh", "-c", JOB_LOG_SH, "ktdeploy-job-log", log_path(job_dir, role, job_id), str(MAX_JOB_LOG),
+                  str(max(0, int(tail or 0)))], timeout=120)
     return r.stdout if r.rc == 0 else ""
 
 

@@ -53,19 +53,48 @@ class SyncResult:
         return dict(self.__dict__)
 
 
+def link_roots(root: Path) -> list[Path]:
+    """Where a link inside ``root`` may point: ``root`` itself, and for a Hugging Face cache snapshot
+    (``<repo>/snapshots/<rev>``) the repository's ``blobs`` folder, where its links go."""
+    real = root.resolve()
+    roots = [real]
+    if real.parent.name == "snapshots":
+        roots.append(real.parent.parent / "blobs")
+    return roots
+
+
+def _check_link(p: Path, rel: str, root: Path, roots: list[Path]) -> None:
+    """A link is copied as the file it points to (rsync -L): one pointing out of the folder (``~/.ssh/id_rsa``,
+    ``/etc``) would upload that file to the host. Refused, naming it."""
+    target = p.resolve()
+    if not any(target == r or r in target.parents for r in roots):
+        raise UsageError(f"{printable(rel)} in {printable(str(root))} is a link to {printable(str(target))}, outside "
+                         "the folder: ktdeploy uploads what a folder holds, never what its links reach elsewhere",
+                         key="--sync-model/--sync-data",
+                         fix="Replace the link by the file itself, or remove it (a Hugging Face cache snapshot's "
+                             "links into its blobs/ folder are fine).")
+
+
 def local_files(root: Path) -> dict[str, int]:
-    """relative path -> size of every regular file under ``root`` (links followed, as the copy follows them)."""
+    """relative path -> size of every regular file under ``root`` (links followed, as the copy follows them, but
+    only to files inside ``root``: ``link_roots``)."""
     if not root.is_dir():
         raise UsageError(f"{printable(str(root))} is not a folder", fix="Give the local folder to upload.")
     out: dict[str, int] = {}
+    roots = link_roots(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         dirnames[:] = sorted(d for d in dirnames if d != PARTIAL)
+        for d in dirnames:
+            if Path(dirpath, d).is_symlink():
+                _check_link(Path(dirpath, d), str(Path(dirpath, d).relative_to(root)), root, roots)
         for name in sorted(filenames):
             p = Path(dirpath, name)
             rel = str(p.relative_to(root))
-            if any(ord(c) < 32 for c in rel):
+            if any(ord(c) < 32 or ord(c) == 127 for c in rel):
                 raise UsageError(f"{printable(rel)} in {printable(str(root))} has a control character in its name",
                                  fix="Rename it; ktdeploy uploads files whose names are plain text.")
+            if p.is_symlink():
+                _check_link(p, rel, root, roots)
             if p.is_file():
                 out[rel] = p.stat().st_size
             if len(out) > MAX_FILES:
@@ -147,6 +176,13 @@ def sync_folder(conn, local_dir: str, remote: str, *, role: str, dry_run: bool =
     t0 = time.monotonic()
     if missing:
         say(f"[cyan]→[/cyan] SYNC: upload {esc(what)} from {esc(src)} to {esc(remote)} on {esc(conn.name)}")
+        need = sum(here[n] for n in missing)
+        free = free_bytes(conn, remote)
+        if free is not None and free < need + SPACE_MARGIN:
+            raise StepError(f"the host's {remote} has {_size(free)} free, the upload needs {_size(need)} (and "
+                            f"{_size(SPACE_MARGIN)} to spare): nothing was copied or created", step=f"sync.{role}",
+                            fix="Free space on the host's file system (df -h there), or point the recipe's path at "
+                                "a larger one.")
         r = conn.run(["mkdir", "-p", "--", remote], timeout=120)
         if r.rc != 0:
             raise StepError(f"could not create {remote} on {conn.name}: {r.stderr.strip()[-300:]}", step="sync.mkdir",
@@ -157,10 +193,25 @@ def sync_folder(conn, local_dir: str, remote: str, *, role: str, dry_run: bool =
                              fix="Copy the folder into the container's volume on its host instead.")
         rsync(str(src), remote, RSYNC_FLAGS)
     _verify(conn, src, remote, here, role)
+    # a finished upload leaves no trace of rsync's resumable state in the model or data folder
+    conn.run(["sh", "-c", 'rm -rf -- "$1/' + PARTIAL + '"', "ktdeploy-sync", remote], timeout=120)
     res.seconds = round(time.monotonic() - t0, 2)
     say(f"[green]✓[/green] SYNC: {esc(remote)} holds the {len(here)} file(s) of {esc(src)} ({_size(res.bytes)}), "
         "checked by size and SHA-256")
     return res
+
+
+SPACE_MARGIN = 256 << 20   # bytes left free after an upload (the host's logs, rsync's partial file)
+# free bytes of the file system that will hold DIR (its nearest existing ancestor): `df -P -k`'s "Available"
+FREE_SH = ('p=$1; while [ ! -d "$p" ] && [ "$p" != / ]; do p=$(dirname -- "$p"); done; '
+           "df -P -k -- \"$p\" 2>/dev/null | awk 'NR==2 {print $4}'")
+
+
+def free_bytes(conn, remote: str) -> int | None:
+    """Free bytes where ``remote`` will be written; None when the host cannot say (no df): not checked then."""
+    r = conn.run(["sh", "-c", FREE_SH, "ktdeploy-df", remote], timeout=60)
+    text = r.stdout.strip()
+    return int(text) * 1024 if r.rc == 0 and text.isdigit() and len(text) < 20 else None
 
 
 def _verify(conn, src: Path, remote: str, here: dict[str, int], role: str) -> None:

@@ -206,7 +206,9 @@ JOB_SH = "\n".join([
     sh_block("scontrol"), 'scontrol show job --oneliner -- "$1" 2>&1', sh_block("end"),
     sh_block("sacct"), 'sacct --noheader --parsable2 --allocations --jobs "$1" '
                        '--format JobID,State,NodeList,ExitCode,Restarts 2>&1', sh_block("end"),
-    sh_block("log"), 'tail -n 20 -- "$2" 2>/dev/null', sh_block("end"),
+    # the trainer log: a regular file, not a link, its last 64 KiB (a line without end is not read whole)
+    sh_block("log"), '[ -f "$2" ] && [ ! -h "$2" ] && tail -c 65536 -- "$2" 2>/dev/null | tail -n 20',
+    sh_block("end"),
     sh_block("done"), ""])
 
 

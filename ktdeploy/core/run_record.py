@@ -54,6 +54,8 @@ def status_update(current: Mapping[str, Any], state: str, run_id: str, now: floa
 
 
 STATUS_TEXT_KEYS = ("id", "state", "host", "recipe", "container", "serve_container", "output_dir")
+STATUS_OPTIONAL_TEXT = ("name", "error", "fix", "failed_stage", "stage", "stops_at", "stop_reason", "scheduler",
+                        "job_dir")
 
 
 def parse_status_json(text: str | bytes) -> dict:
@@ -68,9 +70,18 @@ def parse_status_json(text: str | bytes) -> dict:
         raise
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    for key in STATUS_TEXT_KEYS:
+    for key in STATUS_TEXT_KEYS + STATUS_OPTIONAL_TEXT:
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ValueError(f"{key!r} is {type(data[key]).__name__}, not text")
+    if "state" in data and data["state"] not in RUN_STATES:
+        raise ValueError(f"'state' is {str(data['state'])[:40]!r}, not one of {', '.join(RUN_STATES)}")
+    down = data.get("down")
+    if down is not None and not (isinstance(down, dict) and all(isinstance(v, str) for v in down.values())):
+        raise ValueError("'down' is not a map of container -> what down did")
+    checks = data.get("failed_checks")
+    if checks is not None and not (isinstance(checks, list) and all(isinstance(c, str) for c in checks)):
+        raise ValueError("'failed_checks' is not a list of check names")
+    data.pop("live", None)   # computed by `status` from the host, never taken from the file
     return redact(data)
 
 

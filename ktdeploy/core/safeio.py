@@ -326,6 +326,30 @@ def staging_dir(parent: str | os.PathLike, prefix: str) -> Path:
     return tmp
 
 
+def _trusted_ancestors(path: Path) -> None:
+    """Every folder from / down to ``path`` (as written and as resolved) is root's or this uid's, and none that
+    others may write to lacks the sticky bit (/tmp has it): whoever owns or may write into a folder of the chain can
+    rename what ktdeploy made below it and put their own in its place (probe 3, F13: ``/tmp/.cache`` made first by
+    another user)."""
+    uid = os.getuid()
+    for chain in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+        cur = Path("/")
+        for part in ("", *chain.parts[1:]):
+            cur = cur / part if part else cur
+            try:
+                st = os.lstat(cur)
+            except OSError as err:
+                raise UsageError(f"{cur}: cannot be read: {err.strerror}",
+                                 fix="set HOME to a folder of this user") from None
+            if st.st_uid not in (0, uid):
+                raise UsageError(f"{cur} belongs to uid {st.st_uid}, another user: a cache below it could be "
+                                 "replaced by them", fix=f"set HOME to a folder of this user (or remove {cur})")
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+                raise UsageError(f"{cur} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}, no sticky "
+                                 "bit): a cache below it could be replaced by them",
+                                 fix=f"chmod go-w {cur}, or set HOME to a folder of this user")
+
+
 def private_dir(path: str | os.PathLike, owned_from: str | os.PathLike) -> Path:
     """``mkdir -p path`` where every folder from ``owned_from`` down is this uid's own, mode 0700, and no link:
     a cache another user could write into (and so plant files the server reads) is refused."""
@@ -342,6 +366,7 @@ def private_dir(path: str | os.PathLike, owned_from: str | os.PathLike) -> Path:
     except OSError as err:
         raise UsageError(f"{top.parent}: cannot create it: {err.strerror}",
                          fix="set HOME to a writable folder of this user") from None
+    _trusted_ancestors(top.parent)
     for d in chain:
         try:
             os.mkdir(d, 0o700)

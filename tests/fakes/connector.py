@@ -91,6 +91,8 @@ class FakeConnector:
 
                     raise StepError(f"{argv[0]} failed (exit {r.rc})", rc=r.rc, output=r.stderr)
                 return r
+        if argv[:2] == ["realpath", "-m"]:   # up's output lock asks; unscripted, the host has no GNU realpath
+            return fail(127, "realpath: not found")
         raise UnscriptedCommand(f"FakeConnector: no rule for {argv!r}")
 
     def run_shell(self, script: str, *, timeout: float | None = None, check: bool = False) -> Result:

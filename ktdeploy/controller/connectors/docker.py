@@ -86,7 +86,7 @@ class DockerExecConnector:
 
     def put_file(self, local, remote, mode=None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"
-        self.run(["mkdir", "-p", "--", parent], check=True)
+        self.run(["mkdir", "-p", "--", parent], check=True, timeout=120)
         src, stage = local, None
         if self.via is not None:  # stage on the remote host first (a private mktemp -d folder), then docker cp there
             stage = _remote_stage(self.via)
@@ -94,11 +94,11 @@ class DockerExecConnector:
             self.via.put_file(local, src)
         p = self._docker([self.docker, "cp", "--", src, f"{self.container}:{remote}"])
         if stage is not None:
-            self.via.run(["rm", "-rf", "--", stage])
+            self.via.run(["rm", "-rf", "--", stage], timeout=300)
         if p.returncode != 0:
             raise ConnectError(f"docker cp to {self.container}:{remote} failed: {p.stderr.strip()}")
         if mode is not None:
-            self.run(["chmod", format(mode, "o"), "--", remote], check=True)
+            self.run(["chmod", format(mode, "o"), "--", remote], check=True, timeout=60)
 
     def get_file(self, remote, local) -> None:
         if self.via is not None:
@@ -108,7 +108,7 @@ class DockerExecConnector:
                 if p.returncode == 0:
                     self.via.get_file(f"{stage}/file", local)
             finally:
-                self.via.run(["rm", "-rf", "--", stage])
+                self.via.run(["rm", "-rf", "--", stage], timeout=300)
         else:
             import shutil
             import tempfile

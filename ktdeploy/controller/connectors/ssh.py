@@ -192,7 +192,7 @@ class SSHConnector:
 
     def put_file(self, local, remote, mode=None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"
-        self.run(["mkdir", "-p", "--", parent], check=True)
+        self.run(["mkdir", "-p", "--", parent], check=True, timeout=120)
         try:
             ok = self._host.connector.put_file(local, remote)
         except OSError as e:
@@ -200,7 +200,7 @@ class SSHConnector:
         if ok is False:
             raise ConnectError(f"upload of {local} to {self.name}:{remote} failed")
         if mode is not None:
-            self.run(["chmod", format(mode, "o"), "--", remote], check=True)
+            self.run(["chmod", format(mode, "o"), "--", remote], check=True, timeout=60)
 
     def get_file(self, remote, local) -> None:
         try:

@@ -31,28 +31,36 @@ def _head(kind: str, status: str, size: str) -> str:
 
 DATA_SCRIPT = "\n".join([
     "",
+    # every line of an answer's body starts with '|' (parse_data_output strips it): a file's content or name that
+    # reads like a header line can never start a forged entry
+    "body() { sed 's/^/|/'; }",
     "while [ $# -ge 2 ]; do",
     "  kind=$1; p=$2; shift 2",
     '  if [ "$kind" = ls ]; then',
-    f'    if [ -d "$p" ]; then {_head("ls", "ok", "0")}; ls -1 "$p" 2>/dev/null | head -n 200',
+    f'    if [ -d "$p" ]; then {_head("ls", "ok", "0")}',
+    # one line per name, a newline or carriage return in a name shown as '?': `ls -1` printed it raw, and a file
+    # named "x<LF>kt-weight-manifest.json<LF>_layer_0" listed a manifest and a layer folder (probe 3, F14)
+    """      for f in "$p"/* "$p"/.[!.]*; do [ -e "$f" ] || [ -L "$f" ] || continue""",
+    r"""        printf '%s' "${f##*/}" | tr '\n\r' '??'; echo""",
+    '      done | head -n 200 | body',
     f'    else {_head("ls", "missing", "0")}; fi',
     '  elif [ "$kind" = sizes ]; then',
     f'    if [ -d "$p" ]; then {_head("sizes", "ok", "0")}',
     """      for f in "$p"/* "$p"/.[!.]*; do [ -f "$f" ] || continue""",
     r"""        printf '%s\t' "$(wc -c < "$f" 2>/dev/null | tr -d ' ')"; printf '%s' "${f##*/}" | tr '\n\r' '??'; echo""",
-    f'      done | head -n {MAX_FILES}',
+    f'      done | head -n {MAX_FILES} | body',
     f'    else {_head("sizes", "missing", "0")}; fi',
     '  elif [ "$kind" = shards ]; then',
     '    if [ -f "$p" ] && [ -r "$p" ]; then',
     f'      {_head("shards", "ok", "0")}',
     r"""      t=$(grep -o '"total_size"[[:space:]]*:[[:space:]]*[0-9]*' "$p" 2>/dev/null | head -n 1 | tr -dc '0-9')""",
-    r"""      printf 'total\t%s\n' "$t" """,
-    r"""      grep -o '"[^"]*[.]safetensors"' "$p" 2>/dev/null | tr -d '"' | sort -u | head -n 20000 | sed 's/^/shard\t/'""",
+    r"""      { printf 'total\t%s\n' "$t"; """,
+    r"""        grep -o '"[^"]*[.]safetensors"' "$p" 2>/dev/null | tr -d '"' | sort -u | head -n 20000 | sed 's/^/shard\t/'; } | body""",
     f'    else {_head("shards", "missing", "0")}; fi',
     "  else",
     '    if [ -f "$p" ] && [ -r "$p" ]; then',
     """      size=$(wc -c < "$p" 2>/dev/null | tr -d ' ')""",
-    f'      {_head("read", "ok", "${size:-0}")}; head -c {READ_LIMIT} "$p"; echo',
+    f'      {_head("read", "ok", "${size:-0}")}; {{ head -c {READ_LIMIT} "$p"; echo; }} | body',
     f'    else {_head("read", "missing", "0")}; fi',
     "  fi",
     "done",
@@ -97,7 +105,8 @@ def parse_data_output(text: str) -> DataFacts:
             cur = Entry(kind, path, status == "ok", int(size) if size.isdigit() else 0, "")
             body = []
             continue
-        body.append(line)
+        if line.startswith("|"):      # a body line (DATA_SCRIPT frames them); anything else is not ours
+            body.append(line[1:])
     close()
     return facts
 

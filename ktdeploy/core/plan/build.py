@@ -20,6 +20,7 @@ from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
+from ktdeploy.core.safeio import norm_path
 
 MEMLOCK_WAIVER = "docker.memlock"
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
@@ -80,7 +81,7 @@ def output_dir_of(recipe) -> str:
     if not isinstance(out, str) or not out.startswith("/"):
         raise RecipeError("train.output_dir must be an absolute host path for `ktdeploy up`", key="train.output_dir",
                           fix="Set train.output_dir under deploy.volumes.output, e.g. /srv/ktdeploy/output/my-run.")
-    return posixpath.normpath(out)
+    return norm_path(out)   # one spelling per folder: '//srv/o/./run/' is '/srv/o/run' (one container name, one lock)
 
 
 def job_name(recipe) -> str:

@@ -7,12 +7,17 @@ Every field carries a description: the docs and error messages come from here.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from ktdeploy.core import variants as V
 from ktdeploy.core.safeio import norm_path
+
+# every C0 control (newline and tab too), DEL, C1, the line/paragraph separators and bidi controls: no path or name
+# ktdeploy writes into a script, a record or onto a terminal may hold one (issue 35; probe 3 F1)
+LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 class _Strict(BaseModel):
@@ -22,8 +27,9 @@ class _Strict(BaseModel):
 def _absolute(value: str, what: str) -> str:
     if not value.startswith("/"):
         raise ValueError(f"{what} must be an absolute path on the training host, got {value!r}")
-    if "\x00" in value or "\n" in value:
-        raise ValueError(f"{what} must not contain NUL or newline characters")
+    if LINE_BREAKING.search(value):
+        raise ValueError(f"{what} must not contain control characters (newline, tab, ESC, NUL …): they end a line of "
+                         "the batch script, the record or the terminal it is printed on")
 
     return norm_path(value)  # '//srv/m/./' -> '/srv/m': the spelling docker and the kernel resolve
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from ktdeploy.core.sched.request import JobRequest
 JOBS_FOLDER = ".ktdeploy-jobs"
 CNAME = "\0cname\0"      # placeholders in an argv, written as shell expansions (never user text)
 DYNAMIC = "\0dynamic\0"
+CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 STOP_SECONDS = 20        # docker stop's grace period inside the trap; slurm.conf's KillWait must exceed it
 
 
@@ -54,23 +56,57 @@ def _words(argv: list[str]) -> str:
     return " ".join(out)
 
 
+def sbatch_line(option: str, value: object | None = None) -> str:
+    """One ``#SBATCH`` directive, its token shell-quoted: sbatch's own reader of these lines splits on blanks,
+    honours quotes and stops at an unquoted ``#``, so a value with a blank, quote or ``#`` (a path) stays one
+    option and can never add another. A newline or other control character cannot be expressed on one line:
+    the recipe's checks refuse them (``paths.control_chars``); here it is a bug, never a directive."""
+    token = option if value is None else f"{option}={value}"
+    if CONTROL_OR_NEWLINE.search(token):
+        raise ValueError(f"control character in #SBATCH {option}")
+    return f"#SBATCH {shlex.quote(token)}"
+
+
+def sbatch_output_path(job_dir: str, role: str) -> str:
+    """The --output file pattern: ``%`` in the folder doubled (Slurm's filename patterns read ``%x``, ``%u``…);
+    only our ``%j`` is a pattern. A backslash would switch Slurm's patterns off (the log would be named
+    ``train-%j.out``): refused by ``sbatch_values``."""
+    return f"{job_dir.replace('%', '%%')}/{role}-%j.out"
+
+
+def sbatch_values(recipe) -> None:
+    """Refuse (RecipeError naming the key) what no ``#SBATCH`` line can carry as is: a backslash in the output
+    volume (sbatch reads it as an escape and Slurm's filename patterns as "no patterns"), a control character."""
+    from ktdeploy.core.errors import RecipeError
+    from ktdeploy.core.markup import terminal_safe
+
+    for key, value in (("deploy.volumes.output", recipe.deploy.volumes.output),
+                       ("train.output_dir", output_dir_of(recipe))):
+        if "\\" in value or CONTROL_OR_NEWLINE.search(value):
+            raise RecipeError(f"{terminal_safe(value)!r} cannot be written into a Slurm batch script's #SBATCH lines "
+                              "(a backslash is an escape to sbatch and switches off Slurm's %j; control characters "
+                              "end the line)", key=key,
+                              fix="Use a folder whose name has no backslash or control character for the Slurm path.")
+
+
 def _header(name: str, role: str, job_dir: str, *, time: str, mem_mib: int, cpus: int, gpus: int,
             constraint: str | None, sched, requeue: bool) -> list[str]:
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={name}" + ("" if role == "train" else f"-{role}"),
-             f"#SBATCH --output={job_dir}/{role}-%j.out", "#SBATCH --open-mode=append", f"#SBATCH --time={time}",
-             f"#SBATCH --mem={mem_mib}M", f"#SBATCH --cpus-per-task={cpus}", "#SBATCH --hint=nomultithread"]
+    d = sbatch_line
+    lines = ["#!/bin/bash", d("--job-name", name + ("" if role == "train" else f"-{role}")),
+             d("--output", sbatch_output_path(job_dir, role)), d("--open-mode", "append"), d("--time", time),
+             d("--mem", f"{int(mem_mib)}M"), d("--cpus-per-task", int(cpus)), d("--hint", "nomultithread")]
     if gpus:
-        lines.append(f"#SBATCH --gres=gpu:{gpus}")
+        lines.append(d("--gres", f"gpu:{int(gpus)}"))
     if constraint:
-        lines.append(f"#SBATCH --constraint={constraint}")
+        lines.append(d("--constraint", constraint))
     if sched.partition:
-        lines.append(f"#SBATCH --partition={sched.partition}")
+        lines.append(d("--partition", sched.partition))
     if sched.account:
-        lines.append(f"#SBATCH --account={sched.account}")
+        lines.append(d("--account", sched.account))
     if requeue:
-        lines += ["#SBATCH --requeue", f"#SBATCH --signal=B:TERM@{sched.signal_seconds}"]
+        lines += [d("--requeue"), d("--signal", f"B:TERM@{int(sched.signal_seconds)}")]
     else:
-        lines.append("#SBATCH --no-requeue")
+        lines.append(d("--no-requeue"))
     return lines
 
 
@@ -112,6 +148,7 @@ def _run_and_wait() -> list[str]:
 def train_script(recipe, shipped: dict, *, image: str, run_id: str, request: JobRequest, gpus_waived: bool = False,
                  memlock: bool = True) -> BatchJob:
     """The training job: ``docker create`` (up's argv, allocation added), recipe copied in, started attached."""
+    sbatch_values(recipe)
     name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
     vol = recipe.deploy.volumes
     create = dk.create_train(name=CNAME, image=image, run_id=run_id, volumes=vol, output_dir=out, gpus=None,
@@ -140,6 +177,7 @@ def train_script(recipe, shipped: dict, *, image: str, run_id: str, request: Job
 
 def convert_script(recipe, *, image: str, run_id: str, request: JobRequest) -> BatchJob:
     """The conversion job (after the training job: --dependency=afterok): CPU only, the variant's CPU needs."""
+    sbatch_values(recipe)
     name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
     adapter = adapter_dir_for(out)
     run = dk.run_convert(name=CNAME, image=image, run_id=run_id, volumes=recipe.deploy.volumes, output_dir=out,

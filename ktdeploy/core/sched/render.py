@@ -3,8 +3,11 @@ that submit by hand. Without a cluster to look at, ``deploy.image: auto`` needs 
 
 from __future__ import annotations
 
+import re
+
 from ktdeploy.core import variants as V
 from ktdeploy.core.errors import UsageError
+from ktdeploy.core.markup import terminal_safe
 from ktdeploy.core.plan.build import resolve_image, shipped_recipe
 from ktdeploy.core.sched import k8s
 from ktdeploy.core.sched.batch import BatchJob, convert_script, train_script
@@ -15,7 +18,7 @@ from ktdeploy.core.sched.request import request_for
 def image_and_variant(recipe, variant: str | None) -> tuple[str, str | None]:
     deploy = recipe.deploy
     if variant is not None and not V.known(variant):
-        raise UsageError(f"--variant {variant!r}: not an image variant", key="--variant",
+        raise UsageError(f"--variant {terminal_safe(variant)!r}: not an image variant", key="--variant",
                          fix=f"Use one of {', '.join(LADDER)}.")
     variant = V.canonical(variant) if variant is not None else None
     if deploy.image == V.AUTO:
@@ -42,7 +45,14 @@ def slurm_scripts(recipe, variant: str | None = None, run_id: str = "manual") ->
             convert_script(recipe, image=image, run_id=run_id, request=request)]
 
 
+NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")   # a DNS-1123 label, Kubernetes' namespace names
+
+
 def k8s_manifests(recipe, variant: str | None = None, namespace: str = "default") -> list[dict]:
+    if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
+        raise UsageError(f"--namespace {terminal_safe(namespace)!r}: not a Kubernetes namespace name", key="--namespace",
+                         fix="Lower-case letters, digits and '-', at most 63, starting and ending with a letter or "
+                             "digit (e.g. --namespace ml-team).")
     image, chosen = image_and_variant(recipe, variant)
     return k8s.manifests(recipe, image=image, variant=chosen, request=request_for(recipe, chosen),
                          namespace=namespace)

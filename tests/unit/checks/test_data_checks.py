@@ -12,7 +12,9 @@ TRAIN = {"dataset": "demo,bad", "dataset_dir": "/d", "model_name_or_path": "/m/M
 
 
 def _out(*blocks: tuple[str, str, int, str, str]) -> str:
-    return "".join(f"@@KTD-DATA\t{k}\t{s}\t{n}\t{p}\n{c}\n" for k, s, n, p, c in blocks)
+    """DATA_SCRIPT's answer: each entry's header, then its body lines framed with '|'."""
+    return "".join(f"@@KTD-DATA\t{k}\t{s}\t{n}\t{p}\n" + "".join(f"|{ln}\n" for ln in f"{c}\n".split("\n")[:-1])
+                   for k, s, n, p, c in blocks)
 
 
 INFO = '{"demo": {"file_name": "demo.jsonl"}, "bad": {"file_name": "bad.json"}}'
