@@ -1,4 +1,4 @@
-"""What the CLI and the tests call: up(), status(), logs(), down() (+ thin re-exports of check/doctor/render).
+"""What the CLI and the tests call: up(), up_slurm(), status(), logs(), down().
 
 ``up`` runs the stages in order: connect -> facts + doctor -> plan (pure) -> apply (executor). Every run keeps a
 record folder on the controller (ktdeploy.controller.runs)."""
@@ -18,12 +18,12 @@ from ktdeploy.controller.connectors import connect
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
-from ktdeploy.controller.follow import TRAINER_LOG
 from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for
+from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.gate import CPU_ONLY, RUNTIME_FIXABLE, gate, profile_hint, with_profile
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import (
@@ -43,7 +43,7 @@ from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, p
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
-from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid, validate
+from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid
 from ktdeploy.core.recipe import render as render_recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, redact_host, write_file
@@ -52,26 +52,6 @@ from ktdeploy.core.sched.batch import convert_script, job_dir_of, train_script
 from ktdeploy.core.sched.features import LADDER
 from ktdeploy.core.sched.plan import build_slurm_plan
 from ktdeploy.core.sched.request import request_for
-
-
-def check(recipe_path, overrides=()):
-    return validate(load_recipe(recipe_path, overrides))
-
-
-def render(recipe_path, out_dir, overrides=()):
-    r = load_recipe(recipe_path, overrides)
-    require_valid(r)
-    return render_recipe(r).write(out_dir)
-
-
-def doctor(host: str = "localhost", recipe=None, **ssh):
-    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
-
-    conn = connect(host, **ssh)
-    try:
-        return run_doctor(conn, recipe)
-    finally:
-        conn.close()
 
 
 @dataclass
@@ -728,4 +708,4 @@ def _down_locked(rec: RunRecord, st: dict, names: list[str], ssh: dict | None) -
     return done
 
 
-__all__ = ["RunRecordError", "UpResult", "check", "doctor", "down", "logs", "render", "status", "up", "up_slurm"]
+__all__ = ["RunRecordError", "UpResult", "down", "logs", "status", "up", "up_slurm"]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import tempfile
@@ -12,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ktdeploy.controller.follow import LogEntry, describe, latest
+from ktdeploy.controller.follow import describe
 from ktdeploy.controller.image_check import image_doctor
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.controller.slurm_jobs import do_follow_job, do_submit, do_wait_job
@@ -27,6 +26,7 @@ from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.safeio import write_file
+from ktdeploy.core.trainer_log import LogEntry, latest
 
 # The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
 # script ends with '@@end', so output cut short (the connection dropped mid-command) is told apart from a
@@ -471,6 +471,3 @@ class Executor:
             else "see `ktdeploy logs`; fix the cause, then run the same `ktdeploy up` again."
         return what, advice
 
-
-def plan_json(plan: Plan) -> str:
-    return json.dumps(plan.to_json(), indent=2)

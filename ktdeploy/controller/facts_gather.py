@@ -28,7 +28,7 @@ from ktdeploy.core.facts.host import (
     VirtFacts,
 )
 from ktdeploy.core.facts.total import parsed
-from ktdeploy.core.markers import SECTION_SH, Section, parse_sections  # noqa: F401  (re-exported)
+from ktdeploy.core.markers import SECTION_SH, Section, parse_sections
 from ktdeploy.core.safeio import write_file
 
 SECTION_MODULES = (kernel, cpu, memory, gpu, docker, virt, container, limits)

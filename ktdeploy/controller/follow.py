@@ -11,15 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ktdeploy.core.checkpoints import TRAINER_LOG  # noqa: F401  (re-exported: the log this module follows)
-from ktdeploy.core.trainer_log import (  # noqa: F401  (re-exported: parsed once, in core/trainer_log.py)
-    LogEntry,
-    hms_seconds,
-    last_loss,
-    latest,
-    parse_line,
-    parse_log,
-)
+from ktdeploy.core.trainer_log import LogEntry
 
 
 def describe(e: LogEntry | None) -> str:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import time
 
-from ktdeploy.controller.follow import describe, latest
+from ktdeploy.controller.follow import describe
 from ktdeploy.core import markers
 from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.core.markup import esc
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.sched import slurm as sl
 from ktdeploy.core.sched.plan import log_path
+from ktdeploy.core.trainer_log import latest
 
 
 def cluster_nodes(conn) -> list[sl.ClusterNode]:

@@ -20,7 +20,6 @@ from ktdeploy.core.check_result import CheckResult
 CPU_ONLY = "cpu-only"
 CPU_ONLY_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "gpu.memory", "gpu.driver", "docker.nvidia_runtime",
                     "layer.gpus", "plan.gpu_memory", "stack.cuda", "stack.triton")
-PROFILES = {CPU_ONLY: CPU_ONLY_WAIVERS}
 
 # `up` repairs these in its RUNTIME stage (installs docker / the NVIDIA container toolkit).
 RUNTIME_FIXABLE = ("docker.present", "docker.nvidia_runtime")

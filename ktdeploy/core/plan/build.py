@@ -25,7 +25,6 @@ MEMLOCK_WAIVER = "docker.memlock"
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
              "docker without CAP_SYS_RESOURCE): run it with that capability, or --waive docker.memlock (test hosts). "
              "Otherwise see `docker logs` of the container.")
-GPU_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime")
 
 
 def container_waivers(waive: tuple[str, ...]) -> tuple[str, ...]:

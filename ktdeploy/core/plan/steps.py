@@ -8,9 +8,6 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-STAGES = ("PREFLIGHT", "RUNTIME", "IMAGE", "VOLUMES", "TRAIN", "FOLLOW", "CONVERT", "SERVE")
-
-
 
 class StepAction(StrEnum):
     """What the executor does with a step (one handler each in controller/executor.py). A StrEnum: plans written
@@ -29,8 +26,6 @@ class StepAction(StrEnum):
     FOLLOW_JOB = "follow_job"      # follow a Slurm job (its state, the trainer log) until it ends
     WAIT_JOB = "wait_job"          # wait for a Slurm job to end
 
-
-Action = StepAction   # the former Literal's name
 
 
 @dataclass(frozen=True)

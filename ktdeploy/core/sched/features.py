@@ -60,10 +60,3 @@ def node_weight(features) -> int:
     """Slurm ``Weight``: the higher the best build, the later the node is chosen (AMX nodes last)."""
     best = [f for f in LADDER if f in set(features)]
     return WEIGHTS[best[-1]] if best else 1
-
-
-def best_offered(features_by_node: dict[str, list[str]]) -> str | None:
-    """The best build some node offers (deploy.image: auto on a cluster)."""
-    offered = {f for fs in features_by_node.values() for f in fs}
-    top = [v for v in LADDER if v in offered]
-    return top[-1] if top else None

@@ -17,8 +17,6 @@ from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.sched.batch import job_dir_of
 
-STAGES = ("PREFLIGHT", "VOLUMES", "SUBMIT", "FOLLOW", "CONVERT")
-
 
 def build_slurm_plan(recipe, state: JobState, opts: UpOptions, *, image: str, variant: str | None,
                      queued: dict[str, str], fit_detail: str) -> Plan:
