@@ -10,6 +10,7 @@ import typer
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_doctor, print_json
 from ktdeploy.core import variants as V
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checks.gate import profile_hint, with_profile
 from ktdeploy.core.markup import esc
 
@@ -134,7 +135,7 @@ def doctor_cmd(
             from ktdeploy.core.checks.isa import variant_check
 
             vc = variant_check(report.facts, variant)
-            vc.name, vc.layer = "image.variant", report.facts.layer
+            vc.name, vc.layer = CheckName.IMAGE_VARIANT, report.facts.layer
             report.checks.append(vc)
     finally:
         conn.close()

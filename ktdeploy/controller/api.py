@@ -23,6 +23,7 @@ from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.gate import CPU_ONLY, RUNTIME_FIXABLE, gate, profile_hint, with_profile
 from ktdeploy.core.checks.threads import derived_kt_threads
@@ -257,7 +258,7 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
         say(("[green]✓[/green]" if ok else "[red]✗[/red]") + f" PREFLIGHT: {esc(check.name)}: {esc(check.detail)}")
         if not ok:
             raise _fail(record, "failed", CheckFailed(
-                f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key="slurm.fit",
+                f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key=CheckName.SLURM_FIT,
                 fix=check.fix or "See the reasons below."))
         state = gather_job_state(conn, recipe, image)
         record.write_json(rr.JOB_STATE, state.to_json())
@@ -266,9 +267,9 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
                          preflight={"connect": f"connected ({where})"})
         plan = build_slurm_plan(recipe, state, opts, image=image, variant=variant, queued=queued,
                                 fit_detail=check.detail)
-        gpus_waived = "docker.nvidia_runtime" in waive or "gpu.present" in waive
+        gpus_waived = CheckName.DOCKER_NVIDIA_RUNTIME in waive or CheckName.GPU_PRESENT in waive
         train = train_script(recipe, shipped_recipe(recipe, None), image=image, run_id=record.id, request=request,
-                             gpus_waived=gpus_waived, memlock="docker.memlock" not in waive)
+                             gpus_waived=gpus_waived, memlock=CheckName.DOCKER_MEMLOCK not in waive)
         conv = convert_script(recipe, image=image, run_id=record.id, request=request)
         files = {"slurm/train.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/train.sbatch", train.script)),
                  "slurm/convert.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/convert.sbatch", conv.script))}

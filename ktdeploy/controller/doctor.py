@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
 from ktdeploy.core.checks.gate import gate
@@ -40,7 +41,7 @@ def _runtime_checks(facts: HostFacts, recipe=None, req=None) -> list[CheckResult
         variant = deploy.variant() if deploy is not None and hasattr(deploy, "variant") else None
         if variant:
             vc = isa.variant_check(facts, variant)
-            vc.name = "recipe.image_variant"
+            vc.name = CheckName.RECIPE_IMAGE_VARIANT
             out.append(vc)
     out.append(threads.mempolicy_check(facts))
     reserve = getattr(getattr(recipe, "deploy", None), "reserve_cores", 2)

@@ -19,6 +19,7 @@ from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.controller.doctor import DoctorReport, container_checks, gather_data, run_checks
 from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.controller.stack_judge import stack_judge_check
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import resources
 from ktdeploy.core.checks.stack import stack_checks
@@ -85,17 +86,17 @@ def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None =
                    f"capability, or --waive {MEMLOCK_WAIVER} (containers then start without --ulimit memlock=-1)."
                    if "rlimit" in why else "Check the image reference (`docker image inspect`), the NVIDIA runtime "
                                            "(docker.nvidia_runtime) and deploy.gpus.")
-            extra.append(_fail("image.run", f"{image} did not start with the training flags on {connector.name}: "
+            extra.append(_fail(CheckName.IMAGE_RUN, f"{image} did not start with the training flags on {connector.name}: "
                                             f"{why}", fix))
         else:
-            extra.append(CheckResult(name="image.run", status="pass", layer="container",
+            extra.append(CheckResult(name=CheckName.IMAGE_RUN, status="pass", layer="container",
                                      detail=f"{image} started with the training flags ({len(gpus)} GPU(s))",
                                      data={"argv": argv}))
             via = None if isinstance(connector, LocalConnector) else connector
             try:
                 inner = DockerExecConnector(name, via=via)
             except ConnectError as e:
-                extra.append(_fail("image.run", f"{image} stopped right after starting: {e}",
+                extra.append(_fail(CheckName.IMAGE_RUN, f"{image} stopped right after starting: {e}",
                                    "Run it by hand: " + " ".join(argv)))
             else:
                 cfacts = gather_facts(inner)

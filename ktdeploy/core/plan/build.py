@@ -13,6 +13,7 @@ from typing import Any
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune, merged_dir_for
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.errors import RecipeError, UsageError
@@ -21,7 +22,7 @@ from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 
-MEMLOCK_WAIVER = "docker.memlock"
+MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
              "docker without CAP_SYS_RESOURCE): run it with that capability, or --waive docker.memlock (test hosts). "
              "Otherwise see `docker logs` of the container.")
@@ -312,7 +313,7 @@ def _job(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
     name = job_name(recipe)
     home = state.home.rstrip("/") or "/tmp"
     image, variant, image_how = resolve_image(deploy, facts)
-    gpu_waived = "docker.nvidia_runtime" in opts.waive or "gpu.present" in opts.waive
+    gpu_waived = CheckName.DOCKER_NVIDIA_RUNTIME in opts.waive or CheckName.GPU_PRESENT in opts.waive
     return _Job(recipe=recipe, deploy=deploy, state=state, opts=opts, out=out, name=name,
                 full=is_full_finetune(recipe.train), adapter=adapter, merged=merged,
                 model_bytes=_model_bytes(facts, recipe), job_dir=f"{home}/.cache/ktdeploy/jobs/{name}",
@@ -348,7 +349,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     if j.gpus is None:
         notes.append("GPU checks waived (--waive): the containers start WITHOUT --gpus. Test hosts only.")
     # in stage order, so the first refusal a host or recipe earns is the one reported
-    stages = [_preflight_stage(opts), _runtime_stage(facts, "docker.nvidia_runtime" in opts.waive), _image_stage(j),
+    stages = [_preflight_stage(opts), _runtime_stage(facts, CheckName.DOCKER_NVIDIA_RUNTIME in opts.waive), _image_stage(j),
               _volumes_stage(recipe, state, opts)]
     train, resume_from, resume_notes, skip_training = _train_stage(j)
     notes.extend(resume_notes)

@@ -11,6 +11,7 @@ import dataclasses
 import posixpath
 
 from ktdeploy.core.adapter_layout import adapter_dir_for
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.plan.build import ARTIFACTS, UpOptions, _volumes_stage, job_name, output_dir_of
 from ktdeploy.core.plan.state import JobState
@@ -81,7 +82,7 @@ def build_slurm_plan(recipe, state: JobState, opts: UpOptions, *, image: str, va
                  params={"role": "convert", "job_dir": job_dir, "job_id": queued.get("convert")}),)))
     notes = [f"Slurm: jobs on the login node {opts.host}; the output volume must be shared by login and compute "
              "nodes (scripts, logs and the output live there)"]
-    if "docker.nvidia_runtime" in opts.waive or "gpu.present" in opts.waive:
+    if CheckName.DOCKER_NVIDIA_RUNTIME in opts.waive or CheckName.GPU_PRESENT in opts.waive:
         notes.append("GPU checks waived (--waive): the containers start WITHOUT --gpus. Test clusters only.")
     return Plan(host=opts.host, recipe=recipe.name, job=name, image=image, variant=variant, output_dir=out,
                 adapter_dir=adapter, job_dir=job_dir, stages=tuple(stages), waived=tuple(opts.waive),

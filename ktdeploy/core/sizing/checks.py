@@ -8,6 +8,7 @@ kt_max_cache_depth, INT8/AMXINT4 weights, more GPUs, save_total_limit, ...) brin
 
 from __future__ import annotations
 
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.sizing.advice import plan_checks
@@ -59,9 +60,9 @@ def plan_check_results(recipe, facts, model_config=None, planned=None) -> list[C
             if getattr(recipe, "deploy", None) is not None:   # deploy.serve.merge adds the merged model's disk
                 plan = estimate(recipe, arch)
     except KtdeployError as err:
-        return [CheckResult(name=f"plan.{r}", status="skip", layer=facts.layer,
+        return [CheckResult(name=r, status="skip", layer=facts.layer,
                             detail=f"no resource plan: {err.message}", fix=err.fix or "")
-                for r in ("host_memory", "gpu_memory", "disk")]
+                for r in (CheckName.PLAN_HOST_MEMORY, CheckName.PLAN_GPU_MEMORY, CheckName.PLAN_DISK)]
     results = plan_checks(_dicts(recipe), arch, host_available_bytes=_host_available(facts),
                           gpu_free_mib=_gpu_free_mib(facts, recipe), disk_free_bytes=_disk_free(facts, recipe),
                           where=where, plan=plan)
