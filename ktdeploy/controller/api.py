@@ -44,6 +44,7 @@ from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, p
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
+from ktdeploy.core.plan.steps import StageName
 from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid
 from ktdeploy.core.recipe import render as render_recipe
 from ktdeploy.core.recipe.render import dump_yaml
@@ -163,7 +164,7 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
             raise _fail(record, "failed", UsageError(
                 f"--cpu-only is for a host without a GPU; {where} has {report.facts.gpu.count} GPU(s)", key="--cpu-only",
                 fix="Drop --cpu-only: on a GPU host the containers get their GPUs and every GPU check gates."),
-                stage="PREFLIGHT")
+                stage=StageName.PREFLIGHT)
         opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive, tune=tune,
                          tune_budget_minutes=tune_budget_minutes,
                          image_tar=str(Path(image_tar).resolve()) if image_tar else None,
@@ -180,7 +181,7 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
                 f"doctor on {where}: {doc_line}; nothing was started",
                 results=report.failed, key="doctor",
                 fix="Fix the failed checks (listed with their fixes), then run the same command again."
-                    + profile_hint(blocking, report.facts.gpu.count)), stage="PREFLIGHT")
+                    + profile_hint(blocking, report.facts.gpu.count)), stage=StageName.PREFLIGHT)
         if dry_run:
             stop = plan.stop()
             result.stops_at = stop[0].name if stop else None
@@ -362,17 +363,17 @@ def _sync_phase(conn, recipe, record: RunRecord, sync_model: str | None, sync_da
             key = "model_name_or_path" if role == "model" else "dataset_dir"
             raise _fail(record, "failed", UsageError(
                 f"--sync-{role} needs train.{key} to be an absolute host path, not {printable(target)}",
-                key=f"--sync-{role}", fix=f"Set train.{key} to the folder the upload goes to."), stage="SYNC")
+                key=f"--sync-{role}", fix=f"Set train.{key} to the folder the upload goes to."), stage=StageName.SYNC)
         if conn is None:
             say(f"[yellow]-[/yellow] SYNC: {esc(local)} -> {esc(target)} happens at the real run (not connected)")
             continue
         from ktdeploy.controller.sync import sync_folder
 
-        record.event("stage_start", stage="SYNC", role=role)
+        record.event("stage_start", stage=StageName.SYNC, role=role)
         try:
             res = sync_folder(conn, local, target, role=role, dry_run=dry_run, say=say)
         except KtdeployError as e:
-            raise _fail(record, "failed", e, stage="SYNC") from None
+            raise _fail(record, "failed", e, stage=StageName.SYNC) from None
         record.event("sync", **res.to_json(), dry_run=dry_run)
 
 
@@ -415,13 +416,13 @@ def _current_stage(record: RunRecord) -> str:
         stage = record.status().get("stage")
     except RunRecordError:
         stage = None
-    return stage if isinstance(stage, str) and stage else "PREFLIGHT"
+    return stage if isinstance(stage, str) and stage else StageName.PREFLIGHT
 
 
 def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, connector, ssh: dict | None,
                    say: Callable[[str], None]):
     """(connector or None, where): None when planning from recorded facts (a plan before the host exists)."""
-    record.event("stage_start", stage="PREFLIGHT", step="connect", host=host)
+    record.event("stage_start", stage=StageName.PREFLIGHT, step="connect", host=host)
     if recorded_facts is not None:
         say(f"[yellow]-[/yellow] PREFLIGHT: not connecting to {esc(host)}; planning from the facts in {esc(facts_file)}")
         record.event("facts_file", path=str(facts_file))
@@ -429,7 +430,7 @@ def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, con
     try:
         conn = connector if connector is not None else connect(host, **(ssh or {}))
     except ConnectError as e:
-        raise _fail(record, "failed", e, stage="PREFLIGHT") from None
+        raise _fail(record, "failed", e, stage=StageName.PREFLIGHT) from None
     say(f"[green]✓[/green] PREFLIGHT: connected to {esc(conn.name)}")
     record.event("connected", connector=conn.name)
     return conn, conn.name

@@ -20,7 +20,7 @@ from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
-from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
+from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 
 MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
@@ -181,7 +181,7 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
 def _preflight_stage(opts: UpOptions) -> Stage:
     """PREFLIGHT: done by the executor before planning (connect, facts, doctor); recorded here."""
     pf = opts.preflight or {}
-    return Stage("PREFLIGHT", "connect, gather facts, doctor", (
+    return Stage(StageName.PREFLIGHT, "connect, gather facts, doctor", (
         Step("preflight.connect", f"connect to {opts.host}", action=StepAction.RUN, satisfied=True,
              why=pf.get("connect", "done before planning")),
         Step("preflight.doctor", "gather host facts and run doctor", action=StepAction.RUN, satisfied=True,
@@ -219,7 +219,7 @@ def _runtime_stage(facts: HostFacts, nvidia_waived: bool) -> Stage:
                            "container-toolkit/latest/install-guide.html), or install nvidia-container-toolkit and run "
                            "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`; "
                            "then re-run ktdeploy up."))
-    return Stage("RUNTIME", "container runtime", tuple(rt))
+    return Stage(StageName.RUNTIME, "container runtime", tuple(rt))
 
 
 def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
@@ -249,7 +249,7 @@ def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
             why = f"{out} exists and is not empty ({', '.join(state.top_level[:5])})"
             fix = "Choose a new train.output_dir (ktdeploy never overwrites an output dir)."
         vs.append(Step("volumes.output_dir", f"output dir {out} is free", action=StepAction.FAIL, why=why, fix=fix))
-    return Stage("VOLUMES", "model (read-only), data, output", tuple(vs))
+    return Stage(StageName.VOLUMES, "model (read-only), data, output", tuple(vs))
 
 
 @dataclass(frozen=True)
@@ -397,7 +397,7 @@ def _image_stage(j: _Job) -> Stage:
                        fix=f"Build it on the host (`ktdeploy image build` there, or here and `ktdeploy image save` "
                            f"it), pass --image-tar FILE made by `ktdeploy image save`, or set deploy.registry to a "
                            f"registry the host can pull {image} from."))
-    return Stage("IMAGE", f"image {image}", tuple(im))
+    return Stage(StageName.IMAGE, f"image {image}", tuple(im))
 
 
 def _image_check_step(j: _Job) -> Step:
@@ -435,7 +435,7 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
                            "recipe), after fixing the cause shown above."))
     elif c is None and j.state.finished and opts.resume:
         tr.append(Step("train.start", "training", satisfied=True, why=f"{j.out} holds a finished run; nothing to resume"))
-        return Stage("TRAIN", "training container", tuple(tr)), None, [], True
+        return Stage(StageName.TRAIN, "training container", tuple(tr)), None, [], True
     else:
         resume_from, resume_steps, resume_notes = _resume_target(j.recipe, j.state, opts.resume, j.out)
         if c is not None:
@@ -461,8 +461,8 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
                        probe=tuple(dk.started_probe(name))))
         tr.append(Step("train.start", f"start {name} (detached)", argv=tuple(dk.start(name)),
                        probe=tuple(dk.started_probe(name)), fix=START_FIX))
-        return Stage("TRAIN", "training container", tuple(tr)), resume_from, resume_notes, False
-    return Stage("TRAIN", "training container", tuple(tr)), None, [], False
+        return Stage(StageName.TRAIN, "training container", tuple(tr)), resume_from, resume_notes, False
+    return Stage(StageName.TRAIN, "training container", tuple(tr)), None, [], False
 
 
 def _tune_steps(j: _Job) -> tuple[list[Step], str]:
@@ -496,19 +496,19 @@ def _tune_steps(j: _Job) -> tuple[list[Step], str]:
 
 def _follow_stage(j: _Job, skip_training: bool) -> Stage:
     if j.opts.detach:
-        return Stage("FOLLOW", "follow training", skipped="--detach: training runs on; follow later with "
+        return Stage(StageName.FOLLOW, "follow training", skipped="--detach: training runs on; follow later with "
                                                           "`ktdeploy status`, `ktdeploy logs -f` or `ktdeploy up`")
     fs = [Step("follow.train", f"follow {j.out}/{TRAINER_LOG} until {j.name} exits", action=StepAction.FOLLOW,
                params={"container": j.name, "log": f"{j.out}/{TRAINER_LOG}"}, satisfied=skip_training)]
     for a in ARTIFACTS:
         fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{j.out}/{a}",
                        local=f"artifacts/{a}", optional=True))
-    return Stage("FOLLOW", "follow training, fetch the loss plot and summary", tuple(fs))
+    return Stage(StageName.FOLLOW, "follow training, fetch the loss plot and summary", tuple(fs))
 
 
 def _convert_stage(j: _Job) -> Stage:
     if j.opts.detach:
-        return Stage("CONVERT", "convert the adapter", skipped="--detach")
+        return Stage(StageName.CONVERT, "convert the adapter", skipped="--detach")
     present = j.state.adapter_present
     steps = [
         Step("convert.adapter", f"convert {j.out} -> {j.adapter}",
@@ -529,16 +529,16 @@ def _convert_stage(j: _Job) -> Stage:
                 "by its timeout resumes at the next `ktdeploy up`."))
     title = ("regroup the full fine-tune's KT experts into a servable model" if j.full
              else "convert the adapter for sglang-kt" + (" and merge it into the base" if j.merged else ""))
-    return Stage("CONVERT", title, tuple(steps))
+    return Stage(StageName.CONVERT, title, tuple(steps))
 
 
 def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
     """The serving container and its readiness; returns the stage and the endpoint note."""
     deploy, serve_name, job_dir = j.deploy, j.serve_name, j.job_dir
     if j.opts.detach:
-        return Stage("SERVE", "serve", skipped="--detach"), None
+        return Stage(StageName.SERVE, "serve", skipped="--detach"), None
     if not deploy.serve.enabled:
-        return Stage("SERVE", "serve", skipped="deploy.serve.enabled is false"), None
+        return Stage(StageName.SERVE, "serve", skipped="deploy.serve.enabled is false"), None
     s = j.state.serve
     sv: list[Step] = []
     if s is not None and s.running:
@@ -587,4 +587,4 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
     note = (f"serving endpoint: {url} (model={served})" if j.full or j.merged else
             f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
     what = "trained weights" if j.full else "merged model (BF16, no LoRA)" if j.merged else "adapter"
-    return Stage("SERVE", f"serve the {what} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}", tuple(sv)), note
+    return Stage(StageName.SERVE, f"serve the {what} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}", tuple(sv)), note

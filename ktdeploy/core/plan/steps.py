@@ -9,6 +9,22 @@ from enum import StrEnum
 from typing import Any
 
 
+class StageName(StrEnum):
+    """Every stage of `up` (and of `up --slurm`), in the order they run. A Stage's name is stored as the plain
+    string, so plans, records and output read as before."""
+
+    PREFLIGHT = "PREFLIGHT"   # connect, facts, doctor (api's phases record their failures here)
+    SYNC = "SYNC"             # --sync-model / --sync-data (api, before doctor)
+    RUNTIME = "RUNTIME"
+    IMAGE = "IMAGE"
+    VOLUMES = "VOLUMES"
+    TRAIN = "TRAIN"
+    SUBMIT = "SUBMIT"         # up --slurm: sbatch the batch scripts
+    FOLLOW = "FOLLOW"
+    CONVERT = "CONVERT"
+    SERVE = "SERVE"
+
+
 class StepAction(StrEnum):
     """What the executor does with a step (one handler each in controller/executor.py). A StrEnum: plans written
     as JSON and code comparing with the plain names ("fail") keep working."""
@@ -65,6 +81,9 @@ class Stage:
     title: str
     steps: tuple[Step, ...] = ()
     skipped: str | None = None                # why the whole stage does not run
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", StageName(self.name).value)   # ValueError for a stage not in StageName
 
     def to_json(self) -> dict:
         d = {"name": self.name, "title": self.title, "steps": [s.to_json() for s in self.steps]}
