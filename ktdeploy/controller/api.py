@@ -14,18 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktdeploy.controller import slurm as slurm_run
-from ktdeploy.controller.connectors import connect
+from ktdeploy.controller.connectors import Connector, DockerExecConnector, LocalConnector, connect
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
+from ktdeploy.controller.image_check import image_doctor, stack_probe_checks
+from ktdeploy.controller.local_host import local_raw
 from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
+from ktdeploy.controller.stack_judge import stack_judge_check
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.gate import CPU_ONLY, RUNTIME_FIXABLE, gate, profile_hint, with_profile
+from ktdeploy.core.checks.isa import variant_check
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import (
     CheckFailed,
@@ -38,22 +42,80 @@ from ktdeploy.core.errors import (
     UsageError,
 )
 from ktdeploy.core.facts.host import HostFacts
-from ktdeploy.core.host_target import parse_host
+from ktdeploy.core.host_target import HostTarget, parse_host
 from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import shipped_recipe
+from ktdeploy.core.plan.build import MEMLOCK_WAIVER, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.core.plan.steps import StageName
 from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid
 from ktdeploy.core.recipe import render as render_recipe
 from ktdeploy.core.recipe.render import dump_yaml
-from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, redact_host, write_file
+from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, write_file
 from ktdeploy.core.sched import slurm as sl
 from ktdeploy.core.sched.batch import convert_script, job_dir_of, train_script
 from ktdeploy.core.sched.features import LADDER
 from ktdeploy.core.sched.plan import build_slurm_plan
 from ktdeploy.core.sched.request import request_for
+
+
+def doctor(host: str = "localhost", recipe_path=None, overrides=(), *, image: str | None = None,
+           variant: str | None = None, gpus: str | None = None, stack: bool = False, container: str | None = None,
+           waive=(), cpu_only: bool = False, ssh: dict | None = None) -> DoctorReport:
+    """`ktdeploy doctor`: the host's facts and every check (with a recipe, its checks too); ``image`` runs them in
+    that image's training container, ``container`` compares with a running one, ``stack`` adds the stack probe
+    where doctor runs, ``variant`` checks that a kt-kernel build runs here. The report's ``waived`` holds
+    ``waive`` (+ the --cpu-only profile). Bad arguments are a UsageError before anything is reached."""
+    rec = None
+    if recipe_path is not None:
+        rec = load_recipe(recipe_path, list(overrides))
+    elif overrides:
+        raise UsageError("--set needs --recipe", fix="Pass the recipe the overrides apply to: --recipe FILE --set ...")
+    if image is not None and V.known(image):   # the former meaning of --image: an ISA variant
+        variant, image = variant or image, None
+    if variant is not None and not V.known(variant):
+        raise UsageError(f"--variant {variant!r} is not a kt-kernel build", fix=f"Use one of {', '.join(V.NAMES)}.")
+    if image and container:
+        raise UsageError("--image and --container both name the container to check",
+                         fix="Pass --image IMAGE (started for the check) or --container NAME (already running).")
+    gpu_list = None
+    if gpus is not None:
+        if not image:
+            raise UsageError("--gpus is the GPUs the --image container gets", fix="Pass --image IMAGE with it.")
+        try:
+            gpu_list = [int(g) for g in gpus.split(",") if g.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus {gpus!r} is not a list of GPU indices", fix="e.g. --gpus 0,1") from None
+    target = parse_host(host)   # a password in ssh://user:PW@host is never used, shown or recorded
+    conn = connect(target, **((ssh or {}) if target.kind == "ssh" else {}))
+    try:
+        report = _doctor_report(conn, target, rec, image=image, gpus=gpu_list, container=container,
+                                memlock=MEMLOCK_WAIVER not in waive)
+        if stack and not image:   # --image already ran it inside the container
+            checks = stack_probe_checks(conn, report.facts.gpu.count)
+            if rec is not None:   # the stack where doctor runs judges the recipe (stack.judge)
+                checks.append(stack_judge_check(conn, rec, in_container=False))
+            for c in checks:
+                c.layer = report.facts.layer
+                report.checks.append(c)
+        if variant:
+            vc = variant_check(report.facts, variant)
+            vc.name, vc.layer = CheckName.IMAGE_VARIANT, report.facts.layer
+            report.checks.append(vc)
+    finally:
+        conn.close()
+    report.waived = with_profile(waive, cpu_only)
+    return report
+
+
+def _doctor_report(conn: Connector, target: HostTarget, rec, *, image: str | None, gpus: list[int] | None,
+                   container: str | None, memlock: bool) -> DoctorReport:
+    if image:
+        return image_doctor(conn, image, recipe=rec, gpus=gpus, memlock=memlock)
+    inner = DockerExecConnector(container, via=None if target.is_local else conn) if container else None
+    # this host: the facts the image's entrypoint already gathered for its ISA gate (gathered here otherwise)
+    return run_doctor(conn, rec, container=inner, host_raw=local_raw() if target.is_local else None)
 
 
 @dataclass
@@ -128,7 +190,8 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
     """Phases: arguments -> lock -> record -> connect (or recorded facts) -> sync -> facts + doctor -> plan -> apply.
     ``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
     say = say or _say_default
-    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
+    target = parse_host(host)  # a --host that is none of the forms is a usage error, before anything is recorded
+    host = target.redacted     # a password in ssh://user:PW@host is never used, shown or recorded
     _check_up_arguments(host, resume, dry_run, facts_file)
     recorded_facts = load_facts_file(facts_file) if facts_file is not None else None
     recipe = load_up_recipe(recipe_path, overrides, native)
@@ -168,7 +231,7 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
         opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive, tune=tune,
                          tune_budget_minutes=tune_budget_minutes,
                          image_tar=str(Path(image_tar).resolve()) if image_tar else None,
-                         local=type(conn).__name__ == "LocalConnector",
+                         local=isinstance(conn, LocalConnector),
                          preflight={"connect": f"connected ({where})" if conn is not None else
                                     f"not connected: facts recorded in {facts_file}", "doctor": doc_line})
         plan = _plan_phase(conn, recipe, report, opts, record)
@@ -233,7 +296,7 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
     """`ktdeploy up --slurm LOGIN`: the same recipe, record and stages, TRAIN and CONVERT as batch jobs submitted on
     the login node. Nothing is queued when no node can ever run the job (PREFLIGHT's slurm.fit, exit 1)."""
     say = say or _say_default
-    login = redact_host(login)
+    login = parse_host(login).redacted
     _check_up_arguments(login, resume, dry_run, None)
     recipe = load_up_recipe(recipe_path, overrides)
     waive = tuple(dict.fromkeys(waive))
@@ -301,7 +364,6 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
 
 
 def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file: str | None) -> None:
-    parse_host(host)  # a --host that is none of the forms is a usage error, before anything is recorded
     if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
         raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
                          key="--resume", fix="ktdeploy up --resume auto ...")
@@ -556,8 +618,7 @@ def _host_filter(host: str | None) -> str | None:
     that is no host is a usage error."""
     if host is None:
         return None
-    parse_host(host)
-    return redact_host(host)
+    return parse_host(host).redacted
 
 
 def _connect_for(rec: RunRecord, st: dict, ssh: dict | None):
