@@ -153,7 +153,7 @@ def load_up_recipe(recipe_path=None, overrides=(), native: tuple[str, str, str |
     return recipe
 
 
-def gather_job_state(conn, recipe, image: str) -> JobState:
+def gather_job_state(conn: Connector, recipe, image: str) -> JobState:
     name = job_name(recipe)
     out = output_dir_of(recipe)
     r = conn.run(["sh", "-c", STATE_SCRIPT, "ktdeploy-state", name, f"{name}-serve", image, out,
@@ -185,7 +185,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
        detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
        tune: bool = False, tune_budget_minutes: float = 20.0, facts_file: str | None = None,
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
-       connector=None, cpu_only: bool = False, native: tuple[str, str, str | None] | None = None,
+       connector: Connector | None = None, cpu_only: bool = False, native: tuple[str, str, str | None] | None = None,
        name: str | None = None, sync_model: str | None = None, sync_data: str | None = None) -> UpResult:
     """Phases: arguments -> lock -> record -> connect (or recorded facts) -> sync -> facts + doctor -> plan -> apply.
     ``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
@@ -213,7 +213,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
 
 def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive: tuple, image_tar, ssh, tune: bool,
                tune_budget_minutes: float, facts_file, recorded_facts, say, progress_factory, print_plan,
-               connector, cpu_only: bool, name: str | None, sync_model: str | None,
+               connector: Connector | None, cpu_only: bool, name: str | None, sync_model: str | None,
                sync_data: str | None) -> UpResult:
     record: RunRecord | None = None
     conn = None
@@ -292,7 +292,7 @@ def _request(recipe, variant):
 
 def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: bool = False, resume: str | None = None,
              waive=(), overrides=(), ssh: dict | None = None, say: Callable[[str], None] | None = None,
-             print_plan: Callable[[str], None] | None = None, connector=None) -> UpResult:
+             print_plan: Callable[[str], None] | None = None, connector: Connector | None = None) -> UpResult:
     """`ktdeploy up --slurm LOGIN`: the same recipe, record and stages, TRAIN and CONVERT as batch jobs submitted on
     the login node. Nothing is queued when no node can ever run the job (PREFLIGHT's slurm.fit, exit 1)."""
     say = say or _say_default
@@ -414,7 +414,7 @@ def check_run_name(name: str, host: str, container: str) -> None:
                              fix="Choose another name; `ktdeploy status --all` lists the runs and their names.")
 
 
-def _sync_phase(conn, recipe, record: RunRecord, sync_model: str | None, sync_data: str | None, *, dry_run: bool,
+def _sync_phase(conn: Connector | None, recipe, record: RunRecord, sync_model: str | None, sync_data: str | None, *, dry_run: bool,
                 say: Callable[[str], None]) -> None:
     """--sync-model / --sync-data: the local folders onto the host (controller/sync.py), before doctor reads
     them; with recorded facts (no connection) only announced."""
@@ -481,7 +481,7 @@ def _current_stage(record: RunRecord) -> str:
     return stage if isinstance(stage, str) and stage else StageName.PREFLIGHT
 
 
-def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, connector, ssh: dict | None,
+def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, connector: Connector | None, ssh: dict | None,
                    say: Callable[[str], None]):
     """(connector or None, where): None when planning from recorded facts (a plan before the host exists)."""
     record.event("stage_start", stage=StageName.PREFLIGHT, step="connect", host=host)
@@ -498,11 +498,12 @@ def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, con
     return conn, conn.name
 
 
-def _doctor_phase(conn, recipe, recorded_facts, where: str, waive, record: RunRecord, say: Callable[[str], None]):
+def _doctor_phase(conn: Connector | None, recipe, recorded_facts, where: str, waive, record: RunRecord, say: Callable[[str], None]):
     """Facts + doctor (live, or on recorded facts): (report, blocking failed checks, summary line)."""
     if recorded_facts is not None:
         report = DoctorReport(recorded_facts, run_checks(recorded_facts, recipe))
     else:
+        assert conn is not None   # _connect_phase connects unless facts were recorded
         report = run_doctor(conn, recipe)
     record.write_json(rr.FACTS, report.facts.model_dump(mode="json"))
     record.write_json(rr.DOCTOR, report.to_json())
@@ -516,7 +517,7 @@ def planned_user(host: str) -> str:
     return "0:0" if t.user == "root" or (t.is_local and os.getuid() == 0) else "<uid>:<gid>"
 
 
-def _plan_phase(conn, recipe, report, opts: UpOptions, record: RunRecord):
+def _plan_phase(conn: Connector | None, recipe, report, opts: UpOptions, record: RunRecord):
     """The job's state on the host, the plan (pure), and the files the run record keeps for reading (the
     container renders its own from the shipped recipe)."""
     image, _variant, _how = resolve_image(recipe.deploy, report.facts)
@@ -538,7 +539,7 @@ def _plan_phase(conn, recipe, report, opts: UpOptions, record: RunRecord):
     return plan
 
 
-def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, detach: bool,
+def _apply_phase(conn: Connector, plan, recipe, report, result: UpResult, *, host: str, detach: bool,
                  say: Callable[[str], None], progress_factory) -> UpResult:
     """Run the plan on the host; Ctrl-C detaches (training keeps running), a lost connection is exit 3."""
     record = result.record

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
@@ -97,7 +98,7 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
     return out
 
 
-def gather_data(connector, train: dict) -> DataFacts:
+def gather_data(connector: Connector, train: dict) -> DataFacts:
     """Two bounded reads through ``connector``: dataset_info/config/weights listing, then the dataset files."""
     facts = DataFacts()
     for first_round in (True, False):
@@ -168,7 +169,7 @@ class DoctorReport:
         }
 
 
-def doctor(connector, recipe=None, container=None, *, host_raw=None) -> DoctorReport:
+def doctor(connector: Connector, recipe=None, container: Connector | None = None, *, host_raw=None) -> DoctorReport:
     """Gather facts through ``connector`` (and ``container``, a connector into the training container) and check.
     ``host_raw``: the host's raw facts already gathered by this process (reused; only the recipe's paths and data
     are looked at)."""

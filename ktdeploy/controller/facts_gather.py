@@ -13,6 +13,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.facts_probes import PROBE_PARSERS, gather_probes, parse_probe
 from ktdeploy.core.facts import container, cpu, disk, docker, gpu, kernel, limits, memory, virt
 from ktdeploy.core.facts.host import (
@@ -65,7 +66,7 @@ class RawFacts:
 
 
 
-def gather_raw(connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> RawFacts:
+def gather_raw(connector: Connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> RawFacts:
     """The host's raw facts through ``connector``. With ``base`` (facts this process already gathered on the same
     host, e.g. by the image's entrypoint), its sections and probe outputs are reused and only ``paths`` are
     looked at: facts are gathered once per container start."""
@@ -84,7 +85,7 @@ def gather_raw(connector, paths=(), *, probes: bool = True, base: RawFacts | Non
     return raw
 
 
-def add_probes(connector, raw: RawFacts) -> RawFacts:
+def add_probes(connector: Connector, raw: RawFacts) -> RawFacts:
     """Run the probes (AMX tile multiply, NUMA mempolicy) and add their outputs to ``raw``."""
     machine = parsed("uname", {}, lambda: (raw.sections.get("uname") and
                                            kernel.build_kernel(raw.sections["uname"].stdout).machine) or None,
@@ -157,7 +158,7 @@ def build_facts(raw: RawFacts) -> HostFacts:
     return facts
 
 
-def gather_facts(connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> HostFacts:
+def gather_facts(connector: Connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> HostFacts:
     """Run every fact command (and the probes) through ``connector`` and build HostFacts (``base``: see
     gather_raw)."""
     paths = [p.rstrip("/") or "/" for p in paths]

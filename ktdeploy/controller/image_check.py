@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import secrets
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.connectors.docker import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.controller.doctor import DoctorReport, container_checks, gather_data, run_checks
@@ -32,13 +33,13 @@ RUN_TIMEOUT_S = 120          # docker run --detach (the image is already on the 
 PROBE_TIMEOUT_S = TRITON_TIMEOUT_S + 120   # the stack probe: torch import + CUDA init + one Triton kernel
 
 
-def host_user(connector) -> str | None:
+def host_user(connector: Connector) -> str | None:
     """uid:gid of the connecting user: the training container runs as it (``create_train``'s ``user``)."""
     r = connector.run(["sh", "-c", 'printf "%s:%s" "$(id -u)" "$(id -g)"'], timeout=30)
     return r.stdout.strip() if r.rc == 0 and re.fullmatch(r"\d+:\d+", r.stdout.strip()) else None
 
 
-def stack_probe_checks(connector, gpus_asked: int) -> list[CheckResult]:
+def stack_probe_checks(connector: Connector, gpus_asked: int) -> list[CheckResult]:
     """The stack probe run through ``connector`` (inside the image's container, or where doctor itself runs:
     ``doctor --stack``) and judged: stack.probe, python_headers, torch, cuda, triton."""
     p = connector.run(probe_argv(gpus_asked), timeout=PROBE_TIMEOUT_S)
@@ -49,7 +50,7 @@ def _fail(name: str, detail: str, fix: str) -> CheckResult:
     return CheckResult(name=name, status="fail", detail=detail, fix=fix, layer="container")
 
 
-def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None = None, user: str | None = None,
+def image_doctor(connector: Connector, image: str, *, recipe=None, gpus: list[int] | None = None, user: str | None = None,
                  memlock: bool = True, name: str | None = None, host_facts=None,
                  host_checks: bool = True, replace_stale: bool = False, judge: bool = True) -> DoctorReport:
     """doctor on the host and inside ``image`` started there with the training flags. ``gpus``: the GPUs the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.follow import describe
 from ktdeploy.core import markers
 from ktdeploy.core.errors import ConnectError, StepError
@@ -17,7 +18,7 @@ from ktdeploy.core.sched.plan import log_path
 from ktdeploy.core.trainer_log import latest
 
 
-def cluster_nodes(conn) -> list[sl.ClusterNode]:
+def cluster_nodes(conn: Connector) -> list[sl.ClusterNode]:
     r = conn.run(sl.SINFO, timeout=60)
     if r.rc != 0:
         raise StepError(f"sinfo failed on {conn.name}: {(r.stderr or r.stdout).strip()[-300:] or f'exit {r.rc}'}",
@@ -26,7 +27,7 @@ def cluster_nodes(conn) -> list[sl.ClusterNode]:
     return sl.parse_sinfo(r.stdout)
 
 
-def queued_jobs(conn, name: str) -> dict[str, str]:
+def queued_jobs(conn: Connector, name: str) -> dict[str, str]:
     """role -> job id of the jobs of this name still queued or running (a second `up` follows them)."""
     out = {}
     for role, jname in (("train", name), ("convert", f"{name}-convert")):
@@ -39,7 +40,7 @@ def queued_jobs(conn, name: str) -> dict[str, str]:
     return out
 
 
-def job_state(conn, job_id: str, log: str = "/dev/null", timeout: float | None = None):
+def job_state(conn: Connector, job_id: str, log: str = "/dev/null", timeout: float | None = None):
     """(JobInfo or None when no Slurm command knows the job, the trainer log's last entry)."""
     timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
     r = conn.run(["sh", "-c", markers.JOB_SH, "ktdeploy-job", job_id, log], timeout=timeout)
@@ -50,7 +51,7 @@ def job_state(conn, job_id: str, log: str = "/dev/null", timeout: float | None =
     return sl.job_from_blocks(blocks, job_id), latest(blocks["log"])
 
 
-def job_log(conn, job_dir: str, role: str, job_id: str, tail: int | None = 200) -> str:
+def job_log(conn: Connector, job_dir: str, role: str, job_id: str, tail: int | None = 200) -> str:
     argv = ["tail", "-n", str(tail), "--", log_path(job_dir, role, job_id)] if tail else \
         ["cat", "--", log_path(job_dir, role, job_id)]
     r = conn.run(argv, timeout=120)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ktdeploy.controller.connectors.base import Result, checked, to_text
+from ktdeploy.controller.connectors.base import Connector, Result, checked, to_text
 from ktdeploy.core.errors import ConnectError
 from ktdeploy.core.safeio import writing
 
 
-def _remote_stage(via) -> str:
+def _remote_stage(via: Connector) -> str:
     """A fresh private folder on the host behind ``via`` (mktemp -d, mode 0700): never a predictable /tmp name
     another user could plant a link at first."""
     r = via.run(["mktemp", "-d"], timeout=30)
@@ -22,7 +22,8 @@ def _remote_stage(via) -> str:
 
 
 class DockerExecConnector:
-    def __init__(self, container: str, *, docker: str = "docker", user: str | None = None, via=None):
+    def __init__(self, container: str, *, docker: str = "docker", user: str | None = None,
+                 via: Connector | None = None) -> None:
         """``via``: another connector (e.g. SSH) on whose host the container runs; default: this machine."""
         if not container or container.startswith("-"):
             raise ConnectError(f"invalid container name {container!r}", fix="Use docker://NAME with a container name or id.")
@@ -87,14 +88,14 @@ class DockerExecConnector:
     def put_file(self, local, remote, mode=None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"
         self.run(["mkdir", "-p", "--", parent], check=True)
-        src, stage = local, None
-        if self.via is not None:  # stage on the remote host first (a private mktemp -d folder), then docker cp there
-            stage = _remote_stage(self.via)
+        src, stage, via = local, None, self.via
+        if via is not None:  # stage on the remote host first (a private mktemp -d folder), then docker cp there
+            stage = _remote_stage(via)
             src = f"{stage}/file"
-            self.via.put_file(local, src)
+            via.put_file(local, src)
         p = self._docker([self.docker, "cp", "--", src, f"{self.container}:{remote}"])
-        if stage is not None:
-            self.via.run(["rm", "-rf", "--", stage])
+        if via is not None and stage is not None:
+            via.run(["rm", "-rf", "--", stage])
         if p.returncode != 0:
             raise ConnectError(f"docker cp to {self.container}:{remote} failed: {p.stderr.strip()}")
         if mode is not None:
