@@ -48,7 +48,8 @@ class DockerExecConnector:
             raise ConnectError(f"container {self.container!r} is not running",
                                fix=f"Start it: docker start {self.container}")
 
-    def _docker(self, argv, *, input=None, timeout=None, text=True):
+    def _docker(self, argv: list[str], *, input: str | bytes | None = None, timeout: float | None = None,
+                text: bool = True) -> subprocess.CompletedProcess:
         """Run a docker CLI command here or through ``via``; returns a CompletedProcess-like object."""
         if self.via is not None:
             r = self.via.run(argv, input=input, timeout=timeout)
@@ -62,7 +63,7 @@ class DockerExecConnector:
                                                (e.stderr or ("" if text else b"")))
         return p
 
-    def _exec(self, argv, *, interactive: bool, env=None) -> list[str]:
+    def _exec(self, argv: list[str], *, interactive: bool, env: dict[str, str] | None = None) -> list[str]:
         cmd = [self.docker, "exec"]
         if interactive:
             cmd.append("-i")
@@ -72,7 +73,8 @@ class DockerExecConnector:
             cmd += ["-e", f"{k}={v}"]
         return [*cmd, self.container, *[str(a) for a in argv]]
 
-    def run(self, argv, *, timeout=None, check=False, env=None, input=None) -> Result:
+    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = False,
+            env: dict[str, str] | None = None, input: str | bytes | None = None) -> Result:
         data = input.encode() if isinstance(input, str) and self.via is None else input
         p = self._docker(self._exec(argv, interactive=data is not None, env=env), input=data, timeout=timeout,
                          text=False)
@@ -82,10 +84,10 @@ class DockerExecConnector:
         # docker exec itself reports 126/127 for a missing executable, as a shell would.
         return checked(res, argv, self.name, check)
 
-    def run_shell(self, script, *, timeout=None, check=False) -> Result:
+    def run_shell(self, script: str, *, timeout: float | None = None, check: bool = False) -> Result:
         return self.run(["sh", "-c", script], timeout=timeout, check=check)
 
-    def put_file(self, local, remote, mode=None) -> None:
+    def put_file(self, local: str, remote: str, mode: int | None = None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"
         self.run(["mkdir", "-p", "--", parent], check=True)
         src, stage, via = local, None, self.via
@@ -101,7 +103,7 @@ class DockerExecConnector:
         if mode is not None:
             self.run(["chmod", format(mode, "o"), "--", remote], check=True)
 
-    def get_file(self, remote, local) -> None:
+    def get_file(self, remote: str, local: str) -> None:
         if self.via is not None:
             stage = _remote_stage(self.via)
             try:

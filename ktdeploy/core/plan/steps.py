@@ -4,6 +4,7 @@ done; nothing here touches a host (the executor does)."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -111,7 +112,7 @@ class Plan:
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)
 
-    def steps(self):
+    def steps(self) -> Iterator[tuple[Stage, Step]]:
         for st in self.stages:
             for s in st.steps:
                 yield st, s
