@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ def runs_dir() -> Path:
     return home() / "runs"
 
 
-def job_lock(host: str | None, job: str):
+def job_lock(host: str | None, job: str) -> AbstractContextManager[None]:
     """One run, one lock: `up` (not a dry run) and `down` hold it for the job ``job`` on ``host`` (as given to up)
     while they act, so a second `up`, or a `down` racing an `up`, gets one clear refusal instead of removing the
     other's containers. flock: a killed process frees it."""

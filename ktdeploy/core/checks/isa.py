@@ -7,6 +7,8 @@ faulting here: flags are necessary, not sufficient. A build above that is never 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ktdeploy.core import kt_methods
 from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
@@ -21,20 +23,20 @@ WEIGHT_FORMATS = kt_methods.SETUPS + ("amxint4",)
 IMAGE_FIX_FLAGS = "In a VM expose the host CPU model (libvirt host-passthrough / qemu -cpu host)."
 
 
-def _cpu(x) -> CpuFacts:
+def _cpu(x: HostFacts | CpuFacts) -> CpuFacts:
     return x.cpu if isinstance(x, HostFacts) else x
 
 
-def _probe(x) -> AmxProbe | None:
+def _probe(x: HostFacts | CpuFacts) -> AmxProbe | None:
     return x.probes.amx if isinstance(x, HostFacts) else None
 
 
-def has(x, *flags: str) -> bool:
+def has(x: HostFacts | CpuFacts, *flags: str) -> bool:
     """kt-kernel's flag test (a flag also matches without underscores)."""
     return V.has_flags(_cpu(x).flags, *flags)
 
 
-def amx_usable(x) -> bool | None:
+def amx_usable(x: HostFacts | CpuFacts) -> bool | None:
     """AMX flags listed and, when the probe ran, a tile multiply gave the right result.
     None when flags are listed but the probe did not run (unproven)."""
     if not has(x, *AMX_FLAGS):
@@ -45,22 +47,22 @@ def amx_usable(x) -> bool | None:
     return None
 
 
-def kt_kernel_variant(x) -> str:
+def kt_kernel_variant(x: HostFacts | CpuFacts) -> str:
     """The build kt-kernel picks from this /proc/cpuinfo when nothing pins it."""
     return V.detect(_cpu(x).flags).name
 
 
-def best_variant(x) -> str | None:
+def best_variant(x: HostFacts | CpuFacts) -> str | None:
     """The best build this CPU proves (flags + the probe, when it ran); None when not even AVX2 is listed."""
     v = V.proven(_cpu(x).flags, _probe(x))
     return v.name if v else None
 
 
-def _tags(names) -> str:
+def _tags(names: Iterable[str]) -> str:
     return ", ".join(f"ktsft:{n}" for n in names)
 
 
-def variant_check(x, variant: str) -> CheckResult:
+def variant_check(x: HostFacts | CpuFacts, variant: str) -> CheckResult:
     """Can this CPU run image variant ``variant``? Refuses a build above what the CPU proves, naming the right one."""
     best = best_variant(x)
     data = {"requested": variant, "best": best, "kt_kernel_variant": kt_kernel_variant(x)}
@@ -94,7 +96,7 @@ def variant_check(x, variant: str) -> CheckResult:
                        detail=f"image variant {variant!r}{alias} is the best build this CPU proves", data=data)
 
 
-def auto_backend(x, weight_format: str) -> str | None:
+def auto_backend(x: HostFacts | CpuFacts, weight_format: str) -> str | None:
     """What `kt_backend: auto` resolves to (kt-kernel normalize_sft_backend: it does not depend on the CPU), or
     None when the build this CPU proves cannot run that SFT method (no SFT classes, or AMXINT4 without AMX)."""
     e = kt_methods.lookup(weight_format)
@@ -115,7 +117,7 @@ def _needs(setup: str) -> str:
     return f"a kt-kernel build with SFT kernels: {' or '.join(V.TRAINING)}"
 
 
-def weight_format_check(x, weight_format: str, backend: str = "auto") -> CheckResult:
+def weight_format_check(x: HostFacts | CpuFacts, weight_format: str, backend: str = "auto") -> CheckResult:
     """recipe.weight_format_vs_isa: can the build this CPU proves train (and serve as a LoRA) this recipe's experts?"""
     e = kt_methods.lookup(weight_format)
     fmt = e.setup if e else weight_format.lower()

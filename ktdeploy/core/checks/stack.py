@@ -8,17 +8,21 @@ fail with that reason (waive them on a CPU-only box like ``gpu.present``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ktdeploy.core.check_names import CheckName
-from ktdeploy.core.check_result import CheckResult
+from ktdeploy.core.check_result import CheckResult, Status
 from ktdeploy.core.facts.stack import StackFacts
+
+if TYPE_CHECKING:
+    from ktdeploy.core.recipe.finding import Finding
+    from ktdeploy.core.recipe.stack_judge import JudgeResult
 
 LAYER = "container"
 REBUILD = "rebuild the image with `ktdeploy image build` (its base installs python3.11-dev)"
 
 
-def _c(name: str, status, detail: str, fix: str = "", **data) -> CheckResult:
+def _c(name: str, status: Status, detail: str, fix: str = "", **data: Any) -> CheckResult:
     return CheckResult(name=name, status=status, detail=detail, fix=fix, layer=LAYER, data=data)
 
 
@@ -104,7 +108,7 @@ def stack_checks(s: StackFacts) -> list[CheckResult]:
 JUDGE = CheckName.STACK_JUDGE
 
 
-def judge_check(result, findings) -> CheckResult:
+def judge_check(result: JudgeResult, findings: list[Finding]) -> CheckResult:
     """``stack.judge``: the stack's own verdict on the recipe (core/recipe/stack_judge.py JudgeResult), with the
     findings (``core/recipe/stack_judge.findings``) of a refusal in ``data["findings"]``: up and train refuse with
     exactly those (RecipeError), the same report as ``ktdeploy check --stack``."""
