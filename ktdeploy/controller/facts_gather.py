@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.facts_probes import PROBE_PARSERS, gather_probes, parse_probe
@@ -66,7 +68,7 @@ class RawFacts:
 
 
 
-def gather_raw(connector: Connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> RawFacts:
+def gather_raw(connector: Connector, paths: Sequence[str] = (), *, probes: bool = True, base: RawFacts | None = None) -> RawFacts:
     """The host's raw facts through ``connector``. With ``base`` (facts this process already gathered on the same
     host, e.g. by the image's entrypoint), its sections and probe outputs are reused and only ``paths`` are
     looked at: facts are gathered once per container start."""
@@ -103,11 +105,11 @@ def build_facts(raw: RawFacts) -> HostFacts:
     """Pure: raw outputs -> HostFacts."""
     s = raw.sections
 
-    def out(name):
+    def out(name: str) -> Any:
         sec = s.get(name)
         return sec.stdout if sec and sec.rc == 0 else None
 
-    def sec(name) -> Section:
+    def sec(name: str) -> Section:
         return s.get(name) or Section(None, None)
 
     errors: dict[str, str] = {}
@@ -158,7 +160,7 @@ def build_facts(raw: RawFacts) -> HostFacts:
     return facts
 
 
-def gather_facts(connector: Connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> HostFacts:
+def gather_facts(connector: Connector, paths: Sequence[str] = (), *, probes: bool = True, base: RawFacts | None = None) -> HostFacts:
     """Run every fact command (and the probes) through ``connector`` and build HostFacts (``base``: see
     gather_raw)."""
     paths = [p.rstrip("/") or "/" for p in paths]
