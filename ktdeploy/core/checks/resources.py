@@ -37,11 +37,11 @@ class Requirements:
     basis: dict[str, str] = field(default_factory=dict)
 
 
-def _train(recipe) -> dict:
+def _train(recipe: Any) -> dict:
     return dict(getattr(recipe, "train", None) or {})
 
 
-def recipe_weight_format(recipe) -> tuple[str, str]:
+def recipe_weight_format(recipe: Any) -> tuple[str, str]:
     """(expert weight format, kt_backend) from the training YAML."""
     kt = _train(recipe).get("kt_config") or {}
     backend = str(kt.get("kt_backend") or "auto")
@@ -49,7 +49,7 @@ def recipe_weight_format(recipe) -> tuple[str, str]:
     return ("amxint4" if fmt == "int4" else fmt), backend
 
 
-def recipe_paths(recipe) -> dict[str, str]:
+def recipe_paths(recipe: Any) -> dict[str, str]:
     """Host paths a recipe uses: model, data, output (deploy.volumes) and the KT weight paths."""
     out: dict[str, str] = {}
     vol = getattr(getattr(recipe, "deploy", None), "volumes", None)
@@ -63,7 +63,7 @@ def recipe_paths(recipe) -> dict[str, str]:
     return out
 
 
-def recipe_plan(recipe):
+def recipe_plan(recipe: Any) -> Any:   # (plan, arch, where), the KtdeployError, or None
     """The planner's one run for a doctor run (ktdeploy.core.sizing.plan_recipe, from the model's config.json):
     (ResourcePlan, MoEArchitecture, where), or the KtdeployError saying why there is none, or None when it failed
     otherwise. ``recipe_requirements`` and the plan.* checks both read this one answer."""
@@ -76,7 +76,7 @@ def recipe_plan(recipe):
         return None
 
 
-def recipe_requirements(recipe, facts: HostFacts, planned: Any = ...) -> Requirements:
+def recipe_requirements(recipe: Any, facts: HostFacts, planned: Any = ...) -> Requirements:
     """What the recipe needs. The planner (``recipe_plan``; ``planned``: its answer when already made) is the
     source; when it cannot run (no config.json known for the model) explicit thresholds are used."""
     if planned is ...:
@@ -99,7 +99,7 @@ def recipe_requirements(recipe, facts: HostFacts, planned: Any = ...) -> Require
     return threshold_requirements(recipe, facts)
 
 
-def threshold_requirements(recipe, facts: HostFacts) -> Requirements:
+def threshold_requirements(recipe: Any, facts: HostFacts) -> Requirements:
     """Explicit thresholds for when the planner has no model config: sized from the weights on disk."""
     t = _train(recipe)
     paths = recipe_paths(recipe)
@@ -133,7 +133,7 @@ def threshold_requirements(recipe, facts: HostFacts) -> Requirements:
     return req
 
 
-def _g(b) -> str:
+def _g(b: int | None) -> str:
     return f"{b / GiB:.1f} GiB" if isinstance(b, int) else str(b)
 
 
@@ -210,7 +210,7 @@ def gpu_driver_check(facts: HostFacts) -> CheckResult:
                        detail=f"NVIDIA driver {versions[0]} >= {data['full']} (CUDA {IMAGE_CUDA})")
 
 
-def gpu_recipe_checks(facts: HostFacts, recipe, req: Requirements) -> list[CheckResult]:
+def gpu_recipe_checks(facts: HostFacts, recipe: Any, req: Requirements) -> list[CheckResult]:
     out = []
     deploy = getattr(recipe, "deploy", None)
     wanted = list(getattr(deploy, "gpus", []) or [])
@@ -343,7 +343,7 @@ def memory_checks(facts: HostFacts, req: Requirements | None = None) -> list[Che
 
 
 # -- disk and paths ---------------------------------------------------------------------------------
-def path_checks(facts: HostFacts, recipe, req: Requirements) -> list[CheckResult]:
+def path_checks(facts: HostFacts, recipe: Any, req: Requirements) -> list[CheckResult]:
     out = []
     paths = recipe_paths(recipe)
     for role, exists in (("model", CheckName.PATH_MODEL_EXISTS), ("data", CheckName.PATH_DATA_EXISTS)):

@@ -21,6 +21,8 @@ from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
+from ktdeploy.core.recipe.document import Recipe
+from ktdeploy.core.recipe.schema import Deploy
 
 MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
@@ -75,7 +77,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:40] or "job"
 
 
-def output_dir_of(recipe) -> str:
+def output_dir_of(recipe: Recipe) -> str:
     out = recipe.train.get("output_dir")
     if not isinstance(out, str) or not out.startswith("/"):
         raise RecipeError("train.output_dir must be an absolute host path for `ktdeploy up`", key="train.output_dir",
@@ -83,13 +85,13 @@ def output_dir_of(recipe) -> str:
     return posixpath.normpath(out)
 
 
-def job_name(recipe) -> str:
+def job_name(recipe: Recipe) -> str:
     """Deterministic container name: recipe name + a hash of the output dir (one job per output dir)."""
     out = output_dir_of(recipe)
     return f"ktd-{_slug(recipe.name)}-{hashlib.sha256(out.encode()).hexdigest()[:8]}"
 
 
-def resolve_image(deploy, facts: HostFacts | None) -> tuple[str, str | None, str]:
+def resolve_image(deploy: Deploy, facts: HostFacts | None) -> tuple[str, str | None, str]:
     """(image reference, variant or None, how it was chosen)."""
     img = deploy.image
     if img == V.AUTO:
@@ -109,9 +111,10 @@ def resolve_image(deploy, facts: HostFacts | None) -> tuple[str, str | None, str
     return ref, variant, how
 
 
-def shipped_recipe(recipe, resume_from: str | None) -> dict:
+def shipped_recipe(recipe: Recipe, resume_from: str | None) -> dict:
     """The recipe the container runs: GPUs renumbered as the container sees them (--gpus device=... makes the
     chosen GPUs 0..n-1 inside) and the checkpoint to resume from."""
+    assert recipe.deploy is not None   # up's recipes have a deploy section (load_up_recipe)
     doc = copy.deepcopy(recipe.to_document())
     d = doc.setdefault("deploy", {})
     d["gpus"] = list(range(len(recipe.deploy.gpus)))
@@ -120,14 +123,14 @@ def shipped_recipe(recipe, resume_from: str | None) -> dict:
     return doc
 
 
-def _world_size(recipe) -> int:
+def _world_size(recipe: Recipe) -> int:
     try:
         return int(recipe.accelerate.get("num_processes") or 1)
     except (TypeError, ValueError):
         return 1
 
 
-def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tuple[str | None, list[Step], list[str]]:
+def _resume_target(recipe: Recipe, state: JobState, resume: str | None, out: str) -> tuple[str | None, list[Step], list[str]]:
     """(checkpoint to resume from, steps (moving partial checkpoints aside / failing), notes)."""
     notes: list[str] = []
     steps: list[Step] = []
@@ -222,9 +225,10 @@ def _runtime_stage(facts: HostFacts, nvidia_waived: bool) -> Stage:
     return Stage(StageName.RUNTIME, "container runtime", tuple(rt))
 
 
-def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
+def _volumes_stage(recipe: Recipe, state: JobState, opts: UpOptions) -> Stage:
     """VOLUMES: model (read-only) and data exist, the output volume is made; an output dir that is not ours and
     not empty stops `up` unless --resume."""
+    assert recipe.deploy is not None   # up's recipes have a deploy section (load_up_recipe)
     vol = recipe.deploy.volumes
     out = output_dir_of(recipe)
     vs: list[Step] = [
@@ -286,7 +290,7 @@ class _Job:
         return self.state.user or None
 
 
-def _job(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
+def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
     deploy = recipe.deploy
     if deploy is None:
         raise RecipeError("the recipe has no valid deploy: section", key="deploy",
@@ -321,7 +325,7 @@ def _job(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
                 memlock=MEMLOCK_WAIVER not in opts.waive)
 
 
-def _model_bytes(facts: HostFacts | None, recipe) -> int | None:
+def _model_bytes(facts: HostFacts | None, recipe: Recipe) -> int | None:
     model = recipe.train.get("model_name_or_path")
     pf = facts.path(model) if facts is not None and isinstance(model, str) else None
     return pf.used_bytes if pf is not None else None
@@ -340,7 +344,7 @@ def merge_timeout(model_bytes: int | None) -> float:
     return max(MERGE_MIN_TIMEOUT_S, model_bytes / MERGE_BYTES_PER_S)
 
 
-def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
+def build_plan(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
     """The whole plan: one function per stage, each a pure function of the shared job values."""
     j = _job(recipe, facts, state, opts)
     notes: list[str] = []
