@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.follow import describe
@@ -21,6 +22,7 @@ from ktdeploy.core import run_record as rr
 from ktdeploy.core.checks.gate import profile_hint
 from ktdeploy.core.checks.stack import JUDGE
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RecipeError, StepError
+from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
@@ -139,7 +141,7 @@ def _refusal(lines: list[str]) -> str | None:
     return None
 
 
-def exit_advice(state: ContainerState, recipe=None, facts=None, lines: list[str] | tuple[str, ...] = (),
+def exit_advice(state: ContainerState, recipe: Any = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
                 progressed: bool | None = None, role: str = "train") -> str:
     """What to do about a stopped container, by how it stopped: the agent's own refusal (its doctor, the recipe,
     the output dir) needs a fix and the same command again — there is nothing to resume —; a trainer that crashed
@@ -195,7 +197,8 @@ FETCHABLE_SH = ('[ -h "$1" ] && exit 3; [ -f "$1" ] || exit 2; '
 
 class Executor:
     def __init__(self, conn: Connector, record: RunRecord, plan: Plan, *, say: Callable[[str], None] = print,
-                 progress_factory=None, recipe=None, facts=None, poll_s: float = 2.0):
+                 progress_factory: Callable[[str], Any] | None = None, recipe: Any = None,
+                 facts: HostFacts | None = None, poll_s: float = 2.0) -> None:
         self.conn, self.record, self.plan, self.say = conn, record, plan, say
         self.progress_factory = progress_factory
         self.recipe, self.facts = recipe, facts

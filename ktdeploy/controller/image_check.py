@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.connectors.docker import DockerExecConnector
@@ -25,6 +26,7 @@ from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import resources
 from ktdeploy.core.checks.stack import stack_checks
 from ktdeploy.core.errors import ConnectError
+from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.facts.stack import TRITON_TIMEOUT_S, parse_stack_output, probe_argv
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import MEMLOCK_WAIVER
@@ -50,8 +52,8 @@ def _fail(name: str, detail: str, fix: str) -> CheckResult:
     return CheckResult(name=name, status="fail", detail=detail, fix=fix, layer="container")
 
 
-def image_doctor(connector: Connector, image: str, *, recipe=None, gpus: list[int] | None = None, user: str | None = None,
-                 memlock: bool = True, name: str | None = None, host_facts=None,
+def image_doctor(connector: Connector, image: str, *, recipe: Any = None, gpus: list[int] | None = None, user: str | None = None,
+                 memlock: bool = True, name: str | None = None, host_facts: HostFacts | None = None,
                  host_checks: bool = True, replace_stale: bool = False, judge: bool = True) -> DoctorReport:
     """doctor on the host and inside ``image`` started there with the training flags. ``gpus``: the GPUs the
     training container gets (default: the recipe's deploy.gpus, else every GPU the host has); ``user``: uid:gid
