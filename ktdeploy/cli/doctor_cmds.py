@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -13,8 +13,11 @@ from ktdeploy.core import variants as V
 from ktdeploy.core.checks.gate import profile_hint
 from ktdeploy.core.markup import esc
 
+if TYPE_CHECKING:   # the CLI imports the controller lazily (a fast --help)
+    from ktdeploy.controller.doctor import DoctorReport
 
-def _summary_line(report) -> str:
+
+def _summary_line(report: DoctorReport) -> str:
     f = report.facts
     cpu = f.cpu
     gpus = f"{f.gpu.count} GPU" if f.gpu.count else "no GPU"
