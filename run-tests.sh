@@ -17,6 +17,10 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test,fleet]'
 
+# rsync: `up --sync-model/--sync-data` copy with it (the controller's side; the test hosts have their own); both
+# tiers run it (the unit tier syncs between local folders)
+command -v rsync >/dev/null || { apt-get update -qq && apt-get install -y -qq rsync >/dev/null; }
+
 run_pytest() {
   local rc=0
   .venv/bin/python -m pytest "$@" || rc=$?
@@ -40,8 +44,6 @@ if [[ "$TIER" == all || "$TIER" == integration ]]; then
   echo "== integration tier (docker)"
   docker info >/dev/null 2>&1 || { echo "the integration tier needs a running docker engine" >&2; exit 1; }
   command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
-  # rsync: `up --sync-model/--sync-data` copy with it (the controller's side; the test hosts have their own)
-  command -v rsync >/dev/null || { apt-get update -qq && apt-get install -y -qq rsync >/dev/null; }
   docker/base/build-base.sh
   run_pytest -q -m docker tests/integration
 fi

@@ -214,7 +214,7 @@ def test_amx_required_fails_every_host_with_the_amx_verdict(first_run, fleet):
     for name in ("fleet-ok", "fleet-noavx"):
         assert r[name]["failed"] == 1, out[-3000:]
         msg = out[out.index(f"fatal: [{name}]"):][:2000]
-        assert "image.variant" in msg and "image variant 'amx' cannot run: this CPU lacks AMX" in msg, msg
+        assert "image.variant" in msg and re.search(r"image variant 'amx' cannot run: this CPU does not list [a-z0-9_ ]*amx_tile", msg), msg
         assert rows[name]["status"].startswith("FAILED preflight"), rows[name]
     # every host failed preflight, so the summary came out before ansible ended the playbook
     assert "PLAY [Container runtime and image]" not in out
@@ -254,27 +254,22 @@ def test_wheelhouse_is_reproducible(tmp_path):
     assert shas[0] == shas[1]
 
 
-def test_preflight_in_image_mode(first_run, fleet):
+def test_preflight_in_image_mode(first_run, fleet, reduced_images):
     """preflight_mode=image: doctor runs as the ktsft image's agent (docker run IMAGE doctor --json) instead of
     the venv; the auto variant uses the avx2 image, which runs on any x86_64 host. The image's container sees
     this machine's own /proc/cpuinfo (the host's hidden flags stay in the host container), so the variant it
     picks is this machine's: amx where AMX is listed, else the best AVX512 build or avx2."""
     machine_variant = "amx" if "amx_tile" in machine_cpu_flags() and V == "avx512_bf16" else V
-    if docker("image", "inspect", "ktsft-reduced:avx2", check=False).returncode != 0:
-        # the same idempotent build test_image.py's fixture runs (it then finds the images cached)
-        b = subprocess.run(["bash", str(REPO / "docker" / "ci-build-reduced.sh")], capture_output=True, text=True,
-                           timeout=1500, cwd=REPO)
-        assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
     # the training container's flags include --ulimit memlock=-1, which this machine's engine may refuse (as for
     # up's test hosts): waived here, so the flag is left out as `up` leaves it out
     # the reduced image is ktdeploy's CI image, without torch: the in-image stack probe says so (waived)
     waive = json.dumps({"ktdeploy_waive_checks": [*WAIVE, "docker.memlock", "stack.torch", "stack.judge"]})
     rc, out, rows = playbook(fleet["inv"], "--limit", "fleet-ok,localhost", "-e", "preflight_mode=image",
-                             "-e", "ktdeploy_image_repo=ktsft-reduced", "-e", waive, "-v",
+                             "-e", f"ktdeploy_image_repo={reduced_images['avx2'].split(':')[0]}", "-e", waive, "-v",
                              summary=fleet["tmp"] / "summary4.json", playbook_file="preflight.yml")
     assert rc == 0, out[-3000:]
     task = out.split("TASK [preflight : Run ktdeploy doctor]", 1)[1].split("TASK [", 1)[0]
-    assert "ktsft-reduced:avx2" in task and "SYS_NICE" in task and "--pull" in task and "--stack" in task, task[:2000]
+    assert reduced_images["avx2"] in task and "SYS_NICE" in task and "--pull" in task and "--stack" in task, task[:2000]
     ship = out.split("TASK [preflight : Read the installed wheelhouse digest and the venv state]", 1)[1].split("TASK [", 1)[0]
     assert "skipping: [fleet-ok]" in ship  # nothing installed on the host in image mode
     assert rows["fleet-ok"]["status"] == "ok" and rows["fleet-ok"]["variant"] == machine_variant, rows

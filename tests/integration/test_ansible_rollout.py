@@ -122,9 +122,8 @@ def test_a_replaced_tarball_fails_with_digest_mismatch(rollout):
     bad = bad_dir / rollout["archive"].name
     docker("save", "-o", str(bad), rollout["ref"])
     recorded = dict(read_sidecar(rollout["archive"]))
-    shutil.copy(rollout["archive"].with_name(rollout["archive"].name + ".images.json"),
-                bad.with_name(bad.name + ".images.json"))
-    data = write_sidecar(bad, recorded["images"])                       # the tarball's sha256, the recorded IDs
+    # a new sidecar beside the bad tarball (write_sidecar never writes over one): its sha256, the recorded IDs
+    data = write_sidecar(bad, recorded["images"])
     assert data["images"][rollout["ref"]] == rollout["id"] != host_id(rollout["ref"])
     rc, out, rows = playbook(rollout["inv"], "-e", "preflight_wheelhouse_build=false",
                              "-e", f"ktsft_image_archive_dir={bad_dir}", summary=tmp / "bad.json")

@@ -5,7 +5,7 @@ with the README's samples (tests/docs.py) — then what the upload promises: res
 folder with other content.
 
 Training runs the LlamaFactory TEST DOUBLE image (tests/fakes/fake_llamafactory.py: no torch, hence
---waive stack.torch); this machine's docker may not raise RLIMIT_MEMLOCK (hence --waive docker.memlock). The
+--waive stack.torch, and no LlamaFactory/kt-kernel for the stack to judge the recipe, hence --waive stack.judge); this machine's docker may not raise RLIMIT_MEMLOCK (hence --waive docker.memlock). The
 tiny model is tests/fakes/tiny_model.py's double of what `ktdeploy tiny-model` writes.
 """
 
@@ -35,7 +35,7 @@ from tests.integration.hosts import docker, host_pool  # noqa: E402, F401
 
 pytestmark = pytest.mark.docker
 
-PROFILE = ["--cpu-only", "--waive", "docker.memlock", "--waive", "stack.torch"]
+PROFILE = ["--cpu-only", "--waive", "docker.memlock", "--waive", "stack.torch", "--waive", "stack.judge"]
 
 
 @pytest.fixture(scope="module")
