@@ -4,7 +4,7 @@ import _signal  # already loaded by the interpreter (like sys and posix): no imp
 import sys as _sys
 
 
-def _interrupted_at_start(signum, frame):  # pragma: no cover - timing
+def _interrupted_at_start(signum: int, frame: object) -> None:  # pragma: no cover - timing
     """Ctrl-C while the CLI is still importing (before ktdeploy.cli's own guard): one line, exit 130."""
     import posix
 

@@ -16,10 +16,10 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ktdeploy.core.safeio import appending
 
@@ -159,7 +159,7 @@ def _idle_priority() -> object | None:
         return None
 
 
-def _restore_priority(before) -> None:
+def _restore_priority(before: Any) -> None:   # what _idle_priority returned
     if before is not None:
         try:
             os.sched_setscheduler(0, before[0], before[1])
@@ -180,7 +180,7 @@ def _read_tail(path: Path, lines: int, max_bytes: int = 256 * 1024) -> list[str]
     return text.rstrip("\n").split("\n")[-lines:] if text.strip() else []
 
 
-def _exit_waiter(proc: subprocess.Popen):
+def _exit_waiter(proc: subprocess.Popen) -> Callable[[float], None]:
     """A wait(seconds) that returns early when the child exits: one blocking select on a pidfd (Linux >= 5.3),
     else a plain sleep. Popen.wait(timeout) would instead wake this process every 50 ms."""
     try:

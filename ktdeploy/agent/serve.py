@@ -22,6 +22,7 @@ from ktdeploy.agent.sglang_launch import KEY_ENV_VAR, cache_root
 from ktdeploy.core import kt_methods
 from ktdeploy.core import variants as V
 from ktdeploy.core.errors import UsageError
+from ktdeploy.core.recipe.document import Recipe
 
 LAUNCHER = "ktdeploy.agent.sglang_launch"
 
@@ -75,7 +76,7 @@ def cache_env(environ: Mapping[str, str] | None = None, uid: int | None = None) 
 MERGED_SETUP = "bf16"
 
 
-def build_serve_command(recipe, adapter_dir: str | os.PathLike | None, *, cpuinfer: int, threadpools: int,
+def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *, cpuinfer: int, threadpools: int,
                         python: str = "python3", host: str | None = None, port: int | None = None,
                         weights_dir: str | os.PathLike | None = None,
                         environ: Mapping[str, str] | None = None, kt_build: str | None = None,

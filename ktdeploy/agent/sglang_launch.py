@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import MutableMapping
 
 KEY_ENV_VAR = "KTDEPLOY_API_KEY_ENV"
 CACHE_VARS = ("SGLANG_KT_LORA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
@@ -26,7 +27,7 @@ def cache_root(home: str, uid: int) -> str:
     return f"{home.rstrip('/')}/.cache/ktdeploy-{uid}"
 
 
-def _prepare_caches(environ) -> None:
+def _prepare_caches(environ: MutableMapping[str, str]) -> None:
     """Create the cache folders ktdeploy chose (0700, this uid's own) before sglang-kt writes into them."""
     from ktdeploy.core.safeio import private_dir
 
@@ -37,7 +38,7 @@ def _prepare_caches(environ) -> None:
             private_dir(value, root)
 
 
-def _take_key(environ) -> str | None:
+def _take_key(environ: MutableMapping[str, str]) -> str | None:
     name = environ.pop(KEY_ENV_VAR, None)
     if not name:
         return None

@@ -11,7 +11,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.safeio import MAX_JSON, load_json, staging_dir, write_file
@@ -144,7 +144,7 @@ def _corpus(n: int, seed: int) -> list[str]:
     return lines
 
 
-def build_tokenizer(model_dir: Path, vocab_size: int, seed: int = 0):
+def build_tokenizer(model_dir: Path, vocab_size: int, seed: int = 0) -> Any:
     """Train a byte-level BPE tokenizer on the synthetic corpus and save it HF-style."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -211,7 +211,7 @@ def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", 
     return TinyResult(str(model_dir), str(data_dir), size, config, num_samples, str(heldout))
 
 
-def _find_spec(util, name: str):
+def _find_spec(util: Any, name: str) -> Any:
     try:
         return util.find_spec(name)
     except (ImportError, ValueError):  # sys.modules[name] is None (hidden) or has no spec
@@ -237,7 +237,7 @@ class _staged:
         self.tmp = staging_dir(parent, f".{self.target.name}.partial-")
         return self.tmp
 
-    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
         import os
         import shutil
 

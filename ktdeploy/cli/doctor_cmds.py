@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_doctor, print_json
 from ktdeploy.core import variants as V
-from ktdeploy.core.checks.gate import profile_hint, with_profile
+from ktdeploy.core.checks.gate import profile_hint
 from ktdeploy.core.markup import esc
 
+if TYPE_CHECKING:   # the CLI imports the controller lazily (a fast --help)
+    from ktdeploy.controller.doctor import DoctorReport
 
-def _summary_line(report) -> str:
+
+def _summary_line(report: DoctorReport) -> str:
     f = report.facts
     cpu = f.cpu
     gpus = f"{f.gpu.count} GPU" if f.gpu.count else "no GPU"
@@ -62,83 +65,12 @@ def doctor_cmd(
 
     AMX/AVX512 really usable (a tile multiply is executed) through the VM and container layers, GPUs, NUMA
     threads, memory, /dev/shm, disk; with --recipe also the model, data and the planner's figures."""
-    from ktdeploy.controller.connectors import DockerExecConnector, connect
-    from ktdeploy.controller.doctor import doctor
-    from ktdeploy.core.safeio import redact_host
+    from ktdeploy.controller.api import doctor
 
-    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
-
-    rec = None
-    if recipe is not None:
-        from ktdeploy.core.recipe import load_recipe
-
-        rec = load_recipe(recipe, set_)
-    elif set_:
-        from ktdeploy.core.errors import UsageError
-
-        raise UsageError("--set needs --recipe", fix="Pass the recipe the overrides apply to: --recipe FILE --set ...")
-    opts = {}
-    if not host.startswith("docker://") and host not in ("localhost", "local"):
-        opts = {"key": str(ssh_key) if ssh_key else None, "known_hosts": str(known_hosts) if known_hosts else None,
-                "accept_new_host_key": accept_new_host_key or None}
-    if image is not None and V.known(image):   # the former meaning of --image: an ISA variant
-        variant, image = variant or image, None
-    if variant is not None and not V.known(variant):
-        from ktdeploy.core.errors import UsageError
-
-        raise UsageError(f"--variant {variant!r} is not a kt-kernel build", fix=f"Use one of {', '.join(V.NAMES)}.")
-    if image and container:
-        from ktdeploy.core.errors import UsageError
-
-        raise UsageError("--image and --container both name the container to check",
-                         fix="Pass --image IMAGE (started for the check) or --container NAME (already running).")
-    gpu_list = None
-    if gpus is not None:
-        from ktdeploy.core.errors import UsageError
-
-        if not image:
-            raise UsageError("--gpus is the GPUs the --image container gets", fix="Pass --image IMAGE with it.")
-
-        try:
-            gpu_list = [int(g) for g in gpus.split(",") if g.strip()]
-        except ValueError:
-            raise UsageError(f"--gpus {gpus!r} is not a list of GPU indices", fix="e.g. --gpus 0,1") from None
-    conn = connect(host, **opts)
-    inner = None
-    try:
-        if container:
-            via = None if host in ("localhost", "local") else conn
-            inner = DockerExecConnector(container, via=via)
-        if image:
-            from ktdeploy.controller.image_check import image_doctor
-            from ktdeploy.core.plan.build import MEMLOCK_WAIVER
-
-            report = image_doctor(conn, image, recipe=rec, gpus=gpu_list, memlock=MEMLOCK_WAIVER not in waive)
-        else:
-            # this host: the facts the image's entrypoint already gathered for its ISA gate (gathered here otherwise)
-            local = host in ("localhost", "local", "")
-            if local:
-                from ktdeploy.controller.local_host import local_raw
-            report = doctor(conn, rec, container=inner, host_raw=local_raw() if local else None)
-        if stack and not image:   # --image already ran it inside the container
-            from ktdeploy.controller.image_check import stack_probe_checks
-            from ktdeploy.controller.stack_judge import stack_judge_check
-
-            checks = stack_probe_checks(conn, report.facts.gpu.count)
-            if rec is not None:   # the stack where doctor runs judges the recipe (stack.judge)
-                checks.append(stack_judge_check(conn, rec, in_container=False))
-            for c in checks:
-                c.layer = report.facts.layer
-                report.checks.append(c)
-        if variant:
-            from ktdeploy.core.checks.isa import variant_check
-
-            vc = variant_check(report.facts, variant)
-            vc.name, vc.layer = "image.variant", report.facts.layer
-            report.checks.append(vc)
-    finally:
-        conn.close()
-    report.waived = with_profile(waive, cpu_only)
+    ssh = {"key": str(ssh_key) if ssh_key else None, "known_hosts": str(known_hosts) if known_hosts else None,
+           "accept_new_host_key": accept_new_host_key or None}
+    report = doctor(host, recipe, set_, image=image, variant=variant, gpus=gpus, stack=stack, container=container,
+                    waive=waive, cpu_only=cpu_only, ssh=ssh)
     if as_json:
         print_json(report.to_json())
     else:

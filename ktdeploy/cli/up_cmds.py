@@ -13,7 +13,6 @@ from ktdeploy.cli.output import console, print_json, say, wrap_words
 from ktdeploy.core.errors import StepError, UsageError
 from ktdeploy.core.markup import esc
 
-HOST_HELP = "localhost, host, user@host, ssh://user@host:port or docker://CONTAINER."
 RUN_HELP = "A run id (or a unique prefix of one) or a run's --name; default: the latest run."
 SSH_KEY_HELP = "SSH private key (default: the agent, ~/.ssh)."
 KNOWN_HOSTS_HELP = "known_hosts file to check host keys against (default: ~/.ssh/known_hosts)."
@@ -221,7 +220,8 @@ def _line(text: str, first: str = "  ", rest: str = "    ", style: str = "") -> 
 
 
 def _print_status(st: dict) -> None:
-    from ktdeploy.controller.follow import LogEntry, describe
+    from ktdeploy.controller.follow import describe
+    from ktdeploy.core.trainer_log import LogEntry
 
     live: dict = st.get("live") or {}
     name = f"  name {st['name']}" if st.get("name") else ""

@@ -1,4 +1,4 @@
-"""What the CLI and the tests call: up(), status(), logs(), down() (+ thin re-exports of check/doctor/render).
+"""What the CLI and the tests call: up(), up_slurm(), status(), logs(), down().
 
 ``up`` runs the stages in order: connect -> facts + doctor -> plan (pure) -> apply (executor). Every run keeps a
 record folder on the controller (ktdeploy.controller.runs)."""
@@ -14,17 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktdeploy.controller import slurm as slurm_run
-from ktdeploy.controller.connectors import connect
+from ktdeploy.controller.connectors import Connector, DockerExecConnector, LocalConnector, connect
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
-from ktdeploy.controller.follow import TRAINER_LOG
+from ktdeploy.controller.image_check import image_doctor, stack_probe_checks
+from ktdeploy.controller.local_host import local_raw
 from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run, output_lock
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
+from ktdeploy.controller.stack_judge import stack_judge_check
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for
+from ktdeploy.core.check_names import CheckName
+from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.gate import CPU_ONLY, RUNTIME_FIXABLE, gate, profile_hint, with_profile
+from ktdeploy.core.checks.isa import variant_check
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import (
     CheckFailed,
@@ -37,16 +42,17 @@ from ktdeploy.core.errors import (
     UsageError,
 )
 from ktdeploy.core.facts.host import HostFacts
-from ktdeploy.core.host_target import parse_host
+from ktdeploy.core.host_target import HostTarget, parse_host
 from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import shipped_recipe
+from ktdeploy.core.plan.build import MEMLOCK_WAIVER, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
-from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid, validate
+from ktdeploy.core.plan.steps import StageName
+from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid
 from ktdeploy.core.recipe import render as render_recipe
 from ktdeploy.core.recipe.render import dump_yaml
-from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, redact_host, write_file
+from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, write_file
 from ktdeploy.core.sched import slurm as sl
 from ktdeploy.core.sched.batch import convert_script, job_dir_of, train_script
 from ktdeploy.core.sched.features import LADDER
@@ -54,24 +60,62 @@ from ktdeploy.core.sched.plan import build_slurm_plan
 from ktdeploy.core.sched.request import request_for
 
 
-def check(recipe_path, overrides=()):
-    return validate(load_recipe(recipe_path, overrides))
-
-
-def render(recipe_path, out_dir, overrides=()):
-    r = load_recipe(recipe_path, overrides)
-    require_valid(r)
-    return render_recipe(r).write(out_dir)
-
-
-def doctor(host: str = "localhost", recipe=None, **ssh):
-    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
-
-    conn = connect(host, **ssh)
+def doctor(host: str = "localhost", recipe_path=None, overrides=(), *, image: str | None = None,
+           variant: str | None = None, gpus: str | None = None, stack: bool = False, container: str | None = None,
+           waive=(), cpu_only: bool = False, ssh: dict | None = None) -> DoctorReport:
+    """`ktdeploy doctor`: the host's facts and every check (with a recipe, its checks too); ``image`` runs them in
+    that image's training container, ``container`` compares with a running one, ``stack`` adds the stack probe
+    where doctor runs, ``variant`` checks that a kt-kernel build runs here. The report's ``waived`` holds
+    ``waive`` (+ the --cpu-only profile). Bad arguments are a UsageError before anything is reached."""
+    rec = None
+    if recipe_path is not None:
+        rec = load_recipe(recipe_path, list(overrides))
+    elif overrides:
+        raise UsageError("--set needs --recipe", fix="Pass the recipe the overrides apply to: --recipe FILE --set ...")
+    if image is not None and V.known(image):   # the former meaning of --image: an ISA variant
+        variant, image = variant or image, None
+    if variant is not None and not V.known(variant):
+        raise UsageError(f"--variant {variant!r} is not a kt-kernel build", fix=f"Use one of {', '.join(V.NAMES)}.")
+    if image and container:
+        raise UsageError("--image and --container both name the container to check",
+                         fix="Pass --image IMAGE (started for the check) or --container NAME (already running).")
+    gpu_list = None
+    if gpus is not None:
+        if not image:
+            raise UsageError("--gpus is the GPUs the --image container gets", fix="Pass --image IMAGE with it.")
+        try:
+            gpu_list = [int(g) for g in gpus.split(",") if g.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus {gpus!r} is not a list of GPU indices", fix="e.g. --gpus 0,1") from None
+    target = parse_host(host)   # a password in ssh://user:PW@host is never used, shown or recorded
+    conn = connect(target, **((ssh or {}) if target.kind == "ssh" else {}))
     try:
-        return run_doctor(conn, recipe)
+        report = _doctor_report(conn, target, rec, image=image, gpus=gpu_list, container=container,
+                                memlock=MEMLOCK_WAIVER not in waive)
+        if stack and not image:   # --image already ran it inside the container
+            checks = stack_probe_checks(conn, report.facts.gpu.count)
+            if rec is not None:   # the stack where doctor runs judges the recipe (stack.judge)
+                checks.append(stack_judge_check(conn, rec, in_container=False))
+            for c in checks:
+                c.layer = report.facts.layer
+                report.checks.append(c)
+        if variant:
+            vc = variant_check(report.facts, variant)
+            vc.name, vc.layer = CheckName.IMAGE_VARIANT, report.facts.layer
+            report.checks.append(vc)
     finally:
         conn.close()
+    report.waived = with_profile(waive, cpu_only)
+    return report
+
+
+def _doctor_report(conn: Connector, target: HostTarget, rec, *, image: str | None, gpus: list[int] | None,
+                   container: str | None, memlock: bool) -> DoctorReport:
+    if image:
+        return image_doctor(conn, image, recipe=rec, gpus=gpus, memlock=memlock)
+    inner = DockerExecConnector(container, via=None if target.is_local else conn) if container else None
+    # this host: the facts the image's entrypoint already gathered for its ISA gate (gathered here otherwise)
+    return run_doctor(conn, rec, container=inner, host_raw=local_raw() if target.is_local else None)
 
 
 @dataclass
@@ -109,7 +153,7 @@ def load_up_recipe(recipe_path=None, overrides=(), native: tuple[str, str, str |
     return recipe
 
 
-def gather_job_state(conn, recipe, image: str) -> JobState:
+def gather_job_state(conn: Connector, recipe, image: str) -> JobState:
     name = job_name(recipe)
     out = output_dir_of(recipe)
     r = conn.run(["sh", "-c", STATE_SCRIPT, "ktdeploy-state", name, f"{name}-serve", image, out,
@@ -141,12 +185,13 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
        detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
        tune: bool = False, tune_budget_minutes: float = 20.0, facts_file: str | None = None,
        say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
-       connector=None, cpu_only: bool = False, native: tuple[str, str, str | None] | None = None,
+       connector: Connector | None = None, cpu_only: bool = False, native: tuple[str, str, str | None] | None = None,
        name: str | None = None, sync_model: str | None = None, sync_data: str | None = None) -> UpResult:
     """Phases: arguments -> lock -> record -> connect (or recorded facts) -> sync -> facts + doctor -> plan -> apply.
     ``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
     say = say or _say_default
-    host = redact_host(host)  # a password in ssh://user:PW@host is never used, shown or recorded
+    target = parse_host(host)  # a --host that is none of the forms is a usage error, before anything is recorded
+    host = target.redacted     # a password in ssh://user:PW@host is never used, shown or recorded
     _check_up_arguments(host, resume, dry_run, facts_file)
     recorded_facts = load_facts_file(facts_file) if facts_file is not None else None
     recipe = load_up_recipe(recipe_path, overrides, native)
@@ -168,7 +213,7 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
 
 def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive: tuple, image_tar, ssh, tune: bool,
                tune_budget_minutes: float, facts_file, recorded_facts, say, progress_factory, print_plan,
-               connector, cpu_only: bool, name: str | None, sync_model: str | None,
+               connector: Connector | None, cpu_only: bool, name: str | None, sync_model: str | None,
                sync_data: str | None) -> UpResult:
     record: RunRecord | None = None
     conn = None
@@ -185,11 +230,11 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
             raise _fail(record, "failed", UsageError(
                 f"--cpu-only is for a host without a GPU; {where} has {report.facts.gpu.count} GPU(s)", key="--cpu-only",
                 fix="Drop --cpu-only: on a GPU host the containers get their GPUs and every GPU check gates."),
-                stage="PREFLIGHT")
+                stage=StageName.PREFLIGHT)
         opts = UpOptions(host=host, run_id=record.id, resume=resume, detach=detach, waive=waive, tune=tune,
                          tune_budget_minutes=tune_budget_minutes,
                          image_tar=str(Path(image_tar).resolve()) if image_tar else None,
-                         local=type(conn).__name__ == "LocalConnector",
+                         local=isinstance(conn, LocalConnector),
                          preflight={"connect": f"connected ({where})" if conn is not None else
                                     f"not connected: facts recorded in {facts_file}", "doctor": doc_line})
         plan = _plan_phase(conn, recipe, report, opts, record)
@@ -202,7 +247,7 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
                 f"doctor on {where}: {doc_line}; nothing was started",
                 results=report.failed, key="doctor",
                 fix="Fix the failed checks (listed with their fixes), then run the same command again."
-                    + profile_hint(blocking, report.facts.gpu.count)), stage="PREFLIGHT")
+                    + profile_hint(blocking, report.facts.gpu.count)), stage=StageName.PREFLIGHT)
         if dry_run:
             stop = plan.stop()
             result.stops_at = stop[0].name if stop else None
@@ -251,11 +296,11 @@ def _request(recipe, variant):
 
 def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: bool = False, resume: str | None = None,
              waive=(), overrides=(), ssh: dict | None = None, say: Callable[[str], None] | None = None,
-             print_plan: Callable[[str], None] | None = None, connector=None) -> UpResult:
+             print_plan: Callable[[str], None] | None = None, connector: Connector | None = None) -> UpResult:
     """`ktdeploy up --slurm LOGIN`: the same recipe, record and stages, TRAIN and CONVERT as batch jobs submitted on
     the login node. Nothing is queued when no node can ever run the job (PREFLIGHT's slurm.fit, exit 1)."""
     say = say or _say_default
-    login = redact_host(login)
+    login = parse_host(login).redacted
     _check_up_arguments(login, resume, dry_run, None)
     recipe = load_up_recipe(recipe_path, overrides)
     waive = tuple(dict.fromkeys(waive))
@@ -292,7 +337,7 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
             say(("[green]✓[/green]" if ok else "[red]✗[/red]") + f" PREFLIGHT: {esc(check.name)}: {esc(check.detail)}")
             if not ok:
                 raise _fail(record, "failed", CheckFailed(
-                    f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key="slurm.fit",
+                    f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key=CheckName.SLURM_FIT,
                     fix=check.fix or "See the reasons below."))
             state = gather_job_state(conn, recipe, image)
             record.write_json(rr.JOB_STATE, state.to_json())
@@ -301,9 +346,9 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
                              preflight={"connect": f"connected ({where})"})
             plan = build_slurm_plan(recipe, state, opts, image=image, variant=variant, queued=queued,
                                     fit_detail=check.detail)
-            gpus_waived = "docker.nvidia_runtime" in waive or "gpu.present" in waive
+            gpus_waived = CheckName.DOCKER_NVIDIA_RUNTIME in waive or CheckName.GPU_PRESENT in waive
             train = train_script(recipe, shipped_recipe(recipe, None), image=image, run_id=record.id, request=request,
-                                 gpus_waived=gpus_waived, memlock="docker.memlock" not in waive)
+                                 gpus_waived=gpus_waived, memlock=CheckName.DOCKER_MEMLOCK not in waive)
             conv = convert_script(recipe, image=image, run_id=record.id, request=request)
             files = {"slurm/train.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/train.sbatch", train.script)),
                      "slurm/convert.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/convert.sbatch", conv.script))}
@@ -335,7 +380,6 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
 
 
 def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file: str | None) -> None:
-    parse_host(host)  # a --host that is none of the forms is a usage error, before anything is recorded
     if resume not in (None, "auto") and not str(resume).startswith("/") and not str(resume).startswith("checkpoint-"):
         raise UsageError(f"--resume {resume!r}: give 'auto', a checkpoint-N name or an absolute checkpoint path",
                          key="--resume", fix="ktdeploy up --resume auto ...")
@@ -395,7 +439,7 @@ def check_run_name(name: str, host: str, container: str) -> None:
                              fix="Choose another name; `ktdeploy status --all` lists the runs and their names.")
 
 
-def _sync_phase(conn, recipe, record: RunRecord, sync_model: str | None, sync_data: str | None, *, dry_run: bool,
+def _sync_phase(conn: Connector | None, recipe, record: RunRecord, sync_model: str | None, sync_data: str | None, *, dry_run: bool,
                 say: Callable[[str], None]) -> None:
     """--sync-model / --sync-data: the local folders onto the host (controller/sync.py), before doctor reads
     them; with recorded facts (no connection) only announced."""
@@ -406,17 +450,17 @@ def _sync_phase(conn, recipe, record: RunRecord, sync_model: str | None, sync_da
             key = "model_name_or_path" if role == "model" else "dataset_dir"
             raise _fail(record, "failed", UsageError(
                 f"--sync-{role} needs train.{key} to be an absolute host path, not {printable(target)}",
-                key=f"--sync-{role}", fix=f"Set train.{key} to the folder the upload goes to."), stage="SYNC")
+                key=f"--sync-{role}", fix=f"Set train.{key} to the folder the upload goes to."), stage=StageName.SYNC)
         if conn is None:
             say(f"[yellow]-[/yellow] SYNC: {esc(local)} -> {esc(target)} happens at the real run (not connected)")
             continue
         from ktdeploy.controller.sync import sync_folder
 
-        record.event("stage_start", stage="SYNC", role=role)
+        record.event("stage_start", stage=StageName.SYNC, role=role)
         try:
             res = sync_folder(conn, local, target, role=role, dry_run=dry_run, say=say)
         except KtdeployError as e:
-            raise _fail(record, "failed", e, stage="SYNC") from None
+            raise _fail(record, "failed", e, stage=StageName.SYNC) from None
         record.event("sync", **res.to_json(), dry_run=dry_run)
 
 
@@ -459,13 +503,13 @@ def _current_stage(record: RunRecord) -> str:
         stage = record.status().get("stage")
     except RunRecordError:
         stage = None
-    return stage if isinstance(stage, str) and stage else "PREFLIGHT"
+    return stage if isinstance(stage, str) and stage else StageName.PREFLIGHT
 
 
-def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, connector, ssh: dict | None,
+def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, connector: Connector | None, ssh: dict | None,
                    say: Callable[[str], None]):
     """(connector or None, where): None when planning from recorded facts (a plan before the host exists)."""
-    record.event("stage_start", stage="PREFLIGHT", step="connect", host=host)
+    record.event("stage_start", stage=StageName.PREFLIGHT, step="connect", host=host)
     if recorded_facts is not None:
         say(f"[yellow]-[/yellow] PREFLIGHT: not connecting to {esc(host)}; planning from the facts in {esc(facts_file)}")
         record.event("facts_file", path=str(facts_file))
@@ -473,17 +517,18 @@ def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, con
     try:
         conn = connector if connector is not None else connect(host, **(ssh or {}))
     except ConnectError as e:
-        raise _fail(record, "failed", e, stage="PREFLIGHT") from None
+        raise _fail(record, "failed", e, stage=StageName.PREFLIGHT) from None
     say(f"[green]✓[/green] PREFLIGHT: connected to {esc(conn.name)}")
     record.event("connected", connector=conn.name)
     return conn, conn.name
 
 
-def _doctor_phase(conn, recipe, recorded_facts, where: str, waive, record: RunRecord, say: Callable[[str], None]):
+def _doctor_phase(conn: Connector | None, recipe, recorded_facts, where: str, waive, record: RunRecord, say: Callable[[str], None]):
     """Facts + doctor (live, or on recorded facts): (report, blocking failed checks, summary line)."""
     if recorded_facts is not None:
         report = DoctorReport(recorded_facts, run_checks(recorded_facts, recipe))
     else:
+        assert conn is not None   # _connect_phase connects unless facts were recorded
         report = run_doctor(conn, recipe)
     record.write_json(rr.FACTS, report.facts.model_dump(mode="json"))
     record.write_json(rr.DOCTOR, report.to_json())
@@ -497,7 +542,7 @@ def planned_user(host: str) -> str:
     return "0:0" if t.user == "root" or (t.is_local and os.getuid() == 0) else "<uid>:<gid>"
 
 
-def _plan_phase(conn, recipe, report, opts: UpOptions, record: RunRecord):
+def _plan_phase(conn: Connector | None, recipe, report, opts: UpOptions, record: RunRecord):
     """The job's state on the host, the plan (pure), and the files the run record keeps for reading (the
     container renders its own from the shipped recipe)."""
     image, _variant, _how = resolve_image(recipe.deploy, report.facts)
@@ -519,7 +564,7 @@ def _plan_phase(conn, recipe, report, opts: UpOptions, record: RunRecord):
     return plan
 
 
-def _apply_phase(conn, plan, recipe, report, result: UpResult, *, host: str, detach: bool,
+def _apply_phase(conn: Connector, plan, recipe, report, result: UpResult, *, host: str, detach: bool,
                  say: Callable[[str], None], progress_factory) -> UpResult:
     """Run the plan on the host; Ctrl-C detaches (training keeps running), a lost connection is exit 3."""
     record = result.record
@@ -632,8 +677,7 @@ def _host_filter(host: str | None) -> str | None:
     that is no host is a usage error."""
     if host is None:
         return None
-    parse_host(host)
-    return redact_host(host)
+    return parse_host(host).redacted
 
 
 def _connect_for(rec: RunRecord, st: dict, ssh: dict | None):
@@ -786,4 +830,4 @@ def _down_locked(rec: RunRecord, st: dict, names: list[str], ssh: dict | None) -
     return done
 
 
-__all__ = ["RunRecordError", "UpResult", "check", "doctor", "down", "logs", "render", "status", "up", "up_slurm"]
+__all__ = ["RunRecordError", "UpResult", "down", "logs", "status", "up", "up_slurm"]

@@ -15,19 +15,24 @@ JSON (``DoctorReport.to_json()``, schema_version 1; fields are only added within
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from ktdeploy.controller.facts_gather import gather_facts
+from ktdeploy.controller.connectors.base import Connector
+from ktdeploy.controller.facts_gather import RawFacts, gather_facts
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
 from ktdeploy.core.checks.gate import gate
 from ktdeploy.core.checks.readable import readable_checks
+from ktdeploy.core.checks.resources import Requirements
 from ktdeploy.core.facts.data import DATA_SCRIPT, DataFacts, parse_data_output
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
 from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
 
 
-def _runtime_checks(facts: HostFacts, recipe=None, req=None) -> list[CheckResult]:
+def _runtime_checks(facts: HostFacts, recipe: Any = None, req: Requirements | None = None) -> list[CheckResult]:
     """Checks about where training runs (the host itself, or the training container)."""
     out: list[CheckResult] = [amx.kernel_check(facts)]
     out += isa.isa_checks(facts)
@@ -40,7 +45,7 @@ def _runtime_checks(facts: HostFacts, recipe=None, req=None) -> list[CheckResult
         variant = deploy.variant() if deploy is not None and hasattr(deploy, "variant") else None
         if variant:
             vc = isa.variant_check(facts, variant)
-            vc.name = "recipe.image_variant"
+            vc.name = CheckName.RECIPE_IMAGE_VARIANT
             out.append(vc)
     out.append(threads.mempolicy_check(facts))
     reserve = getattr(getattr(recipe, "deploy", None), "reserve_cores", 2)
@@ -55,7 +60,7 @@ def _runtime_checks(facts: HostFacts, recipe=None, req=None) -> list[CheckResult
     return out
 
 
-def _requirements(facts: HostFacts, recipe, planned=...):
+def _requirements(facts: HostFacts, recipe: Any, planned: Any = ...) -> Requirements | None:
     req = resources.recipe_requirements(recipe, facts, planned) if recipe is not None else None
     if req is not None and str(req.basis.get("host_memory", "")).startswith("planner"):
         # plan.host_memory / plan.gpu_memory / plan.disk gate on the planner's figures (with the knob that brings a
@@ -64,7 +69,8 @@ def _requirements(facts: HostFacts, recipe, planned=...):
     return req
 
 
-def container_checks(facts: HostFacts, container_facts: HostFacts, recipe=None, req=None) -> list[CheckResult]:
+def container_checks(facts: HostFacts, container_facts: HostFacts, recipe: Any = None,
+                     req: Requirements | None = None) -> list[CheckResult]:
     """Pure: the runtime checks on the training container's facts (layer "container") and the layer comparison
     with its host's."""
     inner = _runtime_checks(container_facts, recipe, req if req is not None else _requirements(facts, recipe))
@@ -74,7 +80,7 @@ def container_checks(facts: HostFacts, container_facts: HostFacts, recipe=None, 
     return inner + layers.layer_checks(facts, container_facts)
 
 
-def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None = None,
+def run_checks(facts: HostFacts, recipe: Any = None, container_facts: HostFacts | None = None,
                data_facts: DataFacts | None = None) -> list[CheckResult]:
     """Pure: every check on the host facts (+ the container's and the layer comparison, + the recipe's data and
     weights when given)."""
@@ -96,7 +102,7 @@ def run_checks(facts: HostFacts, recipe=None, container_facts: HostFacts | None 
     return out
 
 
-def gather_data(connector, train: dict) -> DataFacts:
+def gather_data(connector: Connector, train: dict) -> DataFacts:
     """Two bounded reads through ``connector``: dataset_info/config/weights listing, then the dataset files."""
     facts = DataFacts()
     for first_round in (True, False):
@@ -128,7 +134,7 @@ class DoctorReport:
     def ok(self) -> bool:
         return not self.failed
 
-    def summary(self, deferred=()) -> dict[str, int]:
+    def summary(self, deferred: Iterable[str] = ()) -> dict[str, int]:
         """The one count every front door prints: a waived failure counts as "waived", not "fail"; ``deferred``
         (check names a later stage repairs, e.g. up's RUNTIME) are counted within "fail" and also on their own."""
         s = {"pass": 0, "warn": 0, "fail": 0, "skip": 0, "waived": 0, "deferred": 0}
@@ -141,7 +147,7 @@ class DoctorReport:
                 s["deferred"] += 1
         return s
 
-    def summary_text(self, deferred=(), deferred_to: str = "the RUNTIME stage") -> str:
+    def summary_text(self, deferred: Iterable[str] = (), deferred_to: str = "the RUNTIME stage") -> str:
         """'11 pass, 4 warn, 5 fail (1 waived; 1 left to the RUNTIME stage), 5 skip' from summary()."""
         s = self.summary(deferred)
         notes = ([f"{s['waived']} waived"] if s["waived"] else []) + \
@@ -167,7 +173,8 @@ class DoctorReport:
         }
 
 
-def doctor(connector, recipe=None, container=None, *, host_raw=None) -> DoctorReport:
+def doctor(connector: Connector, recipe: Any = None, container: Connector | None = None, *,
+           host_raw: RawFacts | None = None) -> DoctorReport:
     """Gather facts through ``connector`` (and ``container``, a connector into the training container) and check.
     ``host_raw``: the host's raw facts already gathered by this process (reused; only the recipe's paths and data
     are looked at)."""

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import tempfile
@@ -11,8 +10,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ktdeploy.controller.follow import LogEntry, describe, latest
+from ktdeploy.controller.connectors.base import Connector
+from ktdeploy.controller.follow import describe
 from ktdeploy.controller.image_check import image_doctor
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.controller.slurm_jobs import do_follow_job, do_submit, do_wait_job
@@ -21,12 +22,14 @@ from ktdeploy.core import run_record as rr
 from ktdeploy.core.checks.gate import profile_hint
 from ktdeploy.core.checks.stack import JUDGE
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RecipeError, StepError
+from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.safeio import write_file
+from ktdeploy.core.trainer_log import LogEntry, latest
 
 # The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
 # script ends with '@@end', so output cut short (the connection dropped mid-command) is told apart from a
@@ -76,7 +79,7 @@ def parse_snapshot(rc: int, stdout: str, stderr: str = "", *, host: str = "the h
                        fix="Check the docker daemon there (`docker info`). " + lost_fix)
 
 
-def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Snapshot:
+def snapshot(conn: Connector, container: str, log: str, timeout: float | None = None) -> Snapshot:
     """Container state + last trainer_log entry in one round trip; a host silent for ``timeout`` seconds
     (KTDEPLOY_FOLLOW_TIMEOUT_S, default 60) is a lost connection (ConnectError, never "container removed")."""
     timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
@@ -84,7 +87,7 @@ def snapshot(conn, container: str, log: str, timeout: float | None = None) -> Sn
     return parse_snapshot(r.rc, r.stdout, r.stderr, host=conn.name, timeout=timeout)
 
 
-def agent_record(conn, output_dir: str, timeout: float = 60) -> tuple[str, rr.AgentRecord] | None:
+def agent_record(conn: Connector, output_dir: str, timeout: float = 60) -> tuple[str, rr.AgentRecord] | None:
     """The newest agent run record of ``output_dir`` (``ktdeploy train``'s, in the image: on the host when the
     output dir's parent is on the output volume) read through the connector: (its folder, the record), or None
     when there is none or the answer was cut short."""
@@ -97,7 +100,7 @@ def agent_record(conn, output_dir: str, timeout: float = 60) -> tuple[str, rr.Ag
     return folder, rr.read_agent_record(files)
 
 
-def container_logs(conn, name: str, tail: int | None = 200) -> str:
+def container_logs(conn: Connector, name: str, tail: int | None = 200) -> str:
     r = conn.run(dk.logs(name, tail=tail), timeout=120)
     return (r.stdout + r.stderr) if r.rc == 0 else ""
 
@@ -138,7 +141,7 @@ def _refusal(lines: list[str]) -> str | None:
     return None
 
 
-def exit_advice(state: ContainerState, recipe=None, facts=None, lines: list[str] | tuple[str, ...] = (),
+def exit_advice(state: ContainerState, recipe: Any = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
                 progressed: bool | None = None, role: str = "train") -> str:
     """What to do about a stopped container, by how it stopped: the agent's own refusal (its doctor, the recipe,
     the output dir) needs a fix and the same command again — there is nothing to resume —; a trainer that crashed
@@ -193,8 +196,9 @@ FETCHABLE_SH = ('[ -h "$1" ] && exit 3; [ -f "$1" ] || exit 2; '
 
 
 class Executor:
-    def __init__(self, conn, record: RunRecord, plan: Plan, *, say: Callable[[str], None] = print,
-                 progress_factory=None, recipe=None, facts=None, poll_s: float = 2.0):
+    def __init__(self, conn: Connector, record: RunRecord, plan: Plan, *, say: Callable[[str], None] = print,
+                 progress_factory: Callable[[str], Any] | None = None, recipe: Any = None,
+                 facts: HostFacts | None = None, poll_s: float = 2.0) -> None:
         self.conn, self.record, self.plan, self.say = conn, record, plan, say
         self.progress_factory = progress_factory
         self.recipe, self.facts = recipe, facts
@@ -328,7 +332,7 @@ class Executor:
             raise StepError(f"{stage.name}: {src} does not exist on this machine or is not a plain file", step=s.id,
                             fix="Pass an existing file (e.g. the tarball `ktdeploy image save` wrote).")
         self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
-        self.conn.put_file(str(src), s.remote)
+        self.conn.put_file(str(src), self._path(s, "remote"))
 
     def _do_put_secret(self, stage: Stage, s: Step) -> None:
         name = s.params["env"]
@@ -337,6 +341,7 @@ class Executor:
             raise StepError(f"{stage.name}: deploy.serve.api_key_env names {name}, which is not set here", step=s.id,
                             fix=f"export {name}=<key> in the shell that runs ktdeploy up")
         self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
+        remote = self._path(s, "remote")
         fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")
         try:
             with os.fdopen(fd, "w") as f:  # the file mkstemp just made (O_EXCL, 0600): nothing to follow
@@ -345,8 +350,8 @@ class Executor:
             # create the target 0600 first, so the key is never readable by others on the host, even briefly
             # (a link planted there is removed, never written through: noclobber creates with O_EXCL)
             self.conn.run(["sh", "-c", 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && rm -f -- "$1" && set -C '
-                           '&& : > "$1"', "ktdeploy-key", s.remote], check=True, timeout=60)
-            self.conn.put_file(tmp, s.remote, mode=0o600)
+                           '&& : > "$1"', "ktdeploy-key", remote], check=True, timeout=60)
+            self.conn.put_file(tmp, remote, mode=0o600)
         finally:
             os.unlink(tmp)
 
@@ -388,7 +393,7 @@ class Executor:
                 self.say(f"[yellow]![/yellow] {esc(stage.name)}: not fetched: {esc(s.remote)} {esc(why)}")
                 return
             raise StepError(f"{stage.name}: {s.remote} {why} on the host", step=s.id)
-        self.conn.get_file(s.remote, str(dst))
+        self.conn.get_file(self._path(s, "remote"), str(dst))
         self.say(f"[green]✓[/green] {esc(stage.name)}: fetched {esc(os.path.basename(self._path(s, 'remote')))} -> {esc(dst)}")
 
     def _fetch_agent_record(self, output_dir: str) -> None:
@@ -471,6 +476,3 @@ class Executor:
             else "see `ktdeploy logs`; fix the cause, then run the same `ktdeploy up` again."
         return what, advice
 
-
-def plan_json(plan: Plan) -> str:
-    return json.dumps(plan.to_json(), indent=2)

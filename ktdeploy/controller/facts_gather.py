@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.facts_probes import PROBE_PARSERS, gather_probes, parse_probe
 from ktdeploy.core.facts import container, cpu, disk, docker, gpu, kernel, limits, memory, virt
 from ktdeploy.core.facts.host import (
@@ -28,7 +31,7 @@ from ktdeploy.core.facts.host import (
     VirtFacts,
 )
 from ktdeploy.core.facts.total import parsed
-from ktdeploy.core.markers import SECTION_SH, Section, parse_sections  # noqa: F401  (re-exported)
+from ktdeploy.core.markers import SECTION_SH, Section, parse_sections
 from ktdeploy.core.safeio import write_file
 
 SECTION_MODULES = (kernel, cpu, memory, gpu, docker, virt, container, limits)
@@ -65,7 +68,7 @@ class RawFacts:
 
 
 
-def gather_raw(connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> RawFacts:
+def gather_raw(connector: Connector, paths: Sequence[str] = (), *, probes: bool = True, base: RawFacts | None = None) -> RawFacts:
     """The host's raw facts through ``connector``. With ``base`` (facts this process already gathered on the same
     host, e.g. by the image's entrypoint), its sections and probe outputs are reused and only ``paths`` are
     looked at: facts are gathered once per container start."""
@@ -84,7 +87,7 @@ def gather_raw(connector, paths=(), *, probes: bool = True, base: RawFacts | Non
     return raw
 
 
-def add_probes(connector, raw: RawFacts) -> RawFacts:
+def add_probes(connector: Connector, raw: RawFacts) -> RawFacts:
     """Run the probes (AMX tile multiply, NUMA mempolicy) and add their outputs to ``raw``."""
     machine = parsed("uname", {}, lambda: (raw.sections.get("uname") and
                                            kernel.build_kernel(raw.sections["uname"].stdout).machine) or None,
@@ -102,11 +105,11 @@ def build_facts(raw: RawFacts) -> HostFacts:
     """Pure: raw outputs -> HostFacts."""
     s = raw.sections
 
-    def out(name):
+    def out(name: str) -> Any:
         sec = s.get(name)
         return sec.stdout if sec and sec.rc == 0 else None
 
-    def sec(name) -> Section:
+    def sec(name: str) -> Section:
         return s.get(name) or Section(None, None)
 
     errors: dict[str, str] = {}
@@ -157,7 +160,7 @@ def build_facts(raw: RawFacts) -> HostFacts:
     return facts
 
 
-def gather_facts(connector, paths=(), *, probes: bool = True, base: RawFacts | None = None) -> HostFacts:
+def gather_facts(connector: Connector, paths: Sequence[str] = (), *, probes: bool = True, base: RawFacts | None = None) -> HostFacts:
     """Run every fact command (and the probes) through ``connector`` and build HostFacts (``base``: see
     gather_raw)."""
     paths = [p.rstrip("/") or "/" for p in paths]

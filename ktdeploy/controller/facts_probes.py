@@ -28,6 +28,7 @@ import sys
 import tempfile
 from importlib import resources
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.core.facts.host import AmxProbe, MempolicyProbe, Probes
 from ktdeploy.core.safeio import parse_json
 
@@ -155,7 +156,7 @@ def mempolicy_from_output(text: str) -> MempolicyProbe:
     return _probe_model(MempolicyProbe, text)
 
 
-def run_probe(connector, name: str, *, machine: str | None = None) -> tuple[str | None, str | None]:
+def run_probe(connector: Connector, name: str, *, machine: str | None = None) -> tuple[str | None, str | None]:
     """Run probe ``name`` on the connector's host. Returns (stdout, None) or (None, why it was skipped)."""
     if machine and machine not in ("x86_64", "amd64"):
         return None, f"probes are x86_64 only (target is {machine})"
@@ -183,7 +184,7 @@ def run_probe(connector, name: str, *, machine: str | None = None) -> tuple[str 
             connector.run(["rm", "-rf", "--", target_dir], timeout=30)
 
 
-def _make_probe(connector, name: str, target_dir: str, cc: str | None) -> str | None:
+def _make_probe(connector: Connector, name: str, target_dir: str, cc: str | None) -> str | None:
     """Compile (or upload) probe ``name`` into ``target_dir`` and seal it; the reason it could not, or None."""
     binary_path = f"{target_dir}/{name}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -228,7 +229,7 @@ def parse_probe(name: str, parse, model, out: str):
         return model(skipped=f"unreadable {name} output: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
 
 
-def gather_probes(connector, machine: str | None) -> tuple[Probes, dict[str, str]]:
+def gather_probes(connector: Connector, machine: str | None) -> tuple[Probes, dict[str, str]]:
     """Run every probe; returns the parsed Probes and the raw outputs (for recording golden files)."""
     raw: dict[str, str] = {}
     probes = Probes()

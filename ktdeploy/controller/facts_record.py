@@ -15,7 +15,7 @@ from ktdeploy.controller.facts_gather import build_facts, gather_raw, save_raw
 from ktdeploy.core.safeio import write_file
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ktdeploy.controller.facts_record")
     ap.add_argument("folder")
     ap.add_argument("--host", default="localhost")

@@ -9,17 +9,9 @@ the same file, so steps continue from the checkpoint.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from ktdeploy.core.checkpoints import TRAINER_LOG  # noqa: F401  (re-exported: the log this module follows)
-from ktdeploy.core.trainer_log import (  # noqa: F401  (re-exported: parsed once, in core/trainer_log.py)
-    LogEntry,
-    hms_seconds,
-    last_loss,
-    latest,
-    parse_line,
-    parse_log,
-)
+from ktdeploy.core.trainer_log import LogEntry
 
 
 def describe(e: LogEntry | None) -> str:
@@ -42,7 +34,7 @@ def describe(e: LogEntry | None) -> str:
 class ProgressView:
     """A rich progress bar fed with LogEntry snapshots (step/total, loss, tokens/s, ETA)."""
 
-    def __init__(self, title: str, console=None):
+    def __init__(self, title: str, console: Any = None) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self._progress = Progress(
@@ -52,11 +44,11 @@ class ProgressView:
             console=console, transient=False, refresh_per_second=4)
         self._task = self._progress.add_task(title, total=None, loss="-", tps="- tok/s", eta="-", state="starting")
 
-    def __enter__(self):
+    def __enter__(self) -> ProgressView:
         self._progress.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._progress.stop()
         return False
 

@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import re
 import secrets
+from typing import Any
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.connectors.docker import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.controller.doctor import DoctorReport, container_checks, gather_data, run_checks
 from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.controller.stack_judge import stack_judge_check
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import resources
 from ktdeploy.core.checks.stack import stack_checks
 from ktdeploy.core.errors import ConnectError
+from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.facts.stack import TRITON_TIMEOUT_S, parse_stack_output, probe_argv
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import MEMLOCK_WAIVER
@@ -31,13 +35,13 @@ RUN_TIMEOUT_S = 120          # docker run --detach (the image is already on the 
 PROBE_TIMEOUT_S = TRITON_TIMEOUT_S + 120   # the stack probe: torch import + CUDA init + one Triton kernel
 
 
-def host_user(connector) -> str | None:
+def host_user(connector: Connector) -> str | None:
     """uid:gid of the connecting user: the training container runs as it (``create_train``'s ``user``)."""
     r = connector.run(["sh", "-c", 'printf "%s:%s" "$(id -u)" "$(id -g)"'], timeout=30)
     return r.stdout.strip() if r.rc == 0 and re.fullmatch(r"\d+:\d+", r.stdout.strip()) else None
 
 
-def stack_probe_checks(connector, gpus_asked: int) -> list[CheckResult]:
+def stack_probe_checks(connector: Connector, gpus_asked: int) -> list[CheckResult]:
     """The stack probe run through ``connector`` (inside the image's container, or where doctor itself runs:
     ``doctor --stack``) and judged: stack.probe, python_headers, torch, cuda, triton."""
     p = connector.run(probe_argv(gpus_asked), timeout=PROBE_TIMEOUT_S)
@@ -48,8 +52,8 @@ def _fail(name: str, detail: str, fix: str) -> CheckResult:
     return CheckResult(name=name, status="fail", detail=detail, fix=fix, layer="container")
 
 
-def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None = None, user: str | None = None,
-                 memlock: bool = True, name: str | None = None, host_facts=None,
+def image_doctor(connector: Connector, image: str, *, recipe: Any = None, gpus: list[int] | None = None, user: str | None = None,
+                 memlock: bool = True, name: str | None = None, host_facts: HostFacts | None = None,
                  host_checks: bool = True, replace_stale: bool = False, judge: bool = True) -> DoctorReport:
     """doctor on the host and inside ``image`` started there with the training flags. ``gpus``: the GPUs the
     training container gets (default: the recipe's deploy.gpus, else every GPU the host has); ``user``: uid:gid
@@ -85,17 +89,17 @@ def image_doctor(connector, image: str, *, recipe=None, gpus: list[int] | None =
                    f"capability, or --waive {MEMLOCK_WAIVER} (containers then start without --ulimit memlock=-1)."
                    if "rlimit" in why else "Check the image reference (`docker image inspect`), the NVIDIA runtime "
                                            "(docker.nvidia_runtime) and deploy.gpus.")
-            extra.append(_fail("image.run", f"{image} did not start with the training flags on {connector.name}: "
+            extra.append(_fail(CheckName.IMAGE_RUN, f"{image} did not start with the training flags on {connector.name}: "
                                             f"{why}", fix))
         else:
-            extra.append(CheckResult(name="image.run", status="pass", layer="container",
+            extra.append(CheckResult(name=CheckName.IMAGE_RUN, status="pass", layer="container",
                                      detail=f"{image} started with the training flags ({len(gpus)} GPU(s))",
                                      data={"argv": argv}))
             via = None if isinstance(connector, LocalConnector) else connector
             try:
                 inner = DockerExecConnector(name, via=via)
             except ConnectError as e:
-                extra.append(_fail("image.run", f"{image} stopped right after starting: {e}",
+                extra.append(_fail(CheckName.IMAGE_RUN, f"{image} stopped right after starting: {e}",
                                    "Run it by hand: " + " ".join(argv)))
             else:
                 cfacts = gather_facts(inner)

@@ -6,10 +6,11 @@ ISA gate (``local_raw``), and ``train``'s doctor, ``serve``'s thread count and `
 from __future__ import annotations
 
 from ktdeploy.controller.connectors import LocalConnector
-from ktdeploy.controller.doctor import doctor
+from ktdeploy.controller.doctor import DoctorReport, doctor
 from ktdeploy.controller.facts_gather import RawFacts, add_probes, build_facts, gather_raw
 from ktdeploy.core.checks.threads import kt_threads
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.recipe.document import Recipe
 
 _RAW: dict[str, RawFacts] = {}     # this process's host facts: "host" (sections), "probed" once the probes ran
 
@@ -31,7 +32,7 @@ def local_facts(probes: bool = True) -> HostFacts:
     return build_facts(local_raw(probes))
 
 
-def local_threads(recipe) -> tuple[int, int, bool]:
+def local_threads(recipe: Recipe) -> tuple[int, int, bool]:
     """(kt threads, threadpools, AMX proven usable) for ``recipe`` on this host."""
     facts = local_facts()
     reserve = recipe.deploy.reserve_cores if recipe.deploy is not None else 2
@@ -40,6 +41,6 @@ def local_threads(recipe) -> tuple[int, int, bool]:
     return threads, pools, amx
 
 
-def local_doctor(recipe):
+def local_doctor(recipe: Recipe) -> DoctorReport:
     """The doctor's report for ``recipe`` on this host (``ktdeploy train`` hands it to the agent)."""
     return doctor(LocalConnector(), recipe, host_raw=local_raw(probes=True))

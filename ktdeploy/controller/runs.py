@@ -21,10 +21,12 @@ import os
 import re
 import secrets
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.errors import ConnectError, RunRecordError, UsageError
 from ktdeploy.core.safeio import MAX_JSON, append_line, parse_json, printable, read_bytes, redact, run_lock, write_file
@@ -44,14 +46,14 @@ def runs_dir() -> Path:
     return home() / "runs"
 
 
-def job_lock(host: str | None, job: str):
+def job_lock(host: str | None, job: str) -> AbstractContextManager[None]:
     """One run, one lock: `up` (not a dry run) and `down` hold it for the job ``job`` on ``host`` (as given to up)
     while they act, so a second `up`, or a `down` racing an `up`, gets one clear refusal instead of removing the
     other's containers. flock: a killed process frees it."""
     return run_lock(home() / "locks", f"{host or ''}\n{job}", what=f"the job {job} on {host or 'localhost'}")
 
 
-def output_lock(conn, host: str | None, output_dir: str):
+def output_lock(conn: Connector, host: str | None, output_dir: str) -> AbstractContextManager[None]:
     """The second lock of one run: the output folder as the host resolves it (``realpath -m``: links, '..'), so two
     spellings of one folder — a link to it, '//srv/o', 'a/./b' — are one job, whatever their container names.
     A host without GNU realpath: the folder's normalized spelling (core: ``output_dir_of``)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.controller.slurm_jobs import job_log, job_state
 from ktdeploy.core import run_record as rr
@@ -31,7 +32,7 @@ def recorded_jobs(rec: RunRecord, st: dict) -> dict[str, str]:
     return {k: v for k, v in jobs.items() if k in ROLES}
 
 
-def status(conn, rec: RunRecord, st: dict) -> dict:
+def status(conn: Connector, rec: RunRecord, st: dict) -> dict:
     jobs = recorded_jobs(rec, st)
     log = f"{rec.status_text('output_dir', st)}/{TRAINER_LOG}"
     live: dict = {"jobs": {}}
@@ -44,7 +45,7 @@ def status(conn, rec: RunRecord, st: dict) -> dict:
     return live
 
 
-def logs(conn, rec: RunRecord, st: dict, *, follow: bool, tail: int, write: Callable[[str], None],
+def logs(conn: Connector, rec: RunRecord, st: dict, *, follow: bool, tail: int, write: Callable[[str], None],
          poll_s: float) -> None:
     """The training job's log file (appended by every run of a requeued job); -f until the job ends."""
     jobs = recorded_jobs(rec, st)
@@ -67,7 +68,7 @@ def logs(conn, rec: RunRecord, st: dict, *, follow: bool, tail: int, write: Call
         time.sleep(poll_s)
 
 
-def down(conn, rec: RunRecord, st: dict) -> dict:
+def down(conn: Connector, rec: RunRecord, st: dict) -> dict:
     """scancel every recorded job that has not ended, wait (bounded) until Slurm says it ended, keep its log."""
     jobs = recorded_jobs(rec, st)
     job_dir = rec.status_text("job_dir", st)

@@ -7,16 +7,18 @@ from __future__ import annotations
 import os
 import time
 
-from ktdeploy.controller.follow import describe, latest
+from ktdeploy.controller.connectors.base import Connector
+from ktdeploy.controller.follow import describe
 from ktdeploy.core import markers
 from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.core.markup import esc
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.sched import slurm as sl
 from ktdeploy.core.sched.plan import log_path
+from ktdeploy.core.trainer_log import latest
 
 
-def cluster_nodes(conn) -> list[sl.ClusterNode]:
+def cluster_nodes(conn: Connector) -> list[sl.ClusterNode]:
     r = conn.run(sl.SINFO, timeout=60)
     if r.rc != 0:
         raise StepError(f"sinfo failed on {conn.name}: {(r.stderr or r.stdout).strip()[-300:] or f'exit {r.rc}'}",
@@ -25,7 +27,7 @@ def cluster_nodes(conn) -> list[sl.ClusterNode]:
     return sl.parse_sinfo(r.stdout)
 
 
-def queued_jobs(conn, name: str) -> dict[str, str]:
+def queued_jobs(conn: Connector, name: str) -> dict[str, str]:
     """role -> job id of the jobs of this name still queued or running (a second `up` follows them)."""
     out = {}
     for role, jname in (("train", name), ("convert", f"{name}-convert")):
@@ -38,7 +40,7 @@ def queued_jobs(conn, name: str) -> dict[str, str]:
     return out
 
 
-def job_state(conn, job_id: str, log: str = "/dev/null", timeout: float | None = None):
+def job_state(conn: Connector, job_id: str, log: str = "/dev/null", timeout: float | None = None):
     """(JobInfo or None when no Slurm command knows the job, the trainer log's last entry)."""
     timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
     r = conn.run(["sh", "-c", markers.JOB_SH, "ktdeploy-job", job_id, log], timeout=timeout)
@@ -58,7 +60,7 @@ JOB_LOG_SH = ('p=$1; if [ -f "$p" ] && [ ! -h "$p" ]; then '
               'else [ -e "$p" ] || [ -h "$p" ] || exit 0; echo "ktdeploy: $p is not a regular file (a link?): not read"; fi')
 
 
-def job_log(conn, job_dir: str, role: str, job_id: str, tail: int | None = 200) -> str:
+def job_log(conn: Connector, job_dir: str, role: str, job_id: str, tail: int | None = 200) -> str:
     """The end of a job's log (at most MAX_JOB_LOG bytes, ``tail`` lines when given); "" when there is none."""
     r = conn.run(["sh", "-c", JOB_LOG_SH, "ktdeploy-job-log", log_path(job_dir, role, job_id), str(MAX_JOB_LOG),
                   str(max(0, int(tail or 0)))], timeout=120)

@@ -15,6 +15,7 @@ import os
 import secrets
 import sys
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.core import variants as V
 from ktdeploy.core.check_result import CheckResult
@@ -41,13 +42,13 @@ def judge_payload(recipe, derived=None, *, in_container: bool = False) -> str:
     return payload(render(recipe, derived))
 
 
-def stack_judge_check(connector, recipe, *, python: str = "python3", in_container: bool = True) -> CheckResult:
+def stack_judge_check(connector: Connector, recipe, *, python: str = "python3", in_container: bool = True) -> CheckResult:
     """``stack.judge`` where ``connector`` runs (the image check's container, or doctor's own host with --stack)."""
     result = judge_with(connector, judge_payload(recipe, in_container=in_container), python=python)
     return judge_check(result, stack_findings(recipe, result) if result.status == "refused" else [])
 
 
-def judge_with(connector, text: str, *, python: str = "python3") -> JudgeResult:
+def judge_with(connector: Connector, text: str, *, python: str = "python3") -> JudgeResult:
     """The judge run by ``python`` where ``connector`` runs commands (a container: the image's own python3)."""
     r = connector.run([python, "-c", BOOTSTRAP, "-"], input=text, timeout=JUDGE_TIMEOUT_S)
     return parse_output(r.stdout, r.rc, r.stderr)
@@ -63,7 +64,7 @@ def judge_rendered(rendered) -> JudgeResult:
     return judge_locally(payload(rendered))
 
 
-def image_for(recipe, connector=None) -> str:
+def image_for(recipe, connector: Connector | None = None) -> str:
     """The image ``check --stack`` judges with: the recipe's ``deploy.image`` (a reference, or ``<repo>:<build>``);
     for ``auto`` the first kt-kernel build image present here, top of the ladder first (every build image holds the
     same stack: only the kt-kernel build it pins differs, and the judge loads the one this CPU runs)."""
@@ -82,7 +83,7 @@ def image_for(recipe, connector=None) -> str:
     return f"{deploy.image_repo}:{V.AMX}"
 
 
-def judge_in_image(image: str, text: str, *, connector=None, source: str | None = None) -> JudgeResult:
+def judge_in_image(image: str, text: str, *, connector: Connector | None = None, source: str | None = None) -> JudgeResult:
     """``docker run`` the judge in ``image`` (on this machine unless ``connector``). Raises StackUnavailable when the
     image is not there or docker cannot start it, ConnectError when there is no docker."""
     conn = connector or LocalConnector()
@@ -136,7 +137,7 @@ def stack_findings(recipe, result: JudgeResult):
     return findings(result, recipe.train, recipe.accelerate, recipe.raw.source.where)
 
 
-def check_with_stack(recipe, *, image: str | None = None, source: str | None = None, connector=None):
+def check_with_stack(recipe, *, image: str | None = None, source: str | None = None, connector: Connector | None = None):
     """``ktdeploy check --stack``: (the stack's findings, the judgement, where it ran). In this Python when it has
     the stack, or runs inside a ktsft image (``$KTSFT_VARIANT``: a reduced image then says "absent"), and no image
     is named; else in ``image`` (default ``image_for(recipe)``) on this machine."""

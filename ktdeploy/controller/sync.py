@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.core.errors import StepError, UsageError
 from ktdeploy.core.markers import marker, sh_block
 from ktdeploy.core.markup import esc
@@ -103,7 +104,7 @@ def local_files(root: Path) -> dict[str, int]:
     return out
 
 
-def remote_files(conn, remote: str) -> dict[str, int] | None:
+def remote_files(conn: Connector, remote: str) -> dict[str, int] | None:
     """The host's files under ``remote`` (None when the folder does not exist)."""
     r = conn.run(["sh", "-c", LIST_SH, "ktdeploy-sync", remote], timeout=300)
     if r.stdout.strip() == MISSING:
@@ -126,7 +127,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def remote_hashes(conn, remote: str, names: list[str], nbytes: int) -> dict[str, str]:
+def remote_hashes(conn: Connector, remote: str, names: list[str], nbytes: int) -> dict[str, str]:
     out: dict[str, str] = {}
     for i in range(0, len(names), HASH_BATCH):
         batch = names[i:i + HASH_BATCH]
@@ -149,7 +150,7 @@ def conflicts(local: dict[str, int], remote: dict[str, int]) -> list[str]:
     return extra + other
 
 
-def sync_folder(conn, local_dir: str, remote: str, *, role: str, dry_run: bool = False,
+def sync_folder(conn: Connector, local_dir: str, remote: str, *, role: str, dry_run: bool = False,
                 say: Callable[[str], None] = print) -> SyncResult:
     """Upload ``local_dir`` to ``remote`` on the host (role: "model" or "data"); see the module's docstring."""
     src = Path(local_dir).expanduser().resolve()
@@ -207,14 +208,14 @@ FREE_SH = ('p=$1; while [ ! -d "$p" ] && [ "$p" != / ]; do p=$(dirname -- "$p");
            "df -P -k -- \"$p\" 2>/dev/null | awk 'NR==2 {print $4}'")
 
 
-def free_bytes(conn, remote: str) -> int | None:
+def free_bytes(conn: Connector, remote: str) -> int | None:
     """Free bytes where ``remote`` will be written; None when the host cannot say (no df): not checked then."""
     r = conn.run(["sh", "-c", FREE_SH, "ktdeploy-df", remote], timeout=60)
     text = r.stdout.strip()
     return int(text) * 1024 if r.rc == 0 and text.isdigit() and len(text) < 20 else None
 
 
-def _verify(conn, src: Path, remote: str, here: dict[str, int], role: str) -> None:
+def _verify(conn: Connector, src: Path, remote: str, here: dict[str, int], role: str) -> None:
     there = remote_files(conn, remote) or {}
     short = [n for n in here if there.get(n) != here[n]]
     if short:

@@ -12,6 +12,7 @@ otherwise; resuming needs the same number of processes (cookbook §2.6).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -61,7 +62,7 @@ def _world_size(files: set[str]) -> int | None:
     return 1 if single else None
 
 
-def inspect_checkpoint(name: str, entries) -> Checkpoint:
+def inspect_checkpoint(name: str, entries: Iterable[str]) -> Checkpoint:
     """``entries``: names directly inside the checkpoint folder (files and sub-folders; a sub-folder counts
     only when it is listed with at least one file inside, as ``sub/file``)."""
     m = CHECKPOINT_RE.match(name)
@@ -123,7 +124,7 @@ def newest_complete(listing: dict[str, list[str]], world_size: int | None = None
     return None
 
 
-def finished_markers(names) -> list[str]:
+def finished_markers(names: Iterable[str]) -> list[str]:
     """The finished-run markers among ``names`` (the names directly inside an output dir): non-empty means the
     output dir holds a completed training run, which ktdeploy never overwrites."""
     present = set(names)

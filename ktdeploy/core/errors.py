@@ -6,6 +6,9 @@ Every error a user can meet is a KtdeployError: the CLI prints it on one screen
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 
 class KtdeployError(Exception):
     """Base of every expected failure. ``fix`` tells the user what to do."""
@@ -30,7 +33,7 @@ class RecipeError(KtdeployError):
 
     exit_code = 2
 
-    def __init__(self, message: str, findings=None, **kw):
+    def __init__(self, message: str, findings: Iterable[Any] | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.findings = list(findings or [])
 
@@ -46,7 +49,7 @@ class CheckFailed(KtdeployError):
 
     exit_code = 1
 
-    def __init__(self, message: str, results=None, **kw):
+    def __init__(self, message: str, results: Iterable[Any] | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.results = list(results or [])
 
@@ -57,7 +60,7 @@ class StepError(KtdeployError):
     exit_code = 4
 
     def __init__(self, message: str, *, step: str | None = None, rc: int | None = None,
-                 output: str = "", **kw):
+                 output: str = "", **kw: Any) -> None:
         super().__init__(message, **kw)
         self.step = step
         self.rc = rc

@@ -28,7 +28,7 @@ class HostTarget:
     address: str                 # the hostname, the container name, or "localhost"
     user: str | None = None
     port: int | None = None
-    redacted: str = "localhost"  # the value as given, its password (if any) replaced by ***
+    redacted: str = "localhost"  # the value as given, its password (if any) replaced by *** (what records keep)
 
     @property
     def is_local(self) -> bool:
@@ -43,9 +43,9 @@ def _invalid(text: str, why: str) -> UsageError:
 def parse_host(text: str | None) -> HostTarget:
     """The one parse of a --host value; UsageError (exit 2) when it is none of FORMS."""
     raw = (text or "").strip()
-    shown = redact_host(raw)
+    shown = redact_host(text or "")
     if raw in LOCAL_NAMES:
-        return HostTarget("local", "localhost", redacted=raw or "localhost")
+        return HostTarget("local", "localhost", redacted="localhost" if text is None else redact_host(text))
     if raw.startswith("docker://"):
         name = raw[len("docker://"):]
         if not NAME.match(name):

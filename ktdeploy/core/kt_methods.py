@@ -29,14 +29,23 @@ class ExpertSetup:
     serve_lora_sft: str         # what sglang-kt maps it to (_KT_SFT_METHOD_BY_INFERENCE_METHOD)
     serve_full: str | None      # --kt-method for a full fine-tune (inference mode); None: LoRA-only setup
     needs_amx: bool             # cookbook §1.1 (AMXINT4 needs AMX); not measured on the avx512_bf16 build
+    spellings: tuple[str, ...] = ()   # other kt_backend values that select this setup (KTConfig.__post_init__)
 
 
 TABLE: dict[str, ExpertSetup] = {e.setup: e for e in (
-    ExpertSetup("bf16", "AMXBF16", "AMXBF16_SFT", "AMXBF16", "AMXBF16_SFT", "BF16", False),
-    ExpertSetup("fp8", "FP8", "AMXFP8_SFT", "FP8", "AMXFP8_SFT", None, False),
-    ExpertSetup("int8", "INT8", "INT8_SFT", "AMXINT8", "AMXINT8_SFT", None, False),
-    ExpertSetup("int4", "AMXINT4", "AMXINT4_SFT", "AMXINT4", "AMXINT4_SFT", None, True),
+    ExpertSetup("bf16", "AMXBF16", "AMXBF16_SFT", "AMXBF16", "AMXBF16_SFT", "BF16", False,
+                ("AMXBF16_SKIPLORA", "auto")),
+    ExpertSetup("fp8", "FP8", "AMXFP8_SFT", "FP8", "AMXFP8_SFT", None, False, ("AMXFP8",)),
+    ExpertSetup("int8", "INT8", "INT8_SFT", "AMXINT8", "AMXINT8_SFT", None, False,
+                ("AMXINT8", "INT8_SKIPLORA", "AMXINT8_SKIPLORA")),
+    ExpertSetup("int4", "AMXINT4", "AMXINT4_SFT", "AMXINT4", "AMXINT4_SFT", None, True, ("AMXINT4_SKIPLORA",)),
 )}
+# kt_backend values of setups kt-kernel has and ktdeploy neither trains nor serves (no row above).
+OTHER_BACKENDS = {"RAWINT4": "rawint4", "AMXINT4_KGROUP": "rawint4", "MXFP4": "mxfp4"}
+# kt_backend (lower case) -> setup: the table read backwards (core/recipe/expert_format.py)
+SETUP_OF_BACKEND: dict[str, str] = {
+    **{b.lower(): e.setup for e in TABLE.values() for b in (e.train_backend, *e.spellings)},
+    **{b.lower(): setup for b, setup in OTHER_BACKENDS.items()}}
 # Other spellings of the same setups (doctor's check names once called AMXINT4 weights "amxint4").
 _ALIASES = {"amxint4": "int4"}
 SETUPS = tuple(TABLE)

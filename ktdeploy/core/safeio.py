@@ -77,7 +77,7 @@ def overlaps(a: str, b: str, *, host: bool = False) -> bool:
 
 # ---------------------------------------------------------------- reading
 
-def _open_regular(path: Path, what: str):
+def _open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:

@@ -14,8 +14,9 @@ out of the figure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ktdeploy.core.safeio import parse_json
 
@@ -58,7 +59,7 @@ def parse_line(line: str) -> LogEntry | None:
     if not isinstance(d, dict) or "current_steps" not in d or "total_steps" not in d:
         return None
 
-    def num(key, cast=float):
+    def num(key: str, cast: Callable[[Any], Any] = float) -> Any:
         v = d.get(key)
         try:
             return cast(v) if v is not None else None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
 AVX512_BASE_FLAGS = ("avx512f", "avx512bw")
@@ -101,21 +102,21 @@ def has_flags(flags: Iterable[str], *wanted: str) -> bool:
     return all(_listed(fl, f) for f in wanted)
 
 
-def failed_exec(v: Variant, probe) -> list[str]:
+def failed_exec(v: Variant, probe: Any) -> list[str]:
     """Probe fields this build needs that the probe ran and found False (empty when proven or not run)."""
     if probe is None or not getattr(probe, "ran", False):
         return []
     return [f for f in v.executes if getattr(probe, f, None) is False]
 
 
-def unproven_exec(v: Variant, probe) -> list[str]:
+def unproven_exec(v: Variant, probe: Any) -> list[str]:
     """Probe fields this build needs that the probe did not establish (None)."""
     if probe is None or not getattr(probe, "ran", False):
         return list(v.executes)
     return [f for f in v.executes if getattr(probe, f, None) is None]
 
 
-def proven(flags: Iterable[str], probe=None) -> Variant | None:
+def proven(flags: Iterable[str], probe: Any = None) -> Variant | None:
     """The best build whose flags are listed and whose instructions did not fault in the probe: kt-kernel's
     detection, stepped down while the probe shows an instruction the build needs cannot run here. None when
     not even AVX2 is listed (kt-kernel would still load its avx2 build, and crash)."""

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 
 SUB_ELEMS = 1 << 16          # elements per inner step: three f32 scratch rows of this size (768 KiB) stay in L2
-FLOAT_DTYPES = ("BF16", "F16", "F32")
 FP8_DTYPE = "F8_E4M3"
 NP_DTYPE = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32, "F8_E4M3": np.uint8}
 

@@ -22,7 +22,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktdeploy import __version__
@@ -575,6 +575,3 @@ def _publish(adapter, base, plans, mapping, stage: _Staging, dst: Path, fp8: boo
     say(f"published {dst}")
     return summary
 
-
-def summary_json(s: MergeSummary) -> dict:
-    return asdict(s)

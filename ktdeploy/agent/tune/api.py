@@ -13,6 +13,7 @@ from ktdeploy.agent.tune.candidates import Candidate, stage_one, stage_two
 from ktdeploy.agent.tune.runner import TrialSpec, run_trial, trial_out_dir, trial_sets
 from ktdeploy.agent.tune.select import Trial, choose
 from ktdeploy.core.errors import StepError, UsageError
+from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe import load_recipe, require_valid
 from ktdeploy.core.recipe.rules import inside
 
@@ -45,7 +46,7 @@ class TuneResult:
 
 
 def tune(recipe_path: str, overrides: Sequence[str] = (), *, budget_minutes: float = 20.0, workdir: str | None = None,
-         warmup_steps: int = 3, measure_steps: int = 6, facts=None,
+         warmup_steps: int = 3, measure_steps: int = 6, facts: HostFacts | None = None,
          on_event: Callable[[str, Trial | None], None] | None = None) -> TuneResult:
     recipe = load_recipe(recipe_path, list(overrides))
     require_valid(recipe)

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import re
 
-from ktdeploy.core.trainer_log import LogEntry, peak_vram_gib, steady_tokens_per_s  # noqa: F401  (re-exported)
+from ktdeploy.core.trainer_log import LogEntry
 from ktdeploy.core.trainer_log import parse_log as parse_entries
-
-Sample = LogEntry   # one trainer_log.jsonl line (core/trainer_log.py)
 
 
 def parse_log(text: str) -> list[LogEntry]:

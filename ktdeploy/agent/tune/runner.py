@@ -21,9 +21,10 @@ from pathlib import Path
 
 from ktdeploy.agent.monitor import tree_rss_bytes
 from ktdeploy.agent.tune.candidates import Candidate
-from ktdeploy.agent.tune.measure import failure_reason, parse_log, peak_vram_gib, steady_tokens_per_s
+from ktdeploy.agent.tune.measure import failure_reason, parse_log
 from ktdeploy.agent.tune.select import Trial, should_stop_early
 from ktdeploy.core.safeio import creating
+from ktdeploy.core.trainer_log import peak_vram_gib, steady_tokens_per_s
 
 GIB = 1024 ** 3
 

@@ -9,6 +9,8 @@ Anything else is a UsageError (exit 2): ktdeploy.core.host_target parses every -
 
 from __future__ import annotations
 
+from typing import Any
+
 from ktdeploy.controller.connectors.base import Connector, Result, quote_argv
 from ktdeploy.controller.connectors.docker import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
@@ -28,7 +30,7 @@ def parse_ssh_target(host: str) -> tuple[str | None, str, int]:
     return t.user, t.address, t.port or 22
 
 
-def connect(host: str | HostTarget, **ssh_options) -> Connector:
+def connect(host: str | HostTarget, **ssh_options: Any) -> Connector:
     """A connector for ``host`` (core/host_target.py's forms; anything else is a UsageError before any
     connection). SSH options: key, known_hosts, accept_new_host_key, connect_timeout."""
     t = host if isinstance(host, HostTarget) else parse_host(host)
@@ -41,7 +43,7 @@ def connect(host: str | HostTarget, **ssh_options) -> Connector:
     return SSHConnector(t.address, user=t.user, port=t.port or 22, **ssh_options)
 
 
-def __getattr__(name):  # lazy: pyinfra/paramiko load only when SSH is used
+def __getattr__(name: str) -> Any:  # lazy: pyinfra/paramiko load only when SSH is used
     if name == "SSHConnector":
         from ktdeploy.controller.connectors.ssh import SSHConnector
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ktdeploy.controller.connectors.base import Result, checked, to_text
+from ktdeploy.controller.connectors.base import Connector, Result, checked, to_text
 from ktdeploy.core.errors import ConnectError
 from ktdeploy.core.safeio import writing
 
 
-def _remote_stage(via) -> str:
+def _remote_stage(via: Connector) -> str:
     """A fresh private folder on the host behind ``via`` (mktemp -d, mode 0700): never a predictable /tmp name
     another user could plant a link at first."""
     r = via.run(["mktemp", "-d"], timeout=30)
@@ -22,7 +22,8 @@ def _remote_stage(via) -> str:
 
 
 class DockerExecConnector:
-    def __init__(self, container: str, *, docker: str = "docker", user: str | None = None, via=None):
+    def __init__(self, container: str, *, docker: str = "docker", user: str | None = None,
+                 via: Connector | None = None) -> None:
         """``via``: another connector (e.g. SSH) on whose host the container runs; default: this machine."""
         if not container or container.startswith("-"):
             raise ConnectError(f"invalid container name {container!r}", fix="Use docker://NAME with a container name or id.")
@@ -47,7 +48,8 @@ class DockerExecConnector:
             raise ConnectError(f"container {self.container!r} is not running",
                                fix=f"Start it: docker start {self.container}")
 
-    def _docker(self, argv, *, input=None, timeout=None, text=True):
+    def _docker(self, argv: list[str], *, input: str | bytes | None = None, timeout: float | None = None,
+                text: bool = True) -> subprocess.CompletedProcess:
         """Run a docker CLI command here or through ``via``; returns a CompletedProcess-like object."""
         if self.via is not None:
             r = self.via.run(argv, input=input, timeout=timeout)
@@ -61,7 +63,7 @@ class DockerExecConnector:
                                                (e.stderr or ("" if text else b"")))
         return p
 
-    def _exec(self, argv, *, interactive: bool, env=None) -> list[str]:
+    def _exec(self, argv: list[str], *, interactive: bool, env: dict[str, str] | None = None) -> list[str]:
         cmd = [self.docker, "exec"]
         if interactive:
             cmd.append("-i")
@@ -71,7 +73,8 @@ class DockerExecConnector:
             cmd += ["-e", f"{k}={v}"]
         return [*cmd, self.container, *[str(a) for a in argv]]
 
-    def run(self, argv, *, timeout=None, check=False, env=None, input=None) -> Result:
+    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = False,
+            env: dict[str, str] | None = None, input: str | bytes | None = None) -> Result:
         data = input.encode() if isinstance(input, str) and self.via is None else input
         p = self._docker(self._exec(argv, interactive=data is not None, env=env), input=data, timeout=timeout,
                          text=False)
@@ -81,26 +84,26 @@ class DockerExecConnector:
         # docker exec itself reports 126/127 for a missing executable, as a shell would.
         return checked(res, argv, self.name, check)
 
-    def run_shell(self, script, *, timeout=None, check=False) -> Result:
+    def run_shell(self, script: str, *, timeout: float | None = None, check: bool = False) -> Result:
         return self.run(["sh", "-c", script], timeout=timeout, check=check)
 
-    def put_file(self, local, remote, mode=None) -> None:
+    def put_file(self, local: str, remote: str, mode: int | None = None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"
         self.run(["mkdir", "-p", "--", parent], check=True, timeout=120)
-        src, stage = local, None
-        if self.via is not None:  # stage on the remote host first (a private mktemp -d folder), then docker cp there
-            stage = _remote_stage(self.via)
+        src, stage, via = local, None, self.via
+        if via is not None:  # stage on the remote host first (a private mktemp -d folder), then docker cp there
+            stage = _remote_stage(via)
             src = f"{stage}/file"
-            self.via.put_file(local, src)
+            via.put_file(local, src)
         p = self._docker([self.docker, "cp", "--", src, f"{self.container}:{remote}"])
-        if stage is not None:
-            self.via.run(["rm", "-rf", "--", stage], timeout=300)
+        if via is not None and stage is not None:
+            via.run(["rm", "-rf", "--", stage], timeout=300)
         if p.returncode != 0:
             raise ConnectError(f"docker cp to {self.container}:{remote} failed: {p.stderr.strip()}")
         if mode is not None:
             self.run(["chmod", format(mode, "o"), "--", remote], check=True, timeout=60)
 
-    def get_file(self, remote, local) -> None:
+    def get_file(self, remote: str, local: str) -> None:
         if self.via is not None:
             stage = _remote_stage(self.via)
             try:

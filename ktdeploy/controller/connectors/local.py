@@ -10,7 +10,7 @@ from ktdeploy.controller.connectors.base import Result, checked, to_text
 from ktdeploy.core.safeio import writing
 
 
-def _copy(src, dest, mode) -> None:
+def _copy(src: str, dest: str, mode: int | None) -> None:
     """A copy through the safe writer: never through a link at ``dest``, atomic (the folder is made when missing)."""
     dest = os.path.abspath(dest)
     with open(src, "rb") as f, writing(os.path.dirname(dest), os.path.basename(dest), overwrite=True,
@@ -22,7 +22,8 @@ class LocalConnector:
     def __init__(self, name: str = "localhost"):
         self.name = name
 
-    def run(self, argv, *, timeout=None, check=False, env=None, input=None) -> Result:
+    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = False,
+            env: dict[str, str] | None = None, input: str | bytes | None = None) -> Result:
         full_env = {**os.environ, **env} if env else None
         data = input.encode() if isinstance(input, str) else input
         try:
@@ -35,13 +36,13 @@ class LocalConnector:
             res = Result(124, to_text(e.stdout), to_text(e.stderr) + f"\ntimed out after {timeout}s")
         return checked(res, argv, self.name, check)
 
-    def run_shell(self, script, *, timeout=None, check=False) -> Result:
+    def run_shell(self, script: str, *, timeout: float | None = None, check: bool = False) -> Result:
         return self.run(["sh", "-c", script], timeout=timeout, check=check)
 
-    def put_file(self, local, remote, mode=None) -> None:
+    def put_file(self, local: str, remote: str, mode: int | None = None) -> None:
         _copy(local, remote, mode)
 
-    def get_file(self, remote, local) -> None:
+    def get_file(self, remote: str, local: str) -> None:
         _copy(remote, local, None)
 
     def rsync(self, local_dir: str, remote_dir: str, flags: list[str]) -> None:

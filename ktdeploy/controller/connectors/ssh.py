@@ -116,7 +116,7 @@ class SSHConnector:
         self._client = self._host.connector.client  # type: ignore[attr-defined]  # pyinfra types it BaseConnector; here SSHConnector
 
     # -- commands -------------------------------------------------------------------------------
-    def _exec(self, command: str, *, timeout=None, input=None) -> Result:
+    def _exec(self, command: str, *, timeout: float | None = None, input: str | bytes | None = None) -> Result:
         try:
             transport = self._client.get_transport()
             chan = transport.open_session()
@@ -162,12 +162,13 @@ class SSHConnector:
                 raise ConnectError(f"connection to {self.name} lost: {e}", fix="Check the host and re-run.") from None
             raise
 
-    def run(self, argv, *, timeout=None, check=False, env=None, input=None) -> Result:
+    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = False,
+            env: dict[str, str] | None = None, input: str | bytes | None = None) -> Result:
         command = quote_argv([*env_prefix(env), *[str(a) for a in argv]])
         res = self._exec(command, timeout=timeout, input=input)
         return checked(res, argv, self.name, check)
 
-    def run_shell(self, script, *, timeout=None, check=False) -> Result:
+    def run_shell(self, script: str, *, timeout: float | None = None, check: bool = False) -> Result:
         return self.run(["sh", "-c", script], timeout=timeout, check=check)
 
     # -- files ----------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ class SSHConnector:
                             fix="Check that rsync is installed on the host, then run the same command again: "
                                 "the copy resumes where it stopped.") from None
 
-    def put_file(self, local, remote, mode=None) -> None:
+    def put_file(self, local: str, remote: str, mode: int | None = None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"
         self.run(["mkdir", "-p", "--", parent], check=True, timeout=120)
         try:
@@ -202,7 +203,7 @@ class SSHConnector:
         if mode is not None:
             self.run(["chmod", format(mode, "o"), "--", remote], check=True, timeout=60)
 
-    def get_file(self, remote, local) -> None:
+    def get_file(self, remote: str, local: str) -> None:
         try:
             ok = self._host.connector.get_file(remote, local)
         except OSError as e:

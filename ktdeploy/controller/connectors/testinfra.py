@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Result, checked, env_prefix, quote_argv
 from ktdeploy.core.safeio import write_path
@@ -15,12 +16,13 @@ _CHUNK = 48 * 1024  # bytes per upload command (well under the kernel's 128 KiB 
 class TestinfraConnector:
     __test__ = False  # not a pytest test class
 
-    def __init__(self, host, name: str | None = None, default_timeout: float | None = None):
+    def __init__(self, host: Any, name: str | None = None, default_timeout: float | None = None) -> None:
         self.host = host
         self.name = name or getattr(host.backend, "hostname", None) or str(host.backend.get_pytest_id())
         self.default_timeout = default_timeout
 
-    def run(self, argv, *, timeout=None, check=False, env=None, input=None) -> Result:
+    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = False,
+            env: dict[str, str] | None = None, input: str | bytes | None = None) -> Result:
         argv = [*env_prefix(env), *[str(a) for a in argv]]
         if input is not None:  # testinfra has no stdin: feed it from an argument
             data = input.decode() if isinstance(input, bytes) else input
@@ -35,10 +37,10 @@ class TestinfraConnector:
                            self.name, check)
         return checked(Result(r.rc, r.stdout, r.stderr), shown, self.name, check)
 
-    def run_shell(self, script, *, timeout=None, check=False) -> Result:
+    def run_shell(self, script: str, *, timeout: float | None = None, check: bool = False) -> Result:
         return self.run(["sh", "-c", script], timeout=timeout, check=check)
 
-    def put_file(self, local, remote, mode=None) -> None:
+    def put_file(self, local: str, remote: str, mode: int | None = None) -> None:
         with open(local, "rb") as f:
             data = f.read()
         parent = remote.rsplit("/", 1)[0] or "/"
@@ -50,7 +52,7 @@ class TestinfraConnector:
         if mode is not None:
             self.run(["chmod", format(mode, "o"), "--", remote], check=True)
 
-    def get_file(self, remote, local) -> None:
+    def get_file(self, remote: str, local: str) -> None:
         r = self.run(["base64", "--", remote], check=True)
         write_path(local, base64.b64decode(r.stdout), overwrite=True)  # never through a link at ``local``
 

@@ -49,7 +49,7 @@ def archive_tags(archive: str | Path) -> set[str]:
     return {normalise(n) for n in names}
 
 
-def _names(kind: str, data) -> set[str]:
+def _names(kind: str, data: object) -> set[str]:
     out: set[str] = set()
     if kind == "manifest.json" and isinstance(data, list):
         for entry in data:

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,7 +245,7 @@ def _verify_argv(opts: BuildOptions, cache: Path | None) -> tuple[list[str], lis
     return ["-v", f"{cache}:/mnt"], [*verify, "--manifest-cache", "/mnt"]
 
 
-def _run_verification(ctr: str, line) -> str:
+def _run_verification(ctr: str, line: Callable[[str], None]) -> str:
     """Start the verification container; returns the content manifest's sha256."""
     proc = docker_cli.run(["start", "--attach", ctr])
     line(proc.stdout.rstrip())
@@ -274,7 +275,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def build(opts: BuildOptions, on_line=None) -> BuildReport:
+def build(opts: BuildOptions, on_line: Callable[[str], None] | None = None) -> BuildReport:
     if opts.method not in ("auto", "layer", "commit"):
         raise UsageError(f"unknown build method {opts.method!r}", key="--method", fix="Use auto, layer or commit.")
     lock = preflight(opts)
@@ -327,7 +328,7 @@ def build(opts: BuildOptions, on_line=None) -> BuildReport:
 
 
 def _images_by_load(opts: BuildOptions, report: BuildReport, layer: LayerFile, cache: Path | None, tmp: Path,
-                    labels, line) -> None:
+                    labels: Callable[[str, str], dict[str, str]], line: Callable[[str], None]) -> None:
     deps = docker_cli.inspect_image(report.stage_ids["deps"])
     if deps is None:
         raise ImageError("the dependency image vanished during the build", fix="Run the build again.")
@@ -366,7 +367,7 @@ def _images_by_load(opts: BuildOptions, report: BuildReport, layer: LayerFile, c
 
 
 def _images_by_commit(opts: BuildOptions, report: BuildReport, layer: LayerFile, cache: Path | None,
-                      labels, line) -> None:
+                      labels: Callable[[str, str], dict[str, str]], line: Callable[[str], None]) -> None:
     mounts, verify = _verify_argv(opts, cache)
     ctr = _create(report.stage_ids["deps"], mounts, verify)
     try:

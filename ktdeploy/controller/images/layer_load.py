@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from ktdeploy.controller.images import docker_cli
 from ktdeploy.core.errors import ImageError
@@ -41,13 +42,13 @@ class LayerFile:
 
 
 class _HashingWriter(io.RawIOBase):
-    def __init__(self, f):
+    def __init__(self, f: IO[bytes]) -> None:
         self.f, self.h = f, hashlib.sha256()
 
     def writable(self) -> bool:
         return True
 
-    def write(self, b) -> int:
+    def write(self, b: Any) -> int:   # bytes-like (io.RawIOBase.write)
         self.h.update(b)
         return self.f.write(b)
 

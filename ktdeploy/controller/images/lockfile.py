@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ class Lock:
     def version(self, name: str) -> str | None:
         return next((p.version for p in self.pins if p.name == name), None)
 
-    def versions_label(self, names) -> str:
+    def versions_label(self, names: Iterable[str]) -> str:
         """'torch=2.9.1,kt-kernel=0.7.2,…' for the names the lock holds (an OCI label value)."""
         return ",".join(f"{n}={self.version(n)}" for n in names if self.version(n))
 

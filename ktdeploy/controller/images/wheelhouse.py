@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.controller.images.lockfile import Lock
 from ktdeploy.core.errors import ImageError
@@ -46,12 +48,12 @@ def check_wheelhouse(lock: Lock, wheelhouse: Path, stack: str) -> None:
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:  # pip's requests are not worth a line each
+    def log_message(self, *args: Any) -> None:  # pip's requests are not worth a line each
         pass
 
 
 @contextmanager
-def serve(wheelhouse: Path, port: int, host: str = "127.0.0.1"):
+def serve(wheelhouse: Path, port: int, host: str = "127.0.0.1") -> Iterator[str]:
     """Serve ``wheelhouse`` read-only at http://host:port/ for the duration of the block."""
     handler = functools.partial(_QuietHandler, directory=str(wheelhouse))
     try:

@@ -23,6 +23,7 @@ import json
 import posixpath
 from typing import Any
 
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.model import model_checks, model_requests
 from ktdeploy.core.facts.data import READ_LIMIT, DataFacts, first_rows
@@ -87,11 +88,11 @@ def _start_files_check(train: dict, facts: DataFacts) -> list[CheckResult]:
     missing = [f"{key} {path} ({'no such directory' if kind == 'ls' else 'no such file'})"
                for key, kind, path in wanted if (e := facts.get(kind, path)) is not None and not e.ok]
     if missing:
-        return [CheckResult(name="data.start_files", status="fail", detail="; ".join(missing) + ": the stack refuses "
+        return [CheckResult(name=CheckName.DATA_START_FILES, status="fail", detail="; ".join(missing) + ": the stack refuses "
                             "the run while it parses the arguments (KT: 'KTransformers training requires a local adapter "
                             "directory.')", fix="put the file or directory there, or remove the key from the recipe")]
     if wanted:
-        return [CheckResult(name="data.start_files", status="pass",
+        return [CheckResult(name=CheckName.DATA_START_FILES, status="pass",
                             detail=f"{', '.join(k for k, _, _ in wanted)} found on the host")]
     return []
 
@@ -126,7 +127,7 @@ def data_checks(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
     names = dataset_names(train)
     ph = [n for n in names if n in PLACEHOLDERS]
     if ph:
-        out.append(CheckResult(name="data.dataset_placeholder", status="fail",
+        out.append(CheckResult(name=CheckName.DATA_DATASET_PLACEHOLDER, status="fail",
                                detail=f"train.dataset is the placeholder {', '.join(ph)!s}",
                                fix="name your dataset(s) from dataset_info.json in train.dataset"))
     ddir = train.get("dataset_dir")
@@ -135,20 +136,20 @@ def data_checks(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
         e = facts.get("read", ipath)
         info = dataset_info(train, facts)
         if e is None or not e.ok:
-            out.append(CheckResult(name="data.dataset_info", status="fail", detail=f"{ipath} does not exist",
+            out.append(CheckResult(name=CheckName.DATA_DATASET_INFO, status="fail", detail=f"{ipath} does not exist",
                                    fix=f"put dataset_info.json (LlamaFactory's dataset registry) in {ddir}"))
         elif info is None:
-            out.append(CheckResult(name="data.dataset_info", status="fail",
+            out.append(CheckResult(name=CheckName.DATA_DATASET_INFO, status="fail",
                                    detail=f"{ipath} is not a JSON object" + (" (or larger than 64 KiB)" if e.size > READ_LIMIT else ""),
                                    fix="fix dataset_info.json: a mapping of dataset name -> {file_name, formatting, ...}"))
         else:
             missing = [n for n in names if n not in info and n not in PLACEHOLDERS]
             if missing:
-                out.append(CheckResult(name="data.dataset_info", status="fail",
+                out.append(CheckResult(name=CheckName.DATA_DATASET_INFO, status="fail",
                                        detail=f"dataset(s) {', '.join(missing)} not in {ipath} (has: {', '.join(sorted(info)[:10])})",
                                        fix="add them to dataset_info.json or fix train.dataset"))
             else:
-                out.append(CheckResult(name="data.dataset_info", status="pass",
+                out.append(CheckResult(name=CheckName.DATA_DATASET_INFO, status="pass",
                                        detail=f"{len([n for n in names if n not in PLACEHOLDERS])} dataset(s) found in {ipath}"))
             problems, checked = [], 0
             for n in names:
@@ -169,10 +170,10 @@ def data_checks(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
                 elif rows and not all(isinstance(r, dict) for r in rows):
                     problems.append(f"{n}: {fpath}: samples are not JSON objects")
             if problems:
-                out.append(CheckResult(name="data.dataset_files", status="fail", detail="; ".join(problems),
+                out.append(CheckResult(name=CheckName.DATA_DATASET_FILES, status="fail", detail="; ".join(problems),
                                        fix="fix the dataset file(s): a JSON array or JSON lines of sample objects"))
             elif checked:
-                out.append(CheckResult(name="data.dataset_files", status="pass",
+                out.append(CheckResult(name=CheckName.DATA_DATASET_FILES, status="pass",
                                        detail=f"{checked} dataset file(s) exist and their first rows parse"))
     out += model_checks(train, facts)
     out += _start_files_check(train, facts)
@@ -202,8 +203,8 @@ def _fp8_model_check(train: dict, setup: str, facts: DataFacts) -> list[CheckRes
     if fmt is None:
         return []
     if fmt == "fp8":
-        return [CheckResult(name="weights.format", status="pass", detail=f"{model} stores its experts as FP8")]
-    return [CheckResult(name="weights.format", status="fail",
+        return [CheckResult(name=CheckName.WEIGHTS_FORMAT, status="pass", detail=f"{model} stores its experts as FP8")]
+    return [CheckResult(name=CheckName.WEIGHTS_FORMAT, status="fail",
                         detail=f"the FP8 setup reads the routed experts as FP8, but {model}/config.json stores them as "
                                f"{fmt.upper()} (no FP8 quantization_config): loading fails when training starts",
                         fix="for a BF16 model use kt_backend: AMXBF16 (or auto); FP8 training needs the native FP8 "
@@ -224,10 +225,10 @@ def _template_check(train: dict, facts: DataFacts) -> list[CheckResult]:
         return []
     want = FAMILY_TEMPLATES.get(str(mt))
     if want is None:
-        return [CheckResult(name="model.template_family", status="skip", detail=f"model_type {mt!r} has no known template family")]
+        return [CheckResult(name=CheckName.MODEL_TEMPLATE_FAMILY, status="skip", detail=f"model_type {mt!r} has no known template family")]
     if tpl in want:
-        return [CheckResult(name="model.template_family", status="pass", detail=f"template {tpl} fits model_type {mt}")]
-    return [CheckResult(name="model.template_family", status="warn",
+        return [CheckResult(name=CheckName.MODEL_TEMPLATE_FAMILY, status="pass", detail=f"template {tpl} fits model_type {mt}")]
+    return [CheckResult(name=CheckName.MODEL_TEMPLATE_FAMILY, status="warn",
                         detail=f"template {tpl} does not match model_type {mt} (expected {' or '.join(sorted(want))})",
                         fix=f"set train.template: {sorted(want)[0]}")]
 
@@ -278,19 +279,19 @@ def _weights_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResul
         detail = f"{wp} holds converted {setup.upper()} weights"
         if setup == "int8":
             detail += f" ({manifests[0]}, {len(layers)} layer folders; kt-kernel validates sizes and hashes at start)"
-        return out + [CheckResult(name="weights.converted", status="pass", detail=detail)]
+        return out + [CheckResult(name=CheckName.WEIGHTS_CONVERTED, status="pass", detail=detail)]
     detail = f"{wp} does not exist" if not e.ok else f"{wp} has {what}"
     quant = _source_quant(facts, wp)
     if quant and "fp8" in quant:
         # A native FP8 checkpoint by its config.json, whatever the directory is called (cookbook A.3.1).
-        return out + [CheckResult(name="weights.converted", status="fail",
+        return out + [CheckResult(name=CheckName.WEIGHTS_CONVERTED, status="fail",
                                   detail=f"{wp} is a native FP8 checkpoint (config.json quantization_config "
                                          f"quant_method {quant}), not converted {setup.upper()} weights (cookbook A.3.1)",
                                   fix="use the native FP8 setup (kt_expert_weight_format: fp8, no kt_weight_path); "
                                       "converted weights: " + fix_make)]
     if quant is not None:
         detail = f"{wp} is an original checkpoint (it has config.json), not converted {setup.upper()} weights"
-    return out + [CheckResult(name="weights.converted", status="fail", detail=detail,
+    return out + [CheckResult(name=CheckName.WEIGHTS_CONVERTED, status="fail", detail=detail,
                               fix=f"convert the experts of {model} into {wp}: " + fix_make)]
 
 
@@ -303,10 +304,10 @@ def _non_expert_check(train: dict, setup: str, facts: DataFacts) -> list[CheckRe
     if quant is None:
         return []
     if "fp8" in quant:
-        return [CheckResult(name="weights.non_expert_source", status="pass",
+        return [CheckResult(name=CheckName.WEIGHTS_NON_EXPERT_SOURCE, status="pass",
                             detail=f"{model} is an FP8 checkpoint: kt-kernel validates the non-expert cache {nwp} "
                                    "against it at start")]
-    return [CheckResult(name="weights.non_expert_source", status="fail",
+    return [CheckResult(name=CheckName.WEIGHTS_NON_EXPERT_SOURCE, status="fail",
                         detail=f"kt_non_expert_weight_path is set but {model} is not an FP8 checkpoint (config.json "
                                f"quantization_config: {quant or 'none'}); kt-kernel 0.7.2 (sft/artifacts.py) refuses a "
                                "non-expert cache whose source is not FP8",

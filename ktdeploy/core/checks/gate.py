@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 
 # The one named profile: a host without a GPU that runs the whole path for a test (`--cpu-only` on `up`, `doctor`,
@@ -18,12 +19,11 @@ from ktdeploy.core.check_result import CheckResult
 # hands the same list to the training container's own doctor); every other check still gates. Offered in a
 # failure's fix only where the host has no GPU.
 CPU_ONLY = "cpu-only"
-CPU_ONLY_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "gpu.memory", "gpu.driver", "docker.nvidia_runtime",
-                    "layer.gpus", "plan.gpu_memory", "stack.cuda", "stack.triton")
-PROFILES = {CPU_ONLY: CPU_ONLY_WAIVERS}
+CPU_ONLY_WAIVERS = (CheckName.GPU_PRESENT, CheckName.GPU_COUNT_VS_RECIPE, CheckName.GPU_MEMORY, CheckName.GPU_DRIVER, CheckName.DOCKER_NVIDIA_RUNTIME,
+                    CheckName.LAYER_GPUS, CheckName.PLAN_GPU_MEMORY, CheckName.STACK_CUDA, CheckName.STACK_TRITON)
 
 # `up` repairs these in its RUNTIME stage (installs docker / the NVIDIA container toolkit).
-RUNTIME_FIXABLE = ("docker.present", "docker.nvidia_runtime")
+RUNTIME_FIXABLE = (CheckName.DOCKER_PRESENT, CheckName.DOCKER_NVIDIA_RUNTIME)
 # The agent runs the trainer in this process: no docker-engine check concerns it (a prefix ends in ".").
 AGENT_DEFERRED = ("docker.",)
 

@@ -7,8 +7,11 @@ faulting here: flags are necessary, not sufficient. A build above that is never 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ktdeploy.core import kt_methods
 from ktdeploy.core import variants as V
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.facts.host import AmxProbe, CpuFacts, HostFacts
 
@@ -20,20 +23,20 @@ WEIGHT_FORMATS = kt_methods.SETUPS + ("amxint4",)
 IMAGE_FIX_FLAGS = "In a VM expose the host CPU model (libvirt host-passthrough / qemu -cpu host)."
 
 
-def _cpu(x) -> CpuFacts:
+def _cpu(x: HostFacts | CpuFacts) -> CpuFacts:
     return x.cpu if isinstance(x, HostFacts) else x
 
 
-def _probe(x) -> AmxProbe | None:
+def _probe(x: HostFacts | CpuFacts) -> AmxProbe | None:
     return x.probes.amx if isinstance(x, HostFacts) else None
 
 
-def has(x, *flags: str) -> bool:
+def has(x: HostFacts | CpuFacts, *flags: str) -> bool:
     """kt-kernel's flag test (a flag also matches without underscores)."""
     return V.has_flags(_cpu(x).flags, *flags)
 
 
-def amx_usable(x) -> bool | None:
+def amx_usable(x: HostFacts | CpuFacts) -> bool | None:
     """AMX flags listed and, when the probe ran, a tile multiply gave the right result.
     None when flags are listed but the probe did not run (unproven)."""
     if not has(x, *AMX_FLAGS):
@@ -44,32 +47,32 @@ def amx_usable(x) -> bool | None:
     return None
 
 
-def kt_kernel_variant(x) -> str:
+def kt_kernel_variant(x: HostFacts | CpuFacts) -> str:
     """The build kt-kernel picks from this /proc/cpuinfo when nothing pins it."""
     return V.detect(_cpu(x).flags).name
 
 
-def best_variant(x) -> str | None:
+def best_variant(x: HostFacts | CpuFacts) -> str | None:
     """The best build this CPU proves (flags + the probe, when it ran); None when not even AVX2 is listed."""
     v = V.proven(_cpu(x).flags, _probe(x))
     return v.name if v else None
 
 
-def _tags(names) -> str:
+def _tags(names: Iterable[str]) -> str:
     return ", ".join(f"ktsft:{n}" for n in names)
 
 
-def variant_check(x, variant: str) -> CheckResult:
+def variant_check(x: HostFacts | CpuFacts, variant: str) -> CheckResult:
     """Can this CPU run image variant ``variant``? Refuses a build above what the CPU proves, naming the right one."""
     best = best_variant(x)
     data = {"requested": variant, "best": best, "kt_kernel_variant": kt_kernel_variant(x)}
     if not V.known(variant):
-        return CheckResult(name="cpu.variant", status="fail", detail=f"unknown image variant {variant!r}",
+        return CheckResult(name=CheckName.CPU_VARIANT, status="fail", detail=f"unknown image variant {variant!r}",
                            fix=f"Use one of {', '.join(V.NAMES)} or auto (this CPU: {best or 'none'}).", data=data)
     v = V.get(variant)
     data["requested_build"] = v.name
     if best is None:
-        return CheckResult(name="cpu.variant", status="fail",
+        return CheckResult(name=CheckName.CPU_VARIANT, status="fail",
                            detail="CPU lists no AVX2: no kt-kernel build can run", data=data,
                            fix="Use an x86_64 CPU with AVX2 at least. " + IMAGE_FIX_FLAGS)
     b = V.get(best)
@@ -79,21 +82,21 @@ def variant_check(x, variant: str) -> CheckResult:
         faulted = V.failed_exec(v, _probe(x))
         why = (f"this CPU does not list {' '.join(missing)}" if missing else
                f"the probe shows {', '.join(faulted)} failing here (flags are listed, the instructions do not run)")
-        return CheckResult(name="cpu.variant", status="fail", data=data,
+        return CheckResult(name=CheckName.CPU_VARIANT, status="fail", data=data,
                            detail=f"image variant {variant!r}{alias} cannot run: {why}; kt-kernel's {v.name} build "
                                   f"needs {' '.join(v.requires)}; this CPU proves {best!r}",
                            fix=f"Use the ktsft:{best} image (deploy.image: {best} or auto).")
     if v.level < b.level:
         note = "" if v.sft or not b.sft else "; it cannot train (no SFT kernels in that build)"
-        return CheckResult(name="cpu.variant", status="warn", data=data,
+        return CheckResult(name=CheckName.CPU_VARIANT, status="warn", data=data,
                            detail=f"image variant {variant!r}{alias} runs here but {best!r} is faster on this CPU"
                                   + note,
                            fix=f"Use deploy.image: {best} (or auto).")
-    return CheckResult(name="cpu.variant", status="pass",
+    return CheckResult(name=CheckName.CPU_VARIANT, status="pass",
                        detail=f"image variant {variant!r}{alias} is the best build this CPU proves", data=data)
 
 
-def auto_backend(x, weight_format: str) -> str | None:
+def auto_backend(x: HostFacts | CpuFacts, weight_format: str) -> str | None:
     """What `kt_backend: auto` resolves to (kt-kernel normalize_sft_backend: it does not depend on the CPU), or
     None when the build this CPU proves cannot run that SFT method (no SFT classes, or AMXINT4 without AMX)."""
     e = kt_methods.lookup(weight_format)
@@ -114,7 +117,7 @@ def _needs(setup: str) -> str:
     return f"a kt-kernel build with SFT kernels: {' or '.join(V.TRAINING)}"
 
 
-def weight_format_check(x, weight_format: str, backend: str = "auto") -> CheckResult:
+def weight_format_check(x: HostFacts | CpuFacts, weight_format: str, backend: str = "auto") -> CheckResult:
     """recipe.weight_format_vs_isa: can the build this CPU proves train (and serve as a LoRA) this recipe's experts?"""
     e = kt_methods.lookup(weight_format)
     fmt = e.setup if e else weight_format.lower()
@@ -122,7 +125,7 @@ def weight_format_check(x, weight_format: str, backend: str = "auto") -> CheckRe
     chosen = auto_backend(x, fmt)
     data: dict[str, object] = {"weight_format": fmt, "kt_backend": backend, "auto_resolves_to": e.train_backend if e else None,
             "best_variant": best, "sft_method": e.sft_method if e else None, "trainable": chosen is not None}
-    name = "recipe.weight_format_vs_isa"
+    name = CheckName.RECIPE_WEIGHT_FORMAT_VS_ISA
     if chosen is None:
         b = V.get(best) if best else None
         lowest = V.get(V.TRAINING[-1])
@@ -152,9 +155,9 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
     cpu = facts.cpu
     out = []
     if cpu.has(*AVX2_FLAGS):
-        out.append(CheckResult(name="cpu.isa.avx2", status="pass", detail="avx2 and fma listed", layer=facts.layer))
+        out.append(CheckResult(name=CheckName.CPU_ISA_AVX2, status="pass", detail="avx2 and fma listed", layer=facts.layer))
     else:
-        out.append(CheckResult(name="cpu.isa.avx2", status="fail", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.CPU_ISA_AVX2, status="fail", layer=facts.layer,
                                detail=f"avx2/fma missing from /proc/cpuinfo ({cpu.model_name or 'unknown CPU'})",
                                fix="kt-kernel needs AVX2 at least. " + IMAGE_FIX_FLAGS))
     have = [f for f in V.AVX512_LISTED if has(facts, f)]
@@ -167,21 +170,21 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
         faulted = [k.removesuffix("_exec") for k, v in executed.items() if v is False and
                    has(facts, k.removesuffix("_exec"))]
         if faulted:
-            out.append(CheckResult(name="cpu.isa.avx512", status="fail", layer=facts.layer,
+            out.append(CheckResult(name=CheckName.CPU_ISA_AVX512, status="fail", layer=facts.layer,
                                    detail=f"listed AVX512 instructions faulted: {' '.join(faulted)}" + exec_note,
                                    fix=f"The hypervisor or kernel disables that state; until it is enabled use "
                                        f"ktsft:{best_variant(facts)} (deploy.image: auto picks it)."))
         else:
-            out.append(CheckResult(name="cpu.isa.avx512", status="pass", layer=facts.layer,
+            out.append(CheckResult(name=CheckName.CPU_ISA_AVX512, status="pass", layer=facts.layer,
                                    detail="listed: " + " ".join(have) + exec_note, data={"flags": have}))
     elif p.ran and p.avx512f_exec:
-        out.append(CheckResult(name="cpu.isa.avx512", status="fail", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.CPU_ISA_AVX512, status="fail", layer=facts.layer,
                                detail="the CPU executes AVX512 (CPUID + a real instruction) but /proc/cpuinfo hides "
                                       "it; kt-kernel reads /proc/cpuinfo and would fall back to AVX2" + exec_note,
                                fix="Remove the /proc/cpuinfo override (bind mount or lxcfs) from this container.",
                                data={"flags": have}))
     else:
-        out.append(CheckResult(name="cpu.isa.avx512", status="warn", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.CPU_ISA_AVX512, status="warn", layer=facts.layer,
                                detail="no AVX512 (" + (" ".join(have) or "none listed") + "): kt-kernel falls back "
                                       "to its avx2 build, which cannot train",
                                fix="Use an AVX512-BF16 or AMX CPU for training. " + IMAGE_FIX_FLAGS,
@@ -194,7 +197,7 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
         proof = ("proven by executing " + ", ".join(f.removesuffix("_exec") for f in b.executes if f not in unproven)
                  if b.executes and len(unproven) < len(b.executes) else "from flags only (probe did not run)"
                  if b.executes else "from flags")
-        out.append(CheckResult(name="cpu.variant", status="pass", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.CPU_VARIANT, status="pass", layer=facts.layer,
                                detail=f"image variant: ktsft:{best} ({proof}; kt-kernel detects {detected}; "
                                       + ("trains and serves" if b.sft else "serves a full fine-tune only, no SFT")
                                       + ")",
@@ -203,7 +206,7 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
     else:
         out.append(variant_check(facts, V.AVX2))
     if best and V.above(detected, best):
-        out.append(CheckResult(name="cpu.kt_kernel_variant", status="fail", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.CPU_KT_KERNEL_VARIANT, status="fail", layer=facts.layer,
                                detail=f"kt-kernel would pick its {detected} build from the flags, but this CPU "
                                       f"proves only {best} (see cpu.isa.* / cpu.amx.*): an unpinned kt-kernel faults",
                                fix=f"Use the ktsft:{best} image (it pins KT_KERNEL_CPU_VARIANT={best}); "

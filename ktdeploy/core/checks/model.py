@@ -22,6 +22,7 @@ import json
 import posixpath
 from typing import Any
 
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.data import DataFacts, file_sizes, index_shards
@@ -94,26 +95,26 @@ def model_checks(train: dict, facts: DataFacts) -> list[CheckResult]:
     if not isinstance(model, str):
         return []
     if not model.startswith("/"):
-        return [CheckResult(name="model.weights", status="skip",
+        return [CheckResult(name=CheckName.MODEL_WEIGHTS, status="skip",
                             detail=f"train.model_name_or_path {model} is not a host path: loaded by name at run time")]
     files = file_sizes(facts.get("sizes", model))
     if files is None:
         if facts.get("sizes", model) is None:
             return []   # not gathered (a caller that only read config.json)
-        return [CheckResult(name="model.config", status="fail", detail=f"the model folder {model} does not exist",
+        return [CheckResult(name=CheckName.MODEL_CONFIG, status="fail", detail=f"the model folder {model} does not exist",
                             fix=f"Put the model there: {how_to_get(train)}.", data={"path": model})]
     out: list[CheckResult] = []
     cfg, why = _config(train, facts)
     if cfg is None:
         out.append(CheckResult(
-            name="model.config", status="fail",
+            name=CheckName.MODEL_CONFIG, status="fail",
             detail=f"{model}/config.json is {why}" + (f" ({len(files)} file(s) in the folder)" if files else
                                                        " (the folder is empty)"),
             fix=f"Put the whole model there: {how_to_get(train)}.", data={"files": len(files)}))
     else:
         tc = cfg.get("text_config")
         mt = cfg.get("model_type") or (tc.get("model_type") if isinstance(tc, dict) else None)
-        out.append(CheckResult(name="model.config", status="pass", detail=f"{model}/config.json (model_type {mt})"))
+        out.append(CheckResult(name=CheckName.MODEL_CONFIG, status="pass", detail=f"{model}/config.json (model_type {mt})"))
     out.append(_tokenizer_check(model, files, train))
     out.append(_weights_check(model, files, facts, cfg, train))
     return out
@@ -125,15 +126,15 @@ def _tokenizer_check(model: str, files: dict[str, int], train: dict) -> CheckRes
     if vocab is None:
         missing.append("tokenizer.json (or tokenizer.model, or vocab.json + merges.txt)")
     if missing or vocab is None:
-        return CheckResult(name="model.tokenizer", status="fail", detail=f"{model} has no {' and no '.join(missing)}",
+        return CheckResult(name=CheckName.MODEL_TOKENIZER, status="fail", detail=f"{model} has no {' and no '.join(missing)}",
                            fix=f"Copy the model's tokenizer files too: {how_to_get(train)}.")
-    return CheckResult(name="model.tokenizer", status="pass",
+    return CheckResult(name=CheckName.MODEL_TOKENIZER, status="pass",
                        detail=f"tokenizer_config.json + {' + '.join(vocab)}")
 
 
 def _weights_check(model: str, files: dict[str, int], facts: DataFacts, cfg: dict | None,
                    train: dict) -> CheckResult:
-    name, fix = "model.weights", f"Copy the missing weights: {how_to_get(train)}."
+    name, fix = CheckName.MODEL_WEIGHTS, f"Copy the missing weights: {how_to_get(train)}."
     index = index_shards(facts.get("shards", posixpath.join(model, INDEX)))
     data: dict[str, Any] = {}
     if index is not None:

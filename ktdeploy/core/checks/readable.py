@@ -3,6 +3,7 @@ check that reads "unknown" is explained instead of silently passing or skipping.
 
 from __future__ import annotations
 
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.facts.total import unreadable
@@ -13,7 +14,7 @@ def readable_checks(facts: HostFacts) -> list[CheckResult]:
     if not bad:
         return []
     detail = "; ".join(f"{k}: {v}" for k, v in sorted(bad.items()))[:600]
-    return [CheckResult(name="facts.readable", status="warn", layer=facts.layer,
+    return [CheckResult(name=CheckName.FACTS_READABLE, status="warn", layer=facts.layer,
                         detail=f"host output ktdeploy could not read (those facts are unknown): {detail}",
                         fix="Run the named command on the host by hand; a wrapper or an unusual version may print "
                             "another format. The checks that need those facts treat them as unknown.")]

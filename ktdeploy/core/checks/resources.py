@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
@@ -36,11 +37,11 @@ class Requirements:
     basis: dict[str, str] = field(default_factory=dict)
 
 
-def _train(recipe) -> dict:
+def _train(recipe: Any) -> dict:
     return dict(getattr(recipe, "train", None) or {})
 
 
-def recipe_weight_format(recipe) -> tuple[str, str]:
+def recipe_weight_format(recipe: Any) -> tuple[str, str]:
     """(expert weight format, kt_backend) from the training YAML."""
     kt = _train(recipe).get("kt_config") or {}
     backend = str(kt.get("kt_backend") or "auto")
@@ -48,7 +49,7 @@ def recipe_weight_format(recipe) -> tuple[str, str]:
     return ("amxint4" if fmt == "int4" else fmt), backend
 
 
-def recipe_paths(recipe) -> dict[str, str]:
+def recipe_paths(recipe: Any) -> dict[str, str]:
     """Host paths a recipe uses: model, data, output (deploy.volumes) and the KT weight paths."""
     out: dict[str, str] = {}
     vol = getattr(getattr(recipe, "deploy", None), "volumes", None)
@@ -62,7 +63,7 @@ def recipe_paths(recipe) -> dict[str, str]:
     return out
 
 
-def recipe_plan(recipe):
+def recipe_plan(recipe: Any) -> Any:   # (plan, arch, where), the KtdeployError, or None
     """The planner's one run for a doctor run (ktdeploy.core.sizing.plan_recipe, from the model's config.json):
     (ResourcePlan, MoEArchitecture, where), or the KtdeployError saying why there is none, or None when it failed
     otherwise. ``recipe_requirements`` and the plan.* checks both read this one answer."""
@@ -75,7 +76,7 @@ def recipe_plan(recipe):
         return None
 
 
-def recipe_requirements(recipe, facts: HostFacts, planned: Any = ...) -> Requirements:
+def recipe_requirements(recipe: Any, facts: HostFacts, planned: Any = ...) -> Requirements:
     """What the recipe needs. The planner (``recipe_plan``; ``planned``: its answer when already made) is the
     source; when it cannot run (no config.json known for the model) explicit thresholds are used."""
     if planned is ...:
@@ -98,7 +99,7 @@ def recipe_requirements(recipe, facts: HostFacts, planned: Any = ...) -> Require
     return threshold_requirements(recipe, facts)
 
 
-def threshold_requirements(recipe, facts: HostFacts) -> Requirements:
+def threshold_requirements(recipe: Any, facts: HostFacts) -> Requirements:
     """Explicit thresholds for when the planner has no model config: sized from the weights on disk."""
     t = _train(recipe)
     paths = recipe_paths(recipe)
@@ -132,7 +133,7 @@ def threshold_requirements(recipe, facts: HostFacts) -> Requirements:
     return req
 
 
-def _g(b) -> str:
+def _g(b: int | None) -> str:
     return f"{b / GiB:.1f} GiB" if isinstance(b, int) else str(b)
 
 
@@ -141,7 +142,7 @@ def gpu_present_check(facts: HostFacts) -> CheckResult:
     g = facts.gpu
     if g.count:
         names = ", ".join(sorted({x.name for x in g.gpus}))
-        return CheckResult(name="gpu.present", status="pass", layer=facts.layer,
+        return CheckResult(name=CheckName.GPU_PRESENT, status="pass", layer=facts.layer,
                            detail=f"{g.count} GPU(s): {names}; driver {g.gpus[0].driver_version}",
                            data={"count": g.count})
     if g.nvidia_smi == "missing":
@@ -161,7 +162,7 @@ def gpu_present_check(facts: HostFacts) -> CheckResult:
     else:
         detail = "nvidia-smi listed no GPU"
         fix = "Check the driver and that the GPUs are not hidden (CUDA_VISIBLE_DEVICES does not affect nvidia-smi)."
-    return CheckResult(name="gpu.present", status="fail", layer=facts.layer, detail=detail, fix=fix,
+    return CheckResult(name=CheckName.GPU_PRESENT, status="fail", layer=facts.layer, detail=detail, fix=fix,
                        data={"nvidia_smi": g.nvidia_smi, "device_nodes": g.device_nodes})
 
 
@@ -183,7 +184,7 @@ def _version_tuple(v: str | None) -> tuple[int, ...] | None:
 
 def gpu_driver_check(facts: HostFacts) -> CheckResult:
     """The NVIDIA driver is new enough for the image's CUDA 12.8 wheels (pure: nvidia-smi's driver_version)."""
-    name = "gpu.driver"
+    name = CheckName.GPU_DRIVER
     versions = sorted({g.driver_version for g in facts.gpu.gpus if g.driver_version})
     if not versions:
         return CheckResult(name=name, status="skip", layer=facts.layer,
@@ -209,25 +210,25 @@ def gpu_driver_check(facts: HostFacts) -> CheckResult:
                        detail=f"NVIDIA driver {versions[0]} >= {data['full']} (CUDA {IMAGE_CUDA})")
 
 
-def gpu_recipe_checks(facts: HostFacts, recipe, req: Requirements) -> list[CheckResult]:
+def gpu_recipe_checks(facts: HostFacts, recipe: Any, req: Requirements) -> list[CheckResult]:
     out = []
     deploy = getattr(recipe, "deploy", None)
     wanted = list(getattr(deploy, "gpus", []) or [])
     have = {x.index: x for x in facts.gpu.gpus}
     missing = [i for i in wanted if i not in have]
     if missing:
-        out.append(CheckResult(name="gpu.count_vs_recipe", status="fail", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.GPU_COUNT_VS_RECIPE, status="fail", layer=facts.layer,
                                detail=f"deploy.gpus {wanted} but the host has {len(have)} GPU(s) "
                                       f"(indices {sorted(have)}); missing {missing}",
                                fix="List existing GPU indices in deploy.gpus and set accelerate.num_processes to "
                                    "their count.", data={"wanted": wanted, "have": sorted(have)}))
     else:
-        out.append(CheckResult(name="gpu.count_vs_recipe", status="pass", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.GPU_COUNT_VS_RECIPE, status="pass", layer=facts.layer,
                                detail=f"deploy.gpus {wanted} all present", data={"wanted": wanted}))
     need = req.gpu_memory_mib
     used = [have[i] for i in wanted if i in have]
     if not used or need is None:
-        out.append(CheckResult(name="gpu.memory", status="skip", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.GPU_MEMORY, status="skip", layer=facts.layer,
                                detail="no recipe GPU present to size"))
         return out
     small = [g for g in used if (g.memory_total_mib or 0) < need]
@@ -235,21 +236,21 @@ def gpu_recipe_checks(facts: HostFacts, recipe, req: Requirements) -> list[Check
     data = {"need_mib": need, "basis": req.basis.get("gpu_memory"),
             "gpus": {g.index: [g.memory_total_mib, g.memory_used_mib] for g in used}}
     if small:
-        out.append(CheckResult(name="gpu.memory", status="fail", layer=facts.layer, data=data,
+        out.append(CheckResult(name=CheckName.GPU_MEMORY, status="fail", layer=facts.layer, data=data,
                                detail=f"GPU(s) {[g.index for g in small]} have less than {need} MiB "
                                       f"({req.basis.get('gpu_memory')})",
                                fix="Use larger GPUs or reduce cutoff_len / batch (cookbook A.3.4)."))
     elif busy:
-        out.append(CheckResult(name="gpu.memory", status="warn", layer=facts.layer, data=data,
+        out.append(CheckResult(name=CheckName.GPU_MEMORY, status="warn", layer=facts.layer, data=data,
                                detail=f"GPU(s) {[g.index for g in busy]} already have memory in use "
                                       f"({', '.join(f'{g.memory_used_mib} MiB' for g in busy)})",
                                fix="Stop other processes on these GPUs (nvidia-smi shows them)."))
     elif any((g.memory_total_mib or 0) < WARN_GPU_MEM_MIB for g in used):
-        out.append(CheckResult(name="gpu.memory", status="warn", layer=facts.layer, data=data,
+        out.append(CheckResult(name=CheckName.GPU_MEMORY, status="warn", layer=facts.layer, data=data,
                                detail=f"some GPUs have < {WARN_GPU_MEM_MIB // 1024} GiB: big models may OOM",
                                fix="Keep per_device_train_batch_size 1 and a modest cutoff_len."))
     else:
-        out.append(CheckResult(name="gpu.memory", status="pass", layer=facts.layer, data=data,
+        out.append(CheckResult(name=CheckName.GPU_MEMORY, status="pass", layer=facts.layer, data=data,
                                detail=f"{len(used)} GPU(s) with >= {need} MiB each"))
     return out
 
@@ -258,29 +259,29 @@ def gpu_recipe_checks(facts: HostFacts, recipe, req: Requirements) -> list[Check
 def docker_checks(facts: HostFacts) -> list[CheckResult]:
     d = facts.docker
     if not d.reachable and facts.layer == "container":
-        return [CheckResult(name="docker.present", status="skip", layer=facts.layer,
+        return [CheckResult(name=CheckName.DOCKER_PRESENT, status="skip", layer=facts.layer,
                             detail="inside a container without a docker daemon: none needed here"
                                    + (f" ({d.error})" if d.error else "")),
-                CheckResult(name="docker.nvidia_runtime", status="skip", layer=facts.layer, detail="no docker daemon")]
+                CheckResult(name=CheckName.DOCKER_NVIDIA_RUNTIME, status="skip", layer=facts.layer, detail="no docker daemon")]
     if not d.present:
         if facts.layer == "container":
-            return [CheckResult(name="docker.present", status="skip", layer=facts.layer,
+            return [CheckResult(name=CheckName.DOCKER_PRESENT, status="skip", layer=facts.layer,
                                 detail="inside a container: no docker CLI needed here")]
-        return [CheckResult(name="docker.present", status="fail", layer=facts.layer, detail="docker is not installed",
+        return [CheckResult(name=CheckName.DOCKER_PRESENT, status="fail", layer=facts.layer, detail="docker is not installed",
                             fix="Install docker (docker-ce or docker.io) and nvidia-container-toolkit."),
-                CheckResult(name="docker.nvidia_runtime", status="skip", layer=facts.layer, detail="no docker")]
+                CheckResult(name=CheckName.DOCKER_NVIDIA_RUNTIME, status="skip", layer=facts.layer, detail="no docker")]
     if not d.reachable:
-        return [CheckResult(name="docker.present", status="fail", layer=facts.layer,
+        return [CheckResult(name=CheckName.DOCKER_PRESENT, status="fail", layer=facts.layer,
                             detail=f"docker daemon not reachable: {d.error}",
                             fix="Start docker (systemctl start docker) and add the SSH user to the docker group."),
-                CheckResult(name="docker.nvidia_runtime", status="skip", layer=facts.layer, detail="no docker daemon")]
-    out = [CheckResult(name="docker.present", status="pass", layer=facts.layer,
+                CheckResult(name=CheckName.DOCKER_NVIDIA_RUNTIME, status="skip", layer=facts.layer, detail="no docker daemon")]
+    out = [CheckResult(name=CheckName.DOCKER_PRESENT, status="pass", layer=facts.layer,
                        detail=f"docker {d.server_version} ({d.storage_driver}, cgroup v{d.cgroup_version})")]
     if d.nvidia_runtime:
-        out.append(CheckResult(name="docker.nvidia_runtime", status="pass", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.DOCKER_NVIDIA_RUNTIME, status="pass", layer=facts.layer,
                                detail=f"runtimes: {', '.join(d.runtimes)}"))
     else:
-        out.append(CheckResult(name="docker.nvidia_runtime", status="fail", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.DOCKER_NVIDIA_RUNTIME, status="fail", layer=facts.layer,
                                detail=f"docker has no nvidia runtime (runtimes: {', '.join(d.runtimes) or 'none'}): "
                                       "containers would start with no GPU",
                                fix="Install nvidia-container-toolkit, run `sudo nvidia-ctk runtime configure "
@@ -300,10 +301,10 @@ def memory_checks(facts: HostFacts, req: Requirements | None = None) -> list[Che
     data = {"total_bytes": total, "available_bytes": m.available_bytes, "cgroup_limit_bytes": cg,
             "need_bytes": need, "basis": (req.basis.get("host_memory") if req else None)}
     if effective is None:
-        out.append(CheckResult(name="memory.host", status="skip", layer=layer, detail="/proc/meminfo unreadable"))
+        out.append(CheckResult(name=CheckName.MEMORY_HOST, status="skip", layer=layer, detail="/proc/meminfo unreadable"))
     elif need and effective < need:
         by = "the cgroup limit (docker --memory)" if cg and cg < (total or cg + 1) else "host memory"
-        out.append(CheckResult(name="memory.host", status="fail", layer=layer, data=data,
+        out.append(CheckResult(name=CheckName.MEMORY_HOST, status="fail", layer=layer, data=data,
                                detail=f"{by} is {_g(effective)}, the recipe needs ~{_g(need)} ({data['basis']})",
                                fix="Use a host with more memory, converted INT8/AMXINT4 weights, or a shorter "
                                    "cutoff_len / kt_max_cache_depth (cookbook A.3.3)"
@@ -311,29 +312,29 @@ def memory_checks(facts: HostFacts, req: Requirements | None = None) -> list[Che
     else:
         extra = f"; cgroup limit {_g(cg)}" if cg else ""
         needs = f"; recipe needs ~{_g(need)}" if need else ""
-        out.append(CheckResult(name="memory.host", status="pass", layer=layer, data=data,
+        out.append(CheckResult(name=CheckName.MEMORY_HOST, status="pass", layer=layer, data=data,
                                detail=f"{_g(total)} total, {_g(m.available_bytes)} available{extra}{needs}"))
     shm = lim.shm_total_bytes
     need_shm = max(MIN_SHM, (req.shm_bytes or 0) if req else 0)
     if shm is None:
-        out.append(CheckResult(name="memory.shm", status="skip", layer=layer, detail="/dev/shm not found"))
+        out.append(CheckResult(name=CheckName.MEMORY_SHM, status="skip", layer=layer, detail="/dev/shm not found"))
     elif shm < need_shm:
-        out.append(CheckResult(name="memory.shm", status="fail", layer=layer,
+        out.append(CheckResult(name=CheckName.MEMORY_SHM, status="fail", layer=layer,
                                detail=f"/dev/shm is {shm / 1024**2:.0f} MiB, need >= {_g(need_shm)}"
                                       + (f" ({req.basis['shm']})" if req and req.shm_bytes else
                                          " for DataLoader workers and NCCL"),
                                fix="Start the container with --shm-size=16g (or --ipc=host).",
                                data={"shm_bytes": shm, "need_bytes": need_shm}))
     else:
-        out.append(CheckResult(name="memory.shm", status="pass", layer=layer, detail=f"/dev/shm {_g(shm)}",
+        out.append(CheckResult(name=CheckName.MEMORY_SHM, status="pass", layer=layer, detail=f"/dev/shm {_g(shm)}",
                                data={"shm_bytes": shm}))
     soft = lim.memlock_soft
     if soft == "unlimited":
-        out.append(CheckResult(name="memory.memlock", status="pass", layer=layer, detail="memlock unlimited"))
+        out.append(CheckResult(name=CheckName.MEMORY_MEMLOCK, status="pass", layer=layer, detail="memlock unlimited"))
     elif soft is None:
-        out.append(CheckResult(name="memory.memlock", status="skip", layer=layer, detail="memlock limit unknown"))
+        out.append(CheckResult(name=CheckName.MEMORY_MEMLOCK, status="skip", layer=layer, detail="memlock limit unknown"))
     else:
-        out.append(CheckResult(name="memory.memlock", status="warn", layer=layer,
+        out.append(CheckResult(name=CheckName.MEMORY_MEMLOCK, status="warn", layer=layer,
                                detail=f"memlock limited to {soft / 1024**2:.0f} MiB: pinned host buffers "
                                       "(CUDA, NCCL, RDMA) may fail or fall back to slow pageable copies",
                                fix="Start the container with --ulimit memlock=-1 (hosts: memlock unlimited in "
@@ -342,27 +343,28 @@ def memory_checks(facts: HostFacts, req: Requirements | None = None) -> list[Che
 
 
 # -- disk and paths ---------------------------------------------------------------------------------
-def path_checks(facts: HostFacts, recipe, req: Requirements) -> list[CheckResult]:
+def path_checks(facts: HostFacts, recipe: Any, req: Requirements) -> list[CheckResult]:
     out = []
     paths = recipe_paths(recipe)
-    for role in ("model", "data"):
+    for role, exists in (("model", CheckName.PATH_MODEL_EXISTS), ("data", CheckName.PATH_DATA_EXISTS)):
         p = paths.get(role)
         pf = facts.path(p) if p else None
         if pf is None:
             continue
         if pf.exists and pf.is_dir:
-            out.append(CheckResult(name=f"path.{role}_exists", status="pass", layer=facts.layer,
+            out.append(CheckResult(name=exists, status="pass", layer=facts.layer,
                                    detail=f"{p} exists" + (f" ({_g(pf.used_bytes)})" if pf.used_bytes else "")))
         else:
-            out.append(CheckResult(name=f"path.{role}_exists", status="fail", layer=facts.layer,
+            out.append(CheckResult(name=exists, status="fail", layer=facts.layer,
                                    detail=f"deploy.volumes.{role} {p} " + ("is not a directory" if pf.exists else
                                                                             "does not exist on the host"),
                                    fix=f"Copy the {role} to {p} on the host, or fix deploy.volumes.{role}."))
-    for key in ("kt_weight_path", "kt_non_expert_weight_path"):
+    for key, check in (("kt_weight_path", CheckName.PATH_KT_WEIGHT_PATH),
+                       ("kt_non_expert_weight_path", CheckName.PATH_KT_NON_EXPERT_WEIGHT_PATH)):
         p = paths.get(key)
         pf = facts.path(p) if p else None
         if pf is not None and not pf.exists:
-            out.append(CheckResult(name=f"path.{key}", status="fail", layer=facts.layer,
+            out.append(CheckResult(name=check, status="fail", layer=facts.layer,
                                    detail=f"train.{key} {p} does not exist on the host",
                                    fix="Convert the weights there first (kt-kernel's conversion script) or fix the path."))
     op = paths.get("output")
@@ -370,29 +372,29 @@ def path_checks(facts: HostFacts, recipe, req: Requirements) -> list[CheckResult
     if pf is not None:
         need = req.output_disk_bytes or 0
         if not pf.writable:
-            out.append(CheckResult(name="disk.output", status="fail", layer=facts.layer,
+            out.append(CheckResult(name=CheckName.DISK_OUTPUT, status="fail", layer=facts.layer,
                                    detail=f"{pf.checked} is not writable (for {op})",
                                    fix="Create the output directory writable by the SSH user, or change "
                                        "deploy.volumes.output."))
         elif pf.free_bytes is not None and pf.free_bytes < need:
-            out.append(CheckResult(name="disk.output", status="fail", layer=facts.layer,
+            out.append(CheckResult(name=CheckName.DISK_OUTPUT, status="fail", layer=facts.layer,
                                    detail=f"{_g(pf.free_bytes)} free on {pf.mount} for {op}, need ~{_g(need)} "
                                           f"({req.basis.get('output_disk')})",
                                    fix="Free space or point deploy.volumes.output at a bigger disk."))
         else:
-            out.append(CheckResult(name="disk.output", status="pass", layer=facts.layer,
+            out.append(CheckResult(name=CheckName.DISK_OUTPUT, status="pass", layer=facts.layer,
                                    detail=f"{_g(pf.free_bytes)} free on {pf.mount} for {op}"))
     mp = paths.get("model")
     pf = facts.path(mp) if mp else None
     opf = facts.path(op) if op else None
     if pf is not None and opf is not None and pf.real and opf.real and overlaps(pf.real, opf.real):
         # the recipe's spellings were apart (deploy.paths), but symlinks on the host join them
-        out.append(CheckResult(name="path.model_readonly", status="fail", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.PATH_MODEL_READONLY, status="fail", layer=facts.layer,
                                detail=f"on the host the output volume {op} is {opf.real} and the read-only model "
                                       f"volume {mp} is {pf.real}: one lies inside the other (a symlink)",
                                fix="Point deploy.volumes.output and deploy.volumes.model at separate real "
                                    "directories (resolve the symlink)."))
     if pf is not None and pf.exists:
-        out.append(CheckResult(name="disk.model", status="pass", layer=facts.layer,
+        out.append(CheckResult(name=CheckName.DISK_MODEL, status="pass", layer=facts.layer,
                                detail=f"{mp} on {pf.mount} ({_g(pf.free_bytes)} free); mounted read-only"))
     return out

@@ -8,28 +8,33 @@ fail with that reason (waive them on a CPU-only box like ``gpu.present``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ktdeploy.core.check_result import CheckResult
+from ktdeploy.core.check_names import CheckName
+from ktdeploy.core.check_result import CheckResult, Status
 from ktdeploy.core.facts.stack import StackFacts
+
+if TYPE_CHECKING:
+    from ktdeploy.core.recipe.finding import Finding
+    from ktdeploy.core.recipe.stack_judge import JudgeResult
 
 LAYER = "container"
 REBUILD = "rebuild the image with `ktdeploy image build` (its base installs python3.11-dev)"
 
 
-def _c(name: str, status, detail: str, fix: str = "", **data) -> CheckResult:
+def _c(name: str, status: Status, detail: str, fix: str = "", **data: Any) -> CheckResult:
     return CheckResult(name=name, status=status, detail=detail, fix=fix, layer=LAYER, data=data)
 
 
 def probe_check(s: StackFacts) -> CheckResult:
     if s.ran:
-        return _c("stack.probe", "pass", f"the stack probe ran in the image (Python {s.python}, {s.executable})")
-    return _c("stack.probe", "fail", s.error or "the stack probe gave no report",
+        return _c(CheckName.STACK_PROBE, "pass", f"the stack probe ran in the image (Python {s.python}, {s.executable})")
+    return _c(CheckName.STACK_PROBE, "fail", s.error or "the stack probe gave no report",
               "Check that the image runs `python3` (docker run --rm --entrypoint python3 IMAGE -V).")
 
 
 def python_headers_check(s: StackFacts) -> CheckResult:
-    name = "stack.python_headers"
+    name = CheckName.STACK_PYTHON_HEADERS
     if not s.ran:
         return _c(name, "skip", "skipped: the stack probe gave no report")
     ver = ".".join((s.python or "3").split(".")[:2])
@@ -45,7 +50,7 @@ def python_headers_check(s: StackFacts) -> CheckResult:
 
 
 def torch_check(s: StackFacts) -> CheckResult:
-    name = "stack.torch"
+    name = CheckName.STACK_TORCH
     if not s.ran:
         return _c(name, "skip", "skipped: the stack probe gave no report")
     if s.torch.present:
@@ -56,7 +61,7 @@ def torch_check(s: StackFacts) -> CheckResult:
 
 
 def cuda_check(s: StackFacts) -> CheckResult:
-    name = "stack.cuda"
+    name = CheckName.STACK_CUDA
     if not s.ran or not s.torch.present:
         return _c(name, "skip", "skipped: " + ("the stack probe gave no report" if not s.ran else "no torch"))
     data: dict[str, Any] = {"asked": s.gpus_asked, "device_count": s.cuda.device_count, "cuda": s.torch.cuda_version}
@@ -75,7 +80,7 @@ def cuda_check(s: StackFacts) -> CheckResult:
 
 
 def triton_check(s: StackFacts) -> CheckResult:
-    name = "stack.triton"
+    name = CheckName.STACK_TRITON
     if not s.ran or not s.torch.present:
         return _c(name, "skip", "skipped: " + ("the stack probe gave no report" if not s.ran else "no torch"))
     if not s.triton.present:
@@ -100,10 +105,10 @@ def stack_checks(s: StackFacts) -> list[CheckResult]:
     return [probe_check(s), python_headers_check(s), torch_check(s), cuda_check(s), triton_check(s)]
 
 
-JUDGE = "stack.judge"
+JUDGE = CheckName.STACK_JUDGE
 
 
-def judge_check(result, findings) -> CheckResult:
+def judge_check(result: JudgeResult, findings: list[Finding]) -> CheckResult:
     """``stack.judge``: the stack's own verdict on the recipe (core/recipe/stack_judge.py JudgeResult), with the
     findings (``core/recipe/stack_judge.findings``) of a refusal in ``data["findings"]``: up and train refuse with
     exactly those (RecipeError), the same report as ``ktdeploy check --stack``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.facts.host import HostFacts
 
@@ -62,33 +63,33 @@ def threads_check(facts: HostFacts, reserve_cores: int = 2, train: dict | None =
     set_threads, set_pools = kt.get("kt_num_threads"), kt.get("kt_threadpool_count")
     phys = cpu.physical_cores or cpu.logical_cpus
     if isinstance(set_threads, int) and phys and set_threads > phys:
-        return CheckResult(name="numa.threads", status="fail", layer=facts.layer, data=data,
+        return CheckResult(name=CheckName.NUMA_THREADS, status="fail", layer=facts.layer, data=data,
                            detail=f"recipe sets kt_num_threads={set_threads} > {phys} physical cores: "
                                   "SMT/oversubscription collapses throughput",
                            fix=f"Set kt_config.kt_num_threads: {threads} (or leave it unset: ktdeploy derives it).")
     if isinstance(set_pools, int) and set_pools != pools:
-        return CheckResult(name="numa.threads", status="warn", layer=facts.layer, data=data,
+        return CheckResult(name=CheckName.NUMA_THREADS, status="warn", layer=facts.layer, data=data,
                            detail=f"recipe sets kt_threadpool_count={set_pools}, this host has {pools} NUMA node(s)",
                            fix=f"Set kt_config.kt_threadpool_count: {pools}.")
     if cpu.physical_cores is not None and cpu.physical_cores <= reserve_cores:
-        return CheckResult(name="numa.threads", status="warn", layer=facts.layer, data=data,
+        return CheckResult(name=CheckName.NUMA_THREADS, status="warn", layer=facts.layer, data=data,
                            detail=base + ": no core left after the reserve",
                            fix="Use a host with more cores or lower deploy.reserve_cores.")
-    return CheckResult(name="numa.threads", status="pass", layer=facts.layer, detail=base, data=data)
+    return CheckResult(name=CheckName.NUMA_THREADS, status="pass", layer=facts.layer, detail=base, data=data)
 
 
 def mempolicy_check(facts: HostFacts) -> CheckResult:
     p = facts.probes.mempolicy
     nodes = len(facts.cpu.numa_nodes) or 1
     if not p.ran:
-        return CheckResult(name="numa.mempolicy", status="skip", layer=facts.layer,
+        return CheckResult(name=CheckName.NUMA_MEMPOLICY, status="skip", layer=facts.layer,
                            detail=f"set_mempolicy not probed: {p.skipped or 'probe not run'}",
                            fix="Install a C compiler on the host (apt install gcc) or run doctor inside the image.")
     if p.ok:
-        return CheckResult(name="numa.mempolicy", status="pass", layer=facts.layer,
+        return CheckResult(name=CheckName.NUMA_MEMPOLICY, status="pass", layer=facts.layer,
                            detail=f"set_mempolicy(MPOL_BIND) works ({nodes} NUMA node(s))")
     status = "fail" if nodes > 1 else "warn"
-    return CheckResult(name="numa.mempolicy", status=status, layer=facts.layer,
+    return CheckResult(name=CheckName.NUMA_MEMPOLICY, status=status, layer=facts.layer,
                        detail=f"{p.error or 'set_mempolicy failed'}: kt-kernel cannot bind expert memory to NUMA "
                               f"nodes and runs slower ({nodes} node(s); ktransformers #350)",
                        fix="Start the container with --cap-add SYS_NICE (docker's seccomp profile blocks "

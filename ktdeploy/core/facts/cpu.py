@@ -201,7 +201,7 @@ def build_cpu(cpuinfo: str | None, lscpu_json: str | None = None, lscpu_parse: s
     )
 
 
-def _int(v) -> int | None:
+def _int(v: object) -> int | None:
     try:
         return int(str(v).strip())
     except (TypeError, ValueError):

@@ -89,7 +89,7 @@ def parse_data_output(text: str) -> DataFacts:
     cur: Entry | None = None
     body: list[str] = []
 
-    def close():
+    def close() -> None:
         if cur is not None:
             content = "\n".join(body)
             if cur.kind == "read" and content.endswith("\n"):

@@ -43,7 +43,7 @@ def parse_paths(text: str) -> list[PathFacts]:
     cur: dict | None = None
     df_lines: list[str] = []
 
-    def flush():
+    def flush() -> None:
         if cur is None:
             return
         df = parse_df_line("\n".join(df_lines))

@@ -19,12 +19,12 @@ def parse_docker_info(text: str) -> dict:
     raise ValueError("no JSON object in docker info output")
 
 
-def _text(v) -> str | None:
+def _text(v: object) -> str | None:
     return v if isinstance(v, str) and v else (str(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
                                                else None)
 
 
-def _names(v) -> list[str]:
+def _names(v: object) -> list[str]:
     """A list of names from docker's shapes: {"runc": {...}} (Runtimes), ["a", "b"], or anything else (none)."""
     if isinstance(v, dict):
         return sorted(str(k) for k in v)

@@ -94,7 +94,7 @@ def build_limits(proc_limits: str | None, cgroup: str | None, shm: str | None) -
                        shm_free_bytes=df["free_bytes"] if df else None)
 
 
-def _limit(v: str):
+def _limit(v: str) -> int | str | None:
     if v == "unlimited":
         return "unlimited"
     try:

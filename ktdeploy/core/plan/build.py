@@ -13,20 +13,22 @@ from typing import Any
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core import variants as V
 from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune, merged_dir_for
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
-from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
+from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
+from ktdeploy.core.recipe.document import Recipe
+from ktdeploy.core.recipe.schema import Deploy
 from ktdeploy.core.safeio import norm_path
 
-MEMLOCK_WAIVER = "docker.memlock"
+MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
              "docker without CAP_SYS_RESOURCE): run it with that capability, or --waive docker.memlock (test hosts). "
              "Otherwise see `docker logs` of the container.")
-GPU_WAIVERS = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime")
 
 
 def container_waivers(waive: tuple[str, ...]) -> tuple[str, ...]:
@@ -76,7 +78,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:40] or "job"
 
 
-def output_dir_of(recipe) -> str:
+def output_dir_of(recipe: Recipe) -> str:
     out = recipe.train.get("output_dir")
     if not isinstance(out, str) or not out.startswith("/"):
         raise RecipeError("train.output_dir must be an absolute host path for `ktdeploy up`", key="train.output_dir",
@@ -84,13 +86,13 @@ def output_dir_of(recipe) -> str:
     return norm_path(out)   # one spelling per folder: '//srv/o/./run/' is '/srv/o/run' (one container name, one lock)
 
 
-def job_name(recipe) -> str:
+def job_name(recipe: Recipe) -> str:
     """Deterministic container name: recipe name + a hash of the output dir (one job per output dir)."""
     out = output_dir_of(recipe)
     return f"ktd-{_slug(recipe.name)}-{hashlib.sha256(out.encode()).hexdigest()[:8]}"
 
 
-def resolve_image(deploy, facts: HostFacts | None) -> tuple[str, str | None, str]:
+def resolve_image(deploy: Deploy, facts: HostFacts | None) -> tuple[str, str | None, str]:
     """(image reference, variant or None, how it was chosen)."""
     img = deploy.image
     if img == V.AUTO:
@@ -110,9 +112,10 @@ def resolve_image(deploy, facts: HostFacts | None) -> tuple[str, str | None, str
     return ref, variant, how
 
 
-def shipped_recipe(recipe, resume_from: str | None) -> dict:
+def shipped_recipe(recipe: Recipe, resume_from: str | None) -> dict:
     """The recipe the container runs: GPUs renumbered as the container sees them (--gpus device=... makes the
     chosen GPUs 0..n-1 inside) and the checkpoint to resume from."""
+    assert recipe.deploy is not None   # up's recipes have a deploy section (load_up_recipe)
     doc = copy.deepcopy(recipe.to_document())
     d = doc.setdefault("deploy", {})
     d["gpus"] = list(range(len(recipe.deploy.gpus)))
@@ -121,14 +124,14 @@ def shipped_recipe(recipe, resume_from: str | None) -> dict:
     return doc
 
 
-def _world_size(recipe) -> int:
+def _world_size(recipe: Recipe) -> int:
     try:
         return int(recipe.accelerate.get("num_processes") or 1)
     except (TypeError, ValueError):
         return 1
 
 
-def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tuple[str | None, list[Step], list[str]]:
+def _resume_target(recipe: Recipe, state: JobState, resume: str | None, out: str) -> tuple[str | None, list[Step], list[str]]:
     """(checkpoint to resume from, steps (moving partial checkpoints aside / failing), notes)."""
     notes: list[str] = []
     steps: list[Step] = []
@@ -182,7 +185,7 @@ def _resume_target(recipe, state: JobState, resume: str | None, out: str) -> tup
 def _preflight_stage(opts: UpOptions) -> Stage:
     """PREFLIGHT: done by the executor before planning (connect, facts, doctor); recorded here."""
     pf = opts.preflight or {}
-    return Stage("PREFLIGHT", "connect, gather facts, doctor", (
+    return Stage(StageName.PREFLIGHT, "connect, gather facts, doctor", (
         Step("preflight.connect", f"connect to {opts.host}", action=StepAction.RUN, satisfied=True,
              why=pf.get("connect", "done before planning")),
         Step("preflight.doctor", "gather host facts and run doctor", action=StepAction.RUN, satisfied=True,
@@ -220,12 +223,13 @@ def _runtime_stage(facts: HostFacts, nvidia_waived: bool) -> Stage:
                            "container-toolkit/latest/install-guide.html), or install nvidia-container-toolkit and run "
                            "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`; "
                            "then re-run ktdeploy up."))
-    return Stage("RUNTIME", "container runtime", tuple(rt))
+    return Stage(StageName.RUNTIME, "container runtime", tuple(rt))
 
 
-def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
+def _volumes_stage(recipe: Recipe, state: JobState, opts: UpOptions) -> Stage:
     """VOLUMES: model (read-only) and data exist, the output volume is made; an output dir that is not ours and
     not empty stops `up` unless --resume."""
+    assert recipe.deploy is not None   # up's recipes have a deploy section (load_up_recipe)
     vol = recipe.deploy.volumes
     out = output_dir_of(recipe)
     vs: list[Step] = [
@@ -250,7 +254,7 @@ def _volumes_stage(recipe, state: JobState, opts: UpOptions) -> Stage:
             why = f"{out} exists and is not empty ({', '.join(state.top_level[:5])})"
             fix = "Choose a new train.output_dir (ktdeploy never overwrites an output dir)."
         vs.append(Step("volumes.output_dir", f"output dir {out} is free", action=StepAction.FAIL, why=why, fix=fix))
-    return Stage("VOLUMES", "model (read-only), data, output", tuple(vs))
+    return Stage(StageName.VOLUMES, "model (read-only), data, output", tuple(vs))
 
 
 @dataclass(frozen=True)
@@ -287,7 +291,7 @@ class _Job:
         return self.state.user or None
 
 
-def _job(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
+def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
     deploy = recipe.deploy
     if deploy is None:
         raise RecipeError("the recipe has no valid deploy: section", key="deploy",
@@ -314,7 +318,7 @@ def _job(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
     name = job_name(recipe)
     home = state.home.rstrip("/") or "/tmp"
     image, variant, image_how = resolve_image(deploy, facts)
-    gpu_waived = "docker.nvidia_runtime" in opts.waive or "gpu.present" in opts.waive
+    gpu_waived = CheckName.DOCKER_NVIDIA_RUNTIME in opts.waive or CheckName.GPU_PRESENT in opts.waive
     return _Job(recipe=recipe, deploy=deploy, state=state, opts=opts, out=out, name=name,
                 full=is_full_finetune(recipe.train), adapter=adapter, merged=merged,
                 model_bytes=_model_bytes(facts, recipe), job_dir=f"{home}/.cache/ktdeploy/jobs/{name}",
@@ -322,7 +326,7 @@ def _job(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
                 memlock=MEMLOCK_WAIVER not in opts.waive)
 
 
-def _model_bytes(facts: HostFacts | None, recipe) -> int | None:
+def _model_bytes(facts: HostFacts | None, recipe: Recipe) -> int | None:
     model = recipe.train.get("model_name_or_path")
     pf = facts.path(model) if facts is not None and isinstance(model, str) else None
     return pf.used_bytes if pf is not None else None
@@ -341,7 +345,7 @@ def merge_timeout(model_bytes: int | None) -> float:
     return max(MERGE_MIN_TIMEOUT_S, model_bytes / MERGE_BYTES_PER_S)
 
 
-def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
+def build_plan(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Plan:
     """The whole plan: one function per stage, each a pure function of the shared job values."""
     j = _job(recipe, facts, state, opts)
     notes: list[str] = []
@@ -350,7 +354,7 @@ def build_plan(recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> Pl
     if j.gpus is None:
         notes.append("GPU checks waived (--waive): the containers start WITHOUT --gpus. Test hosts only.")
     # in stage order, so the first refusal a host or recipe earns is the one reported
-    stages = [_preflight_stage(opts), _runtime_stage(facts, "docker.nvidia_runtime" in opts.waive), _image_stage(j),
+    stages = [_preflight_stage(opts), _runtime_stage(facts, CheckName.DOCKER_NVIDIA_RUNTIME in opts.waive), _image_stage(j),
               _volumes_stage(recipe, state, opts)]
     train, resume_from, resume_notes, skip_training = _train_stage(j)
     notes.extend(resume_notes)
@@ -398,7 +402,7 @@ def _image_stage(j: _Job) -> Stage:
                        fix=f"Build it on the host (`ktdeploy image build` there, or here and `ktdeploy image save` "
                            f"it), pass --image-tar FILE made by `ktdeploy image save`, or set deploy.registry to a "
                            f"registry the host can pull {image} from."))
-    return Stage("IMAGE", f"image {image}", tuple(im))
+    return Stage(StageName.IMAGE, f"image {image}", tuple(im))
 
 
 def _image_check_step(j: _Job) -> Step:
@@ -436,7 +440,7 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
                            "recipe), after fixing the cause shown above."))
     elif c is None and j.state.finished and opts.resume:
         tr.append(Step("train.start", "training", satisfied=True, why=f"{j.out} holds a finished run; nothing to resume"))
-        return Stage("TRAIN", "training container", tuple(tr)), None, [], True
+        return Stage(StageName.TRAIN, "training container", tuple(tr)), None, [], True
     else:
         resume_from, resume_steps, resume_notes = _resume_target(j.recipe, j.state, opts.resume, j.out)
         if c is not None:
@@ -462,8 +466,8 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
                        probe=tuple(dk.started_probe(name))))
         tr.append(Step("train.start", f"start {name} (detached)", argv=tuple(dk.start(name)),
                        probe=tuple(dk.started_probe(name)), fix=START_FIX))
-        return Stage("TRAIN", "training container", tuple(tr)), resume_from, resume_notes, False
-    return Stage("TRAIN", "training container", tuple(tr)), None, [], False
+        return Stage(StageName.TRAIN, "training container", tuple(tr)), resume_from, resume_notes, False
+    return Stage(StageName.TRAIN, "training container", tuple(tr)), None, [], False
 
 
 def _tune_steps(j: _Job) -> tuple[list[Step], str]:
@@ -497,19 +501,19 @@ def _tune_steps(j: _Job) -> tuple[list[Step], str]:
 
 def _follow_stage(j: _Job, skip_training: bool) -> Stage:
     if j.opts.detach:
-        return Stage("FOLLOW", "follow training", skipped="--detach: training runs on; follow later with "
+        return Stage(StageName.FOLLOW, "follow training", skipped="--detach: training runs on; follow later with "
                                                           "`ktdeploy status`, `ktdeploy logs -f` or `ktdeploy up`")
     fs = [Step("follow.train", f"follow {j.out}/{TRAINER_LOG} until {j.name} exits", action=StepAction.FOLLOW,
                params={"container": j.name, "log": f"{j.out}/{TRAINER_LOG}"}, satisfied=skip_training)]
     for a in ARTIFACTS:
         fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{j.out}/{a}",
                        local=f"artifacts/{a}", optional=True))
-    return Stage("FOLLOW", "follow training, fetch the loss plot and summary", tuple(fs))
+    return Stage(StageName.FOLLOW, "follow training, fetch the loss plot and summary", tuple(fs))
 
 
 def _convert_stage(j: _Job) -> Stage:
     if j.opts.detach:
-        return Stage("CONVERT", "convert the adapter", skipped="--detach")
+        return Stage(StageName.CONVERT, "convert the adapter", skipped="--detach")
     present = j.state.adapter_present
     steps = [
         Step("convert.adapter", f"convert {j.out} -> {j.adapter}",
@@ -530,16 +534,16 @@ def _convert_stage(j: _Job) -> Stage:
                 "by its timeout resumes at the next `ktdeploy up`."))
     title = ("regroup the full fine-tune's KT experts into a servable model" if j.full
              else "convert the adapter for sglang-kt" + (" and merge it into the base" if j.merged else ""))
-    return Stage("CONVERT", title, tuple(steps))
+    return Stage(StageName.CONVERT, title, tuple(steps))
 
 
 def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
     """The serving container and its readiness; returns the stage and the endpoint note."""
     deploy, serve_name, job_dir = j.deploy, j.serve_name, j.job_dir
     if j.opts.detach:
-        return Stage("SERVE", "serve", skipped="--detach"), None
+        return Stage(StageName.SERVE, "serve", skipped="--detach"), None
     if not deploy.serve.enabled:
-        return Stage("SERVE", "serve", skipped="deploy.serve.enabled is false"), None
+        return Stage(StageName.SERVE, "serve", skipped="deploy.serve.enabled is false"), None
     s = j.state.serve
     sv: list[Step] = []
     if s is not None and s.running:
@@ -588,4 +592,4 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
     note = (f"serving endpoint: {url} (model={served})" if j.full or j.merged else
             f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
     what = "trained weights" if j.full else "merged model (BF16, no LoRA)" if j.merged else "adapter"
-    return Stage("SERVE", f"serve the {what} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}", tuple(sv)), note
+    return Stage(StageName.SERVE, f"serve the {what} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}", tuple(sv)), note

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
+
+from ktdeploy.core.recipe.schema import Volumes
 
 JOB_MOUNT = "/ktdeploy-job"        # where the shipped recipe lands in the container (docker cp)
 CONTAINER_RECIPE = f"{JOB_MOUNT}/recipe.yaml"
@@ -57,7 +60,7 @@ def training_flags(*, gpus: list[int] | None, memlock: bool = True, user: str | 
     return [*user_flags(user), *gpu_flags(gpus), *runtime_flags(memlock)]
 
 
-def _create_trainer(role: str, *, name: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
+def _create_trainer(role: str, *, name: str, run_id: str, volumes: Volumes, output_dir: str, gpus: list[int] | None,
                     memlock: bool, user: str | None) -> list[str]:
     """`docker create` up to the image: what every container that trains (the run, the tune trials) needs."""
     return ["docker", "create", "--name", name, *labels(name, run_id, role, output_dir),
@@ -66,12 +69,12 @@ def _create_trainer(role: str, *, name: str, run_id: str, volumes, output_dir: s
             "--env", f"KTDEPLOY_RUN={run_id}", "--env", "PYTHONUNBUFFERED=1"]
 
 
-def waive_args(waive) -> list[str]:
+def waive_args(waive: Iterable[str]) -> list[str]:
     """The checks `up` waived, for the container's own doctor (`ktdeploy train|tune --waive NAME`): one gate."""
     return [a for name in waive for a in ("--waive", name)]
 
 
-def create_train(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
+def create_train(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, gpus: list[int] | None,
                  memlock: bool = True, user: str | None = None, tuned: str | None = None,
                  waive: tuple[str, ...] = ()) -> list[str]:
     return [*_create_trainer("train", name=name, run_id=run_id, volumes=volumes, output_dir=output_dir, gpus=gpus,
@@ -79,7 +82,7 @@ def create_train(*, name: str, image: str, run_id: str, volumes, output_dir: str
             "--", image, "train", CONTAINER_RECIPE, *(["--tuned", tuned] if tuned else []), *waive_args(waive)]
 
 
-def create_tune(*, name: str, image: str, run_id: str, volumes, output_dir: str, gpus: list[int] | None,
+def create_tune(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, gpus: list[int] | None,
                 workdir: str, budget_minutes: float, memlock: bool = True, user: str | None = None) -> list[str]:
     """`ktdeploy tune` in the training image, with the training container's flags, GPUs and volumes."""
     return [*_create_trainer("tune", name=name, run_id=run_id, volumes=volumes, output_dir=output_dir, gpus=gpus,
@@ -133,14 +136,14 @@ def start_attached(name: str) -> list[str]:
     return ["docker", "start", "--attach", "--", name]
 
 
-def run_convert(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str,
+def run_convert(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, adapter_dir: str,
                 user: str | None = None) -> list[str]:
     return ["docker", "run", "--rm", "--name", name, *labels(name, run_id, "convert", output_dir), *user_flags(user),
             *mount(volumes.model, readonly=True), *mount(volumes.output),
             "--", image, "convert", output_dir, "-o", adapter_dir]
 
 
-def run_merge(*, name: str, image: str, run_id: str, volumes, output_dir: str, base: str, merged_dir: str,
+def run_merge(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, base: str, merged_dir: str,
               user: str | None = None) -> list[str]:
     """`ktdeploy merge` in the image: the model volume read-only (links inside the base may point anywhere in it,
     nowhere else), the merged model written to the output volume."""
@@ -149,7 +152,7 @@ def run_merge(*, name: str, image: str, run_id: str, volumes, output_dir: str, b
             "--", image, "merge", output_dir, "--base", base, "--base-root", volumes.model, "-o", merged_dir]
 
 
-def create_serve(*, name: str, image: str, run_id: str, volumes, output_dir: str, adapter_dir: str | None,
+def create_serve(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, adapter_dir: str | None,
                  weights_dir: str | None = None, gpus: list[int] | None, memlock: bool = True, user: str | None = None,
                  env_file: str | None = None, merged_dir: str | None = None) -> list[str]:
     secret = ["--env-file", env_file] if env_file else []

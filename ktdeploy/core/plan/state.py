@@ -35,8 +35,6 @@ STATE_SCRIPT = "\n".join([
     sh_block("end"),
     ""])
 
-FINISHED_MARKERS = ckpt.FINISHED_MARKERS   # re-exported; defined once in core/checkpoints
-
 
 @dataclass(frozen=True)
 class ContainerState:

@@ -4,12 +4,26 @@ done; nothing here touches a host (the executor does)."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-STAGES = ("PREFLIGHT", "RUNTIME", "IMAGE", "VOLUMES", "TRAIN", "FOLLOW", "CONVERT", "SERVE")
 
+class StageName(StrEnum):
+    """Every stage of `up` (and of `up --slurm`), in the order they run. A Stage's name is stored as the plain
+    string, so plans, records and output read as before."""
+
+    PREFLIGHT = "PREFLIGHT"   # connect, facts, doctor (api's phases record their failures here)
+    SYNC = "SYNC"             # --sync-model / --sync-data (api, before doctor)
+    RUNTIME = "RUNTIME"
+    IMAGE = "IMAGE"
+    VOLUMES = "VOLUMES"
+    TRAIN = "TRAIN"
+    SUBMIT = "SUBMIT"         # up --slurm: sbatch the batch scripts
+    FOLLOW = "FOLLOW"
+    CONVERT = "CONVERT"
+    SERVE = "SERVE"
 
 
 class StepAction(StrEnum):
@@ -29,8 +43,6 @@ class StepAction(StrEnum):
     FOLLOW_JOB = "follow_job"      # follow a Slurm job (its state, the trainer log) until it ends
     WAIT_JOB = "wait_job"          # wait for a Slurm job to end
 
-
-Action = StepAction   # the former Literal's name
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,9 @@ class Stage:
     steps: tuple[Step, ...] = ()
     skipped: str | None = None                # why the whole stage does not run
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", StageName(self.name).value)   # ValueError for a stage not in StageName
+
     def to_json(self) -> dict:
         d = {"name": self.name, "title": self.title, "steps": [s.to_json() for s in self.steps]}
         if self.skipped:
@@ -97,7 +112,7 @@ class Plan:
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)
 
-    def steps(self):
+    def steps(self) -> Iterator[tuple[Stage, Step]]:
         for st in self.stages:
             for s in st.steps:
                 yield st, s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 
 from ktdeploy.core.recipe.catalog_data import (  # noqa: F401 (rules.py reads cat.TEMPLATES)
     ACCELERATE_KEYS,
@@ -79,7 +80,7 @@ TRAIN_KEY_SET = frozenset(TRAIN_KEYS)
 ACCELERATE_KEY_SET = frozenset(ACCELERATE_KEYS)
 
 
-def did_you_mean(key: str, candidates) -> str | None:
+def did_you_mean(key: str, candidates: Iterable[str]) -> str | None:
     match = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.75)
     return match[0] if match else None
 

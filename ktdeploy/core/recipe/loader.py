@@ -113,7 +113,7 @@ def _alias_bomb(file: str) -> RecipeError:
                        fix="write the recipe without anchors/aliases (&name / *name)")
 
 
-def _yaml11_sections(text: str, doc: Any, sections=YAML11_SECTIONS) -> Any:
+def _yaml11_sections(text: str, doc: Any, sections: tuple[str, ...] = YAML11_SECTIONS) -> Any:
     """Replace the values of the YAML 1.1 sections by their LlamaFactory/Accelerate reading."""
     if not isinstance(doc, dict):
         return doc

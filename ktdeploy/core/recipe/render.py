@@ -46,7 +46,7 @@ class _Representer(SafeRepresenter):
     Accelerate read with PyYAML (YAML 1.1), where a plain `save_strategy: no` is the boolean false."""
 
 
-def _represent_str(rep: SafeRepresenter, value: str):
+def _represent_str(rep: SafeRepresenter, value: str) -> ScalarNode:
     if _YAML11.resolve(ScalarNode, value, (True, False)) != _STR:
         return rep.represent_scalar(_STR, value, style="'")
     return SafeRepresenter.represent_str(rep, value)

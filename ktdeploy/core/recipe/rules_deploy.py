@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.recipe.rules import Ctx, rule
 from ktdeploy.core.safeio import inside, norm_path
+
+if TYPE_CHECKING:
+    from ktdeploy.core.sizing.model_config import MoEArchitecture
 
 API_KEY_ENV = re.compile(r"^KTDEPLOY_[A-Z0-9_]*KEY[A-Z0-9_]*$")
 HOST = re.compile(r"^(?!-)[A-Za-z0-9._:\[\]%-]{1,253}$")     # a name, an IPv4 or an (bracketed or bare) IPv6
@@ -170,7 +174,7 @@ def fp8_tp_slices(ctx: Ctx) -> None:
                   f"threadpool_count={pools}')", f"use one pool per NUMA node among {', '.join(map(str, fits))}")
 
 
-def model_arch(train: dict):
+def model_arch(train: dict) -> MoEArchitecture | None:
     """The recipe's model architecture by the config.json the planner would use, or None when none is known here."""
     try:
         from ktdeploy.core.sizing.model_config import resolve_model_config

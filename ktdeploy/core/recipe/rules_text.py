@@ -10,6 +10,7 @@ host paths and every other string of the deploy section.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from ktdeploy.core import variants as V
@@ -22,7 +23,7 @@ TRAIN_PATHS = ("output_dir", "model_name_or_path", "adapter_name_or_path", "data
 MAX_REPORTED = 10
 
 
-def _strings(value: Any, path: str):
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, str):
         yield path, value
     elif isinstance(value, dict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
 from ktdeploy.core import variants as V
 from ktdeploy.core.safeio import norm_path
@@ -45,7 +45,7 @@ class Volumes(_Strict):
 
     @field_validator("model", "data", "output")
     @classmethod
-    def _abs(cls, v: str, info) -> str:
+    def _abs(cls, v: str, info: ValidationInfo) -> str:
         return _absolute(v, f"deploy.volumes.{info.field_name}")
 
 

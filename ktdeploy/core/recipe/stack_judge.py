@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,7 +216,7 @@ def _fix(refusal: Refusal, path: str) -> str:
 
 
 def findings(result: JudgeResult, train: dict[str, Any], accelerate: dict[str, Any],
-             where=lambda path: (None, None)) -> list[Finding]:
+             where: Callable[[str], tuple[Any, Any]] = lambda path: (None, None)) -> list[Finding]:
     """One error per refusal, on the key it names (``where(path)`` -> (file, line) of that key)."""
     out = []
     for r in result.refusals:

@@ -10,6 +10,8 @@ node only when no node with a lower fitting build is free.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ktdeploy.core import variants as V
 from ktdeploy.core.checks.isa import AVX2_FLAGS, amx_usable
 from ktdeploy.core.facts.host import HostFacts
@@ -56,14 +58,7 @@ def node_features(facts: HostFacts) -> list[str]:
     return proven_variants(facts)
 
 
-def node_weight(features) -> int:
+def node_weight(features: Iterable[str]) -> int:
     """Slurm ``Weight``: the higher the best build, the later the node is chosen (AMX nodes last)."""
     best = [f for f in LADDER if f in set(features)]
     return WEIGHTS[best[-1]] if best else 1
-
-
-def best_offered(features_by_node: dict[str, list[str]]) -> str | None:
-    """The best build some node offers (deploy.image: auto on a cluster)."""
-    offered = {f for fs in features_by_node.values() for f in fs}
-    top = [v for v in LADDER if v in offered]
-    return top[-1] if top else None

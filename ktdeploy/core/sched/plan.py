@@ -11,13 +11,12 @@ import dataclasses
 import posixpath
 
 from ktdeploy.core.adapter_layout import adapter_dir_for
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.plan.build import ARTIFACTS, UpOptions, _volumes_stage, job_name, output_dir_of
 from ktdeploy.core.plan.state import JobState
-from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
+from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 from ktdeploy.core.sched.batch import job_dir_of
-
-STAGES = ("PREFLIGHT", "VOLUMES", "SUBMIT", "FOLLOW", "CONVERT")
 
 
 def build_slurm_plan(recipe, state: JobState, opts: UpOptions, *, image: str, variant: str | None,
@@ -26,7 +25,7 @@ def build_slurm_plan(recipe, state: JobState, opts: UpOptions, *, image: str, va
     name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
     adapter = adapter_dir_for(out)
     pf = opts.preflight or {}
-    stages = [Stage("PREFLIGHT", "connect to the login node, read the cluster, fit the job", (
+    stages = [Stage(StageName.PREFLIGHT, "connect to the login node, read the cluster, fit the job", (
         Step("preflight.connect", f"connect to {opts.host}", satisfied=True, why=pf.get("connect", "done")),
         Step("preflight.fit", "a node can run the job (features, memory, GPUs, CPUs)", satisfied=True,
              why=fit_detail)))]
@@ -62,11 +61,11 @@ def build_slurm_plan(recipe, state: JobState, opts: UpOptions, *, image: str, va
         sub.append(Step("submit.convert", f"sbatch the conversion job {name}-convert (after training succeeds)",
                         action=StepAction.SUBMIT, argv=("sbatch", "--parsable", "--", f"{job_dir}/convert.sbatch"),
                         params={"role": "convert", "after": None if finished else "train"}))
-    stages.append(Stage("SUBMIT", "batch jobs on the login node", tuple(sub)))
+    stages.append(Stage(StageName.SUBMIT, "batch jobs on the login node", tuple(sub)))
     if opts.detach:
-        stages.append(Stage("FOLLOW", "follow training", skipped="--detach: the jobs run on; `ktdeploy status` / "
+        stages.append(Stage(StageName.FOLLOW, "follow training", skipped="--detach: the jobs run on; `ktdeploy status` / "
                                                                  "`ktdeploy logs -f` / `ktdeploy up` follow them"))
-        stages.append(Stage("CONVERT", "wait for the conversion job", skipped="--detach"))
+        stages.append(Stage(StageName.CONVERT, "wait for the conversion job", skipped="--detach"))
     else:
         fs = [Step("follow.train", f"follow {out}/{TRAINER_LOG} until the training job ends",
                    action=StepAction.FOLLOW_JOB, satisfied=finished,
@@ -76,14 +75,14 @@ def build_slurm_plan(recipe, state: JobState, opts: UpOptions, *, image: str, va
         for a in ARTIFACTS:
             fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{out}/{a}",
                            local=f"artifacts/{a}", optional=True))
-        stages.append(Stage("FOLLOW", "follow the training job, fetch the loss plot and summary", tuple(fs)))
-        stages.append(Stage("CONVERT", "the conversion job", (
+        stages.append(Stage(StageName.FOLLOW, "follow the training job, fetch the loss plot and summary", tuple(fs)))
+        stages.append(Stage(StageName.CONVERT, "the conversion job", (
             Step("convert.wait", f"{out} -> {adapter}", action=StepAction.WAIT_JOB,
                  satisfied=state.adapter_present, why="already converted" if state.adapter_present else "",
                  params={"role": "convert", "job_dir": job_dir, "job_id": queued.get("convert")}),)))
     notes = [f"Slurm: jobs on the login node {opts.host}; the output volume must be shared by login and compute "
              "nodes (scripts, logs and the output live there)"]
-    if "docker.nvidia_runtime" in opts.waive or "gpu.present" in opts.waive:
+    if CheckName.DOCKER_NVIDIA_RUNTIME in opts.waive or CheckName.GPU_PRESENT in opts.waive:
         notes.append("GPU checks waived (--waive): the containers start WITHOUT --gpus. Test clusters only.")
     return Plan(host=opts.host, recipe=recipe.name, job=name, image=image, variant=variant, output_dir=out,
                 adapter_dir=adapter, job_dir=job_dir, stages=tuple(stages), waived=tuple(opts.waive),

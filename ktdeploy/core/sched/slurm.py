@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.sched.features import node_features, node_weight, variant_features
@@ -210,9 +211,9 @@ def fit_check(request: JobRequest, nodes: list[ClusterNode]) -> CheckResult:
     data = {"request": {"mem_mib": request.mem_mib, "cpus": request.cpus, "gpus": request.gpus,
                         "constraint": request.constraint}, "fits": list(f.nodes), "reasons": f.reasons}
     if f.nodes:
-        return CheckResult(name="slurm.fit", status="pass", detail=f"{what}: fits {', '.join(f.nodes)}", data=data)
+        return CheckResult(name=CheckName.SLURM_FIT, status="pass", detail=f"{what}: fits {', '.join(f.nodes)}", data=data)
     if not nodes:
-        return CheckResult(name="slurm.fit", status="fail", detail="sinfo lists no node", data=data,
+        return CheckResult(name=CheckName.SLURM_FIT, status="fail", detail="sinfo lists no node", data=data,
                            fix="Check the cluster (sinfo) and the partition (deploy.scheduler.partition).")
     per_node = "; ".join(f"{n}: {', '.join(r)}" for n, r in sorted(f.reasons.items()))
     fixes = []
@@ -228,7 +229,7 @@ def fit_check(request: JobRequest, nodes: list[ClusterNode]) -> CheckResult:
                      "picks one) or add such a node (ansible role slurm_node sets features from doctor)")
     if all(any("CPUs" in r for r in rs) for rs in f.reasons.values()):
         fixes.append("lower kt_num_threads / deploy.scheduler.cpus or deploy.reserve_cores")
-    return CheckResult(name="slurm.fit", status="fail", data=data,
+    return CheckResult(name=CheckName.SLURM_FIT, status="fail", data=data,
                        detail=f"no node of the cluster can ever run this job ({what}): {per_node}",
                        fix="; ".join(fixes) or "Fix the request or the nodes named above.")
 

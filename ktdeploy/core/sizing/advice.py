@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.sizing.calibration import upper_edges
 from ktdeploy.core.sizing.estimate import GIB, ResourcePlan, estimate, setup_from
@@ -173,9 +174,9 @@ def plan_checks(recipe_dicts: Dicts, arch: MoEArchitecture, *, host_available_by
     results = []
     gpu_cap = min(gpu_free_mib) / 1024 if gpu_free_mib else None
     for name, resource, cap_bytes, label in (
-            ("plan.host_memory", "host", host_available_bytes, "available host memory (MemAvailable)"),
-            ("plan.gpu_memory", "gpu", None if gpu_cap is None else gpu_cap * GIB, "free memory of the smallest recipe GPU"),
-            ("plan.disk", "disk", disk_free_bytes, "free disk under the output volume")):
+            (CheckName.PLAN_HOST_MEMORY, "host", host_available_bytes, "available host memory (MemAvailable)"),
+            (CheckName.PLAN_GPU_MEMORY, "gpu", None if gpu_cap is None else gpu_cap * GIB, "free memory of the smallest recipe GPU"),
+            (CheckName.PLAN_DISK, "disk", disk_free_bytes, "free disk under the output volume")):
         predicted = _value(plan, resource)
         need = edges[resource]          # the top of the calibration band: one policy with checks.resources
         data: dict[str, Any] = {"predicted_gib": round(predicted, 2), "upper_edge_gib": round(need, 2),

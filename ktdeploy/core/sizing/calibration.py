@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ktdeploy.core.sizing.anchors import ANCHORS
-from ktdeploy.core.sizing.estimate import MEASURED, Measured, estimate
+from ktdeploy.core.sizing.estimate import MEASURED, Measured, ResourcePlan, estimate
 from ktdeploy.core.sizing.model_config import MoEArchitecture, parse_model_config
 
 PEAKS_FILE = Path(__file__).with_name("data") / "gpu_peaks.json"
@@ -82,7 +82,7 @@ def calibration_points(peaks_file: Path = PEAKS_FILE) -> list[Point]:
 
 # ---------------------------------------------------------------- the fit
 
-def _plan(p: Point, consts: dict[str, Measured]):
+def _plan(p: Point, consts: dict[str, Measured]) -> ResourcePlan:
     return estimate((p.train, p.accelerate), p.arch, constants=consts)
 
 
@@ -237,7 +237,7 @@ def upper_edge(value_gib: float, resource: str, num_processes: int) -> float:
     return value_gib * (1 + b) if b else value_gib
 
 
-def upper_edges(plan) -> dict[str, float]:
+def upper_edges(plan: ResourcePlan) -> dict[str, float]:
     """Host, GPU and disk upper edges of a ResourcePlan (one policy for doctor's plan.* and checks.resources)."""
     n = int(plan.setup.get("num_processes") or 1)
     return {"host": upper_edge(plan.host_memory_gib, "host", n),

@@ -8,43 +8,49 @@ kt_max_cache_depth, INT8/AMXINT4 weights, more GPUs, save_total_limit, ...) brin
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
+from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.sizing.advice import plan_checks
 from ktdeploy.core.sizing.estimate import estimate
 from ktdeploy.core.sizing.model_config import MoEArchitecture, resolve_model_config
 
 
-def _dicts(recipe) -> tuple[dict, dict]:
+def _dicts(recipe: Any) -> tuple[dict, dict]:   # a Recipe, or anything with .train/.accelerate
     return dict(getattr(recipe, "train", None) or {}), dict(getattr(recipe, "accelerate", None) or {})
 
 
-def _arch(recipe, model_config=None) -> tuple[MoEArchitecture, str]:
+def _arch(recipe: Any, model_config: str | Path | None = None) -> tuple[MoEArchitecture, str]:
     return resolve_model_config(_dicts(recipe)[0], model_config)
 
 
-def _host_available(facts) -> int | None:
+def _host_available(facts: HostFacts) -> int | None:
     m = facts.memory
     cg = facts.limits.cgroup_memory_limit if isinstance(facts.limits.cgroup_memory_limit, int) else None
     avail = [x for x in (m.available_bytes, cg) if x]
     return min(avail) if avail else None
 
 
-def _gpu_free_mib(facts, recipe) -> list[int] | None:
+def _gpu_free_mib(facts: HostFacts, recipe: Any) -> list[int] | None:
     wanted = list(getattr(getattr(recipe, "deploy", None), "gpus", None) or [])
     gpus = [g for g in facts.gpu.gpus if not wanted or g.index in wanted]
     free = [g.memory_total_mib - (g.memory_used_mib or 0) for g in gpus if g.memory_total_mib]
     return free or None
 
 
-def _disk_free(facts, recipe) -> int | None:
+def _disk_free(facts: HostFacts, recipe: Any) -> int | None:
     vol = getattr(getattr(recipe, "deploy", None), "volumes", None)
     out = getattr(vol, "output", None) or (_dicts(recipe)[0].get("output_dir") or None)
     pf = facts.path(out) if out else None
     return pf.free_bytes if pf else None
 
 
-def plan_check_results(recipe, facts, model_config=None, planned=None) -> list[CheckResult]:
+def plan_check_results(recipe: Any, facts: HostFacts, model_config: str | Path | None = None,
+                       planned: Any = None) -> list[CheckResult]:
     """plan.host_memory / plan.gpu_memory / plan.disk against the host's free memory, GPU memory and disk.
     ``planned``: the doctor run's one planner answer (``checks.resources.recipe_plan``): (plan, arch, where), or
     the KtdeployError saying why there is none; None: plan here."""
@@ -59,9 +65,9 @@ def plan_check_results(recipe, facts, model_config=None, planned=None) -> list[C
             if getattr(recipe, "deploy", None) is not None:   # deploy.serve.merge adds the merged model's disk
                 plan = estimate(recipe, arch)
     except KtdeployError as err:
-        return [CheckResult(name=f"plan.{r}", status="skip", layer=facts.layer,
+        return [CheckResult(name=r, status="skip", layer=facts.layer,
                             detail=f"no resource plan: {err.message}", fix=err.fix or "")
-                for r in ("host_memory", "gpu_memory", "disk")]
+                for r in (CheckName.PLAN_HOST_MEMORY, CheckName.PLAN_GPU_MEMORY, CheckName.PLAN_DISK)]
     results = plan_checks(_dicts(recipe), arch, host_available_bytes=_host_available(facts),
                           gpu_free_mib=_gpu_free_mib(facts, recipe), disk_free_bytes=_disk_free(facts, recipe),
                           where=where, plan=plan)

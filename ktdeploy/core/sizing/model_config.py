@@ -408,6 +408,3 @@ def resolve_model_config(train: dict, explicit: str | Path | None = None,
 def gib(nbytes: float) -> float:
     return nbytes / 2**30
 
-
-def ceil_to(x: float, m: int) -> int:
-    return int(math.ceil(x / m) * m)

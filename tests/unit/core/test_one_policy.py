@@ -123,10 +123,10 @@ def test_follow_and_tune_read_trainer_log_with_one_parser():
     from ktdeploy.core import trainer_log
 
     text = _lf_log()
-    assert follow.parse_log(text) == measure.parse_log(text) == trainer_log.parse_log(text)
-    assert follow.latest(text).current_steps == 5
-    assert measure.steady_tokens_per_s(measure.parse_log(text), 1) == pytest.approx(1000.0)
-    assert measure.peak_vram_gib(measure.parse_log(text)) == pytest.approx(1.5)
+    assert measure.parse_log(text) == trainer_log.parse_log(text)
+    assert follow.LogEntry is trainer_log.LogEntry and trainer_log.latest(text).current_steps == 5
+    assert trainer_log.steady_tokens_per_s(measure.parse_log(text), 1) == pytest.approx(1000.0)
+    assert trainer_log.peak_vram_gib(measure.parse_log(text)) == pytest.approx(1.5)
 
 
 def test_train_summary_uses_the_same_steady_rate(tmp_path):

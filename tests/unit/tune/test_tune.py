@@ -9,11 +9,12 @@ import pytest
 from ktdeploy.agent.monitor import PAGE, tree_rss_bytes
 from ktdeploy.agent.tune import api
 from ktdeploy.agent.tune.candidates import Candidate, stage_one, stage_two, thread_ladder
-from ktdeploy.agent.tune.measure import parse_log, steady_tokens_per_s
+from ktdeploy.agent.tune.measure import parse_log
 from ktdeploy.agent.tune.runner import TrialSpec, run_trial, trial_argv, trial_out_dir
 from ktdeploy.agent.tune.select import Trial, choose, should_stop_early
 from ktdeploy.core.errors import RecipeError
 from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
+from ktdeploy.core.trainer_log import steady_tokens_per_s
 
 REPO = Path(__file__).resolve().parents[3]
 FAKE = (sys.executable, str(REPO / "tests" / "fakes" / "tune_trainer.py"))
