@@ -292,10 +292,7 @@ class _Job:
 
 
 def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
-    deploy = recipe.deploy
-    if deploy is None:
-        raise RecipeError("the recipe has no valid deploy: section", key="deploy",
-                          fix="Add deploy.volumes.model/data/output (see recipes/tiny-moe-lora.yaml).")
+    deploy = recipe.require_deploy()
     out = output_dir_of(recipe)
     # What sglang-kt serves goes to the sibling <output_dir>-sglang (the rule `ktdeploy convert` enforces, one
     # function): a LoRA run's adapter, or a full fine-tune's model (HF weights + kt-kernel's KT Full experts

@@ -16,10 +16,11 @@ from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.plan.build import ARTIFACTS, UpOptions, _volumes_stage, job_name, output_dir_of
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.sched.batch import job_dir_of
 
 
-def build_slurm_plan(recipe, state: JobState, opts: UpOptions, *, image: str, variant: str | None,
+def build_slurm_plan(recipe: Recipe, state: JobState, opts: UpOptions, *, image: str, variant: str | None,
                      queued: dict[str, str], fit_detail: str) -> Plan:
     """``queued``: role (train/convert) -> the job id of this job name already in the queue."""
     name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
