@@ -11,7 +11,7 @@ from ktdeploy.controller.doctor import DoctorReport
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, RUNTIME_FIXABLE, gate
-from ktdeploy.core.checks.threads import derive_threads, derived_kt_threads, kt_threads
+from ktdeploy.core.checks.threads import derive_threads, derived_kt_threads, serve_threads
 from ktdeploy.core.errors import CheckFailed, RunRecordError
 from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
 from ktdeploy.core.plan.state import JobState
@@ -82,8 +82,27 @@ def test_train_preview_and_serve_derive_the_same_threads(sets):
     # serve: --kt-cpuinfer / --kt-threadpool-count default to what training used
     effective = {**{k.split(".", 1)[1]: v for k, v in derived.items()},
                  **{k: v for k, v in recipe.kt_config.items() if k in ("kt_num_threads", "kt_threadpool_count")}}
-    assert kt_threads(recipe.train, facts, reserve) == (effective["kt_num_threads"], effective["kt_threadpool_count"])
+    assert serve_threads(recipe.kt_config, lambda: derive_threads(facts, reserve)) == (
+        effective["kt_num_threads"], effective["kt_threadpool_count"])
     assert derive_threads(facts, reserve) == (24 - reserve, 2)
+
+
+def test_serve_threads_flag_else_recipe_else_derived_and_derives_only_when_a_count_is_open():
+    asked: list[int] = []
+
+    def derived() -> tuple[int, int]:
+        asked.append(1)
+        return 22, 2
+
+    assert serve_threads({}, derived) == (22, 2)
+    assert serve_threads({"kt_num_threads": 6}, derived) == (6, 2)
+    assert serve_threads({"kt_num_threads": 6}, derived, cpuinfer=8) == (8, 2)
+    assert len(asked) == 3
+    assert serve_threads({"kt_num_threads": 6, "kt_threadpool_count": 1}, derived) == (6, 1)
+    assert serve_threads({}, derived, cpuinfer=4, threadpools=3) == (4, 3)
+    assert len(asked) == 3                          # nothing open: this host's facts are never gathered
+    assert serve_threads({"kt_num_threads": 0, "kt_threadpool_count": None}, derived) == (22, 2)  # 0 counts as unset
+    assert serve_threads({"kt_num_threads": -1}, derived) == (-1, 2)   # build_serve_command refuses it (exit 2)
 
 
 def test_no_threads_derived_without_kt():
@@ -301,7 +320,7 @@ def test_facts_are_gathered_once_per_container_start(monkeypatch):
     monkeypatch.setattr(local_host, "_RAW", {})
     image_entry.isa_gate("avx2", ["train", "r.yaml"])            # the entrypoint's gate (no probes for avx2)
     report = local_host.local_doctor(load_recipe(RECIPE))        # train's doctor
-    local_host.local_threads(load_recipe(RECIPE))                # serve's threads
+    local_host.local_threads(load_recipe(RECIPE).deploy.reserve_cores)   # serve's threads
     assert calls == ["gather"]
     assert report.facts.cpu.logical_cpus and report.facts.paths   # the doctor still looked at the recipe's paths
 
