@@ -24,6 +24,7 @@ from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_re
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate, profile_hint
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, RecipeError, RunRecordError, StepError, UsageError
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.safeio import parse_json, printable, read_text, write_file
 from ktdeploy.core.trainer_log import steady_rate
 
@@ -203,7 +204,7 @@ def stack_judgement(recipe: Recipe, rendered: Rendered, judge: Callable, report:
 
 def _run_dir(output_dir: Path, root: str | None) -> Path:
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
-    base = Path(root) if root else Path(rr.agent_runs_base(str(output_dir)))
+    base = Path(root) if root else Path(JobLayout(str(output_dir)).agent_runs)
     d = base / stamp
     n = 1
     while d.exists():
@@ -350,9 +351,9 @@ def exec_trainer(plan: TrainPlan, run_dir: Path, env: dict[str, str]) -> None:
 
 
 def trainer_workdir(plan: TrainPlan) -> Path:
-    """The trainer's working directory (the same for every run into this output root: rr.trainer_workdir says
+    """The trainer's working directory (the same for every run into this output root: JobLayout.trainer_workdir says
     why), made when missing; a run given its own ``--run-root`` still runs there."""
-    d = Path(rr.trainer_workdir(plan.output_dir))
+    d = Path(JobLayout(plan.output_dir).trainer_workdir)
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -362,7 +363,7 @@ def trainer_env(plan: TrainPlan) -> dict[str, str]:
     volume and the plan's defaults (the caching allocator's setting) unless the environment already names them."""
     env = {**plan.env_defaults, **os.environ, **plan.env}
     env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("CUDA_CACHE_PATH", rr.cuda_jit_cache(plan.output_dir))
+    env.setdefault("CUDA_CACHE_PATH", JobLayout(plan.output_dir).cuda_jit_cache)
     return env
 
 

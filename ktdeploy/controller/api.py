@@ -26,10 +26,8 @@ from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.controller.stack_judge import stack_judge_check
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
-from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
-from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.gate import CPU_ONLY, RUNTIME_FIXABLE, gate, profile_hint, with_profile
 from ktdeploy.core.checks.isa import variant_check
 from ktdeploy.core.checks.threads import derived_kt_threads
@@ -45,6 +43,7 @@ from ktdeploy.core.errors import (
 )
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.host_target import HostTarget, parse_host
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
@@ -161,7 +160,7 @@ def gather_job_state(conn: Connector, recipe: Recipe, image: str) -> JobState:
     name = job_name(recipe)
     out = output_dir_of(recipe)
     r = conn.run(["sh", "-c", STATE_SCRIPT, "ktdeploy-state", name, f"{name}-serve", image, out,
-                  adapter_dir_for(out)], timeout=120)
+                  JobLayout(out).adapter_dir], timeout=120)
     if r.rc != 0 and not r.stdout:
         raise StepError(f"could not read the job state on {conn.name}: {r.stderr.strip()[-300:]}", step="preflight.state")
     return parse_state(r.stdout)
@@ -737,7 +736,7 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
             st["live"] = {"error": e.message}
             return st
         try:
-            snap = snapshot(conn, job, f"{log}/{TRAINER_LOG}")
+            snap = snapshot(conn, job, JobLayout(log).trainer_log)
             serve = snapshot(conn, serve_job, "/dev/null").state
         except ConnectError as e:
             st["live"] = {"error": e.message}

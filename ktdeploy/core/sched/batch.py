@@ -20,7 +20,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from ktdeploy.core.adapter_layout import adapter_dir_for
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import job_name, output_dir_of
 from ktdeploy.core.recipe.document import Recipe
@@ -181,7 +181,7 @@ def convert_script(recipe: Recipe, *, image: str, run_id: str, request: JobReque
     """The conversion job (after the training job: --dependency=afterok): CPU only, the variant's CPU needs."""
     sbatch_values(recipe)
     name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
-    adapter = adapter_dir_for(out)
+    adapter = JobLayout(out).adapter_dir
     run = dk.run_convert(name=CNAME, image=image, run_id=run_id, volumes=recipe.require_deploy().volumes, output_dir=out,
                          adapter_dir=adapter, user=None)
     run = [*run[:3], DYNAMIC, *run[3:]]

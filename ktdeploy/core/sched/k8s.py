@@ -15,8 +15,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune
+from ktdeploy.core.adapter_layout import is_full_finetune
 from ktdeploy.core.checks.resources import MIN_SHM
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan.build import job_name, output_dir_of, shipped_recipe
 from ktdeploy.core.plan.docker_argv import CONTAINER_RECIPE, JOB_MOUNT
 from ktdeploy.core.recipe.document import Recipe
@@ -89,7 +90,7 @@ def manifests(recipe: Recipe, *, image: str, variant: str | None, request: JobRe
            "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": _labels(name, "train")}, "spec": pod}}}
     serve = recipe.require_deploy().serve
     full = is_full_finetune(recipe.train)
-    adapter = adapter_dir_for(out)
+    adapter = JobLayout(out).adapter_dir
     args = ["serve", f"{JOB_MOUNT}/serve.yaml", *(["--weights", adapter] if full else ["--adapter", adapter])]
     senv = list(env)
     if serve.api_key_env:

@@ -14,6 +14,7 @@ from ktdeploy.core.checks.gate import AGENT_DEFERRED, RUNTIME_FIXABLE, gate
 from ktdeploy.core.checks.threads import derive_threads, derived_kt_threads, serve_threads
 from ktdeploy.core.errors import CheckFailed, RunRecordError
 from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.recipe import load_recipe
 
@@ -252,7 +253,7 @@ def test_agent_record_written_by_the_agent_is_read_by_the_controller(tmp_path):
     out.mkdir(parents=True)
     (out / "train_results.json").write_text('{"train_loss": 1.25}')
     run_dir = Path(T._run_dir(out, None))
-    assert str(run_dir.parent) == rr.agent_runs_base(str(out))
+    assert str(run_dir.parent) == JobLayout(str(out)).agent_runs
     plan = T.TrainPlan(recipe_path="r.yaml", output_dir=str(out), run_dir=str(run_dir), argv=["true"],
                        env={}, derived={}, resume_from=None, train_yaml="a: 1\n", accelerate_yaml="b: 2\n",
                        launch_sh="#!/bin/sh\n")
@@ -347,10 +348,8 @@ def test_the_planner_runs_once_per_doctor_run(monkeypatch):
 def test_every_run_into_one_output_root_shares_one_trainer_directory():
     """The trainer's working directory is one per output root (CUDA's JIT cache keys run-time kernels by it: a
     fresh one per run recompiled them at every run), holds the records, and its JIT cache sits inside it."""
-    from ktdeploy.core import run_record as rr
-
-    a, b = rr.trainer_workdir("/vol/out/run-a"), rr.trainer_workdir("/vol/out//run-b/")
+    a, b = JobLayout("/vol/out/run-a").trainer_workdir, JobLayout("/vol/out//run-b/").trainer_workdir
     assert a == b == "/vol/out/.ktdeploy-runs"
-    assert rr.agent_runs_base("/vol/out/run-a") == "/vol/out/.ktdeploy-runs/run-a"
-    assert rr.cuda_jit_cache("/vol/out/run-b").startswith(a + "/")
-    assert rr.trainer_workdir("/vol/other/run-a") != a
+    assert JobLayout("/vol/out/run-a").agent_runs == "/vol/out/.ktdeploy-runs/run-a"
+    assert JobLayout("/vol/out/run-b").cuda_jit_cache.startswith(a + "/")
+    assert JobLayout("/vol/other/run-a").trainer_workdir != a
