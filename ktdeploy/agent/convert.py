@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktdeploy.agent import safetensors_io as st
-from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
+from ktdeploy.core.adapter_layout import destination_problem
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.hashing import sha256_file
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.safeio import inside, parse_json, redact, staging_dir, write_file
 
 FUSED = "fused_expert_lora.safetensors"
@@ -270,7 +271,7 @@ def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     dst = Path(output_dir).resolve()
     problem = destination_problem(str(src), str(dst)) or destination_problem(str(Path(input_dir).resolve()), str(dst))
     if problem:
-        raise ConvertError(problem, fix=f"choose a sibling directory, e.g. {adapter_dir_for(str(Path(input_dir).resolve()))}")
+        raise ConvertError(problem, fix=f"choose a sibling directory, e.g. {JobLayout(str(Path(input_dir).resolve())).adapter_dir}")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConvertError(f"{dst} already exists and is not empty; ktdeploy never overwrites an adapter",
                            fix="remove it yourself or choose another -o directory")
@@ -412,7 +413,7 @@ def convert_full(input_dir: str | os.PathLike, output_dir: str | os.PathLike) ->
     dst = Path(output_dir).resolve()
     problem = destination_problem(str(src), str(dst)) or destination_problem(str(top), str(dst))
     if problem:
-        raise ConvertError(problem, fix=f"choose a sibling directory, e.g. {adapter_dir_for(str(top))}")
+        raise ConvertError(problem, fix=f"choose a sibling directory, e.g. {JobLayout(str(top)).adapter_dir}")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ConvertError(f"{dst} already exists and is not empty; ktdeploy never overwrites a converted model",
                            fix="remove it yourself or choose another -o directory")

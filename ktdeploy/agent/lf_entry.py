@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any
 
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.safeio import appending, read_text, write_path
@@ -81,16 +82,16 @@ def _callbacks() -> list:
             self.gc = GcClock()
             gc.callbacks.append(self.gc)
 
-        def on_train_begin(self, args, state, control, **kw):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             frozen = freeze_heap()
             self.gc.take()
             self._write({"step": state.global_step, "gc_frozen": frozen, "gc_frozen_objects": gc.get_freeze_count()})
 
-        def on_step_begin(self, args, state, control, **kw):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if self.t_last is None:
                 self.t_last = time.perf_counter()
 
-        def on_step_end(self, args, state, control, **kw):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             import torch
 
             now = time.perf_counter()
@@ -107,7 +108,7 @@ def _callbacks() -> list:
                     row["loss"] = float(loss)
             self._write(row)
 
-        def on_log(self, args, state, control, logs=None, **kw):
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> None:
             if logs and "loss" in logs:
                 self._write({"step": state.global_step, "loss": float(logs["loss"])})
 
@@ -121,7 +122,8 @@ def _callbacks() -> list:
             self.prompts = json.loads(open(prompts_path).read())
             self.out_path = out_path
 
-        def on_train_end(self, args, state, control, model=None, processing_class=None, **kw):
+        def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
+                         **kw: Any) -> None:
             if not _rank0() or model is None or processing_class is None:
                 return
             try:
@@ -129,7 +131,7 @@ def _callbacks() -> list:
             except Exception as err:  # never fail a finished training run over the probe
                 write_path(self.out_path + ".error", f"{type(err).__name__}: {err}\n", overwrite=True)
 
-        def _probe(self, model, processing_class):
+        def _probe(self, model: Any, processing_class: Any) -> None:
             import torch
             from safetensors.torch import save
 

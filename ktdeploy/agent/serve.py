@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktdeploy.agent.sglang_launch import KEY_ENV_VAR, cache_root
 from ktdeploy.core import kt_methods
 from ktdeploy.core import variants as V
+from ktdeploy.core.checks.threads import serve_threads
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.recipe.document import Recipe
 
@@ -76,7 +77,14 @@ def cache_env(environ: Mapping[str, str] | None = None, uid: int | None = None) 
 MERGED_SETUP = "bf16"
 
 
-def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *, cpuinfer: int, threadpools: int,
+def _no_topology(_reserve_cores: int) -> tuple[int, int]:
+    raise UsageError("no thread count: neither --kt-cpuinfer/--kt-threadpool-count nor the recipe's kt_config sets it, "
+                     "and no host topology was given", fix="set kt_num_threads and kt_threadpool_count in the recipe")
+
+
+def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *, cpuinfer: int | None = None,
+                        threadpools: int | None = None,
+                        host_threads: Callable[[int], tuple[int, int]] = _no_topology,
                         python: str = "python3", host: str | None = None, port: int | None = None,
                         weights_dir: str | os.PathLike | None = None,
                         environ: Mapping[str, str] | None = None, kt_build: str | None = None,
@@ -87,7 +95,12 @@ def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *
     The server starts through ``ktdeploy.agent.sglang_launch`` (sglang's own launch, in-process) so that the
     API key is read from the environment and never appears in an argv.
     A full fine-tune's output is a whole model (config, tokenizer, BF16 safetensors incl. the experts): it is
-    both ``--model-path`` and ``--kt-weight-path`` (native BF16 experts are read from the model itself), no LoRA."""
+    both ``--model-path`` and ``--kt-weight-path`` (native BF16 experts are read from the model itself), no LoRA.
+    ``cpuinfer`` / ``threadpools``: the flags; what is left open comes from the recipe, else ``host_threads()`` (this
+    host's derivation from deploy.reserve_cores, what training used: core.checks.threads.serve_threads decides)."""
+    reserve = recipe.deploy.reserve_cores if recipe.deploy is not None else 2
+    cpuinfer, threadpools = serve_threads(recipe.kt_config, lambda: host_threads(reserve), cpuinfer=cpuinfer,
+                                          threadpools=threadpools)
     if recipe.deploy is None:
         raise UsageError("the recipe has no valid deploy: section", key="deploy", fix="run `ktdeploy check RECIPE`")
     s = recipe.deploy.serve

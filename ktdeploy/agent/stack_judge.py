@@ -55,7 +55,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn
 
 from ktdeploy.core.recipe.stack_judge import (
     EXIT_ABSENT,
@@ -157,7 +158,7 @@ class Launch:
     def torchrun(self) -> bool:
         return self.kind in TORCHRUN_LAUNCHERS
 
-    def distributed_type(self):
+    def distributed_type(self) -> Any:   # accelerate.utils.DistributedType (the stack is imported lazily)
         """The distributed type of the launched process (PartialState._prepare_backend with a CUDA device, then
         AcceleratorState.__init__'s FSDP / MEGATRON_LM switches)."""
         from accelerate.utils import DistributedType
@@ -222,7 +223,7 @@ def _environ(env: dict[str, str]) -> Iterator[None]:
 
 # ---------------------------------------------------------------- 2. LlamaFactory
 
-def _parallel_mode(launch: Launch | None, env: dict[str, str]):
+def _parallel_mode(launch: Launch | None, env: dict[str, str]) -> Any:   # transformers' ParallelMode
     from transformers.training_args import ParallelMode
 
     if launch is not None and launch.torchrun:
@@ -231,7 +232,8 @@ def _parallel_mode(launch: Launch | None, env: dict[str, str]):
     return ParallelMode.NOT_DISTRIBUTED if len(visible) > 1 else ParallelMode.NOT_PARALLEL
 
 
-def llamafactory_stage(train_path: Path, launch: Launch | None, env: dict[str, str], bypass_gpu: bool):
+def llamafactory_stage(train_path: Path, launch: Launch | None, env: dict[str, str],
+                       bypass_gpu: bool) -> tuple[Any, tuple[Any, ...]]:   # (read_args(), get_train_args(...))
     """run_exp's own reading (read_args on sys.argv) and get_ray_args + get_train_args."""
     import llamafactory.hparams.parser as lf_parser
     import transformers.training_args as ta
@@ -281,7 +283,7 @@ def trainer_accelerate_stage(launch: Launch, training_args: Any, bypass_gpu: boo
 
 # ---------------------------------------------------------------- 4. kt-kernel
 
-def _stand_in_model():
+def _stand_in_model() -> Any:   # a torch.nn.Module
     """A module whose config is a tiny Qwen3-MoE: enough for the wrapper's architecture lookup; never run."""
     import torch
     from transformers import Qwen3MoeConfig
@@ -307,7 +309,7 @@ def kt_kernel_stage() -> None:
     kt_config_mod.KTConfig.from_object(registered)
     original = wrapper._validate_rawint4_activation_policy
 
-    def stop_after(fmt, policy):
+    def stop_after(fmt: Any, policy: Any) -> NoReturn:
         original(fmt, policy)
         raise _ChecksPassed
 
@@ -411,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                         "detail": "this Python has no " + ", ".join(missing) + " (a reduced or test image?)"},
                        EXIT_ABSENT)
 
-    def _timeout(signum, frame):
+    def _timeout(signum: int, frame: FrameType | None) -> NoReturn:
         raise TimeoutError(f"the stack judge took longer than {JUDGE_SECONDS} s")
 
     signal.signal(signal.SIGALRM, _timeout)

@@ -17,15 +17,21 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_resume, finished_markers
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate, profile_hint
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, RecipeError, RunRecordError, StepError, UsageError
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.safeio import parse_json, printable, read_text, write_file
 from ktdeploy.core.trainer_log import steady_rate
+
+if TYPE_CHECKING:   # imported where used: the monitor when a run launches, the recipe modules by plan_train
+    from ktdeploy.agent.monitor import RunOutcome
+    from ktdeploy.core.recipe.document import Recipe
+    from ktdeploy.core.recipe.render import Rendered
 
 ENTRY_MODULE = "ktdeploy.agent.lf_entry"
 
@@ -133,7 +139,7 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
     return str(path.resolve())
 
 
-def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
+def run_doctor(recipe: Recipe, skip: bool, diagnose: Callable | None = None,
                topology: Callable | None = None, waive: Sequence[str] = ()) -> tuple[dict[str, Any], dict | None, list[str]]:
     """Doctor this host for the recipe; returns (derived kt_config values, report JSON, warnings).
 
@@ -168,7 +174,8 @@ def run_doctor(recipe, skip: bool, diagnose: Callable | None = None,
     return derived, data, warns
 
 
-def stack_judgement(recipe, rendered, judge: Callable, report: dict | None, waive: Sequence[str] = ()) -> dict | None:
+def stack_judgement(recipe: Recipe, rendered: Rendered, judge: Callable, report: dict | None,
+                    waive: Sequence[str] = ()) -> dict | None:
     """The stack's verdict on the rendered files (stack.judge): a refusal is the recipe's error (RecipeError, with
     the stack's findings: what `ktdeploy check --stack` reports), no verdict a failed check (both pass when
     ``--waive stack.judge``, on the record); the verdict joins the doctor's report (agent_doctor.json)."""
@@ -197,7 +204,7 @@ def stack_judgement(recipe, rendered, judge: Callable, report: dict | None, waiv
 
 def _run_dir(output_dir: Path, root: str | None) -> Path:
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
-    base = Path(root) if root else Path(rr.agent_runs_base(str(output_dir)))
+    base = Path(root) if root else Path(JobLayout(str(output_dir)).agent_runs)
     d = base / stamp
     n = 1
     while d.exists():
@@ -210,7 +217,7 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
                skip_doctor: bool = False, run_root: str | None = None,
                doctor: Callable | None = None, tuned: dict | None = None,
                diagnose: Callable | None = None, topology: Callable | None = None,
-               waive: Sequence[str] = (), recipe=None, judge: Callable | None = None) -> TrainPlan:
+               waive: Sequence[str] = (), recipe: Recipe | None = None, judge: Callable | None = None) -> TrainPlan:
     """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge.JudgeResult) let the
     stack judge exactly what will be launched; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
@@ -273,7 +280,7 @@ def _put(run_dir: Path, name: str, text: str) -> None:
     write_file(run_dir, name, text, overwrite=True)
 
 
-def _summarise(run_dir: Path, outcome, output_dir: Path) -> dict:
+def _summarise(run_dir: Path, outcome: RunOutcome, output_dir: Path) -> dict:
     steps, losses, peak_gpu, peak_reserved = [], [], 0, 0
     gc_frozen = None
     mp = run_dir / rr.METRICS
@@ -344,9 +351,9 @@ def exec_trainer(plan: TrainPlan, run_dir: Path, env: dict[str, str]) -> None:
 
 
 def trainer_workdir(plan: TrainPlan) -> Path:
-    """The trainer's working directory (the same for every run into this output root: rr.trainer_workdir says
+    """The trainer's working directory (the same for every run into this output root: JobLayout.trainer_workdir says
     why), made when missing; a run given its own ``--run-root`` still runs there."""
-    d = Path(rr.trainer_workdir(plan.output_dir))
+    d = Path(JobLayout(plan.output_dir).trainer_workdir)
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -356,11 +363,11 @@ def trainer_env(plan: TrainPlan) -> dict[str, str]:
     volume and the plan's defaults (the caching allocator's setting) unless the environment already names them."""
     env = {**plan.env_defaults, **os.environ, **plan.env}
     env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("CUDA_CACHE_PATH", rr.cuda_jit_cache(plan.output_dir))
+    env.setdefault("CUDA_CACHE_PATH", JobLayout(plan.output_dir).cuda_jit_cache)
     return env
 
 
-def execute(plan: TrainPlan, echo=sys.stdout, *, exec_launch: bool = False) -> dict:
+def execute(plan: TrainPlan, echo: IO[str] | None = sys.stdout, *, exec_launch: bool = False) -> dict:
     """Write the run record, launch, stream, record rc/status/summary; StepError on a non-zero exit.
     With ``exec_launch`` this process becomes the launcher instead (see exec_trainer) and never returns."""
     from ktdeploy.agent.monitor import run_streaming

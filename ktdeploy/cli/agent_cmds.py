@@ -204,15 +204,10 @@ def serve(
     if adapter is not None and not (adapter / "adapter_config.json").is_file():
         raise UsageError(f"{adapter} is not a converted adapter (no adapter_config.json)",
                          fix="run `ktdeploy convert OUTPUT_DIR -o ADAPTER_DIR` first")
-    kt = r.kt_config
-    threads = cpuinfer or kt.get("kt_num_threads")
-    pools = threadpools or kt.get("kt_threadpool_count")
-    if threads is None or pools is None:
-        from ktdeploy.controller.local_host import local_threads
+    from ktdeploy.controller.local_host import local_threads
 
-        t, p, _ = local_threads(r)
-        threads, pools = threads or t, pools or p
-    cmd = build_serve_command(r, adapter, cpuinfer=int(threads), threadpools=int(pools), weights_dir=weights,
+    cmd = build_serve_command(r, adapter, cpuinfer=cpuinfer, threadpools=threadpools,
+                              host_threads=local_threads, weights_dir=weights,
                               kt_build=os.environ.get("KT_KERNEL_CPU_VARIANT") or None, merged_dir=merged)
     if print_only:
         if as_json:

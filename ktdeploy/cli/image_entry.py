@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ktdeploy.core.markup import esc
+
+if TYPE_CHECKING:
+    from ktdeploy.core.check_result import CheckResult
 
 # Pure recipe work and the merge (numpy only) never touch kt-kernel: they run on any CPU, whatever the variant.
 NO_ISA_COMMANDS = {"check", "render", "merge", "--help", "-h", "help", "--version"}
 
 
-def isa_gate(variant: str | None, argv: list[str]):
+def isa_gate(variant: str | None, argv: list[str]) -> CheckResult | None:
     """The CheckResult that refuses or admits this run, or None when no check applies."""
     if not variant or (argv and argv[0] in NO_ISA_COMMANDS):
         return None

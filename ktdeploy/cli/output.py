@@ -9,20 +9,27 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.markup import escape
+from rich.segment import Segment
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from ktdeploy.controller.doctor import DoctorReport
+    from ktdeploy.core.check_result import CheckResult
+    from ktdeploy.core.errors import KtdeployError
+    from ktdeploy.core.recipe.finding import Finding
+    from ktdeploy.core.recipe.stack_judge import JudgeResult
 
 
 class SafeConsole(Console):
     """A rich Console whose every printed text segment is sanitized (``terminal_safe``): rich's own control
     segments (cursor moves of a live progress bar) and styles pass; text from outside never carries one."""
 
-    def render(self, renderable, options=None):
-        from rich.segment import Segment
-
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterator[Segment]:
         from ktdeploy.core.markup import terminal_safe
 
         for seg in super().render(renderable, options):
@@ -78,13 +85,13 @@ def _flat(stream: Console, head: str, label_style: str, parts: list[tuple[str, s
         first = False
 
 
-def print_error(err) -> None:
+def print_error(err: KtdeployError) -> None:
     """One screen, flat: what went wrong, the key or check it concerns, and the fix."""
     message = _clip(err.message, MAX_ERROR_TEXT)
-    if getattr(err, "key", None):
+    if err.key:
         message = f"{_clip(err.key, 200)}: {message}"
     _flat(err_console, f"{type(err).__name__}:", "bold red",
-          [("", message), ("fix: ", _clip(err.fix, MAX_ERROR_TEXT) if getattr(err, "fix", None) else "")])
+          [("", message), ("fix: ", _clip(err.fix, MAX_ERROR_TEXT) if err.fix else "")])
     findings = getattr(err, "findings", None)
     if findings:
         print_findings(findings, stream=err_console)
@@ -112,7 +119,7 @@ def print_internal_error(err: BaseException) -> None:
            ("", "This is a bug in ktdeploy. Re-run with KTDEPLOY_DEBUG=1 for the traceback and report it.")])
 
 
-def print_findings(findings, stream: Console | None = None) -> None:
+def print_findings(findings: Iterable[Finding], stream: Console | None = None) -> None:
     """One block per finding: severity, key path and location, then the problem and the fix."""
     stream = stream or console
     findings = list(findings)
@@ -130,7 +137,7 @@ def print_findings(findings, stream: Console | None = None) -> None:
                       highlight=False)
 
 
-def print_judgement(result, where: str, stream: Console | None = None) -> None:
+def print_judgement(result: JudgeResult, where: str, stream: Console | None = None) -> None:
     """One line per stage of the stack's judgement (``check --stack``), and what it did not run."""
     stream = stream or console
     secs = f" in {result.seconds:.1f} s" if result.seconds is not None else ""
@@ -156,7 +163,7 @@ def wrap_words(text: str, width: int, first: str, rest: str) -> list[str]:
     return out
 
 
-def print_checks(results, stream: Console | None = None, title: str | None = None) -> None:
+def print_checks(results: Iterable[CheckResult], stream: Console | None = None, title: str | None = None) -> None:
     """One line per check (status, name, detail wrapped at spaces); a failing or warning check's fix on its own
     line(s) below it. No table: a narrow terminal (80 columns, `docker run` without -t) never splits a path or a
     key mid-token."""
@@ -182,7 +189,7 @@ def print_checks(results, stream: Console | None = None, title: str | None = Non
                 stream.print(Text(line, style="green"), soft_wrap=True, highlight=False)
 
 
-def print_doctor(report, stream: Console | None = None, every: bool = False) -> None:
+def print_doctor(report: DoctorReport, stream: Console | None = None, every: bool = False) -> None:
     """doctor's report, failures first: each failing check with its fix, then the warnings with theirs, then
     the passes and skips by name only (``every``: one line per check, in doctor's order, as before)."""
     stream = stream or console

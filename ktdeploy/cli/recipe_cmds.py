@@ -12,13 +12,13 @@ from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_findings, print_json, print_judgement
 from ktdeploy.core.errors import RecipeError, RunRecordError, UsageError
 from ktdeploy.core.markup import esc
-from ktdeploy.core.recipe import errors, load_native, load_recipe, render, require_valid, validate
+from ktdeploy.core.recipe import Recipe, errors, load_native, load_recipe, render, require_valid, validate
 
 SET_HELP = "Override a recipe value: SECTION.KEY=VALUE (VALUE parsed as YAML), repeatable."
 
 
 def load_from_cli(recipe: Optional[Path], train: Optional[Path] = None, accelerate: Optional[Path] = None,
-                  deploy: Optional[Path] = None, overrides: list[str] | None = None):
+                  deploy: Optional[Path] = None, overrides: list[str] | None = None) -> Recipe:
     """A recipe file, or the two native files (--train and --accelerate, optionally --deploy)."""
     overrides = overrides or []
     if recipe is not None and (train or accelerate):
@@ -131,7 +131,7 @@ def render_cmd(
         console.print(f"wrote {esc(p)}")
 
 
-def _render_scheduler(r, out: Optional[Path], *, slurm: bool, variant: Optional[str], namespace: str,
+def _render_scheduler(r: Recipe, out: Optional[Path], *, slurm: bool, variant: Optional[str], namespace: str,
                       force: bool) -> None:
     from ktdeploy.core.safeio import write_file
     from ktdeploy.core.sched.k8s import render_yaml

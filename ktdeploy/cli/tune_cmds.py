@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
@@ -12,6 +12,9 @@ from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.core.markup import esc
+
+if TYPE_CHECKING:   # the CLI imports the agent lazily (a fast --help)
+    from ktdeploy.agent.tune.select import Trial
 
 
 @app.command()
@@ -31,7 +34,7 @@ def tune(
     from ktdeploy.agent.tune.api import tune as run_tune
     from ktdeploy.controller.local_host import local_facts
 
-    def event(kind, trial):
+    def event(kind: str, trial: Trial | None) -> None:
         if kind == "done" and trial is not None:
             rate = f"{trial.tokens_per_s:.0f} tok/s" if trial.tokens_per_s else "-"
             err_console.print(f"  {trial.candidate.label():40s} {trial.status:14s} {rate:>12s}  ({trial.seconds:.0f} s)")

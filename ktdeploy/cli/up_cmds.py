@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from types import FrameType
+from typing import NoReturn, Optional
 
 import typer
 
@@ -19,7 +20,7 @@ KNOWN_HOSTS_HELP = "known_hosts file to check host keys against (default: ~/.ssh
 RECIPE_PANEL, CHECKS_PANEL, DATA_PANEL, TUNE_PANEL, SSH_PANEL = "Recipe", "Checks", "Data", "Tuning", "SSH"
 
 
-def _ssh(key, known_hosts, accept_new) -> dict:
+def _ssh(key: Optional[Path], known_hosts: Optional[Path], accept_new: bool) -> dict:
     out: dict[str, str | bool] = {}
     if key:
         out["key"] = str(key)
@@ -37,7 +38,7 @@ def _sigterm_raises() -> None:
 
     from ktdeploy.core.errors import Terminated
 
-    def _raise(signum, frame):
+    def _raise(signum: int, frame: FrameType | None) -> NoReturn:
         raise Terminated()
 
     try:

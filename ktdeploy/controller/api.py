@@ -9,9 +9,10 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.controller import slurm as slurm_run
 from ktdeploy.controller.connectors import Connector, DockerExecConnector, LocalConnector, connect
@@ -25,9 +26,8 @@ from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.controller.stack_judge import stack_judge_check
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
-from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.check_names import CheckName
-from ktdeploy.core.checkpoints import TRAINER_LOG
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.gate import CPU_ONLY, RUNTIME_FIXABLE, gate, profile_hint, with_profile
 from ktdeploy.core.checks.isa import variant_check
 from ktdeploy.core.checks.threads import derived_kt_threads
@@ -43,26 +43,28 @@ from ktdeploy.core.errors import (
 )
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.host_target import HostTarget, parse_host
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import MEMLOCK_WAIVER, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
-from ktdeploy.core.plan.steps import StageName
+from ktdeploy.core.plan.steps import Plan, StageName
 from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid
 from ktdeploy.core.recipe import render as render_recipe
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, write_file
 from ktdeploy.core.sched import slurm as sl
 from ktdeploy.core.sched.batch import convert_script, job_dir_of, train_script
 from ktdeploy.core.sched.features import LADDER
 from ktdeploy.core.sched.plan import build_slurm_plan
-from ktdeploy.core.sched.request import request_for
+from ktdeploy.core.sched.request import JobRequest, request_for
 
 
-def doctor(host: str = "localhost", recipe_path=None, overrides=(), *, image: str | None = None,
+def doctor(host: str = "localhost", recipe_path: str | Path | None = None, overrides: Sequence[str] = (), *, image: str | None = None,
            variant: str | None = None, gpus: str | None = None, stack: bool = False, container: str | None = None,
-           waive=(), cpu_only: bool = False, ssh: dict | None = None) -> DoctorReport:
+           waive: Sequence[str] = (), cpu_only: bool = False, ssh: dict | None = None) -> DoctorReport:
     """`ktdeploy doctor`: the host's facts and every check (with a recipe, its checks too); ``image`` runs them in
     that image's training container, ``container`` compares with a running one, ``stack`` adds the stack probe
     where doctor runs, ``variant`` checks that a kt-kernel build runs here. The report's ``waived`` holds
@@ -109,7 +111,7 @@ def doctor(host: str = "localhost", recipe_path=None, overrides=(), *, image: st
     return report
 
 
-def _doctor_report(conn: Connector, target: HostTarget, rec, *, image: str | None, gpus: list[int] | None,
+def _doctor_report(conn: Connector, target: HostTarget, rec: Recipe | None, *, image: str | None, gpus: list[int] | None,
                    container: str | None, memlock: bool) -> DoctorReport:
     if image:
         return image_doctor(conn, image, recipe=rec, gpus=gpus, memlock=memlock)
@@ -135,7 +137,8 @@ def _say_default(msg: str) -> None:
     Console().print(terminal_safe(msg), highlight=False)  # text from outside never drives the terminal
 
 
-def load_up_recipe(recipe_path=None, overrides=(), native: tuple[str, str, str | None] | None = None):
+def load_up_recipe(recipe_path: str | Path | None = None, overrides: Sequence[str] = (),
+                   native: tuple[str, str, str | None] | None = None) -> Recipe:
     """The recipe `up` runs: a RECIPE file (default: the shipped tiny one), or the native LlamaFactory pair
     (--train/--accelerate, and --deploy or the deploy section derived from them: core/recipe/from_lf.py)."""
     if native is not None:
@@ -153,17 +156,17 @@ def load_up_recipe(recipe_path=None, overrides=(), native: tuple[str, str, str |
     return recipe
 
 
-def gather_job_state(conn: Connector, recipe, image: str) -> JobState:
+def gather_job_state(conn: Connector, recipe: Recipe, image: str) -> JobState:
     name = job_name(recipe)
     out = output_dir_of(recipe)
     r = conn.run(["sh", "-c", STATE_SCRIPT, "ktdeploy-state", name, f"{name}-serve", image, out,
-                  adapter_dir_for(out)], timeout=120)
+                  JobLayout(out).adapter_dir], timeout=120)
     if r.rc != 0 and not r.stdout:
         raise StepError(f"could not read the job state on {conn.name}: {r.stderr.strip()[-300:]}", step="preflight.state")
     return parse_state(r.stdout)
 
 
-def doctor_phase(report, where: str, waive, record: RunRecord, say: Callable[[str], None]) -> tuple[list, str]:
+def doctor_phase(report: DoctorReport, where: str, waive: Sequence[str], record: RunRecord, say: Callable[[str], None]) -> tuple[list, str]:
     """up's PREFLIGHT verdict on a doctor report: (blocking failed checks, the one-line summary); records and
     says the waived and deferred ones (core/checks/gate.py decides which is which)."""
     report.waived = tuple(waive)
@@ -181,10 +184,11 @@ def doctor_phase(report, where: str, waive, record: RunRecord, say: Callable[[st
     return blocking, doc_line
 
 
-def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resume: str | None = None,
-       detach: bool = False, waive=(), image_tar: str | None = None, overrides=(), ssh: dict | None = None,
+def up(host: str = "localhost", recipe_path: str | Path | None = None, *, dry_run: bool = False, resume: str | None = None,
+       detach: bool = False, waive: Sequence[str] = (), image_tar: str | None = None, overrides: Sequence[str] = (),
+       ssh: dict | None = None,
        tune: bool = False, tune_budget_minutes: float = 20.0, facts_file: str | None = None,
-       say: Callable[[str], None] | None = None, progress_factory=None, print_plan: Callable[[str], None] | None = None,
+       say: Callable[[str], None] | None = None, progress_factory: Callable[[str], Any] | None = None, print_plan: Callable[[str], None] | None = None,
        connector: Connector | None = None, cpu_only: bool = False, native: tuple[str, str, str | None] | None = None,
        name: str | None = None, sync_model: str | None = None, sync_data: str | None = None) -> UpResult:
     """Phases: arguments -> lock -> record -> connect (or recorded facts) -> sync -> facts + doctor -> plan -> apply.
@@ -211,8 +215,10 @@ def up(host: str = "localhost", recipe_path=None, *, dry_run: bool = False, resu
                           cpu_only=cpu_only, name=name, sync_model=sync_model, sync_data=sync_data)
 
 
-def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive: tuple, image_tar, ssh, tune: bool,
-               tune_budget_minutes: float, facts_file, recorded_facts, say, progress_factory, print_plan,
+def _up_locked(host: str, recipe: Recipe, *, dry_run: bool, resume: str | None, detach: bool, waive: tuple[str, ...],
+               image_tar: str | None, ssh: dict | None, tune: bool, tune_budget_minutes: float, facts_file: str | None,
+               recorded_facts: HostFacts | None, say: Callable[[str], None], progress_factory: Callable[[str], Any] | None,
+               print_plan: Callable[[str], None] | None,
                connector: Connector | None, cpu_only: bool, name: str | None, sync_model: str | None,
                sync_data: str | None) -> UpResult:
     record: RunRecord | None = None
@@ -257,6 +263,7 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
                 print_plan(result.text)
             result.state = "dry-run"
             return result
+        assert conn is not None   # recorded facts only plan (--dry-run: _check_up_arguments)
         return _apply_phase(conn, plan, recipe, report, result, host=host, detach=detach, say=say,
                             progress_factory=progress_factory)
     except KeyboardInterrupt as stop:
@@ -273,10 +280,10 @@ def _up_locked(host: str, recipe, *, dry_run: bool, resume, detach: bool, waive:
             conn.close()
 
 
-def slurm_variant(recipe, nodes) -> tuple[str, str | None, str]:
+def slurm_variant(recipe: Recipe, nodes: list[sl.ClusterNode]) -> tuple[str, str | None, str]:
     """(image reference, variant, how) for a cluster: a named variant as is; ``auto`` the best variant a node can
     run the job with (features, memory, GPUs, CPUs); a full image reference has no known CPU needs."""
-    deploy = recipe.deploy
+    deploy = recipe.require_deploy()
     if deploy.image == V.AUTO:
         fitting = [v for v in reversed(LADDER) if sl.fit(_request(recipe, v), nodes).nodes]
         variant = fitting[0] if fitting else next((v for v in reversed(LADDER)
@@ -290,12 +297,12 @@ def slurm_variant(recipe, nodes) -> tuple[str, str | None, str]:
     return image, variant, how
 
 
-def _request(recipe, variant):
+def _request(recipe: Recipe, variant: str | None) -> JobRequest:
     return request_for(recipe, variant)
 
 
-def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: bool = False, resume: str | None = None,
-             waive=(), overrides=(), ssh: dict | None = None, say: Callable[[str], None] | None = None,
+def up_slurm(login: str, recipe_path: str | Path | None = None, *, dry_run: bool = False, detach: bool = False, resume: str | None = None,
+             waive: Sequence[str] = (), overrides: Sequence[str] = (), ssh: dict | None = None, say: Callable[[str], None] | None = None,
              print_plan: Callable[[str], None] | None = None, connector: Connector | None = None) -> UpResult:
     """`ktdeploy up --slurm LOGIN`: the same recipe, record and stages, TRAIN and CONVERT as batch jobs submitted on
     the login node. Nothing is queued when no node can ever run the job (PREFLIGHT's slurm.fit, exit 1)."""
@@ -313,6 +320,7 @@ def up_slurm(login: str, recipe_path=None, *, dry_run: bool = False, detach: boo
         record.set_status("planned", scheduler="slurm", job_dir=job_dir_of(recipe))
         result = UpResult(record=record, waived=list(waive))
         conn, where = _connect_phase(login, record, None, None, connector, ssh, say)
+        assert conn is not None   # no recorded facts: _connect_phase connected
         if not dry_run:
             try:
                 held.enter_context(output_lock(conn, login, output_dir_of(recipe)))
@@ -388,7 +396,7 @@ def _check_up_arguments(host: str, resume: str | None, dry_run: bool, facts_file
                          fix=f"ktdeploy up --host {host} RECIPE --dry-run --facts {facts_file}")
 
 
-def _check_image_tar(image_tar: str, recipe) -> None:
+def _check_image_tar(image_tar: str, recipe: Recipe) -> None:
     """--image-tar is loaded on the host with `docker load`, which applies every name in it: only an archive whose
     every name is one of the recipe's images (deploy.image_repo:<variant>, or deploy.image) is shipped."""
     from ktdeploy.controller.images.archive import require_only
@@ -397,12 +405,12 @@ def _check_image_tar(image_tar: str, recipe) -> None:
     if not Path(image_tar).is_file():
         raise UsageError(f"--image-tar {image_tar}: no such file", key="--image-tar",
                          fix="Give the tarball `ktdeploy image save` wrote.")
-    deploy = recipe.deploy
+    deploy = recipe.require_deploy()
     allowed = {image_tag(deploy.image_repo, v) for v in ISA_VARIANTS} | {deploy.image}
     require_only(image_tar, allowed, f"{deploy.image_repo}:<variant> or deploy.image")
 
 
-def _check_api_key(recipe, *, detach: bool, dry_run: bool) -> None:
+def _check_api_key(recipe: Recipe, *, detach: bool, dry_run: bool) -> None:
     """Checked before anything starts: the serve stage comes hours later, after training."""
     serve = recipe.deploy.serve if recipe.deploy is not None else None
     if serve is not None and serve.enabled and serve.api_key_env and not detach and not dry_run \
@@ -439,7 +447,7 @@ def check_run_name(name: str, host: str, container: str) -> None:
                              fix="Choose another name; `ktdeploy status --all` lists the runs and their names.")
 
 
-def _sync_phase(conn: Connector | None, recipe, record: RunRecord, sync_model: str | None, sync_data: str | None, *, dry_run: bool,
+def _sync_phase(conn: Connector | None, recipe: Recipe, record: RunRecord, sync_model: str | None, sync_data: str | None, *, dry_run: bool,
                 say: Callable[[str], None]) -> None:
     """--sync-model / --sync-data: the local folders onto the host (controller/sync.py), before doctor reads
     them; with recorded facts (no connection) only announced."""
@@ -464,7 +472,7 @@ def _sync_phase(conn: Connector | None, recipe, record: RunRecord, sync_model: s
         record.event("sync", **res.to_json(), dry_run=dry_run)
 
 
-def _new_record(recipe, host: str, waive: tuple[str, ...], dry_run: bool, facts_file: str | None,
+def _new_record(recipe: Recipe, host: str, waive: tuple[str, ...], dry_run: bool, facts_file: str | None,
                 say: Callable[[str], None], *, cpu_only: bool = False, name: str | None = None) -> RunRecord:
     record = RunRecord.create(name or recipe.name)
     record.write_text(rr.RECIPE, dump_yaml(recipe.to_document()))
@@ -506,8 +514,9 @@ def _current_stage(record: RunRecord) -> str:
     return stage if isinstance(stage, str) and stage else StageName.PREFLIGHT
 
 
-def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, connector: Connector | None, ssh: dict | None,
-                   say: Callable[[str], None]):
+def _connect_phase(host: str, record: RunRecord, recorded_facts: HostFacts | None, facts_file: str | None,
+                   connector: Connector | None, ssh: dict | None,
+                   say: Callable[[str], None]) -> tuple[Connector | None, str]:
     """(connector or None, where): None when planning from recorded facts (a plan before the host exists)."""
     record.event("stage_start", stage=StageName.PREFLIGHT, step="connect", host=host)
     if recorded_facts is not None:
@@ -523,7 +532,9 @@ def _connect_phase(host: str, record: RunRecord, recorded_facts, facts_file, con
     return conn, conn.name
 
 
-def _doctor_phase(conn: Connector | None, recipe, recorded_facts, where: str, waive, record: RunRecord, say: Callable[[str], None]):
+def _doctor_phase(conn: Connector | None, recipe: Recipe, recorded_facts: HostFacts | None, where: str,
+                  waive: Sequence[str], record: RunRecord,
+                  say: Callable[[str], None]) -> tuple[DoctorReport, list[CheckResult], str]:
     """Facts + doctor (live, or on recorded facts): (report, blocking failed checks, summary line)."""
     if recorded_facts is not None:
         report = DoctorReport(recorded_facts, run_checks(recorded_facts, recipe))
@@ -542,17 +553,18 @@ def planned_user(host: str) -> str:
     return "0:0" if t.user == "root" or (t.is_local and os.getuid() == 0) else "<uid>:<gid>"
 
 
-def _plan_phase(conn: Connector | None, recipe, report, opts: UpOptions, record: RunRecord):
+def _plan_phase(conn: Connector | None, recipe: Recipe, report: DoctorReport, opts: UpOptions,
+                record: RunRecord) -> Plan:
     """The job's state on the host, the plan (pure), and the files the run record keeps for reading (the
     container renders its own from the shipped recipe)."""
-    image, _variant, _how = resolve_image(recipe.deploy, report.facts)
+    image, _variant, _how = resolve_image(recipe.require_deploy(), report.facts)
     # with recorded facts nothing is known about the host's containers, image and output dir: a first run, as the
     # SSH user the real run reads on the host (its uid:gid; root is 0:0), so the argv is the real run's
     state = JobState(home="<home>", user=planned_user(opts.host)) if conn is None else \
         gather_job_state(conn, recipe, image)
     record.write_json(rr.JOB_STATE, state.to_json())
     plan = build_plan(recipe, report.facts, state, opts)
-    derived = derived_kt_threads(recipe.train, report.facts, recipe.deploy.reserve_cores)
+    derived = derived_kt_threads(recipe.train, report.facts, recipe.require_deploy().reserve_cores)
     rendered = render_recipe(recipe, derived).write(record.path / rr.RENDERED)
     ship = record.write_text(f"{rr.RENDERED}/ship/recipe.yaml", dump_yaml(shipped_recipe(recipe, plan.resume_from)))
     files = {k: str(v) for k, v in rendered.items()}
@@ -564,8 +576,8 @@ def _plan_phase(conn: Connector | None, recipe, report, opts: UpOptions, record:
     return plan
 
 
-def _apply_phase(conn: Connector, plan, recipe, report, result: UpResult, *, host: str, detach: bool,
-                 say: Callable[[str], None], progress_factory) -> UpResult:
+def _apply_phase(conn: Connector, plan: Plan, recipe: Recipe, report: DoctorReport | None, result: UpResult, *, host: str, detach: bool,
+                 say: Callable[[str], None], progress_factory: Callable[[str], Any] | None) -> UpResult:
     """Run the plan on the host; Ctrl-C detaches (training keeps running), a lost connection is exit 3."""
     record = result.record
     for note in plan.notes:   # what --resume found: said before anything starts, and kept in the record
@@ -616,7 +628,7 @@ def _apply_phase(conn: Connector, plan, recipe, report, result: UpResult, *, hos
     return result
 
 
-def _cancel_submitted(conn, record: RunRecord, executor, say: Callable[[str], None]) -> None:
+def _cancel_submitted(conn: Connector, record: RunRecord, executor: Executor, say: Callable[[str], None]) -> None:
     """SIGTERM during ``up --slurm``: scancel the jobs this run submitted (not ones an earlier run left queued) —
     their batch scripts' traps stop the containers — and say so in the record: "stopped"; exit 143."""
     import signal
@@ -646,7 +658,7 @@ def threading_main() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def load_facts_file(path) -> HostFacts:
+def load_facts_file(path: str | Path) -> HostFacts:
     """Host facts recorded earlier: `ktdeploy doctor --json` output ({"facts": ...}) or a bare facts.json
     (HostFacts, as tests/golden/*/facts.json). Bad input is a UsageError naming the file."""
     from pydantic import ValidationError
@@ -680,7 +692,7 @@ def _host_filter(host: str | None) -> str | None:
     return parse_host(host).redacted
 
 
-def _connect_for(rec: RunRecord, st: dict, ssh: dict | None):
+def _connect_for(rec: RunRecord, st: dict, ssh: dict | None) -> Connector:
     host = rec.status_text("host", st, empty_ok=True)  # "" is this machine, as for `up`
     try:
         target = parse_host(host)
@@ -724,7 +736,7 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
             st["live"] = {"error": e.message}
             return st
         try:
-            snap = snapshot(conn, job, f"{log}/{TRAINER_LOG}")
+            snap = snapshot(conn, job, JobLayout(log).trainer_log)
             serve = snapshot(conn, serve_job, "/dev/null").state
         except ConnectError as e:
             st["live"] = {"error": e.message}
@@ -772,7 +784,7 @@ def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = F
         conn.close()
 
 
-def _emit(text: str, after: str | None, write) -> str | None:
+def _emit(text: str, after: str | None, write: Callable[[str], None]) -> str | None:
     """Write docker log lines (RFC3339Nano timestamp first) newer than ``after``; return the newest timestamp."""
     newest = after
     for line in sorted(text.splitlines()):

@@ -23,6 +23,7 @@ from ktdeploy.core.checks.gate import profile_hint
 from ktdeploy.core.checks.stack import JUDGE
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RecipeError, StepError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
@@ -91,7 +92,7 @@ def agent_record(conn: Connector, output_dir: str, timeout: float = 60) -> tuple
     """The newest agent run record of ``output_dir`` (``ktdeploy train``'s, in the image: on the host when the
     output dir's parent is on the output volume) read through the connector: (its folder, the record), or None
     when there is none or the answer was cut short."""
-    r = conn.run(["sh", "-c", markers.FILES_SH, "ktdeploy-files", rr.agent_runs_base(output_dir), *rr.AGENT_FILES],
+    r = conn.run(["sh", "-c", markers.FILES_SH, "ktdeploy-files", JobLayout(output_dir).agent_runs, *rr.AGENT_FILES],
                  timeout=timeout)
     got = markers.parse_files(r.stdout) if r.rc == 0 else None
     if got is None:

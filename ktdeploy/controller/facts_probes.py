@@ -26,13 +26,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import resources
+from typing import TypeVar
 
-from ktdeploy.controller.connectors.base import Connector
+from ktdeploy.controller.connectors.base import Connector, Result
 from ktdeploy.core.facts.host import AmxProbe, MempolicyProbe, Probes
 from ktdeploy.core.safeio import parse_json
 
 PROBES = ("amx_probe", "numa_probe")
+_Probe = TypeVar("_Probe", AmxProbe, MempolicyProbe)
 
 # Shell functions every probe script shares: ``chain PATH`` succeeds when PATH (resolved) and every folder above
 # it are trusted: not a link, owned by this user or root, not group/other-writable (a folder may be, with the
@@ -140,7 +143,7 @@ def parse_probe_output(text: str) -> dict:
     raise ValueError("probe printed no JSON line")
 
 
-def _probe_model(model, text: str):
+def _probe_model(model: type[_Probe], text: str) -> _Probe:
     """A probe's JSON line as ``model``: only the fields the model has, except ``ran`` and ``skipped`` (what the
     runner decides, never the probe); a wrong type is a ValueError (pydantic's ValidationError is one)."""
     data = parse_probe_output(text)
@@ -208,7 +211,7 @@ def _make_probe(connector: Connector, name: str, target_dir: str, cc: str | None
     return None
 
 
-def _result(res, name: str) -> tuple[str | None, str | None]:
+def _result(res: Result, name: str) -> tuple[str | None, str | None]:
     if res.rc != 0:
         return None, f"{name} exited {res.rc}: {(res.stderr or res.stdout).strip()[-300:]}"
     return res.stdout, None
@@ -220,7 +223,8 @@ PROBE_PARSERS = (("amx_probe", "amx", amx_from_output, AmxProbe),
           ("numa_probe", "mempolicy", mempolicy_from_output, MempolicyProbe))
 
 
-def parse_probe(name: str, parse, model, out: str):
+def parse_probe(name: str, parse: Callable[[str], AmxProbe | MempolicyProbe],
+                model: type[AmxProbe] | type[MempolicyProbe], out: str) -> AmxProbe | MempolicyProbe:
     """A probe's output parsed, or the probe reported skipped as unreadable: never a crash (host text is
     untrusted; pydantic's ValidationError is a ValueError)."""
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ktdeploy.controller.connectors import LocalConnector
 from ktdeploy.controller.doctor import DoctorReport, doctor
 from ktdeploy.controller.facts_gather import RawFacts, add_probes, build_facts, gather_raw
-from ktdeploy.core.checks.threads import kt_threads
+from ktdeploy.core.checks.threads import derive_threads
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe.document import Recipe
 
@@ -32,13 +32,10 @@ def local_facts(probes: bool = True) -> HostFacts:
     return build_facts(local_raw(probes))
 
 
-def local_threads(recipe: Recipe) -> tuple[int, int, bool]:
-    """(kt threads, threadpools, AMX proven usable) for ``recipe`` on this host."""
-    facts = local_facts()
-    reserve = recipe.deploy.reserve_cores if recipe.deploy is not None else 2
-    threads, pools = kt_threads(recipe.train, facts, reserve)   # what `ktdeploy train` used on this host
-    amx = bool(facts.probes.amx.tile_exec and facts.probes.amx.correct)
-    return threads, pools, amx
+def local_threads(reserve_cores: int) -> tuple[int, int]:
+    """(kt threads, threadpools) derived from this host's topology (what ``ktdeploy train`` derives here; ``ktdeploy
+    serve`` asks only when the flags and the recipe leave a count open)."""
+    return derive_threads(local_facts(), reserve_cores)
 
 
 def local_doctor(recipe: Recipe) -> DoctorReport:

@@ -11,8 +11,8 @@ from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.controller.slurm_jobs import job_log, job_state
 from ktdeploy.core import run_record as rr
-from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.errors import RunRecordError, StepError
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.safeio import redact, write_file
 from ktdeploy.core.sched.plan import log_path
 
@@ -34,7 +34,7 @@ def recorded_jobs(rec: RunRecord, st: dict) -> dict[str, str]:
 
 def status(conn: Connector, rec: RunRecord, st: dict) -> dict:
     jobs = recorded_jobs(rec, st)
-    log = f"{rec.status_text('output_dir', st)}/{TRAINER_LOG}"
+    log = JobLayout(rec.status_text('output_dir', st)).trainer_log
     live: dict = {"jobs": {}}
     for role, job_id in jobs.items():
         info, entry = job_state(conn, job_id, log if role == "train" else "/dev/null")

@@ -6,16 +6,32 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.follow import describe
+from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core import markers
 from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.core.markup import esc
+from ktdeploy.core.plan.steps import Plan, Stage, Step
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.sched import slurm as sl
 from ktdeploy.core.sched.plan import log_path
-from ktdeploy.core.trainer_log import latest
+from ktdeploy.core.trainer_log import LogEntry, latest
+
+
+class SlurmRun(Protocol):
+    """What the slurm step handlers use of the executor that calls them (controller.executor.Executor)."""
+
+    conn: Connector
+    record: RunRecord
+    plan: Plan
+    say: Callable[[str], None]
+    poll_s: float
+    jobs: dict[str, str]
+    submitted_at: dict[str, float]
 
 
 def cluster_nodes(conn: Connector) -> list[sl.ClusterNode]:
@@ -40,7 +56,8 @@ def queued_jobs(conn: Connector, name: str) -> dict[str, str]:
     return out
 
 
-def job_state(conn: Connector, job_id: str, log: str = "/dev/null", timeout: float | None = None):
+def job_state(conn: Connector, job_id: str, log: str = "/dev/null",
+              timeout: float | None = None) -> tuple[sl.JobInfo | None, LogEntry | None]:
     """(JobInfo or None when no Slurm command knows the job, the trainer log's last entry)."""
     timeout = timeout or float(os.environ.get("KTDEPLOY_FOLLOW_TIMEOUT_S", 60))
     r = conn.run(["sh", "-c", markers.JOB_SH, "ktdeploy-job", job_id, log], timeout=timeout)
@@ -68,7 +85,7 @@ def job_log(conn: Connector, job_dir: str, role: str, job_id: str, tail: int | N
 
 
 # -- the executor's actions ---------------------------------------------------------------------------------
-def do_submit(ex, stage, s) -> None:
+def do_submit(ex: SlurmRun, stage: Stage, s: Step) -> None:
     role = s.params["role"]
     argv = list(s.argv or ())
     after = s.params.get("after")
@@ -90,7 +107,7 @@ def do_submit(ex, stage, s) -> None:
     ex.say(f"  submitted {role} job {job_id}")
 
 
-def _known(ex, s) -> str | None:
+def _known(ex: SlurmRun, s: Step) -> str | None:
     role = s.params["role"]
     job_id = ex.jobs.get(role) or s.params.get("job_id")
     if job_id:
@@ -98,13 +115,13 @@ def _known(ex, s) -> str | None:
     return job_id
 
 
-def _fetch_job_log(ex, job_dir: str, role: str, job_id: str) -> str:
+def _fetch_job_log(ex: SlurmRun, job_dir: str, role: str, job_id: str) -> str:
     text = job_log(ex.conn, job_dir, role, job_id, tail=None)
     write_file(ex.record.path / "artifacts", f"slurm-{role}-{job_id}.out", text, overwrite=True)
     return text
 
 
-def _failed(ex, stage, s, info, job_dir: str, role: str) -> StepError:
+def _failed(ex: SlurmRun, stage: Stage, s: Step, info: sl.JobInfo, job_dir: str, role: str) -> StepError:
     lines = job_log(ex.conn, job_dir, role, info.job_id, tail=15).rstrip().splitlines()
     ex.record.event("slurm_job_failed", role=role, job=info.describe(), last_lines=lines)
     ex.record.set_status("crashed", exit_code=info.exit_code)
@@ -116,7 +133,8 @@ def _failed(ex, stage, s, info, job_dir: str, role: str) -> StepError:
                          "ktdeploy up --slurm (same arguments): the job resumes from its newest complete checkpoint.")
 
 
-def _poll(ex, stage, s, role: str, log: str, on_entry=None):
+def _poll(ex: SlurmRun, stage: Stage, s: Step, role: str, log: str,
+          on_entry: Callable[[LogEntry | None, sl.JobInfo], None] | None = None) -> sl.JobInfo:
     job_id = _known(ex, s)
     if job_id is None:
         raise StepError(f"{stage.name}: no {role} job was submitted", step=s.id, fix="a plan bug; report it")
@@ -144,12 +162,12 @@ def _poll(ex, stage, s, role: str, log: str, on_entry=None):
         time.sleep(ex.poll_s)
 
 
-def do_follow_job(ex, stage, s) -> None:
+def do_follow_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
     role, log, job_dir = s.params["role"], s.params["log"], s.params["job_dir"]
     ex.record.set_status("training", stage=stage.name)
-    seen = {"step": None}
+    seen: dict[str, int | None] = {"step": None}
 
-    def on_entry(entry, info):
+    def on_entry(entry: LogEntry | None, info: sl.JobInfo) -> None:
         if entry is not None and entry.current_steps != seen["step"]:
             seen["step"] = entry.current_steps
             ex.record.event("progress", **entry.to_json())
@@ -164,7 +182,7 @@ def do_follow_job(ex, stage, s) -> None:
     ex.say(f"[green]✓[/green] training job {esc(info.job_id)} finished on {esc(info.nodes)}")
 
 
-def do_wait_job(ex, stage, s) -> None:
+def do_wait_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
     role, job_dir = s.params["role"], s.params["job_dir"]
     ex.say(f"[cyan]→[/cyan] {esc(stage.name)}: waiting for the {esc(role)} job")
     info = _poll(ex, stage, s, role, "/dev/null")

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import secrets
 import sys
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.connectors.local import LocalConnector
@@ -22,7 +23,9 @@ from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.stack import judge_check
 from ktdeploy.core.errors import ConnectError, StackUnavailable
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.recipe.render import render
+from ktdeploy.core.recipe.document import Recipe
+from ktdeploy.core.recipe.finding import Finding
+from ktdeploy.core.recipe.render import Rendered, render
 from ktdeploy.core.recipe.stack_judge import BOOTSTRAP, JUDGE_SECONDS, JudgeResult, parse_output, payload
 
 JUDGE_TIMEOUT_S = JUDGE_SECONDS + 90   # + starting the container / the interpreter
@@ -33,7 +36,7 @@ def stack_here() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("llamafactory", "kt_kernel", "accelerate", "torch"))
 
 
-def judge_payload(recipe, derived=None, *, in_container: bool = False) -> str:
+def judge_payload(recipe: Recipe, derived: dict[str, Any] | None = None, *, in_container: bool = False) -> str:
     """The rendered files the launcher would get (``derived``: what ``train`` fills in from this host). In a container
     started with ``--gpus device=…`` the chosen GPUs are 0..n-1 (what up ships: plan.build.shipped_recipe)."""
     if in_container and recipe.deploy is not None:
@@ -42,7 +45,7 @@ def judge_payload(recipe, derived=None, *, in_container: bool = False) -> str:
     return payload(render(recipe, derived))
 
 
-def stack_judge_check(connector: Connector, recipe, *, python: str = "python3", in_container: bool = True) -> CheckResult:
+def stack_judge_check(connector: Connector, recipe: Recipe, *, python: str = "python3", in_container: bool = True) -> CheckResult:
     """``stack.judge`` where ``connector`` runs (the image check's container, or doctor's own host with --stack)."""
     result = judge_with(connector, judge_payload(recipe, in_container=in_container), python=python)
     return judge_check(result, stack_findings(recipe, result) if result.status == "refused" else [])
@@ -59,12 +62,12 @@ def judge_locally(text: str) -> JudgeResult:
     return judge_with(LocalConnector(), text, python=sys.executable)
 
 
-def judge_rendered(rendered) -> JudgeResult:
+def judge_rendered(rendered: Rendered) -> JudgeResult:
     """``train``'s judge: exactly the files it is about to launch, with this interpreter's stack."""
     return judge_locally(payload(rendered))
 
 
-def image_for(recipe, connector: Connector | None = None) -> str:
+def image_for(recipe: Recipe, connector: Connector | None = None) -> str:
     """The image ``check --stack`` judges with: the recipe's ``deploy.image`` (a reference, or ``<repo>:<build>``);
     for ``auto`` the first kt-kernel build image present here, top of the ladder first (every build image holds the
     same stack: only the kt-kernel build it pins differs, and the judge loads the one this CPU runs)."""
@@ -130,14 +133,15 @@ def require_judged(result: JudgeResult, where: str) -> JudgeResult:
                                "(docker run --rm --entrypoint python3 IMAGE -c 'import llamafactory, kt_kernel').")
 
 
-def stack_findings(recipe, result: JudgeResult):
+def stack_findings(recipe: Recipe, result: JudgeResult) -> list[Finding]:
     """The stack's refusals as findings on the recipe's keys (file and line from the recipe)."""
     from ktdeploy.core.recipe.stack_judge import findings
 
     return findings(result, recipe.train, recipe.accelerate, recipe.raw.source.where)
 
 
-def check_with_stack(recipe, *, image: str | None = None, source: str | None = None, connector: Connector | None = None):
+def check_with_stack(recipe: Recipe, *, image: str | None = None, source: str | None = None,
+                     connector: Connector | None = None) -> tuple[list[Finding], JudgeResult, str]:
     """``ktdeploy check --stack``: (the stack's findings, the judgement, where it ran). In this Python when it has
     the stack, or runs inside a ktsft image (``$KTSFT_VARIANT``: a reduced image then says "absent"), and no image
     is named; else in ``image`` (default ``image_for(recipe)``) on this machine."""

@@ -8,31 +8,13 @@
 * A full fine-tune (``finetuning_type: full``) has no adapter: sglang-kt serves the trained weights in
   ``output_dir`` themselves, so there is nothing to convert.
 
-Pure functions of paths and the recipe; no I/O.
+The paths themselves are core/job_layout.py's (JobLayout); here the rules on them. Pure functions of paths and
+the recipe; no I/O.
 """
 
 from __future__ import annotations
 
 import posixpath
-
-ADAPTER_SUFFIX = "-sglang"
-MERGED_SUFFIX = "-merged"
-
-
-def adapter_dir_for(output_dir: str) -> str:
-    """The adapter directory `up` plans for ``output_dir``: the sibling ``<output_dir>-sglang``."""
-    out = posixpath.normpath(str(output_dir))
-    if out in ("/", "."):
-        raise ValueError(f"output_dir {output_dir!r} has no sibling directory")
-    return out + ADAPTER_SUFFIX
-
-
-def merged_dir_for(output_dir: str) -> str:
-    """Where `up` (deploy.serve.merge) writes the merged model: the sibling ``<output_dir>-merged``."""
-    out = posixpath.normpath(str(output_dir))
-    if out in ("/", "."):
-        raise ValueError(f"output_dir {output_dir!r} has no sibling directory")
-    return out + MERGED_SUFFIX
 
 
 def destination_problem(src: str, dst: str) -> str | None:

@@ -21,7 +21,6 @@ Two records, one schema version, written and read only through this module:
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,8 +102,6 @@ def parse_events(text: str) -> list[dict]:
 
 
 # -- the agent's record --------------------------------------------------------------------------------------------
-RUNS_DIRNAME = ".ktdeploy-runs"
-CUDA_CACHE_DIRNAME = ".cuda-cache"
 STATUS = "status"
 RC = "rc"
 SUMMARY = "summary.json"
@@ -123,28 +120,6 @@ AGENT_STATES = ("starting", "running", "interrupted", "succeeded", "failed")
 LAUNCH_EXEC = "exec"
 SUMMARY_KEYS = ("rc", "wall_s", "peak_host_rss_gib", "peak_host_rss_hwm_gib", "peak_gpu_mem_gib",
                 "steady_tokens_per_s", "loss_first", "loss_last", "steps", "train_results", "artifacts")
-
-
-def agent_runs_base(output_dir: str) -> str:
-    """Where ``ktdeploy train`` keeps the records of runs into ``output_dir`` (outside it: LlamaFactory refuses a
-    non-empty output dir it did not write)."""
-    return posixpath.join(trainer_workdir(output_dir), posixpath.basename(posixpath.normpath(output_dir)))
-
-
-def trainer_workdir(output_dir: str) -> str:
-    """The working directory of every trainer writing beside ``output_dir``: ``<dirname>/.ktdeploy-runs``, the
-    same for every run into that output root. Not the run's own record folder: kernels compiled at run time
-    (inside torch's attention, at each new sequence length, on the GPU machine) go through CUDA's JIT cache under a key
-    that changes with the working directory, so a fresh directory per run compiled them again at every run
-    (8 kernels, a 1-2 s stalled step; issue 18, bench/results/p1/)."""
-    return posixpath.join(posixpath.dirname(posixpath.normpath(output_dir)), RUNS_DIRNAME)
-
-
-def cuda_jit_cache(output_dir: str) -> str:
-    """CUDA_CACHE_PATH for the trainer when the environment sets none: in the trainer's working directory, on the
-    output volume, so the kernels compiled at run time outlive a ``docker run --rm`` container (the default,
-    ``~/.nv/ComputeCache``, is lost with it)."""
-    return posixpath.join(trainer_workdir(output_dir), CUDA_CACHE_DIRNAME)
 
 
 def status_text(state: str) -> str:

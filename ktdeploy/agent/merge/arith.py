@@ -120,8 +120,8 @@ def power_of_two(x: float) -> bool:
     return x > 0 and math.isfinite(x) and math.frexp(x)[0] == 0.5
 
 
-def merge_rows(raw, out_buf, dtype: str, out_dtype: str, rows: int, cols: int, row0: int, loras: list[Lora],
-               scale: float, fp8: BlockScale | None = None) -> np.ndarray:
+def merge_rows(raw: bytes | bytearray | memoryview, out_buf: bytearray | memoryview | None, dtype: str, out_dtype: str, rows: int, cols: int,
+               row0: int, loras: list[Lora], scale: float, fp8: BlockScale | None = None) -> np.ndarray:
     """Rows ``[row0, row0 + rows)`` of a 2-D base tensor (``raw``: their bytes) with every LoRA term that covers
     them added; returns the rows in ``out_dtype`` (uint16 bit patterns for BF16), written into ``out_buf`` when
     given (a buffer of at least the result's size), else into a new array. ``scale`` 1.0 skips the multiply (the
@@ -192,7 +192,7 @@ def _store(x: np.ndarray, out_dtype: str, out: np.ndarray, scratch: np.ndarray) 
         np.copyto(out, x, casting="same_kind")   # F16: numpy rounds to nearest even; F32: a copy
 
 
-def nonfinite_count(raw, dtype: str, count: int) -> int:
+def nonfinite_count(raw: bytes | bytearray | memoryview, dtype: str, count: int) -> int:
     """How many values of a BF16/F16/F32 buffer are NaN or infinite (a streaming check of the adapter)."""
     if dtype == "BF16":
         bits = np.frombuffer(raw, dtype=np.uint16, count=count)

@@ -125,7 +125,7 @@ def merge(output_dir: str | os.PathLike, base: str | os.PathLike, merged: str | 
 
 # ---------------------------------------------------------------- inputs
 
-def _destination(merged) -> Path:
+def _destination(merged: str | os.PathLike) -> Path:
     if not str(merged).strip():
         raise MergeError("the merged model's folder is empty", fix="give -o DIR, e.g. <output_dir>-merged")
     if Path(merged).is_symlink():
@@ -336,7 +336,7 @@ class _Staging:
     """``.<name>.ktdeploy-merge`` beside the destination, locked while a merge writes it, with a journal of the
     finished shards (size + SHA-256)."""
 
-    def __init__(self, dst: Path, plan_id: str, say):
+    def __init__(self, dst: Path, plan_id: str, say: Callable[[str], None]) -> None:
         self.dst, self.plan_id, self.say = dst, plan_id, say
         self.path = dst.parent / f".{dst.name}{STAGING_SUFFIX}"
         if self.path.is_symlink():
@@ -427,7 +427,7 @@ def _merged_config(config: dict, fp8: bool) -> bytes | None:
 
 # ---------------------------------------------------------------- the merge
 
-def _merge(output_dir: Path, base_dir: Path, merged, base_root, verify_manifest: bool, workers: int | None,
+def _merge(output_dir: Path, base_dir: Path, merged: str | os.PathLike, base_root: str | os.PathLike | None, verify_manifest: bool, workers: int | None,
            say: Callable[[str], None]) -> MergeSummary:
     t0 = time.monotonic()
     dst = _destination(merged)
@@ -457,7 +457,9 @@ def _merge(output_dir: Path, base_dir: Path, merged, base_root, verify_manifest:
         stage.close()
 
 
-def _run(adapter, base, plans, mapping, scales, block, stage: _Staging, dst: Path, workers, say, t0) -> MergeSummary:
+def _run(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: layout.Mapping, scales: dict[str, tuple[Path, st.TensorInfo]],
+         block: list[int] | None, stage: _Staging, dst: Path, workers: int | None, say: Callable[[str], None],
+         t0: float) -> MergeSummary:
     fp8 = bool(mapping.dropped)
     kept = 0
     todo = []
@@ -506,8 +508,8 @@ def _run(adapter, base, plans, mapping, scales, block, stage: _Staging, dst: Pat
     return _publish(adapter, base, plans, mapping, stage, dst, fp8, kept, bytes_in, bytes_out, t0, say)
 
 
-def _publish(adapter, base, plans, mapping, stage: _Staging, dst: Path, fp8: bool, kept: int, bytes_in: int,
-             bytes_out: int, t0: float, say) -> MergeSummary:
+def _publish(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: layout.Mapping, stage: _Staging, dst: Path, fp8: bool, kept: int, bytes_in: int,
+             bytes_out: int, t0: float, say: Callable[[str], None]) -> MergeSummary:
     out_files: dict[str, dict] = {p.name: {"size": stage.done[p.name]["size"], "sha256": stage.done[p.name]["sha256"]}
                                   for p in plans}
     base_files: dict[str, dict] = {p.name: {"size": p.file_size, "sha256": stage.done[p.name]["input_sha256"]}

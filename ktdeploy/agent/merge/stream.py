@@ -20,15 +20,18 @@ import queue
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from io import FileIO
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ktdeploy.agent import safetensors_io as st
 from ktdeploy.agent.merge import arith
-from ktdeploy.agent.merge.layout import MergeError, Target
+from ktdeploy.agent.merge.layout import MergeError, Target, Term
 
 BLOCK_BYTES = 4 << 20
 DEPTH = 8
@@ -133,7 +136,7 @@ class LoraCache:
             raise MergeError(f"{s.path} ended early", fix="the adapter file changed while merging; copy it again")
         return arith.to_f32(np.frombuffer(raw, dtype=np.uint8), s.dtype).reshape(s.shape)
 
-    def get(self, term, b_factor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    def get(self, term: Term, b_factor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """(A, B x b_factor) of ``term`` as float32 (``b_factor`` a power of two: exact)."""
         key = (term.a.path, term.a.offset, term.b.offset, b_factor)
         hit = self.items.get(key)
@@ -162,7 +165,7 @@ class _Pipeline:
     takes a pair when it is read and gives it back when it is written and hashed, so nothing is allocated (or
     zeroed, or page-faulted in) per block, and at most ``DEPTH`` blocks are in flight."""
 
-    def __init__(self, out, workers: int, depth: int = DEPTH):
+    def __init__(self, out: _Out, workers: int, depth: int = DEPTH) -> None:
         self.out = out
         self.free: queue.SimpleQueue = queue.SimpleQueue()
         for _ in range(depth):
@@ -176,7 +179,7 @@ class _Pipeline:
         self.writer = threading.Thread(target=self._write_loop, name="merge-write", daemon=True)
         self.writer.start()
 
-    def take(self, n: int, src) -> tuple[memoryview, memoryview, tuple]:
+    def take(self, n: int, src: FileIO) -> tuple[memoryview, memoryview, tuple]:
         """(input view filled with ``n`` bytes of ``src``, output buffer, token to give back); blocks while
         ``DEPTH`` blocks are in flight. A block larger than the pooled buffers (a row over BLOCK_BYTES) uses
         buffers of its own while holding a pool pair, so the bound on blocks in flight still holds."""
@@ -189,7 +192,8 @@ class _Pipeline:
         _read_into(src, view)
         return view, memoryview(outbuf), token
 
-    def put(self, data: memoryview, outbuf: memoryview, token: tuple, result=None, fn=None, *args) -> None:
+    def put(self, data: memoryview, outbuf: memoryview, token: tuple,
+            result: bytes | None = None, fn: Callable[..., Any] | None = None, *args: Any) -> None:
         """Hash ``data``; the output is ``result`` (bytes), ``fn(data, outbuf, *args)`` or ``data`` itself."""
         hashed = self.hin_pool.submit(self.hin.update, data)
         if fn is not None:
@@ -297,7 +301,7 @@ class _Out:
         os.close(self.fd)
 
 
-def _read_into(f, view: memoryview) -> None:
+def _read_into(f: FileIO, view: memoryview) -> None:
     got, n = 0, len(view)
     while got < n:
         k = f.readinto(view[got:])
@@ -333,7 +337,7 @@ def write_shard(plan: ShardPlan, dest: Path, *, scale: float, workers: int, scal
     return hin, hout, written
 
 
-def _pass(pipe: _Pipeline, src, nbytes: int, drop: bool = False) -> None:
+def _pass(pipe: _Pipeline, src: FileIO, nbytes: int, drop: bool = False) -> None:
     left = nbytes
     while left:
         n = min(left, BLOCK_BYTES)
@@ -342,7 +346,8 @@ def _pass(pipe: _Pipeline, src, nbytes: int, drop: bool = False) -> None:
         left -= n
 
 
-def _merge_tensor(pipe: _Pipeline, src, target: Target, scale: float, scales, block, cache: LoraCache) -> None:
+def _merge_tensor(pipe: _Pipeline, src: FileIO, target: Target, scale: float,
+                  scales: dict[str, tuple[Path, st.TensorInfo]], block: list[int] | None, cache: LoraCache) -> None:
     info = target.info
     rows, cols = target.rows, target.cols
     row_bytes = cols * st.ITEMSIZE[info.dtype]
@@ -350,6 +355,7 @@ def _merge_tensor(pipe: _Pipeline, src, target: Target, scale: float, scales, bl
     fp8 = None
     if target.scale_inv is not None:
         spath, sinfo = scales[target.scale_inv]
+        assert block is not None   # a scale_inv target comes from fp8_targets, made with the base's block size
         fp8 = _load_scale(spath, sinfo, block)
     terms = sorted(target.terms, key=lambda t: t.row0)
     fold = arith.power_of_two(scale)     # s * (B @ A) == (s * B) @ A bit for bit: the multiply pass is saved
@@ -366,7 +372,7 @@ def _merge_tensor(pipe: _Pipeline, src, target: Target, scale: float, scales, bl
                  loras, 1.0 if fold else scale, fp8)
 
 
-def _load_scale(path: Path, info: st.TensorInfo, block) -> arith.BlockScale:
+def _load_scale(path: Path, info: st.TensorInfo, block: list[int]) -> arith.BlockScale:
     raw = bytearray(info.nbytes)
     with open(path, "rb", buffering=0) as f:
         f.seek(info.begin)

@@ -7,6 +7,8 @@ DataLoader and the training process's own threads; threadpools = NUMA nodes hold
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
@@ -42,12 +44,17 @@ def derived_kt_threads(train: dict, facts: HostFacts, reserve_cores: int = 2) ->
     return {f"kt_config.{k}": values[k] for k in want}
 
 
-def kt_threads(train: dict, facts: HostFacts, reserve_cores: int = 2) -> tuple[int, int]:
-    """(kt_num_threads, kt_threadpool_count) a training run on this host uses: the recipe's, else derived."""
-    kt = train.get("kt_config") or {}
-    threads, pools = derive_threads(facts, reserve_cores)
-    t, p = kt.get("kt_num_threads"), kt.get("kt_threadpool_count")
-    return (t if isinstance(t, int) and t > 0 else threads), (p if isinstance(p, int) and p > 0 else pools)
+def serve_threads(kt_config: Mapping[str, Any], derived: Callable[[], tuple[int, int]], *,
+                  cpuinfer: int | None = None, threadpools: int | None = None) -> tuple[int, int]:
+    """sglang-kt's (--kt-cpuinfer, --kt-threadpool-count): the flag, else the recipe's kt_config value, else
+    ``derived()`` (``derive_threads`` on the serving host: what training used there). ``derived`` is called only
+    when a count is missing, since it costs a fact gathering. The one decision; ``ktdeploy serve`` asks it."""
+    threads = cpuinfer or kt_config.get("kt_num_threads")
+    pools = threadpools or kt_config.get("kt_threadpool_count")
+    if threads is None or pools is None:
+        t, p = derived()
+        threads, pools = threads or t, pools or p
+    return int(threads), int(pools)
 
 
 def threads_check(facts: HostFacts, reserve_cores: int = 2, train: dict | None = None) -> CheckResult:

@@ -12,12 +12,13 @@ from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core import variants as V
-from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune, merged_dir_for
+from ktdeploy.core.adapter_layout import is_full_finetune
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
@@ -292,21 +293,19 @@ class _Job:
 
 
 def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
-    deploy = recipe.deploy
-    if deploy is None:
-        raise RecipeError("the recipe has no valid deploy: section", key="deploy",
-                          fix="Add deploy.volumes.model/data/output (see recipes/tiny-moe-lora.yaml).")
+    deploy = recipe.require_deploy()
     out = output_dir_of(recipe)
     # What sglang-kt serves goes to the sibling <output_dir>-sglang (the rule `ktdeploy convert` enforces, one
     # function): a LoRA run's adapter, or a full fine-tune's model (HF weights + kt-kernel's KT Full experts
     # regrouped per expert), served with --weights.
-    adapter = adapter_dir_for(out)
+    layout = JobLayout(out)
+    adapter = layout.adapter_dir
     vol_out = posixpath.normpath(deploy.volumes.output)
     if not adapter.startswith(vol_out.rstrip("/") + "/"):
         raise RecipeError(f"the adapter directory {adapter} (sibling of train.output_dir) lies outside "
                           f"deploy.volumes.output {vol_out}", key="train.output_dir",
                           fix=f"Put train.output_dir in a folder below {vol_out}, e.g. {vol_out}/my-run.")
-    merged = merged_dir_for(out) if deploy.serve.merge and not is_full_finetune(recipe.train) else None
+    merged = layout.merged_dir if deploy.serve.merge and not is_full_finetune(recipe.train) else None
     if deploy.serve.merge:
         base = recipe.train.get("model_name_or_path")
         vol_model = posixpath.normpath(deploy.volumes.model)
@@ -503,8 +502,8 @@ def _follow_stage(j: _Job, skip_training: bool) -> Stage:
     if j.opts.detach:
         return Stage(StageName.FOLLOW, "follow training", skipped="--detach: training runs on; follow later with "
                                                           "`ktdeploy status`, `ktdeploy logs -f` or `ktdeploy up`")
-    fs = [Step("follow.train", f"follow {j.out}/{TRAINER_LOG} until {j.name} exits", action=StepAction.FOLLOW,
-               params={"container": j.name, "log": f"{j.out}/{TRAINER_LOG}"}, satisfied=skip_training)]
+    fs = [Step("follow.train", f"follow {JobLayout(j.out).trainer_log} until {j.name} exits", action=StepAction.FOLLOW,
+               params={"container": j.name, "log": JobLayout(j.out).trainer_log}, satisfied=skip_training)]
     for a in ARTIFACTS:
         fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{j.out}/{a}",
                        local=f"artifacts/{a}", optional=True))

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ktdeploy.core.errors import RecipeError
 from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.recipe.loader import RawRecipe, apply_overrides, read_native, read_recipe
 from ktdeploy.core.recipe.schema import Deploy
@@ -41,6 +42,13 @@ class Recipe:
     @property
     def name(self) -> str:
         return self.raw.path.stem if self.raw.path else "recipe"
+
+    def require_deploy(self) -> Deploy:
+        """The deploy section of a recipe that must have one (loaded for up/render/sbatch)."""
+        if self.deploy is None:
+            raise RecipeError("the recipe has no valid deploy: section", key="deploy",
+                              fix="Add deploy.volumes.model/data/output (see recipes/tiny-moe-lora.yaml).")
+        return self.deploy
 
     def weight_setup(self) -> str:
         """The expert-weight setup of the cookbook: bf16, fp8, int8 or int4 (AMXINT4)."""

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from ktdeploy.core.checkpoints import CHECKPOINT_RE
 from ktdeploy.core.recipe import catalog as cat
 from ktdeploy.core.recipe.document import Recipe
-from ktdeploy.core.recipe.finding import Finding
+from ktdeploy.core.recipe.finding import Finding, Severity
 from ktdeploy.core.recipe.loader import SECTIONS
 from ktdeploy.core.recipe.schema import Deploy, Scheduler, Serve, Volumes
 from ktdeploy.core.recipe.types import type_error
@@ -30,7 +30,7 @@ RULES: list[tuple[str, RuleFn]] = []
 RUNTIME_TOKEN_MARGIN = 128  # cookbook A.1 pairs cutoff_len 2048 with kt_model_max_length 2176 (Qwen3.5 template)
 
 
-def rule(rule_id: str):
+def rule(rule_id: str) -> Callable[[RuleFn], RuleFn]:
     def deco(fn: RuleFn) -> RuleFn:
         RULES.append((rule_id, fn))
         return fn
@@ -59,13 +59,13 @@ class Ctx:
     def use_kt(self) -> bool:
         return self.t.get("use_kt") is True
 
-    def _add(self, sev, path, message, fix):
+    def _add(self, sev: Severity, path: str, message: str, fix: str) -> None:
         file, line = self.recipe.raw.source.where(path)
         self.findings.append(Finding(sev, path, message, fix, self.current, file, line))
 
     guesses_left: int = 50  # "did you mean" costs ~3 ms a key: a recipe of 20,000 unknown keys gets 50 of them
 
-    def guess(self, key: str, candidates) -> str | None:
+    def guess(self, key: str, candidates: Iterable[str]) -> str | None:
         if self.guesses_left <= 0 or len(key) > 80:
             return None
         self.guesses_left -= 1

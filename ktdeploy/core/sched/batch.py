@@ -20,10 +20,12 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from ktdeploy.core.adapter_layout import adapter_dir_for
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import job_name, output_dir_of
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.render import dump_yaml
+from ktdeploy.core.recipe.schema import Scheduler
 from ktdeploy.core.sched.request import JobRequest
 
 JOBS_FOLDER = ".ktdeploy-jobs"
@@ -33,10 +35,10 @@ CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 STOP_SECONDS = 20        # docker stop's grace period inside the trap; slurm.conf's KillWait must exceed it
 
 
-def job_dir_of(recipe) -> str:
+def job_dir_of(recipe: Recipe) -> str:
     """Where a job's scripts, recipe and Slurm logs live: on the output volume, which login and compute nodes
     share (the container writes its output there too)."""
-    return posixpath.join(recipe.deploy.volumes.output, JOBS_FOLDER, job_name(recipe))
+    return posixpath.join(recipe.require_deploy().volumes.output, JOBS_FOLDER, job_name(recipe))
 
 
 @dataclass(frozen=True)
@@ -74,13 +76,13 @@ def sbatch_output_path(job_dir: str, role: str) -> str:
     return f"{job_dir.replace('%', '%%')}/{role}-%j.out"
 
 
-def sbatch_values(recipe) -> None:
+def sbatch_values(recipe: Recipe) -> None:
     """Refuse (RecipeError naming the key) what no ``#SBATCH`` line can carry as is: a backslash in the output
     volume (sbatch reads it as an escape and Slurm's filename patterns as "no patterns"), a control character."""
     from ktdeploy.core.errors import RecipeError
     from ktdeploy.core.markup import terminal_safe
 
-    for key, value in (("deploy.volumes.output", recipe.deploy.volumes.output),
+    for key, value in (("deploy.volumes.output", recipe.require_deploy().volumes.output),
                        ("train.output_dir", output_dir_of(recipe))):
         if "\\" in value or CONTROL_OR_NEWLINE.search(value):
             raise RecipeError(f"{terminal_safe(value)!r} cannot be written into a Slurm batch script's #SBATCH lines "
@@ -90,7 +92,7 @@ def sbatch_values(recipe) -> None:
 
 
 def _header(name: str, role: str, job_dir: str, *, time: str, mem_mib: int, cpus: int, gpus: int,
-            constraint: str | None, sched, requeue: bool) -> list[str]:
+            constraint: str | None, sched: Scheduler, requeue: bool) -> list[str]:
     d = sbatch_line
     lines = ["#!/bin/bash", d("--job-name", name + ("" if role == "train" else f"-{role}")),
              d("--output", sbatch_output_path(job_dir, role)), d("--open-mode", "append"), d("--time", time),
@@ -145,19 +147,19 @@ def _run_and_wait() -> list[str]:
             'exit "$rc"']
 
 
-def train_script(recipe, shipped: dict, *, image: str, run_id: str, request: JobRequest, gpus_waived: bool = False,
+def train_script(recipe: Recipe, shipped: dict, *, image: str, run_id: str, request: JobRequest, gpus_waived: bool = False,
                  memlock: bool = True) -> BatchJob:
     """The training job: ``docker create`` (up's argv, allocation added), recipe copied in, started attached."""
     sbatch_values(recipe)
     name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
-    vol = recipe.deploy.volumes
+    vol = recipe.require_deploy().volumes
     create = dk.create_train(name=CNAME, image=image, run_id=run_id, volumes=vol, output_dir=out, gpus=None,
                              memlock=memlock, user=None)
     create = [*create[:2], DYNAMIC, *create[2:]]
     ship = posixpath.join(job_dir, "ship")
     recipe_b64 = base64.b64encode(dump_yaml(shipped).encode()).decode()
     lines = _header(name, "train", job_dir, time=request.time, mem_mib=request.mem_mib, cpus=request.cpus,
-                    gpus=request.gpus, constraint=request.constraint, sched=recipe.deploy.scheduler, requeue=True)
+                    gpus=request.gpus, constraint=request.constraint, sched=recipe.require_deploy().scheduler, requeue=True)
     lines += ["# Written by `ktdeploy up --slurm` / `ktdeploy render --slurm`: the recipe's training job.",
               f"# submit by hand: mkdir -p {shlex.quote(job_dir)} && sbatch THIS_FILE", ""]
     lines += _prologue(name, gpus=not gpus_waived)
@@ -175,16 +177,16 @@ def train_script(recipe, shipped: dict, *, image: str, run_id: str, request: Job
     return BatchJob(name=name, role="train", script="\n".join(lines) + "\n")
 
 
-def convert_script(recipe, *, image: str, run_id: str, request: JobRequest) -> BatchJob:
+def convert_script(recipe: Recipe, *, image: str, run_id: str, request: JobRequest) -> BatchJob:
     """The conversion job (after the training job: --dependency=afterok): CPU only, the variant's CPU needs."""
     sbatch_values(recipe)
     name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
-    adapter = adapter_dir_for(out)
-    run = dk.run_convert(name=CNAME, image=image, run_id=run_id, volumes=recipe.deploy.volumes, output_dir=out,
+    adapter = JobLayout(out).adapter_dir
+    run = dk.run_convert(name=CNAME, image=image, run_id=run_id, volumes=recipe.require_deploy().volumes, output_dir=out,
                          adapter_dir=adapter, user=None)
     run = [*run[:3], DYNAMIC, *run[3:]]
     lines = _header(name, "convert", job_dir, time="02:00:00", mem_mib=4096, cpus=1, gpus=0,
-                    constraint=request.constraint, sched=recipe.deploy.scheduler, requeue=False)
+                    constraint=request.constraint, sched=recipe.require_deploy().scheduler, requeue=False)
     lines += ["# Written by `ktdeploy up --slurm`: converts the training output for sglang-kt.", ""]
     lines += _prologue(f"{name}-convert", gpus=False)
     lines += [f"adapter={shlex.quote(adapter)}",

@@ -15,10 +15,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ktdeploy.core.adapter_layout import adapter_dir_for, is_full_finetune
+from ktdeploy.core.adapter_layout import is_full_finetune
 from ktdeploy.core.checks.resources import MIN_SHM
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan.build import job_name, output_dir_of, shipped_recipe
 from ktdeploy.core.plan.docker_argv import CONTAINER_RECIPE, JOB_MOUNT
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.sched.features import variant_flags
 from ktdeploy.core.sched.request import JobRequest
@@ -40,8 +42,8 @@ def _labels(name: str, component: str) -> dict[str, str]:
             "app.kubernetes.io/component": component}
 
 
-def _volumes(recipe, name: str, *, output_readonly: bool, shm_bytes: int) -> tuple[list[dict], list[dict]]:
-    vol = recipe.deploy.volumes
+def _volumes(recipe: Recipe, name: str, *, output_readonly: bool, shm_bytes: int) -> tuple[list[dict], list[dict]]:
+    vol = recipe.require_deploy().volumes
     volumes: list[dict[str, Any]] = [{"name": "recipe", "configMap": {"name": f"{name}-recipe"}},
                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{max(1, shm_bytes >> 20)}Mi"}}]
     mounts: list[dict[str, Any]] = [{"name": "recipe", "mountPath": JOB_MOUNT, "readOnly": True},
@@ -52,7 +54,8 @@ def _volumes(recipe, name: str, *, output_readonly: bool, shm_bytes: int) -> tup
     return volumes, mounts
 
 
-def _container(name: str, image: str, args: list[str], request: JobRequest, mounts: list[dict], env: list[dict]):
+def _container(name: str, image: str, args: list[str], request: JobRequest, mounts: list[dict],
+               env: list[dict]) -> dict[str, Any]:
     res = {"cpu": str(request.cpus), "memory": f"{request.mem_mib}Mi"}
     if request.gpus:
         res["nvidia.com/gpu"] = str(request.gpus)
@@ -64,7 +67,7 @@ def _container(name: str, image: str, args: list[str], request: JobRequest, moun
     return c
 
 
-def manifests(recipe, *, image: str, variant: str | None, request: JobRequest, namespace: str = "default",
+def manifests(recipe: Recipe, *, image: str, variant: str | None, request: JobRequest, namespace: str = "default",
               shm_bytes: int = MIN_SHM) -> list[dict]:
     """ConfigMap, Job, Deployment, Service for ``recipe`` (in that order)."""
     name = job_name(recipe)
@@ -85,9 +88,9 @@ def manifests(recipe, *, image: str, variant: str | None, request: JobRequest, n
         pod["nodeSelector"] = selector
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {**meta, "labels": _labels(name, "train")},
            "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": _labels(name, "train")}, "spec": pod}}}
-    serve = recipe.deploy.serve
+    serve = recipe.require_deploy().serve
     full = is_full_finetune(recipe.train)
-    adapter = adapter_dir_for(out)
+    adapter = JobLayout(out).adapter_dir
     args = ["serve", f"{JOB_MOUNT}/serve.yaml", *(["--weights", adapter] if full else ["--adapter", adapter])]
     senv = list(env)
     if serve.api_key_env:

@@ -10,20 +10,21 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
-from ktdeploy.core.adapter_layout import adapter_dir_for
 from ktdeploy.core.check_names import CheckName
-from ktdeploy.core.checkpoints import TRAINER_LOG
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan.build import ARTIFACTS, UpOptions, _volumes_stage, job_name, output_dir_of
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.sched.batch import job_dir_of
 
 
-def build_slurm_plan(recipe, state: JobState, opts: UpOptions, *, image: str, variant: str | None,
+def build_slurm_plan(recipe: Recipe, state: JobState, opts: UpOptions, *, image: str, variant: str | None,
                      queued: dict[str, str], fit_detail: str) -> Plan:
     """``queued``: role (train/convert) -> the job id of this job name already in the queue."""
     name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
-    adapter = adapter_dir_for(out)
+    layout = JobLayout(out)
+    adapter = layout.adapter_dir
     pf = opts.preflight or {}
     stages = [Stage(StageName.PREFLIGHT, "connect to the login node, read the cluster, fit the job", (
         Step("preflight.connect", f"connect to {opts.host}", satisfied=True, why=pf.get("connect", "done")),
@@ -67,10 +68,10 @@ def build_slurm_plan(recipe, state: JobState, opts: UpOptions, *, image: str, va
                                                                  "`ktdeploy logs -f` / `ktdeploy up` follow them"))
         stages.append(Stage(StageName.CONVERT, "wait for the conversion job", skipped="--detach"))
     else:
-        fs = [Step("follow.train", f"follow {out}/{TRAINER_LOG} until the training job ends",
+        fs = [Step("follow.train", f"follow {layout.trainer_log} until the training job ends",
                    action=StepAction.FOLLOW_JOB, satisfied=finished,
                    why="finished" if finished else "",
-                   params={"role": "train", "log": f"{out}/{TRAINER_LOG}", "job_dir": job_dir,
+                   params={"role": "train", "log": layout.trainer_log, "job_dir": job_dir,
                            "job_id": queued.get("train")})]
         for a in ARTIFACTS:
             fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{out}/{a}",

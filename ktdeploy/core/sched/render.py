@@ -9,14 +9,15 @@ from ktdeploy.core import variants as V
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.markup import terminal_safe
 from ktdeploy.core.plan.build import resolve_image, shipped_recipe
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.sched import k8s
 from ktdeploy.core.sched.batch import BatchJob, convert_script, train_script
 from ktdeploy.core.sched.features import LADDER
 from ktdeploy.core.sched.request import request_for
 
 
-def image_and_variant(recipe, variant: str | None) -> tuple[str, str | None]:
-    deploy = recipe.deploy
+def image_and_variant(recipe: Recipe, variant: str | None) -> tuple[str, str | None]:
+    deploy = recipe.require_deploy()
     if variant is not None and not V.known(variant):
         raise UsageError(f"--variant {terminal_safe(variant)!r}: not an image variant", key="--variant",
                          fix=f"Use one of {', '.join(LADDER)}.")
@@ -38,7 +39,7 @@ def image_and_variant(recipe, variant: str | None) -> tuple[str, str | None]:
     return image, chosen
 
 
-def slurm_scripts(recipe, variant: str | None = None, run_id: str = "manual") -> list[BatchJob]:
+def slurm_scripts(recipe: Recipe, variant: str | None = None, run_id: str = "manual") -> list[BatchJob]:
     image, chosen = image_and_variant(recipe, variant)
     request = request_for(recipe, chosen)
     return [train_script(recipe, shipped_recipe(recipe, None), image=image, run_id=run_id, request=request),
@@ -48,7 +49,7 @@ def slurm_scripts(recipe, variant: str | None = None, run_id: str = "manual") ->
 NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")   # a DNS-1123 label, Kubernetes' namespace names
 
 
-def k8s_manifests(recipe, variant: str | None = None, namespace: str = "default") -> list[dict]:
+def k8s_manifests(recipe: Recipe, variant: str | None = None, namespace: str = "default") -> list[dict]:
     if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
         raise UsageError(f"--namespace {terminal_safe(namespace)!r}: not a Kubernetes namespace name", key="--namespace",
                          fix="Lower-case letters, digits and '-', at most 63, starting and ending with a letter or "

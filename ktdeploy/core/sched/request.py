@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from ktdeploy.core.errors import RecipeError
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.sched.features import constraint
 from ktdeploy.core.sizing import plan_recipe
 from ktdeploy.core.sizing.calibration import upper_edges
@@ -41,14 +42,14 @@ class JobRequest:
         return self.mem_mib / 1024
 
 
-def _positive_int(v) -> int | None:
+def _positive_int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
-def request_for(recipe, variant: str | None) -> JobRequest:
+def request_for(recipe: Recipe, variant: str | None) -> JobRequest:
     """The request of ``recipe``'s training job for an image ``variant`` (RecipeError naming the key when the
     memory or the threads cannot be known without a host)."""
-    deploy = recipe.deploy
+    deploy = recipe.require_deploy()
     sched = deploy.scheduler
     if sched.mem_gib is not None:
         mem_mib = math.ceil(sched.mem_gib * 1024)

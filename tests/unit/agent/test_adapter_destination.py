@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ktdeploy.agent.convert import ConvertError, convert
-from ktdeploy.core.adapter_layout import adapter_dir_for, destination_problem
+from ktdeploy.core.adapter_layout import destination_problem
 from ktdeploy.core.facts.host import CpuFacts, DockerFacts, HostFacts
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import UpOptions, build_plan
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.recipe import builtin_recipe, load_recipe
@@ -33,7 +34,7 @@ def test_planned_adapter_is_accepted_by_the_real_converter(tmp_path, st_writer):
     plan = _plan(recipe)
     argv = _steps(plan)["convert.adapter"].argv
     planned = argv[argv.index("-o") + 1]
-    assert planned == plan.adapter_dir == adapter_dir_for(str(out)) == f"{out}-sglang"
+    assert planned == plan.adapter_dir == JobLayout(str(out)).adapter_dir == f"{out}-sglang"
     assert destination_problem(str(out), planned) is None
     make_output(out, st_writer)
     s = convert(argv[argv.index("-o") - 1], planned)  # the very arguments the CONVERT container gets

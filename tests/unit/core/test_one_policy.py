@@ -11,9 +11,10 @@ from ktdeploy.controller.doctor import DoctorReport
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, RUNTIME_FIXABLE, gate
-from ktdeploy.core.checks.threads import derive_threads, derived_kt_threads, kt_threads
+from ktdeploy.core.checks.threads import derive_threads, derived_kt_threads, serve_threads
 from ktdeploy.core.errors import CheckFailed, RunRecordError
 from ktdeploy.core.facts.host import CpuFacts, HostFacts, MemoryFacts, NumaNode
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.recipe import load_recipe
 
@@ -82,8 +83,27 @@ def test_train_preview_and_serve_derive_the_same_threads(sets):
     # serve: --kt-cpuinfer / --kt-threadpool-count default to what training used
     effective = {**{k.split(".", 1)[1]: v for k, v in derived.items()},
                  **{k: v for k, v in recipe.kt_config.items() if k in ("kt_num_threads", "kt_threadpool_count")}}
-    assert kt_threads(recipe.train, facts, reserve) == (effective["kt_num_threads"], effective["kt_threadpool_count"])
+    assert serve_threads(recipe.kt_config, lambda: derive_threads(facts, reserve)) == (
+        effective["kt_num_threads"], effective["kt_threadpool_count"])
     assert derive_threads(facts, reserve) == (24 - reserve, 2)
+
+
+def test_serve_threads_flag_else_recipe_else_derived_and_derives_only_when_a_count_is_open():
+    asked: list[int] = []
+
+    def derived() -> tuple[int, int]:
+        asked.append(1)
+        return 22, 2
+
+    assert serve_threads({}, derived) == (22, 2)
+    assert serve_threads({"kt_num_threads": 6}, derived) == (6, 2)
+    assert serve_threads({"kt_num_threads": 6}, derived, cpuinfer=8) == (8, 2)
+    assert len(asked) == 3
+    assert serve_threads({"kt_num_threads": 6, "kt_threadpool_count": 1}, derived) == (6, 1)
+    assert serve_threads({}, derived, cpuinfer=4, threadpools=3) == (4, 3)
+    assert len(asked) == 3                          # nothing open: this host's facts are never gathered
+    assert serve_threads({"kt_num_threads": 0, "kt_threadpool_count": None}, derived) == (22, 2)  # 0 counts as unset
+    assert serve_threads({"kt_num_threads": -1}, derived) == (-1, 2)   # build_serve_command refuses it (exit 2)
 
 
 def test_no_threads_derived_without_kt():
@@ -233,7 +253,7 @@ def test_agent_record_written_by_the_agent_is_read_by_the_controller(tmp_path):
     out.mkdir(parents=True)
     (out / "train_results.json").write_text('{"train_loss": 1.25}')
     run_dir = Path(T._run_dir(out, None))
-    assert str(run_dir.parent) == rr.agent_runs_base(str(out))
+    assert str(run_dir.parent) == JobLayout(str(out)).agent_runs
     plan = T.TrainPlan(recipe_path="r.yaml", output_dir=str(out), run_dir=str(run_dir), argv=["true"],
                        env={}, derived={}, resume_from=None, train_yaml="a: 1\n", accelerate_yaml="b: 2\n",
                        launch_sh="#!/bin/sh\n")
@@ -301,7 +321,7 @@ def test_facts_are_gathered_once_per_container_start(monkeypatch):
     monkeypatch.setattr(local_host, "_RAW", {})
     image_entry.isa_gate("avx2", ["train", "r.yaml"])            # the entrypoint's gate (no probes for avx2)
     report = local_host.local_doctor(load_recipe(RECIPE))        # train's doctor
-    local_host.local_threads(load_recipe(RECIPE))                # serve's threads
+    local_host.local_threads(load_recipe(RECIPE).deploy.reserve_cores)   # serve's threads
     assert calls == ["gather"]
     assert report.facts.cpu.logical_cpus and report.facts.paths   # the doctor still looked at the recipe's paths
 
@@ -328,10 +348,8 @@ def test_the_planner_runs_once_per_doctor_run(monkeypatch):
 def test_every_run_into_one_output_root_shares_one_trainer_directory():
     """The trainer's working directory is one per output root (CUDA's JIT cache keys run-time kernels by it: a
     fresh one per run recompiled them at every run), holds the records, and its JIT cache sits inside it."""
-    from ktdeploy.core import run_record as rr
-
-    a, b = rr.trainer_workdir("/vol/out/run-a"), rr.trainer_workdir("/vol/out//run-b/")
+    a, b = JobLayout("/vol/out/run-a").trainer_workdir, JobLayout("/vol/out//run-b/").trainer_workdir
     assert a == b == "/vol/out/.ktdeploy-runs"
-    assert rr.agent_runs_base("/vol/out/run-a") == "/vol/out/.ktdeploy-runs/run-a"
-    assert rr.cuda_jit_cache("/vol/out/run-b").startswith(a + "/")
-    assert rr.trainer_workdir("/vol/other/run-a") != a
+    assert JobLayout("/vol/out/run-a").agent_runs == "/vol/out/.ktdeploy-runs/run-a"
+    assert JobLayout("/vol/out/run-b").cuda_jit_cache.startswith(a + "/")
+    assert JobLayout("/vol/other/run-a").trainer_workdir != a
