@@ -46,7 +46,14 @@ class _Representer(SafeRepresenter):
     Accelerate read with PyYAML (YAML 1.1), where a plain `save_strategy: no` is the boolean false."""
 
 
+# YAML's own line breaks besides \n and \r (NEL, LS, PS): written raw inside a plain or single-quoted scalar, a
+# reader folds them to a space, so the container would run another value than the one check accepted
+_BREAKS_IN_SCALAR = ("\x85", "\u2028", "\u2029")
+
+
 def _represent_str(rep: SafeRepresenter, value: str) -> ScalarNode:
+    if any(b in value for b in _BREAKS_IN_SCALAR) or not all(c.isprintable() or c in "\n\t" for c in value):
+        return rep.represent_scalar(_STR, value, style='"')   # double-quoted: the emitter escapes them (\N, \L, \P)
     if _YAML11.resolve(ScalarNode, value, (True, False)) != _STR:
         return rep.represent_scalar(_STR, value, style="'")
     return SafeRepresenter.represent_str(rep, value)

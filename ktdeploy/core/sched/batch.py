@@ -66,7 +66,14 @@ def sbatch_line(option: str, value: object | None = None) -> str:
     token = option if value is None else f"{option}={value}"
     if CONTROL_OR_NEWLINE.search(token):
         raise ValueError(f"control character in #SBATCH {option}")
+    if HETJOB_WORD.search(token):
+        raise ValueError(f"hetjob/packjob in #SBATCH {option}")
     return f"#SBATCH {shlex.quote(token)}"
+
+
+# sbatch reads any #SBATCH line holding one of these words (any case, anywhere, quoted or not) as the boundary of
+# a heterogeneous job's components (src/sbatch/opt.c, _opt_batch_script): the options after it would be another job
+HETJOB_WORD = re.compile(r"hetjob|packjob", re.IGNORECASE)
 
 
 def sbatch_output_path(job_dir: str, role: str) -> str:
@@ -82,13 +89,28 @@ def sbatch_values(recipe: Recipe) -> None:
     from ktdeploy.core.errors import RecipeError
     from ktdeploy.core.markup import terminal_safe
 
-    for key, value in (("deploy.volumes.output", recipe.require_deploy().volumes.output),
+    deploy = recipe.require_deploy()
+    for key, value in (("deploy.volumes.output", deploy.volumes.output),
                        ("train.output_dir", output_dir_of(recipe))):
         if "\\" in value or CONTROL_OR_NEWLINE.search(value):
             raise RecipeError(f"{terminal_safe(value)!r} cannot be written into a Slurm batch script's #SBATCH lines "
                               "(a backslash is an escape to sbatch and switches off Slurm's %j; control characters "
                               "end the line)", key=key,
                               fix="Use a folder whose name has no backslash or control character for the Slurm path.")
+    sched = deploy.scheduler
+    directive_values = (("the recipe's file name", recipe.name, "Rename the recipe file (its name is the job's name)."),
+                        ("deploy.volumes.output", deploy.volumes.output, "Use another folder for the Slurm output."),
+                        ("train.output_dir", output_dir_of(recipe), "Use another folder for the Slurm output."),
+                        ("deploy.scheduler.partition", sched.partition or "",
+                         "Name the partition by another name (ask the cluster's admin)."),
+                        ("deploy.scheduler.account", sched.account or "",
+                         "Name the account by another name (ask the cluster's admin)."))
+    for key, value, fix in directive_values:
+        if (word := HETJOB_WORD.search(value)) is not None:
+            raise RecipeError(f"{terminal_safe(value)!r} holds {word.group(0)!r}: sbatch takes any "
+                              "#SBATCH line with 'hetjob' or 'packjob' in it (any case) as the start of another "
+                              "component of a heterogeneous job, so the job ktdeploy submits would not be the one it "
+                              "meant", key=key, fix=fix)
 
 
 def _header(name: str, role: str, job_dir: str, *, time: str, mem_mib: int, cpus: int, gpus: int,

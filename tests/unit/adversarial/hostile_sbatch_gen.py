@@ -445,7 +445,7 @@ def judge_case(case: Case, report: Report, tmp: Path) -> None:
         sched = recipe.deploy.scheduler
         image, _variant = image_and_variant(recipe, case.variant)
         vol = recipe.deploy.volumes
-        from ktdeploy.core.adapter_layout import adapter_dir_for
+        from ktdeploy.core.job_layout import JobLayout
 
         for job in jobs:
             header = judge_sbatch(job.script, name=name, role=job.role, job_dir=job_dir,
@@ -472,7 +472,7 @@ def judge_case(case: Case, report: Report, tmp: Path) -> None:
             else:
                 cname = f"{name}-convert-j{JOB_ID}"
                 run = dk.run_convert(name=cname, image=image, run_id="manual", volumes=vol, output_dir=out,
-                                     adapter_dir=adapter_dir_for(out), user=None)
+                                     adapter_dir=JobLayout(out).adapter_dir, user=None)
                 expected = [run[:2] + run[3:]]   # the allocation's flags go after --rm
             try:
                 problems = judge_bash(job.script, expected, tmp)

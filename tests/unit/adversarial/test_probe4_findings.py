@@ -1,8 +1,10 @@
 """PROBE 4 FINDINGS (outside review of `render --slurm` / `render --k8s` after round three). Written from the
 renderers and from sbatch's source, not from test_probe3_findings.py.
 
-    *** Every test named test_p4_escape_* FAILS on the code this probe reviewed (main at 2600041): each is one class
-    *** of escape, reproduced by one minimal value that `ktdeploy check` accepts. The probe does not fix the code.
+Every test named test_p4_escape_* failed on the code this probe reviewed (main at 2600041): each is one class of
+escape, reproduced by one minimal value that `ktdeploy check` accepted. Fixed after the probe (the probe did not fix
+code): hetjob/packjob in a value bound for an #SBATCH line is refused naming the key (core/sched/batch.sbatch_values),
+and YAML's NEL/LS/PS line breaks are written escaped in double quotes (core/recipe/render.dump_yaml).
 
 test_p4_generator_finds_no_escape runs the seeded generator (hostile_sbatch_gen.py: 1,000 hostile values over
 every recipe key and CLI option that reaches the batch scripts or the manifests) and fails while any escape is left.
@@ -55,7 +57,7 @@ SPLITTING = [  # (what, recipe file stem, recipe keys): one hetjob/packjob per e
 
 
 def test_p4_escape_hetjob_word_in_a_directive_line_splits_the_job(tmp_path):
-    """ESCAPE CLASS 1 (FAILS): a recipe value holding ``hetjob`` / ``packjob`` that check accepts lands in an
+    """ESCAPE CLASS 1 (failed before the fix in core/sched/batch.sbatch_values, which refuses the word naming the key): a recipe value holding ``hetjob`` / ``packjob`` that check accepts lands in an
     ``#SBATCH`` line; sbatch reads that line as a heterogeneous-job separator, so the job ktdeploy submits is not
     the one it meant (minimal: a recipe file named ``hetjob.yaml`` -> ``#SBATCH --job-name=ktd-hetjob-…``: the
     options before it (none) are component 0, all the others component 1, and the job name loses the word).
@@ -76,7 +78,7 @@ def test_p4_escape_hetjob_word_in_a_directive_line_splits_the_job(tmp_path):
 
 
 def test_p4_escape_nel_in_a_recipe_value_changes_the_recipe_the_container_runs(tmp_path):
-    """ESCAPE CLASS 2 (FAILS): U+0085 (NEL) in a recipe string that check accepts (train.run_name, any train key
+    """ESCAPE CLASS 2 (failed before the fix in core/recipe/render.dump_yaml, which double-quotes such strings): U+0085 (NEL) in a recipe string that check accepts (train.run_name, any train key
     outside rules_text.TRAIN_PATHS, any accelerate value) is written by ``dump_yaml`` raw inside a single-quoted
     scalar; YAML readers (PyYAML and ktdeploy's own loader, which the container reads its recipe with) fold that
     line break to a space. The recipe shipped in the batch script (base64) and the ConfigMap's recipe.yaml are
