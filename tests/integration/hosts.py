@@ -22,13 +22,15 @@ user="root")``:
   cpuinfo        a whole cpuinfo text to mount instead.
 ``h.stop()`` stops one host (unreachable-host tests); everything is removed at session end.
 
-The image ktdeploy/testhost:latest (tests/hosts/Dockerfile, FROM ktdeploy/base:bookworm) is built once when
-missing; the base comes from docker/base/build-base.sh. Hosts are reached by their IP on the private network
+The image ktdeploy/testhost:<hash of tests/hosts> (tests/hosts/Dockerfile, FROM ktdeploy/base:bookworm) is built
+once when missing — its tag names its sources, so a tag left on the engine by an older checkout is never taken
+for this one's; the base comes from docker/base/build-base.sh. Hosts are reached by their IP on the private network
 when this machine can route to it, else through a port published on 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -41,7 +43,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = os.environ.get("KTDEPLOY_TESTHOST_IMAGE", "ktdeploy/testhost:latest")
+
+
+def _sources_tag(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(folder)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+IMAGE = os.environ.get("KTDEPLOY_TESTHOST_IMAGE", f"ktdeploy/testhost:{_sources_tag(REPO / 'tests' / 'hosts')}")
 BASE_IMAGE = os.environ.get("KTDEPLOY_BASE_IMAGE", "ktdeploy/base:bookworm")
 
 
@@ -63,7 +75,7 @@ def image_exists(ref: str) -> bool:
 
 
 def ensure_image() -> str:
-    """Build ktdeploy/testhost:latest (and the base image) if missing. Returns the image ref."""
+    """Build the test host image IMAGE (and the base image) if missing. Returns the image ref."""
     if image_exists(IMAGE):
         return IMAGE
     if not image_exists(BASE_IMAGE):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.controller.images.identity import read_sidecar, write_sidecar
-from tests.integration.hosts import docker
+from tests.integration.hosts import docker, ensure_image
 from tests.integration.test_ansible_fleet import AMX, HEALTHY, WAIVE, V, make_image_archive, recap, write_inventory
 from tests.integration.test_ansible_fleet import playbook as _playbook
 
@@ -173,7 +173,7 @@ def local_debs() -> list[Path]:
     debs = sorted(d.glob("docker.io_*.deb"))
     if not debs:
         d.mkdir(parents=True, exist_ok=True)
-        p = docker("run", "--rm", "--entrypoint", "sh", "-v", f"{d}:/out", "ktdeploy/testhost:latest", "-c",
+        p = docker("run", "--rm", "--entrypoint", "sh", "-v", f"{d}:/out", ensure_image(), "-c",
                    "apt-get update -qq && cd /out && apt-get download docker.io", check=False, timeout=600)
         debs = sorted(d.glob("docker.io_*.deb"))
         if not debs:
