@@ -133,6 +133,9 @@ def _failed(ex: SlurmRun, stage: Stage, s: Step, info: sl.JobInfo, job_dir: str,
                          "ktdeploy up --slurm (same arguments): the job resumes from its newest complete checkpoint.")
 
 
+READ_MISSES = 3   # job reads in a row that may fail before a follow stops (detached: the job keeps running)
+
+
 def _poll(ex: SlurmRun, stage: Stage, s: Step, role: str, log: str,
           on_entry: Callable[[LogEntry | None, sl.JobInfo], None] | None = None) -> sl.JobInfo:
     job_id = _known(ex, s)
@@ -140,8 +143,20 @@ def _poll(ex: SlurmRun, stage: Stage, s: Step, role: str, log: str,
         raise StepError(f"{stage.name}: no {role} job was submitted", step=s.id, fix="a plan bug; report it")
     started = None
     last_state = None
+    misses = 0
     while True:
-        info, entry = job_state(ex.conn, job_id, log)
+        try:
+            info, entry = job_state(ex.conn, job_id, log)
+        except ConnectError as e:
+            # one read cut short (an SSH hiccup, a slow scontrol on a busy login node) is not a lost job: the
+            # follow goes on at its next poll; only READ_MISSES in a row end it (the job keeps running then)
+            misses += 1
+            ex.record.event("slurm_read_missed", role=role, job_id=job_id, attempt=misses, error=str(e))
+            if misses >= READ_MISSES:
+                raise
+            time.sleep(ex.poll_s)
+            continue
+        misses = 0
         if info is None:
             raise StepError(f"{stage.name}: Slurm no longer knows job {job_id} (neither scontrol nor sacct)",
                             step=s.id, fix="See the job's log in the job folder; re-run ktdeploy up --slurm.")
