@@ -27,8 +27,9 @@ from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
 from ktdeploy.core.checks.gate import gate
 from ktdeploy.core.checks.readable import readable_checks
 from ktdeploy.core.checks.resources import Requirements
-from ktdeploy.core.facts.data import DATA_SCRIPT, DataFacts, parse_data_output
+from ktdeploy.core.facts.data import DataFacts
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
+from ktdeploy.core.facts.sources import DATA
 from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
 
 
@@ -109,9 +110,8 @@ def gather_data(connector: Connector, train: dict) -> DataFacts:
         reqs = data.data_requests(train) if first_round else data.file_requests(train, facts)
         if not reqs:
             continue
-        argv = ["sh", "-c", DATA_SCRIPT, "ktdeploy-data"] + [x for pair in reqs for x in pair]
-        res = connector.run(argv, timeout=60)
-        facts.entries.update(parse_data_output(res.stdout).entries)
+        res = connector.run(DATA.argv([x for pair in reqs for x in pair]), timeout=DATA.timeout_s)
+        facts.entries.update(DATA.parse(res.stdout).entries)
     return facts
 
 

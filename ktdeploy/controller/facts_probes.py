@@ -9,6 +9,8 @@ Where a probe binary comes from, in order:
    the run: never a predictable shared path such as /tmp/ktdeploy-probes-<uid>);
 4. compiled here as a static x86_64 binary and uploaded (targets without a compiler), to the same places.
 If none works the probe is reported as skipped with the reason — never guessed.
+The probes themselves (name, parser, model, timeout) are core/facts/sources.py's PROBE_SOURCES; their JSON line is
+read by core/facts/probes.py.
 
 Nothing is executed from a place another user can write (issue 35: a probe planted in the old /tmp fallback ran
 as whoever ran doctor, root included, and its forged JSON was taken as proof of AMX). Before a binary runs, the
@@ -26,16 +28,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from importlib import resources
-from typing import TypeVar
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector, Result
-from ktdeploy.core.facts.host import AmxProbe, MempolicyProbe, Probes
-from ktdeploy.core.safeio import parse_json
+from ktdeploy.core.facts.build import probes_from
+from ktdeploy.core.facts.host import Probes
+from ktdeploy.core.facts.sources import PROBE_SOURCES, ProbeSource
 
-PROBES = ("amx_probe", "numa_probe")
-_Probe = TypeVar("_Probe", AmxProbe, MempolicyProbe)
+PROBES = tuple(p.name for p in PROBE_SOURCES)   # the programs' names (ktdeploy/probes/<name>.c)
 
 # Shell functions every probe script shares: ``chain PATH`` succeeds when PATH (resolved) and every folder above
 # it are trusted: not a link, owned by this user or root, not group/other-writable (a folder may be, with the
@@ -131,40 +132,14 @@ def build_probe(name: str, out_dir: str, *, cc: str | None = None, static: bool 
     return out
 
 
-def parse_probe_output(text: str) -> dict:
-    """The last JSON line a probe printed."""
-    for line in reversed((text or "").strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            data = parse_json(line)
-            if not isinstance(data, dict):
-                raise ValueError("the probe's JSON line is not an object")
-            return data
-    raise ValueError("probe printed no JSON line")
-
-
-def _probe_model(model: type[_Probe], text: str) -> _Probe:
-    """A probe's JSON line as ``model``: only the fields the model has, except ``ran`` and ``skipped`` (what the
-    runner decides, never the probe); a wrong type is a ValueError (pydantic's ValidationError is one)."""
-    data = parse_probe_output(text)
-    fields = {k: v for k, v in data.items() if k in model.model_fields and k not in ("ran", "skipped")}
-    return model(**fields, ran=True)
-
-
-def amx_from_output(text: str) -> AmxProbe:
-    return _probe_model(AmxProbe, text)
-
-
-def mempolicy_from_output(text: str) -> MempolicyProbe:
-    return _probe_model(MempolicyProbe, text)
-
-
-def run_probe(connector: Connector, name: str, *, machine: str | None = None) -> tuple[str | None, str | None]:
-    """Run probe ``name`` on the connector's host. Returns (stdout, None) or (None, why it was skipped)."""
+def run_probe(connector: Connector, probe: ProbeSource[Any], *,
+              machine: str | None = None) -> tuple[str | None, str | None]:
+    """Run ``probe`` on the connector's host. Returns (stdout, None) or (None, why it was skipped)."""
     if machine and machine not in ("x86_64", "amd64"):
         return None, f"probes are x86_64 only (target is {machine})"
+    name = probe.name
     h = source_hash(name)
-    res = connector.run(["sh", "-c", _RUN_SCRIPT, "ktdeploy-probe", name, h], timeout=60)
+    res = connector.run(["sh", "-c", _RUN_SCRIPT, "ktdeploy-probe", name, h], timeout=probe.timeout_s)
     if res.rc != 200:
         return _result(res, name)
     prep = connector.run(["sh", "-c", _PREPARE_SCRIPT, "ktdeploy-probe", h], timeout=30)
@@ -178,7 +153,7 @@ def run_probe(connector: Connector, name: str, *, machine: str | None = None) ->
         if why:
             return None, why
         res = connector.run(["sh", "-c", _RUN_SCRIPT, "ktdeploy-probe", name, h, target_dir if private else ""],
-                            timeout=60)
+                            timeout=probe.timeout_s)
         if res.rc == 200:
             return None, "the probe binary did not appear (or is not owned by the user and sealed) in its folder"
         return _result(res, name)
@@ -217,34 +192,17 @@ def _result(res: Result, name: str) -> tuple[str | None, str | None]:
     return res.stdout, None
 
 
-# probe program -> the Probes field it fills, its output parser, and its model (for "skipped"). Its own name: it
-# once rebound PROBES (the names), so `python -m ktdeploy.controller.facts_probes build DIR` got tuples, not names.
-PROBE_PARSERS = (("amx_probe", "amx", amx_from_output, AmxProbe),
-          ("numa_probe", "mempolicy", mempolicy_from_output, MempolicyProbe))
-
-
-def parse_probe(name: str, parse: Callable[[str], AmxProbe | MempolicyProbe],
-                model: type[AmxProbe] | type[MempolicyProbe], out: str) -> AmxProbe | MempolicyProbe:
-    """A probe's output parsed, or the probe reported skipped as unreadable: never a crash (host text is
-    untrusted; pydantic's ValidationError is a ValueError)."""
-    try:
-        return parse(out)
-    except (ValueError, TypeError) as e:
-        return model(skipped=f"unreadable {name} output: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
-
-
 def gather_probes(connector: Connector, machine: str | None) -> tuple[Probes, dict[str, str]]:
     """Run every probe; returns the parsed Probes and the raw outputs (for recording golden files)."""
     raw: dict[str, str] = {}
-    probes = Probes()
-    for name, field, parse, model in PROBE_PARSERS:
-        out, why = run_probe(connector, name, machine=machine)
+    skips: dict[str, str] = {}
+    for probe in PROBE_SOURCES:
+        out, why = run_probe(connector, probe, machine=machine)
         if out is None:
-            setattr(probes, field, model(skipped=why))
-            continue
-        raw[name] = out
-        setattr(probes, field, parse_probe(name, parse, model, out))
-    return probes, raw
+            skips[probe.name] = why or ""
+        else:
+            raw[probe.name] = out
+    return probes_from(raw, skips), raw
 
 
 def main(argv: list[str] | None = None) -> int:

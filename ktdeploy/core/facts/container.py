@@ -6,15 +6,6 @@ import re
 
 from ktdeploy.core.facts.host import ContainerFacts
 
-SECTIONS = {
-    "detect_virt_container": "systemd-detect-virt --container",
-    "container_markers": "for f in /.dockerenv /run/.containerenv /run/secrets/kubernetes.io; do "
-                         "[ -e \"$f\" ] && echo \"$f\"; done; "
-                         "[ -n \"$KUBERNETES_SERVICE_HOST\" ] && echo KUBERNETES_SERVICE_HOST; true",
-    "proc1_cgroup": "cat /proc/1/cgroup",
-    "root_mount": "awk '$5 == \"/\" {print $0}' /proc/self/mountinfo",
-}
-
 _CGROUP_KINDS = [
     (re.compile(r"kubepods"), "kubernetes"),
     (re.compile(r"/docker[/-]|docker-[0-9a-f]{12,}\.scope"), "docker"),

@@ -11,16 +11,6 @@ from ktdeploy.core.facts.host import CpuFacts, NumaNode
 from ktdeploy.core.facts.total import PARSE_ERRORS
 from ktdeploy.core.safeio import parse_json
 
-SECTIONS = {
-    "cpuinfo": "cat /proc/cpuinfo",
-    "lscpu_json": "lscpu -J",
-    "lscpu_parse": "lscpu -p=CPU,CORE,SOCKET,NODE",
-    "cpus_allowed": "grep -E '^Cpus_allowed_list' /proc/self/status",
-    "numa_sysfs": "for n in /sys/devices/system/node/node[0-9]*; do [ -e \"$n/cpulist\" ] && "
-                  "printf '%s %s\\n' \"${n##*/node}\" \"$(cat \"$n/cpulist\")\"; done; true",
-}
-
-
 MAX_CPUS = 1 << 16   # Linux's NR_CPUS is at most 8192; a list naming more is not a CPU list
 
 

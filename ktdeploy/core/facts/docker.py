@@ -5,8 +5,6 @@ from __future__ import annotations
 from ktdeploy.core.facts.host import DockerFacts
 from ktdeploy.core.safeio import parse_json
 
-SECTIONS = {"docker_info": "docker info --format '{{json .}}'"}
-
 
 def parse_docker_info(text: str) -> dict:
     """The JSON object printed by `docker info --format '{{json .}}'` (first JSON line; warnings ignored)."""

@@ -8,10 +8,6 @@ import io
 from ktdeploy.core.facts.host import Gpu, GpuFacts
 
 QUERY = "index,name,memory.total,memory.used,driver_version,uuid"
-SECTIONS = {
-    "nvidia_smi": f"nvidia-smi --query-gpu={QUERY} --format=csv,noheader,nounits",
-    "nvidia_devices": "ls -1 /dev/nvidia* 2>/dev/null; true",
-}
 
 
 def parse_nvidia_smi(text: str) -> list[Gpu]:

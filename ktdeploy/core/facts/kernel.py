@@ -6,11 +6,6 @@ import re
 
 from ktdeploy.core.facts.host import KernelFacts
 
-SECTIONS = {
-    "uname": "uname -r; uname -m",
-    "os_release": "cat /etc/os-release",
-}
-
 
 def parse_kernel_release(release: str) -> tuple[int, int, int] | None:
     """'6.1.0-18-amd64' -> (6, 1, 0); '5.15.0-1051-azure' -> (5, 15, 0)."""

@@ -6,24 +6,6 @@ import re
 
 from ktdeploy.core.facts.host import LimitsFacts
 
-SECTIONS = {
-    "proc_limits": "cat /proc/self/limits",
-    # Reads our own cgroup's limits (v2: memory.max/cpu.max; v1: memory.limit_in_bytes/cpu.cfs_*),
-    # falling back to the cgroup root, which is the container's own cgroup inside a container.
-    "cgroup": (
-        "if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo version=v2; "
-        "p=$(sed -n 's/^0:://p' /proc/self/cgroup); d=/sys/fs/cgroup$p; [ -f \"$d/memory.max\" ] || d=/sys/fs/cgroup; "
-        "echo memory=$(cat \"$d/memory.max\" 2>/dev/null); echo cpu=$(cat \"$d/cpu.max\" 2>/dev/null); "
-        "else echo version=v1; "
-        "p=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup); d=/sys/fs/cgroup/memory$p; "
-        "[ -f \"$d/memory.limit_in_bytes\" ] || d=/sys/fs/cgroup/memory; "
-        "echo memory=$(cat \"$d/memory.limit_in_bytes\" 2>/dev/null); "
-        "c=/sys/fs/cgroup/cpu; [ -d \"$c\" ] || c=/sys/fs/cgroup/cpu,cpuacct; "
-        "echo cpu=$(cat \"$c/cpu.cfs_quota_us\" 2>/dev/null) $(cat \"$c/cpu.cfs_period_us\" 2>/dev/null); fi"
-    ),
-    "shm": "df -Pk /dev/shm",
-}
-
 # cgroup v1 reports "no limit" as a huge page-aligned number (PAGE_COUNTER_MAX * page size).
 _V1_UNLIMITED = 1 << 60
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from ktdeploy.core.facts.host import MemoryFacts
 
-SECTIONS = {"meminfo": "cat /proc/meminfo"}
-
 _UNITS = {"kB": 1024, "mB": 1024**2, "gB": 1024**3, "": 1}
 
 

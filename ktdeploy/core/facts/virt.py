@@ -4,12 +4,6 @@ from __future__ import annotations
 
 from ktdeploy.core.facts.host import VirtFacts
 
-SECTIONS = {
-    "detect_virt_vm": "systemd-detect-virt --vm",
-    "dmi": "for f in sys_vendor product_name; do printf '%s=%s\\n' \"$f\" "
-           "\"$(cat /sys/class/dmi/id/$f 2>/dev/null)\"; done",
-}
-
 # DMI strings that name a hypervisor, mapped to systemd-detect-virt's ids.
 _DMI_VMS = {
     "qemu": "qemu", "kvm": "kvm", "vmware": "vmware", "virtualbox": "oracle", "innotek": "oracle",

@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.facts_gather import build_facts, load_raw
-from ktdeploy.controller.facts_probes import amx_from_output, mempolicy_from_output, parse_probe
-from ktdeploy.core.facts.host import AmxProbe
+from ktdeploy.core.facts.sources import PROBE_SOURCES
 from ktdeploy.core.facts.stack import MARKER, parse_stack_output
 from ktdeploy.core.markers import Section
 from ktdeploy.core.recipe import load_recipe
@@ -108,9 +107,8 @@ def test_docker_runtimes_as_a_list_are_still_read():
 
 @pytest.mark.parametrize("text", PROBE, ids=range(len(PROBE)))
 def test_a_probe_line_of_any_shape_is_unreadable_not_a_crash(text):
-    for name, parse, model in (("amx_probe", amx_from_output, AmxProbe),
-                               ("numa_probe", mempolicy_from_output, type(mempolicy_from_output('{}')))):
-        got = _bounded(lambda parse=parse, model=model, name=name: parse_probe(name, parse, model, text))
+    for probe in PROBE_SOURCES:
+        got = _bounded(lambda probe=probe: probe.read(text))
         assert got.ran is (got.skipped is None)           # the probe never decides `ran` or `skipped` itself
         if text.startswith('{"ran": false'):
             assert got.ran and got.skipped is None

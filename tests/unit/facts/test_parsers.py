@@ -12,6 +12,7 @@ from ktdeploy.core.facts.docker import build_docker
 from ktdeploy.core.facts.gpu import build_gpu, parse_nvidia_smi
 from ktdeploy.core.facts.kernel import parse_kernel_release
 from ktdeploy.core.facts.limits import parse_cgroup, parse_df_line, parse_proc_limits
+from ktdeploy.core.facts.sources import FactCommand
 from ktdeploy.core.facts.virt import build_virt
 
 
@@ -102,7 +103,8 @@ def test_container_and_virt_detection():
 def test_gather_script_sections_round_trip(tmp_path):
     import subprocess
 
-    script = gather_script({"a": "printf 'x\\ny'", "b": "echo oops >&2; exit 3", "c": "printf ''"})
+    script = gather_script([FactCommand("a", "printf 'x\\ny'"), FactCommand("b", "echo oops >&2; exit 3"),
+                            FactCommand("c", "printf ''")])
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout
     s = parse_sections(out)
     assert (s["a"].stdout, s["a"].rc) == ("x\ny", 0)
