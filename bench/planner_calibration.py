@@ -114,7 +114,7 @@ def _bands_md(loo: dict) -> str:
             "vanish: its band is its error without them. `ktdeploy plan` prints each figure with its band; doctor's "
             "plan.* gate and checks.resources compare capacity with the upper edge (prediction x (1 + band)). The "
             "last column shows the band covering every committed point: both its in-sample and its leave-one-out "
-            "error are inside (tests/unit/planner/test_calibration.py checks each point).\n\n"
+            "error are inside (tests/unit/core/sizing/test_calibration.py checks each point).\n\n"
             "| setting | resource | band | set by | points covered |\n|---|---|---:|---|---:|\n" + "\n".join(rows))
 
 
@@ -212,7 +212,7 @@ Round 1 (issue filing): LoRA AMX copies at the real rank instead of the padded 3
 unattributed host slack and the GPU slack applied to multi-GPU runs only (single-GPU runs show none; FITTED to the
 2-GPU cookbook row). The issue's ~9.7 B run and the Qwen3.5-397B 8-GPU cookbook row have no committed YAML/shape,
 so they are not points; the weight_scale runs cover that regime (9.3-46.0 GiB host peaks) and
-tests/unit/planner/test_calibration.py holds every committed point to ±10 % without an edit.
+tests/unit/core/sizing/test_calibration.py holds every committed point to ±10 % without an edit.
 """
 
 
@@ -250,7 +250,7 @@ def main() -> int:
             "order of magnitude and the FP8/BF16 ratio, not the ±10 % criterion.\n\n" + held_md + "\n\n"
             "## Constants (ktdeploy/core/sizing/estimate.py `MEASURED`)\n\n" + consts + "\n\n"
             "`python bench/planner_calibration.py --fit` re-derives them with `ktdeploy.core.sizing.calibration."
-            "fit_constants` (tests/unit/planner keep estimate.py equal to the fit): the host floor is the median "
+            "fit_constants` (tests/unit/core/sizing keep estimate.py equal to the fit): the host floor is the median "
             "residual of the GPU-machine runs whose training phase dominates, the tokenization worker the median of "
             "their pre-weights phase; the GPU context is measured (nvidia-smi minus torch's reserved peak) and the "
             "allocator reserve constant bounds the worst one-GPU error; then the two slack terms close the cookbook "

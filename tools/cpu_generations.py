@@ -86,7 +86,7 @@ def ktdeploy_choice(name: str, path: Path) -> dict:
     cpu = build_cpu(path.read_text())
     row = {"model": cpu.model_name, "flags_choice": best_variant(cpu), "kt_kernel_model": kt_kernel_variant(cpu)}
     if name in OWN and (path.parent / "amx_probe.json").is_file():
-        from tests.unit.facts.golden import facts_of
+        from tests.unit.core.facts.golden import facts_of
 
         row["with_probe"] = best_variant(facts_of(name))
     best = row.get("with_probe") or row["flags_choice"]

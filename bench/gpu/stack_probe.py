@@ -3,7 +3,7 @@
 --image` runs it in the container) on the GPU machine outside any image: with Python's headers present, then with
 the include folder moved away (restored after), as bench/gpu/triton_headers.py does. Stdlib only (the probe's
 source is read from the module with ast, no pydantic needed). Writes $OUT/stack_probe.json and the two raw outputs
-(the unit tests' recordings: tests/unit/facts/data/stack/gpu-ok.txt, gpu-no-headers.txt).
+(the unit tests' recordings: tests/unit/core/checks/data/stack/gpu-ok.txt, gpu-no-headers.txt).
 
     device tool: run(command="python3 bench/gpu/stack_probe.py")
 """

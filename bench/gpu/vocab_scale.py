@@ -24,7 +24,7 @@ On the GPU machine (wheels from bench/gpu/fetch_wheels.py in WHEELS below, this 
 
 Here, CPU only: ``--list`` prints the cases, time estimates and planned figures; ``--dry-run`` also writes each
 case's config.json and recipe and has `ktdeploy train --dry-run --skip-doctor` validate and render it.
-The pure parts are unit-tested in tests/unit/planner/test_vocab_scale.py.
+The pure parts are unit-tested in tests/unit/core/sizing/test_vocab_scale.py.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ clean checkout plus the carried wheels (bench/gpu/fetch_wheels.py), one call per
 
 then copy "$OUT"/gpu_peaks.json over bench/results/gpu_peaks.json here and run bench/planner_calibration.py.
 Pure parts (shapes, expert bytes, machine fit, call grouping, timeline summary, the gpu_peaks entry, the append)
-are unit-tested in tests/unit/planner/test_weight_scale.py.
+are unit-tested in tests/unit/core/sizing/test_weight_scale.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The figures block of docs/serving-merged.md, rendered from the committed results (so it cannot go stale:
-tests/unit/agent/test_merge_docs.py renders it again and compares).
+tests/unit/agent/merge/test_merge_docs.py renders it again and compares).
 
     python bench/merge/figures.py --write      # after a new bench/proof run
 """

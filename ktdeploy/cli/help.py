@@ -1,7 +1,7 @@
 """--help that reads at 80 columns: upper-case metavars that say what goes there (FILE, HOST, CHECK, KEY=VALUE),
 none on a flag, no Python type names (typer shows `<bool>`, `<list[str]>`, `<path>` by default), and an
 argument shown by its name alone. Every command of the CLI is made with ``Command`` (``App.command``); options
-name their panel (``rich_help_panel``) so a long command reads in groups. tests/unit/test_cli_help.py holds every
+name their panel (``rich_help_panel``) so a long command reads in groups. tests/unit/cli/test_cli_help.py holds every
 command to it: each option described, no line past 80 columns, no `<type>` left."""
 
 from __future__ import annotations

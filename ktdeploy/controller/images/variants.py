@@ -5,7 +5,7 @@ from __future__ import annotations
 from ktdeploy.core import variants as V
 
 # Image variant -> the kt-kernel build its final stage pins (KT_KERNEL_CPU_VARIANT): the same name.
-# Must agree with the Dockerfile's final stages; tests/unit/images checks it does.
+# Must agree with the Dockerfile's final stages; tests/unit/controller/images checks it does.
 ISA_VARIANTS: dict[str, str] = {v.name: v.name for v in V.LADDER}
 STACKS = ("full", "reduced")
 DEFAULT_REPO = {"full": "ktsft", "reduced": "ktsft-reduced"}

@@ -2,7 +2,7 @@
 function that reads each answer. The controller (``controller/facts_gather.py``, ``facts_probes.py``,
 ``doctor.gather_data``) iterates these tuples and runs the commands through a connector; ``core/facts/build.py``
 hands the answers to the parse functions. A source is named by its constant here, never by a string
-(``tests/unit/core/test_fact_sources.py``).
+(``tests/unit/core/facts/test_fact_sources.py``).
 
 - ``FactCommand``: one command of the gather script (sh text). The whole script is one connector call bounded by
   GATHER_TIMEOUT_S; each command's stderr is kept to 2000 bytes (``core/markers.SECTION_SH``). Its answer, a

@@ -52,7 +52,7 @@ def _strategy(ctx: Ctx, key: str) -> str | None:
 # (Model/Data/Training/Finetuning/GeneratingArguments) only: MegatronBridgeArguments is parsed only under
 # USE_MEGATRON_BRIDGE=1, EvaluationArguments only by the evaluation entry (get_eval_args). The keys below are those
 # two classes' fields that no _TRAIN_ARGS class defines (catalog_data.TRAIN_KEYS names one owner per key, so `seed`,
-# also a TrainingArguments field, is not one of them); tests/unit/recipe/test_rules_stack_parser.py holds the list
+# also a TrainingArguments field, is not one of them); tests/unit/core/recipe/test_rules_stack_parser.py holds the list
 # against the argument classes dumped from the image's wheels (tests/oracle/stack_catalog.json).
 NOT_PARSED_FOR_TRAINING = {"MegatronBridgeArguments": "the Megatron-Bridge trainer (USE_MEGATRON_BRIDGE=1)",
                            "EvaluationArguments": "LlamaFactory's evaluation command (llamafactory-cli eval)"}

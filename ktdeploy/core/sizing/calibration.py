@@ -5,7 +5,7 @@ Points: the cookbook anchors (``anchors.ANCHORS``) and the GPU machine's runs (`
 ``bench/results/gpu_peaks.json`` links to; bench/gpu/weight_scale.py and vocab_scale.py append to it).
 
 ``fit_constants`` derives every constant of ``estimate.MEASURED`` from points (estimate.py holds the values the
-fit gives on all committed points; tests/unit/planner/test_estimate.py keeps them equal). The band of a setting
+fit gives on all committed points; tests/unit/core/sizing/test_estimate.py keeps them equal). The band of a setting
 (single-GPU or multi-GPU) and resource (host or gpu) is the largest |leave-one-out residual| among that setting's
 points: each point predicted by constants fitted without it. A point no constant depends on keeps its in-sample
 residual; the cookbook row, the only multi-GPU point and the one the two slack constants are fitted to, is then

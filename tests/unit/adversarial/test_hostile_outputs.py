@@ -5,7 +5,7 @@
 - Control characters from outside (a recipe key or value, a host's answer, a tensor name) never reach the
   terminal: no output of check, up --dry-run, convert or doctor holds one that came from the input.
 - Serve settings and semantics that used to pass check: refused by check with exit 2 (the rules' own cases are in
-  tests/unit/recipe/test_rules.py; here they go through the CLI).
+  tests/unit/core/recipe/test_rules.py; here they go through the CLI).
 - convert refuses what sglang-kt cannot serve; image load applies only the names ktdeploy asked for.
 Every test is bounded in time (the harness's 10 s per CLI call, or an explicit bound)."""
 

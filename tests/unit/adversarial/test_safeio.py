@@ -28,7 +28,7 @@ def test_symlinks_are_resolved_on_the_host(tmp_path):
 
 def test_recipe_rule_refuses_output_volume_inside_double_slash_model_volume(tmp_path):
     from ktdeploy.core.recipe import load_recipe, validate
-    from tests.unit.recipe.conftest import RECIPES
+    from tests.unit.core.recipe.conftest import RECIPES
 
     text = (RECIPES / "tiny-moe-lora.yaml").read_text().replace("model: /srv/ktdeploy/models", "model: //srv/ktdeploy")
     p = tmp_path / "r.yaml"
@@ -164,7 +164,7 @@ def test_interrupted_up_leaves_a_consistent_record(tmp_path, monkeypatch):
     import ktdeploy.controller.api
     from ktdeploy.cli import main
     from ktdeploy.controller.runs import all_runs
-    from tests.unit.recipe.conftest import RECIPES
+    from tests.unit.core.recipe.conftest import RECIPES
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
