@@ -31,6 +31,7 @@ class Call:
     argv: list[str]
     timeout: float | None = None
     env: dict[str, str] | None = None
+    input: str | bytes | None = None   # what the command was given on stdin
 
 
 @dataclass
@@ -82,7 +83,7 @@ class FakeConnector:
     def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False,
             env: dict[str, str] | None = None, input: str | bytes | None = None) -> Result:
         argv = [str(a) for a in argv]
-        self.calls.append(Call("run", argv, timeout, env))
+        self.calls.append(Call("run", argv, timeout, env, input))
         for rule in self.rules:
             if rule.matches(argv):
                 r = rule.respond(argv)

@@ -8,10 +8,11 @@ may read as "the container is gone"; everything else is a lost connection (Conne
 import pytest
 
 from ktdeploy.controller.connectors.base import Result
-from ktdeploy.controller.executor import Executor, parse_snapshot, snapshot
+from ktdeploy.controller.executor import FOLLOW_SCRIPT, Executor, parse_snapshot, snapshot
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.errors import ConnectError, StepError
 from ktdeploy.core.plan.steps import Plan, Stage, Step
+from tests.fakes.connector import FakeConnector, ok
 
 RUNNING = ('@@inspect\t0\n{"Status":"running","Running":true,"Paused":false,"Restarting":false,"OOMKilled":false,'
            '"Dead":false,"Pid":1936,"ExitCode":0,"Error":"","StartedAt":"2026-12-03T07:01:14.592389364Z",'
@@ -61,18 +62,10 @@ def test_running_and_exited_states_and_the_log_tail():
     assert not snap.state.running and snap.state.succeeded
 
 
-class Recorded:
-    """A connector that replays recorded answers (the host side is what is recorded, not what is asserted)."""
-
-    name = "ssh://gpu01:22"
-
-    def __init__(self, answers):
-        self.answers = list(answers)
-
-    def run(self, argv, *, timeout=None, check=False, env=None, input=None):
-        if argv[:2] == ["docker", "logs"]:
-            return Result(0, "", "")
-        return self.answers.pop(0)
+def recorded(answers: list[Result]) -> FakeConnector:
+    """A host that gives FOLLOW_SCRIPT's recorded answers in turn (the host side is what is recorded, not what is
+    asserted)."""
+    return FakeConnector(name="ssh://gpu01:22").on(("sh", "-c", FOLLOW_SCRIPT), answers).on(("docker", "logs"), ok())
 
 
 def _follow_plan():
@@ -85,7 +78,7 @@ def _follow_plan():
 @pytest.mark.parametrize("rc,out,err", LOST)
 def test_follow_reports_a_dropped_connection_as_lost_not_removed(tmp_path, rc, out, err):
     rec = RunRecord.create("tiny", root=tmp_path)
-    ex = Executor(Recorded([Result(0, RUNNING, ""), Result(rc, out, err)]), rec, _follow_plan(), say=lambda m: None,
+    ex = Executor(recorded([Result(0, RUNNING, ""), Result(rc, out, err)]), rec, _follow_plan(), say=lambda m: None,
                   poll_s=0)
     with pytest.raises(ConnectError):
         ex.apply()
@@ -94,7 +87,7 @@ def test_follow_reports_a_dropped_connection_as_lost_not_removed(tmp_path, rc, o
 
 def test_follow_reports_a_removed_container_as_removed(tmp_path):
     rec = RunRecord.create("tiny", root=tmp_path)
-    ex = Executor(Recorded([Result(0, RUNNING, ""), Result(0, NO_SUCH, "")]), rec, _follow_plan(), say=lambda m: None,
+    ex = Executor(recorded([Result(0, RUNNING, ""), Result(0, NO_SUCH, "")]), rec, _follow_plan(), say=lambda m: None,
                   poll_s=0)
     with pytest.raises(StepError) as ei:
         ex.apply()
@@ -102,4 +95,4 @@ def test_follow_reports_a_removed_container_as_removed(tmp_path):
 
 
 def test_snapshot_passes_the_connectors_answer_through():
-    assert snapshot(Recorded([Result(0, RUNNING, "")]), "job", "/out/trainer_log.jsonl").state.running
+    assert snapshot(recorded([Result(0, RUNNING, "")]), "job", "/out/trainer_log.jsonl").state.running
