@@ -23,11 +23,8 @@ Exit 0 when every verdict is the expected one.
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
-import re
-import subprocess
 import sys
 import zipfile
 from dataclasses import asdict, dataclass, field
@@ -35,9 +32,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from locked_wheels import locked_wheel
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "serve-oracle"
-LOCK = ROOT / "docker" / "requirements" / "full.lock"
 WHEELS = {"sglang-kt": "sglang_kt-0.7.2-py3-none-manylinux_2_35_x86_64.whl",
           "kt-kernel": "kt_kernel-0.7.2-cp311-cp311-manylinux_2_35_x86_64.whl"}
 FILES = {"sglang-kt": ("sglang/srt/layers/moe/kt_ep_wrapper.py", "sglang/srt/server_args.py"),
@@ -50,35 +48,11 @@ OLD_FULL_METHOD = "AMXBF16"   # what `ktdeploy serve` passed for a full fine-tun
 
 # ---------------------------------------------------------------- the wheels' files
 
-def _locked_hash(dist: str) -> str:
-    m = re.search(rf"^{re.escape(dist)}==0\.7\.2 \\\n\s+--hash=sha256:([0-9a-f]{{64}})", LOCK.read_text(), re.M)
-    if not m:
-        raise SystemExit(f"{dist}==0.7.2 with a sha256 not found in {LOCK}")
-    return m.group(1)
-
-
-def _sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with p.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _wheel(dist: str) -> Path:
-    want, name = _locked_hash(dist), WHEELS[dist]
+    name = WHEELS[dist]
     dirs = [Path(os.environ["KTDEPLOY_ORACLE_WHEELHOUSE"])] if os.environ.get("KTDEPLOY_ORACLE_WHEELHOUSE") else []
-    dirs += [ROOT / ".wheelhouse" / "full", CACHE, ROOT / ".cache" / "stack-oracle"]
-    for d in dirs:
-        if (d / name).is_file() and _sha256(d / name) == want:
-            return d / name
-    CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", "311", "--implementation", "cp", "--platform", "manylinux_2_35_x86_64",
-                    "-d", str(CACHE), f"{dist}==0.7.2"], check=True)
-    if _sha256(CACHE / name) != want:
-        raise SystemExit(f"{CACHE / name}: sha256 does not match the lock ({want})")
-    return CACHE / name
+    dirs += [ROOT / ".wheelhouse" / "full", ROOT / ".cache" / "stack-oracle"]
+    return locked_wheel(dist, name, CACHE, [d / name for d in dirs])
 
 
 def source(dist: str, path: str) -> str:

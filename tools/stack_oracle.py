@@ -23,11 +23,9 @@ Exit 0 when every disagreement is explained in docs/stack-rules.md's table, 1 ot
 from __future__ import annotations
 
 import copy
-import hashlib
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 import warnings
 import zipfile
@@ -35,44 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from locked_wheels import locked_wheel
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "stack-oracle"
-LOCK = ROOT / "docker" / "requirements" / "full.lock"
 WHEEL_NAME = "kt_kernel-0.7.2-cp311-cp311-manylinux_2_35_x86_64.whl"
-
-
-def locked_hash() -> str:
-    text = LOCK.read_text()
-    m = re.search(r"^kt-kernel==0\.7\.2 \\\n\s+--hash=sha256:([0-9a-f]{64})", text, re.M)
-    if not m:
-        raise SystemExit(f"kt-kernel==0.7.2 with a sha256 not found in {LOCK}")
-    return m.group(1)
-
-
-def _sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with p.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def wheel_path() -> Path:
     """The locked wheel, verified by hash; downloaded into the cache when missing."""
-    want = locked_hash()
-    candidates = [Path(os.environ["KTDEPLOY_ORACLE_WHEEL"])] if os.environ.get("KTDEPLOY_ORACLE_WHEEL") else []
-    candidates.append(CACHE / WHEEL_NAME)
-    for c in candidates:
-        if c.is_file() and _sha256(c) == want:
-            return c
-    CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", "311", "--implementation", "cp", "--platform", "manylinux_2_35_x86_64",
-                    "-d", str(CACHE), "kt-kernel==0.7.2"], check=True)
-    w = CACHE / WHEEL_NAME
-    if not w.is_file() or _sha256(w) != want:
-        raise SystemExit(f"{w}: sha256 does not match the lock ({want})")
-    return w
+    given = [Path(os.environ["KTDEPLOY_ORACLE_WHEEL"])] if os.environ.get("KTDEPLOY_ORACLE_WHEEL") else []
+    return locked_wheel("kt-kernel", WHEEL_NAME, CACHE, given)
 
 
 _KT = None

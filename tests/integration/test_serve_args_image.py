@@ -9,7 +9,6 @@ back. Skipped when no full image is present (the reduced CI images carry no sgla
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from ktdeploy.agent.serve import build_serve_command
 from ktdeploy.core.recipe import load_recipe
+from tests.integration.full_image import full_image_or_skip
 
 pytestmark = pytest.mark.docker
 
@@ -38,26 +38,9 @@ print(json.dumps(out, default=str))
 """
 
 
-def _full_image() -> str | None:
-    if shutil.which("docker") is None:
-        return None
-    for ref in CANDIDATES:
-        p = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True)
-        if p.returncode == 0:
-            probe = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python3", ref, "-c",
-                                    "import importlib.util as u; print(bool(u.find_spec('sglang')))"],
-                                   capture_output=True, text=True, timeout=300)
-            if probe.stdout.strip() == "True":
-                return ref
-    return None
-
-
 @pytest.fixture(scope="module")
 def full_image():
-    ref = _full_image()
-    if ref is None:
-        pytest.skip("no full ktsft image with sglang-kt on this machine (build it: ktdeploy image build --stack full)")
-    return ref
+    return full_image_or_skip(CANDIDATES)
 
 
 def parse_in_image(image: str, argv: list[str]) -> dict:

@@ -11,7 +11,6 @@ reduced one).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from ktdeploy.core import variants as V
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.facts.cpu import build_cpu
+from tests.integration.full_image import full_image_or_skip
 
 pytestmark = pytest.mark.docker
 
@@ -28,26 +28,9 @@ CANDIDATES = ("ktsft:avx512_bf16", "ktsft:avx512", "ktsft:amx", "ktsft:avx2")
 MARK = "SERVE-ORACLE "
 
 
-def _full_image() -> str | None:
-    if shutil.which("docker") is None:
-        return None
-    for ref in CANDIDATES:
-        if subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode != 0:
-            continue
-        probe = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c",
-                                "import importlib.util as u; print(bool(u.find_spec('sglang')))"],
-                               capture_output=True, text=True, timeout=300)
-        if probe.stdout.strip() == "True":
-            return ref
-    return None
-
-
 @pytest.fixture(scope="module")
 def full_image():
-    ref = _full_image()
-    if ref is None:
-        pytest.skip("no full ktsft image with sglang-kt on this machine (build it: ktdeploy image build --stack full)")
-    return ref
+    return full_image_or_skip(CANDIDATES)
 
 
 def _builds_here() -> list[str]:
