@@ -17,3 +17,6 @@ _.__getattr__
 _.amx_int8, _.amx_bf16, _.xtiledata_os, _.permission_errno, _.avx512_vnni_exec, _.swap_total_bytes
 _.hugepages_total, _.hugepage_size_bytes, _.default_runtime, _.cgroup_driver, _.security_options, _.dmi_product
 _.memlock_hard, _.shm_free_bytes, _.schema_version, _.finished_at, _.num_threads, _.elapsed_time
+# event fields (core/events.py) read through dataclasses.fields() into events.jsonl, or by the renderer's
+# templates (cli/events_view.py: "{e.status_file}")
+_.status_file, _.failed_checks, _.seconds_after_submit, _.record_path, _.slurm_job

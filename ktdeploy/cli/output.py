@@ -214,30 +214,3 @@ def print_doctor(report: DoctorReport, stream: Console | None = None, every: boo
                 stream.print(Text(line, style=_STATUS_STYLE[label] if label == "skip" else ""), soft_wrap=True,
                              highlight=False)
     stream.print(Text("details of every check: ktdeploy doctor --all (or --json)", style="dim"), highlight=False)
-
-
-def _breaks(plain: str, first: int, rest: int) -> list[int]:
-    """Offsets where a line of ``plain`` breaks: before a word that would pass the width (``first`` for the first
-    line, ``rest`` after), never inside a word."""
-    import re
-
-    out, start, width = [], 0, first
-    for m in re.finditer(r"\S+", plain):
-        if m.end() - start > width and m.start() > start and plain[start:m.start()].strip():
-            out.append(m.start())
-            start, width = m.start(), rest
-    return out
-
-
-def say(markup: str, stream: Console | None = None, indent: int = 4) -> None:
-    """One progress line of `up` (rich markup): wrapped at spaces to the terminal, continuation lines indented,
-    so a wrapped line never reads as a new one at 80 columns; a path or an id longer than a line stays whole."""
-    stream = stream or console
-    for block in markup.split("\n"):
-        text = Text.from_markup(block)
-        lead = len(text.plain) - len(text.plain.lstrip(" "))
-        pad = " " * (lead + indent)
-        width = max(stream.width, 40)
-        for j, line in enumerate(text.divide(_breaks(text.plain, width, width - len(pad)))):
-            line.rstrip()
-            stream.print(Text(pad) + line if j else line, highlight=False, soft_wrap=True)

@@ -10,7 +10,7 @@ from typing import NoReturn, Optional
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.output import console, print_json, say, wrap_words
+from ktdeploy.cli.output import console, print_json, wrap_words
 from ktdeploy.core.errors import StepError, UsageError
 from ktdeploy.core.markup import esc
 
@@ -98,8 +98,8 @@ def up(
     slurm: Optional[str] = typer.Option(None, "--slurm", metavar="LOGIN", show_default=False,
                                         help="Submit TRAIN and CONVERT as Slurm jobs on LOGIN."),
 ) -> None:
+    from ktdeploy.cli.events_view import EventView
     from ktdeploy.controller import api
-    from ktdeploy.controller.follow import ProgressView
 
     if slurm is not None:
         from ktdeploy.core.errors import UsageError
@@ -114,9 +114,7 @@ def up(
         _sigterm_raises()   # as plain up: the record says so, the jobs this run submitted are cancelled; exit 143
         try:
             api.up_slurm(slurm, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, overrides=set_,
-                         ssh=_ssh(ssh_key, known_hosts, accept_new_host_key),
-                         say=say,
-                         print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True))
+                         ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), on_event=EventView(console))
         except Terminated:
             import sys
 
@@ -124,19 +122,15 @@ def up(
             raise typer.Exit(EXIT_TERMINATED) from None
         return
     _sigterm_raises()
-    factory = None
-    if not no_progress and console.is_terminal:
-        factory = lambda name: ProgressView(name, console=console)  # noqa: E731
+    view = EventView(console, bar=not no_progress and console.is_terminal)
     from ktdeploy.core.errors import EXIT_TERMINATED, Terminated
 
     try:
         res = api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
                      tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
                      image_tar=str(image_tar) if image_tar else None, overrides=set_,
-                     ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), progress_factory=factory,
-                     say=say,
-                     print_plan=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True),
-                     cpu_only=cpu_only, native=native_pair(recipe, train, accelerate, deploy), name=name,
+                     ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), on_event=view, cpu_only=cpu_only,
+                     native=native_pair(recipe, train, accelerate, deploy), name=name,
                      sync_model=str(sync_model) if sync_model else None, sync_data=str(sync_data) if sync_data else None)
     except Terminated:  # typer would turn it into Ctrl-C's 130; the record already says SIGTERM
         import sys
@@ -221,8 +215,7 @@ def _line(text: str, first: str = "  ", rest: str = "    ", style: str = "") -> 
 
 
 def _print_status(st: dict) -> None:
-    from ktdeploy.controller.follow import describe
-    from ktdeploy.core.trainer_log import LogEntry
+    from ktdeploy.core.trainer_log import LogEntry, describe
 
     live: dict = st.get("live") or {}
     name = f"  name {st['name']}" if st.get("name") else ""

@@ -12,18 +12,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ktdeploy.controller import slurm as slurm_run
 from ktdeploy.controller.connectors import Connector, DockerExecConnector, LocalConnector, connect
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
+from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
 from ktdeploy.controller.image_check import image_doctor, stack_probe_checks
 from ktdeploy.controller.local_host import local_raw
 from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run, output_lock
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.controller.stack_judge import stack_judge_check
+from ktdeploy.core import events as ev
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
@@ -44,7 +45,6 @@ from ktdeploy.core.errors import (
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.host_target import HostTarget, parse_host
 from ktdeploy.core.job_layout import JobLayout
-from ktdeploy.core.markup import esc, terminal_safe
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import MEMLOCK_WAIVER, shipped_recipe
@@ -130,13 +130,6 @@ class UpResult:
     stops_at: str | None = None     # a dry run: the stage where the real run would stop (the CLI exits 4)
 
 
-def _say_default(msg: str) -> None:
-    """Progress lines for a Python caller that passes no ``say`` (the CLI passes its own console's print)."""
-    from rich.console import Console
-
-    Console().print(terminal_safe(msg), highlight=False)  # text from outside never drives the terminal
-
-
 def load_up_recipe(recipe_path: str | Path | None = None, overrides: Sequence[str] = (),
                    native: tuple[str, str, str | None] | None = None) -> Recipe:
     """The recipe `up` runs: a RECIPE file (default: the shipped tiny one), or the native LlamaFactory pair
@@ -166,34 +159,29 @@ def gather_job_state(conn: Connector, recipe: Recipe, image: str) -> JobState:
     return parse_state(r.stdout)
 
 
-def doctor_phase(report: DoctorReport, where: str, waive: Sequence[str], record: RunRecord, say: Callable[[str], None]) -> tuple[list, str]:
-    """up's PREFLIGHT verdict on a doctor report: (blocking failed checks, the one-line summary); records and
-    says the waived and deferred ones (core/checks/gate.py decides which is which)."""
+def doctor_phase(report: DoctorReport, where: str, waive: Sequence[str], emit: ev.Sink) -> tuple[list, str]:
+    """up's PREFLIGHT verdict on a doctor report: (blocking failed checks, the one-line summary); emits it with
+    the waived and deferred checks (core/checks/gate.py decides which is which)."""
     report.waived = tuple(waive)
-    failed = report.failed                      # failing and not waived
     g = gate(report.checks, waive, defer=RUNTIME_FIXABLE)
-    waived, deferred, blocking = g.waived, g.deferred, g.blocking
-    summary = report.summary(RUNTIME_FIXABLE)
     doc_line = report.summary_text(RUNTIME_FIXABLE)  # the same count as `ktdeploy doctor` and the panel below
-    record.event("doctor", summary=summary, failed=[c.name for c in failed], waived=[c.name for c in waived])
-    say(("[green]✓[/green]" if not blocking else "[red]✗[/red]") + f" PREFLIGHT: doctor on {esc(where)}: {esc(doc_line)}")
-    for c in waived:
-        say(f"  [yellow]waived[/yellow] {esc(c.name)}: {esc(c.detail)}")
-    for c in deferred:
-        say(f"  [yellow]to repair[/yellow] {esc(c.name)}: {esc(c.detail)} -> the RUNTIME stage installs what is missing")
-    return blocking, doc_line
+    emit(ev.DoctorVerdict(where=where, summary=report.summary(RUNTIME_FIXABLE), summary_text=doc_line,
+                          failed=tuple(c.name for c in report.failed), waived=tuple(g.waived),
+                          deferred=tuple(g.deferred), blocking=bool(g.blocking)))
+    return g.blocking, doc_line
 
 
 def up(host: str = "localhost", recipe_path: str | Path | None = None, *, dry_run: bool = False, resume: str | None = None,
        detach: bool = False, waive: Sequence[str] = (), image_tar: str | None = None, overrides: Sequence[str] = (),
        ssh: dict | None = None,
        tune: bool = False, tune_budget_minutes: float = 20.0, facts_file: str | None = None,
-       say: Callable[[str], None] | None = None, progress_factory: Callable[[str], Any] | None = None, print_plan: Callable[[str], None] | None = None,
-       connector: Connector | None = None, cpu_only: bool = False, native: tuple[str, str, str | None] | None = None,
+       on_event: ev.Sink | None = None, connector: Connector | None = None, cpu_only: bool = False,
+       native: tuple[str, str, str | None] | None = None,
        name: str | None = None, sync_model: str | None = None, sync_data: str | None = None) -> UpResult:
     """Phases: arguments -> lock -> record -> connect (or recorded facts) -> sync -> facts + doctor -> plan -> apply.
-    ``connector``: an already open Connector to use instead of connecting to ``host`` (tests: FakeConnector)."""
-    say = say or _say_default
+    ``on_event``: what the run tells (core/events.py; each is in the run record too), e.g. the CLI's
+    renderer; none shown by default. ``connector``: an already open Connector to use instead of connecting to
+    ``host`` (tests: FakeConnector)."""
     target = parse_host(host)  # a --host that is none of the forms is a usage error, before anything is recorded
     host = target.redacted     # a password in ssh://user:PW@host is never used, shown or recorded
     _check_up_arguments(host, resume, dry_run, facts_file)
@@ -210,30 +198,30 @@ def up(host: str = "localhost", recipe_path: str | Path | None = None, *, dry_ru
     with contextlib.nullcontext() if dry_run else job_lock(host, job_name(recipe)):
         return _up_locked(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive,
                           image_tar=image_tar, ssh=ssh, tune=tune, tune_budget_minutes=tune_budget_minutes,
-                          facts_file=facts_file, recorded_facts=recorded_facts, say=say,
-                          progress_factory=progress_factory, print_plan=print_plan, connector=connector,
-                          cpu_only=cpu_only, name=name, sync_model=sync_model, sync_data=sync_data)
+                          facts_file=facts_file, recorded_facts=recorded_facts, on_event=on_event,
+                          connector=connector, cpu_only=cpu_only, name=name, sync_model=sync_model,
+                          sync_data=sync_data)
 
 
 def _up_locked(host: str, recipe: Recipe, *, dry_run: bool, resume: str | None, detach: bool, waive: tuple[str, ...],
                image_tar: str | None, ssh: dict | None, tune: bool, tune_budget_minutes: float, facts_file: str | None,
-               recorded_facts: HostFacts | None, say: Callable[[str], None], progress_factory: Callable[[str], Any] | None,
-               print_plan: Callable[[str], None] | None,
+               recorded_facts: HostFacts | None, on_event: ev.Sink | None,
                connector: Connector | None, cpu_only: bool, name: str | None, sync_model: str | None,
                sync_data: str | None) -> UpResult:
-    record: RunRecord | None = None
+    events: Emitter | None = None
     conn = None
     held = contextlib.ExitStack()
     try:
-        record = _new_record(recipe, host, waive, dry_run, facts_file, say, cpu_only=cpu_only, name=name)
+        events = _new_record(recipe, host, waive, dry_run, facts_file, on_event, cpu_only=cpu_only, name=name)
+        record = events.record
         result = UpResult(record=record, waived=list(waive))
-        conn, where = _connect_phase(host, record, recorded_facts, facts_file, connector, ssh, say)
+        conn, where = _connect_phase(host, events, recorded_facts, facts_file, connector, ssh)
         if conn is not None and not dry_run:
             held.enter_context(output_lock(conn, host, output_dir_of(recipe)))
-        _sync_phase(conn, recipe, record, sync_model, sync_data, dry_run=dry_run, say=say)
-        report, blocking, doc_line = _doctor_phase(conn, recipe, recorded_facts, where, waive, record, say)
+        _sync_phase(conn, recipe, events, sync_model, sync_data, dry_run=dry_run)
+        report, blocking, doc_line = _doctor_phase(conn, recipe, recorded_facts, where, waive, events)
         if cpu_only and report.facts.gpu.count:
-            raise _fail(record, "failed", UsageError(
+            raise _fail(events, "failed", UsageError(
                 f"--cpu-only is for a host without a GPU; {where} has {report.facts.gpu.count} GPU(s)", key="--cpu-only",
                 fix="Drop --cpu-only: on a GPU host the containers get their GPUs and every GPU check gates."),
                 stage=StageName.PREFLIGHT)
@@ -247,9 +235,9 @@ def _up_locked(host: str, recipe: Recipe, *, dry_run: bool, resume: str | None, 
         result.plan = plan
         result.text = plan_text(plan, run_dir=str(record.path))
         if blocking:
-            if dry_run and print_plan:
-                print_plan(result.text)
-            raise _fail(record, "failed", CheckFailed(
+            if dry_run:
+                events.emit(ev.PlanText(text=result.text))
+            raise _fail(events, "failed", CheckFailed(
                 f"doctor on {where}: {doc_line}; nothing was started",
                 results=report.failed, key="doctor",
                 fix="Fix the failed checks (listed with their fixes), then run the same command again."
@@ -258,21 +246,19 @@ def _up_locked(host: str, recipe: Recipe, *, dry_run: bool, resume: str | None, 
             stop = plan.stop()
             result.stops_at = stop[0].name if stop else None
             record.set_status("dry-run", **({"stops_at": stop[0].name, "stop_reason": stop[1].why} if stop else {}))
-            record.event("dry_run", stops_at=result.stops_at)
-            if print_plan:
-                print_plan(result.text)
+            events.emit(ev.DryRun(stops_at=result.stops_at))
+            events.emit(ev.PlanText(text=result.text))
             result.state = "dry-run"
             return result
         assert conn is not None   # recorded facts only plan (--dry-run: _check_up_arguments)
-        return _apply_phase(conn, plan, recipe, report, result, host=host, detach=detach, say=say,
-                            progress_factory=progress_factory)
+        return _apply_phase(conn, plan, recipe, report, result, events, host=host, detach=detach)
     except KeyboardInterrupt as stop:
         # Ctrl-C or SIGTERM before the executor took over (it handles its own): nothing was started; say so in
         # the record (a SIGTERM used to leave it "planned")
-        if record is not None and (record.path / rr.STATUS_JSON).exists():
+        if events is not None and (events.record.path / rr.STATUS_JSON).exists():
             how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
-            record.event("interrupted", reason=f"{how} before anything started on the host")
-            record.set_status("stopped", note=f"{how} during preflight/planning; nothing was started")
+            events.emit(ev.Interrupted(reason=f"{how} before anything started on the host"))
+            events.record.set_status("stopped", note=f"{how} during preflight/planning; nothing was started")
         raise
     finally:
         held.close()
@@ -302,11 +288,10 @@ def _request(recipe: Recipe, variant: str | None) -> JobRequest:
 
 
 def up_slurm(login: str, recipe_path: str | Path | None = None, *, dry_run: bool = False, detach: bool = False, resume: str | None = None,
-             waive: Sequence[str] = (), overrides: Sequence[str] = (), ssh: dict | None = None, say: Callable[[str], None] | None = None,
-             print_plan: Callable[[str], None] | None = None, connector: Connector | None = None) -> UpResult:
+             waive: Sequence[str] = (), overrides: Sequence[str] = (), ssh: dict | None = None,
+             on_event: ev.Sink | None = None, connector: Connector | None = None) -> UpResult:
     """`ktdeploy up --slurm LOGIN`: the same recipe, record and stages, TRAIN and CONVERT as batch jobs submitted on
     the login node. Nothing is queued when no node can ever run the job (PREFLIGHT's slurm.fit, exit 1)."""
-    say = say or _say_default
     login = parse_host(login).redacted
     _check_up_arguments(login, resume, dry_run, None)
     recipe = load_up_recipe(recipe_path, overrides)
@@ -316,10 +301,11 @@ def up_slurm(login: str, recipe_path: str | Path | None = None, *, dry_run: bool
     if not dry_run:
         held.enter_context(job_lock(login, job_name(recipe)))
     with held:
-        record = _new_record(recipe, login, waive, dry_run, None, say)
+        events = _new_record(recipe, login, waive, dry_run, None, on_event)
+        record = events.record
         record.set_status("planned", scheduler="slurm", job_dir=job_dir_of(recipe))
         result = UpResult(record=record, waived=list(waive))
-        conn, where = _connect_phase(login, record, None, None, connector, ssh, say)
+        conn, where = _connect_phase(login, events, None, None, connector, ssh)
         assert conn is not None   # no recorded facts: _connect_phase connected
         if not dry_run:
             try:
@@ -331,20 +317,18 @@ def up_slurm(login: str, recipe_path: str | Path | None = None, *, dry_run: bool
             try:
                 nodes = cluster_nodes(conn)
             except StepError as e:
-                raise _fail(record, "failed", e) from None
+                raise _fail(events, "failed", e) from None
             record.write_json("cluster.json", [n.__dict__ for n in nodes])
             image, variant, how = slurm_variant(recipe, nodes)
             try:
                 request = _request(recipe, variant)
             except KtdeployError as e:
-                raise _fail(record, "failed", e) from None
+                raise _fail(events, "failed", e) from None
             check = sl.fit_check(request, nodes)
-            record.event("slurm_fit", status=check.status, detail=check.detail, data=check.data)
+            events.emit(ev.SlurmFit(check=check))
             record.write_json(rr.DOCTOR, {"checks": [check.model_dump(mode="json")], "request": request.__dict__})
-            ok = check.status != "fail"
-            say(("[green]✓[/green]" if ok else "[red]✗[/red]") + f" PREFLIGHT: {esc(check.name)}: {esc(check.detail)}")
-            if not ok:
-                raise _fail(record, "failed", CheckFailed(
+            if check.status == "fail":
+                raise _fail(events, "failed", CheckFailed(
                     f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key=CheckName.SLURM_FIT,
                     fix=check.fix or "See the reasons below."))
             state = gather_job_state(conn, recipe, image)
@@ -370,16 +354,14 @@ def up_slurm(login: str, recipe_path: str | Path | None = None, *, dry_run: bool
             result.text = plan_text(plan, run_dir=str(record.path))
             if dry_run:
                 record.set_status("dry-run")
-                record.event("dry_run")
-                if print_plan:
-                    print_plan(result.text)
+                events.emit(ev.SlurmDryRun())
+                events.emit(ev.PlanText(text=result.text))
                 result.state = "dry-run"
                 return result
-            return _apply_phase(conn, plan, recipe, None, result, host=login, detach=detach, say=say,
-                                progress_factory=None)
+            return _apply_phase(conn, plan, recipe, None, result, events, host=login, detach=detach)
         except KeyboardInterrupt as stop:
             how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
-            record.event("interrupted", reason=f"{how} before anything was submitted")
+            events.emit(ev.Interrupted(reason=f"{how} before anything was submitted"))
             record.set_status("stopped", note=f"{how} during preflight/planning; nothing was submitted")
             raise
         finally:
@@ -447,8 +429,8 @@ def check_run_name(name: str, host: str, container: str) -> None:
                              fix="Choose another name; `ktdeploy status --all` lists the runs and their names.")
 
 
-def _sync_phase(conn: Connector | None, recipe: Recipe, record: RunRecord, sync_model: str | None, sync_data: str | None, *, dry_run: bool,
-                say: Callable[[str], None]) -> None:
+def _sync_phase(conn: Connector | None, recipe: Recipe, events: Emitter, sync_model: str | None, sync_data: str | None,
+                *, dry_run: bool) -> None:
     """--sync-model / --sync-data: the local folders onto the host (controller/sync.py), before doctor reads
     them; with recorded facts (no connection) only announced."""
     jobs = [(role, local, recipe.train.get(key)) for role, local, key in
@@ -456,50 +438,47 @@ def _sync_phase(conn: Connector | None, recipe: Recipe, record: RunRecord, sync_
     for role, local, target in jobs:
         if not isinstance(target, str) or not target.startswith("/"):
             key = "model_name_or_path" if role == "model" else "dataset_dir"
-            raise _fail(record, "failed", UsageError(
+            raise _fail(events, "failed", UsageError(
                 f"--sync-{role} needs train.{key} to be an absolute host path, not {printable(target)}",
                 key=f"--sync-{role}", fix=f"Set train.{key} to the folder the upload goes to."), stage=StageName.SYNC)
         if conn is None:
-            say(f"[yellow]-[/yellow] SYNC: {esc(local)} -> {esc(target)} happens at the real run (not connected)")
+            events.emit(ev.SyncDeferred(local=local, target=target))
             continue
         from ktdeploy.controller.sync import sync_folder
 
-        record.event("stage_start", stage=StageName.SYNC, role=role)
+        events.emit(ev.SyncStarted(role=role))
         try:
-            res = sync_folder(conn, local, target, role=role, dry_run=dry_run, say=say)
+            sync_folder(conn, local, target, role=role, dry_run=dry_run, emit=events.emit)
         except KtdeployError as e:
-            raise _fail(record, "failed", e, stage=StageName.SYNC) from None
-        record.event("sync", **res.to_json(), dry_run=dry_run)
+            raise _fail(events, "failed", e, stage=StageName.SYNC) from None
 
 
 def _new_record(recipe: Recipe, host: str, waive: tuple[str, ...], dry_run: bool, facts_file: str | None,
-                say: Callable[[str], None], *, cpu_only: bool = False, name: str | None = None) -> RunRecord:
+                on_event: ev.Sink | None, *, cpu_only: bool = False, name: str | None = None) -> Emitter:
+    """The run's record, and the emitter of its events."""
     record = RunRecord.create(name or recipe.name)
+    events = Emitter(record, on_event)
     record.write_text(rr.RECIPE, dump_yaml(recipe.to_document()))
     record.set_status("planned", host=host, recipe=recipe.name, recipe_path=str(recipe.path), created=time.time(),
                       container=job_name(recipe), serve_container=f"{job_name(recipe)}-serve",
                       output_dir=output_dir_of(recipe), waived=list(waive), dry_run=dry_run,
                       profile=CPU_ONLY if cpu_only else None, name=name,
                       **({"facts_file": str(facts_file)} if facts_file is not None else {}))
-    if cpu_only:
-        say(f"[bold yellow]CPU-only test profile: the GPU checks are waived here and in the containers, which "
-            f"start without GPUs — recorded in {esc(record.path)}/{esc(rr.STATUS_JSON)}[/]")
-    if waive:
-        extra = [w for w in waive if not cpu_only or w not in with_profile((), True)]
-        if extra:
-            say(f"[bold yellow]WARNING: {'also ' if cpu_only else ''}waiving checks {esc(', '.join(extra))} — "
-                f"recorded in {esc(record.path)}/{esc(rr.STATUS_JSON)}[/]")
-        record.event("waived", checks=list(waive), profile=CPU_ONLY if cpu_only else None)
-    return record
+    if waive:   # --cpu-only is a waiver profile: it always waives
+        also = tuple(w for w in waive if not cpu_only or w not in with_profile((), True))
+        events.emit(ev.WaiversRecorded(checks=tuple(waive), profile=CPU_ONLY if cpu_only else None, also=also,
+                                       status_file=f"{record.path}/{rr.STATUS_JSON}"))
+    return events
 
 
-def _fail(record: RunRecord, state: str, err: KtdeployError, stage: str | None = None) -> KtdeployError:
+def _fail(events: Emitter, state: str, err: KtdeployError, stage: str | None = None) -> KtdeployError:
     """Record a failure — the stage it happened in, the error, its fix, the failed checks, the exit code — in the
     event log and status.json (what `ktdeploy status` shows, and `down` keeps), and hand the error back."""
+    record = events.record
     stage = stage or _current_stage(record)
     checks = [c.name for c in getattr(err, "results", None) or []]
-    record.event("failed", stage=stage, error=type(err).__name__, message=err.message, fix=err.fix,
-                 failed_checks=checks)
+    events.emit(ev.Failed(stage=stage, error=type(err).__name__, message=err.message, fix=err.fix,
+                          failed_checks=tuple(checks)))
     record.set_status(state, failed_stage=stage, error=err.message, error_type=type(err).__name__, fix=err.fix,
                       failed_checks=checks, exit_code=err.exit_code)
     return err
@@ -514,36 +493,32 @@ def _current_stage(record: RunRecord) -> str:
     return stage if isinstance(stage, str) and stage else StageName.PREFLIGHT
 
 
-def _connect_phase(host: str, record: RunRecord, recorded_facts: HostFacts | None, facts_file: str | None,
-                   connector: Connector | None, ssh: dict | None,
-                   say: Callable[[str], None]) -> tuple[Connector | None, str]:
+def _connect_phase(host: str, events: Emitter, recorded_facts: HostFacts | None, facts_file: str | None,
+                   connector: Connector | None, ssh: dict | None) -> tuple[Connector | None, str]:
     """(connector or None, where): None when planning from recorded facts (a plan before the host exists)."""
-    record.event("stage_start", stage=StageName.PREFLIGHT, step="connect", host=host)
+    events.emit(ev.ConnectStarted(host=host))
     if recorded_facts is not None:
-        say(f"[yellow]-[/yellow] PREFLIGHT: not connecting to {esc(host)}; planning from the facts in {esc(facts_file)}")
-        record.event("facts_file", path=str(facts_file))
+        events.emit(ev.PlanningFromFacts(path=str(facts_file), host=host))
         return None, f"{host} (facts recorded in {facts_file})"
     try:
         conn = connector if connector is not None else connect(host, **(ssh or {}))
     except ConnectError as e:
-        raise _fail(record, "failed", e, stage=StageName.PREFLIGHT) from None
-    say(f"[green]✓[/green] PREFLIGHT: connected to {esc(conn.name)}")
-    record.event("connected", connector=conn.name)
+        raise _fail(events, "failed", e, stage=StageName.PREFLIGHT) from None
+    events.emit(ev.Connected(connector=conn.name))
     return conn, conn.name
 
 
 def _doctor_phase(conn: Connector | None, recipe: Recipe, recorded_facts: HostFacts | None, where: str,
-                  waive: Sequence[str], record: RunRecord,
-                  say: Callable[[str], None]) -> tuple[DoctorReport, list[CheckResult], str]:
+                  waive: Sequence[str], events: Emitter) -> tuple[DoctorReport, list[CheckResult], str]:
     """Facts + doctor (live, or on recorded facts): (report, blocking failed checks, summary line)."""
     if recorded_facts is not None:
         report = DoctorReport(recorded_facts, run_checks(recorded_facts, recipe))
     else:
         assert conn is not None   # _connect_phase connects unless facts were recorded
         report = run_doctor(conn, recipe)
-    record.write_json(rr.FACTS, report.facts.model_dump(mode="json"))
-    record.write_json(rr.DOCTOR, report.to_json())
-    blocking, doc_line = doctor_phase(report, where, waive, record, say)
+    events.record.write_json(rr.FACTS, report.facts.model_dump(mode="json"))
+    events.record.write_json(rr.DOCTOR, report.to_json())
+    blocking, doc_line = doctor_phase(report, where, waive, events.emit)
     return report, blocking, doc_line
 
 
@@ -576,31 +551,27 @@ def _plan_phase(conn: Connector | None, recipe: Recipe, report: DoctorReport, op
     return plan
 
 
-def _apply_phase(conn: Connector, plan: Plan, recipe: Recipe, report: DoctorReport | None, result: UpResult, *, host: str, detach: bool,
-                 say: Callable[[str], None], progress_factory: Callable[[str], Any] | None) -> UpResult:
+def _apply_phase(conn: Connector, plan: Plan, recipe: Recipe, report: DoctorReport | None, result: UpResult,
+                 events: Emitter, *, host: str, detach: bool) -> UpResult:
     """Run the plan on the host; Ctrl-C detaches (training keeps running), a lost connection is exit 3."""
     record = result.record
     for note in plan.notes:   # what --resume found: said before anything starts, and kept in the record
         if note.startswith("--resume"):
-            say(f"[yellow]note:[/yellow] {esc(note)}")
-            record.event("resume_note", note=note)
-    executor = Executor(conn, record, plan, say=say, progress_factory=progress_factory, recipe=recipe,
-                        facts=report.facts if report is not None else None)
+            events.emit(ev.ResumeNote(note=note))
+    executor = Executor(conn, events, plan, recipe=recipe, facts=report.facts if report is not None else None)
     try:
         executor.apply()
     except KeyboardInterrupt as stop:
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
         if isinstance(stop, Terminated) and executor.submitted_at:
-            _cancel_submitted(conn, record, executor, say)   # up --slurm: a terminated submitter takes its jobs back
+            _cancel_submitted(conn, events, executor)   # up --slurm: a terminated submitter takes its jobs back
             raise
         if executor.jobs:
             record.set_status("detached", slurm_jobs=dict(executor.jobs))
-        record.event("detached", reason=how)
+        events.emit(ev.Detached(reason=how, job=plan.job, host=host, terminated=isinstance(stop, Terminated)))
         record.set_status("detached", note=f"controller {how}; training keeps running on the host")
         if isinstance(stop, Terminated):
             raise   # exit 143: the record already says what happened
-        say(f"[yellow]Stopped following; the training container {esc(plan.job)} keeps running on {esc(host)}.[/]\n"
-            f"  ktdeploy status --host {esc(host)}   |   ktdeploy logs -f --host {esc(host)}   |   ktdeploy up (same args) to go on")
         result.state = "detached"
         return result
     except ConnectError as e:
@@ -608,27 +579,26 @@ def _apply_phase(conn: Connector, plan: Plan, recipe: Recipe, report: DoctorRepo
             e.fix = (e.fix or "") + " Training (if started) keeps running on the host; re-run `ktdeploy up` " \
                                     "(same arguments) to follow it."
         e.fix = (e.fix or "") + f" See it now: `ktdeploy status --host {host}`."
-        raise _fail(record, "detached", e) from None
+        raise _fail(events, "detached", e) from None
     except CheckFailed as e:   # IMAGE's image.check: doctor in the image failed (exit 1, like PREFLIGHT's)
-        raise _fail(record, "failed", e) from None
+        raise _fail(events, "failed", e) from None
     except RecipeError as e:   # IMAGE's image.check: the stack in the image refuses the recipe (exit 2)
-        raise _fail(record, "failed", e) from None
+        raise _fail(events, "failed", e) from None
     except StepError as e:
         cur = record.status().get("state")
-        raise _fail(record, "crashed" if cur == "crashed" else "failed", e) from None
+        raise _fail(events, "crashed" if cur == "crashed" else "failed", e) from None
     if detach:
         record.set_status("detached", note="--detach: training runs on the host")
         result.state = "detached"
-        say(f"[green]Training started in {esc(plan.job)} on {esc(host)}.[/] Follow it: ktdeploy status --host {esc(host)}; "
-            f"ktdeploy logs -f --host {esc(host)}")
+        events.emit(ev.StartedDetached(job=plan.job, host=host))
     else:
         record.set_status("finished")
         result.state = "finished"
-        say(f"[green bold]done:[/] adapter {esc(plan.adapter_dir)}; run record {esc(record.path)}")
+        events.emit(ev.Done(adapter_dir=plan.adapter_dir, record_path=str(record.path)))
     return result
 
 
-def _cancel_submitted(conn: Connector, record: RunRecord, executor: Executor, say: Callable[[str], None]) -> None:
+def _cancel_submitted(conn: Connector, events: Emitter, executor: Executor) -> None:
     """SIGTERM during ``up --slurm``: scancel the jobs this run submitted (not ones an earlier run left queued) —
     their batch scripts' traps stop the containers — and say so in the record: "stopped"; exit 143."""
     import signal
@@ -643,10 +613,10 @@ def _cancel_submitted(conn: Connector, record: RunRecord, executor: Executor, sa
                 done[f"{role} job {job_id}"] = "cancelled" if r.rc == 0 else f"scancel exit {r.rc}"
             except ConnectError as e:
                 done[f"{role} job {job_id}"] = f"not cancelled ({e.message})"
-        record.event("cancelled", reason="terminated (SIGTERM)", jobs=done)
-        record.set_status("stopped", slurm_jobs=dict(executor.jobs), down=done,
-                          note="controller terminated (SIGTERM): the jobs it submitted were cancelled (scancel)")
-        say(f"[yellow]Terminated: cancelled {esc(', '.join(f'{k}: {v}' for k, v in done.items()))}.[/]")
+        events.emit(ev.Cancelled(reason="terminated (SIGTERM)", jobs=done))
+        events.record.set_status("stopped", slurm_jobs=dict(executor.jobs), down=done,
+                                 note="controller terminated (SIGTERM): the jobs it submitted were cancelled "
+                                      "(scancel)")
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
@@ -832,7 +802,7 @@ def _down_locked(rec: RunRecord, st: dict, names: list[str], ssh: dict | None) -
             if r.rc != 0:
                 raise StepError(f"could not remove {name}: {r.stderr.strip()[-300:]}")
             done[name] = "removed"
-            rec.event("down", container=name)
+            Emitter(rec).emit(ev.ContainerRemoved(container=name))
     finally:
         conn.close()
     # down stops a job; it never rewrites how a run ended (a failed or crashed run keeps its stage, error and fix)

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
-from ktdeploy.controller.follow import describe
+from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.image_check import image_doctor
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.controller.slurm_jobs import do_follow_job, do_submit, do_wait_job
+from ktdeploy.core import events as ev
 from ktdeploy.core import markers
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.checks.gate import profile_hint
@@ -24,7 +25,6 @@ from ktdeploy.core.checks.stack import JUDGE
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RecipeError, StepError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.job_layout import JobLayout
-from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
@@ -197,11 +197,11 @@ FETCHABLE_SH = ('[ -h "$1" ] && exit 3; [ -f "$1" ] || exit 2; '
 
 
 class Executor:
-    def __init__(self, conn: Connector, record: RunRecord, plan: Plan, *, say: Callable[[str], None] = print,
-                 progress_factory: Callable[[str], Any] | None = None, recipe: Any = None,
+    def __init__(self, conn: Connector, events: Emitter, plan: Plan, *, recipe: Any = None,
                  facts: HostFacts | None = None, poll_s: float = 2.0) -> None:
-        self.conn, self.record, self.plan, self.say = conn, record, plan, say
-        self.progress_factory = progress_factory
+        self.conn, self.plan = conn, plan
+        self.record: RunRecord = events.record
+        self.emit: ev.Sink = events.emit
         self.recipe, self.facts = recipe, facts
         self.poll_s = float(os.environ.get("KTDEPLOY_POLL_S", poll_s))
         self.jobs: dict[str, str] = {}              # up --slurm: role -> Slurm job id
@@ -211,37 +211,34 @@ class Executor:
     def apply(self) -> None:
         for stage in self.plan.stages:
             if stage.skipped:
-                self.record.event("stage_skipped", stage=stage.name, reason=stage.skipped)
-                self.say(f"[dim]- {esc(stage.name)}: skipped ({esc(stage.skipped)})[/dim]")
+                self.emit(ev.StageSkipped(stage=stage.name, reason=stage.skipped))
                 continue
-            self.record.event("stage_start", stage=stage.name)
+            self.emit(ev.StageStarted(stage=stage.name))
             self.record.set_status("running", stage=stage.name)
             for step in stage.steps:
                 self.step(stage, step)
-            self.record.event("stage_done", stage=stage.name)
+            self.emit(ev.StageDone(stage=stage.name))
 
     def step(self, stage: Stage, s: Step) -> None:
         if s.satisfied:
-            self.record.event("step_satisfied", stage=stage.name, step=s.id, why=s.why)
-            self.say(f"[green]✓[/green] {esc(stage.name)}: {esc(s.title)} [dim](already satisfied: {esc(s.why)})[/dim]")
+            self.emit(ev.StepSatisfied(stage=stage.name, step=s.id, why=s.why, title=s.title))
             return
         if s.probe:
             r = self.conn.run(list(s.probe), timeout=120)
             if r.rc == 0:
-                self.record.event("step_satisfied", stage=stage.name, step=s.id, why="probe", probe=list(s.probe))
-                self.say(f"[green]✓[/green] {esc(stage.name)}: {esc(s.title)} [dim](already satisfied)[/dim]")
+                self.emit(ev.StepProbed(stage=stage.name, step=s.id, probe=tuple(s.probe), title=s.title))
                 return
-        self.record.event("step_start", stage=stage.name, step=s.id, command=s.command())
+        self.emit(ev.StepStarted(stage=stage.name, step=s.id, command=s.command()))
         t0 = time.monotonic()
         handler = self.handlers()[s.action]
         try:
             handler(stage, s)
         except StepError as e:
             e.step = e.step or s.id
-            self.record.event("step_failed", stage=stage.name, step=s.id, message=e.message, rc=e.rc,
-                              output=e.output[-2000:] if e.output else "")
+            self.emit(ev.StepFailed(stage=stage.name, step=s.id, message=e.message, rc=e.rc,
+                                    output=e.output[-2000:] if e.output else ""))
             raise
-        self.record.event("step_done", stage=stage.name, step=s.id, seconds=round(time.monotonic() - t0, 3))
+        self.emit(ev.StepDone(stage=stage.name, step=s.id, seconds=round(time.monotonic() - t0, 3)))
 
     # -- actions --------------------------------------------------------------------------------
     def _do_image_check(self, stage: Stage, s: Step) -> None:
@@ -255,32 +252,28 @@ class Executor:
                               host_facts=self.facts, host_checks=False, replace_stale=bool(p.get("name")))
         report.waived = tuple(self.plan.waived)
         failed, waived = report.failed, report.waived_failures
-        self.record.event("image_check", image=p["image"], summary=report.summary(),
-                          failed=[c.name for c in failed], waived=[c.name for c in waived],
-                          checks=[c.model_dump(mode="json") for c in report.checks])
-        for c in waived:
-            self.say(f"  [yellow]waived[/yellow] {esc(c.name)} ({esc(c.layer)}): {esc(c.detail)}")
+        self.emit(ev.ImageChecked(image=p["image"], summary=report.summary(), summary_text=report.summary_text(),
+                                  failed=tuple(c.name for c in failed), waived=tuple(waived),
+                                  checks=tuple(report.checks)))
         refused = [c for c in failed if c.name == JUDGE and c.data.get("findings")]
         if failed and len(refused) == len(failed):
             # the stack itself refuses the recipe: the same report as `ktdeploy check --stack` (exit 2)
             findings = [Finding(**f) for f in refused[0].data["findings"]]
-            self.record.event("step_failed", stage=stage.name, step=s.id,
-                              message=f"the stack in {p['image']} refuses the recipe",
-                              findings=[f.to_json() for f in findings])
+            self.emit(ev.StackRefused(stage=stage.name, step=s.id,
+                                      message=f"the stack in {p['image']} refuses the recipe", findings=tuple(findings)))
             raise RecipeError(f"{stage.name}: the stack in {p['image']} (accelerate, LlamaFactory, kt-kernel) refuses "
                               "the recipe; nothing was trained", findings=findings, key=JUDGE,
                               fix="Fix the keys listed below (`ktdeploy check RECIPE --stack` prints the same "
                                   "report), or --waive stack.judge if the stack's verdict is wrong for this host.")
         if failed:
-            self.record.event("step_failed", stage=stage.name, step=s.id,
-                              message=f"{len(failed)} check(s) failed in {p['image']}")
+            self.emit(ev.ImageNotReady(stage=stage.name, step=s.id,
+                                       message=f"{len(failed)} check(s) failed in {p['image']}"))
             raise CheckFailed(f"{stage.name}: {p['image']} is not ready on {self.plan.host}: "
                               f"{report.summary_text()}; nothing was trained",
                               results=failed, key="image.check",
                               fix="Fix the checks listed below (the image: `ktdeploy image build`; the host: "
                                   "`ktdeploy doctor --image " + p["image"] + "`)."
                                   + profile_hint(failed, self.facts.gpu.count if self.facts is not None else None))
-        self.say(f"  image check: {esc(report.summary_text())}")
 
     def handlers(self) -> dict[StepAction, Callable[[Stage, Step], None]]:
         """One handler per StepAction (a test checks none is missing)."""
@@ -307,7 +300,7 @@ class Executor:
         return p
 
     def _do_run(self, stage: Stage, s: Step) -> None:
-        self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
+        self.emit(ev.StepRunning(stage=stage.name, title=s.title))
         r = self.conn.run(self._argv(s), timeout=s.timeout or 600)
         if r.rc != 0:
             if s.params.get("cleanup"):  # what the failed step leaves behind (the serving key file), removed first
@@ -332,7 +325,7 @@ class Executor:
         if not src.is_file():  # a FIFO or device would hang the upload
             raise StepError(f"{stage.name}: {src} does not exist on this machine or is not a plain file", step=s.id,
                             fix="Pass an existing file (e.g. the tarball `ktdeploy image save` wrote).")
-        self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
+        self.emit(ev.StepRunning(stage=stage.name, title=s.title))
         self.conn.put_file(str(src), self._path(s, "remote"))
 
     def _do_put_secret(self, stage: Stage, s: Step) -> None:
@@ -341,7 +334,7 @@ class Executor:
         if not value:
             raise StepError(f"{stage.name}: deploy.serve.api_key_env names {name}, which is not set here", step=s.id,
                             fix=f"export {name}=<key> in the shell that runs ktdeploy up")
-        self.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
+        self.emit(ev.StepRunning(stage=stage.name, title=s.title))
         remote = self._path(s, "remote")
         fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")
         try:
@@ -359,11 +352,11 @@ class Executor:
     def _do_wait_http(self, stage: Stage, s: Step) -> None:
         """Poll the readiness probe until it answers, the container dies, or the timeout passes."""
         name = s.params["container"]
-        self.say(f"[cyan]→[/cyan] {esc(stage.name)}: waiting for {esc(s.title)}")
+        self.emit(ev.StepWaiting(stage=stage.name, title=s.title))
         deadline = time.monotonic() + (s.timeout or 1800)
         while True:
             if self.conn.run(self._argv(s), timeout=60).rc == 0:
-                self.say(f"[green]✓[/green] {esc(stage.name)}: {esc(s.title)}")
+                self.emit(ev.EndpointReady(stage=stage.name, title=s.title))
                 return
             snap = snapshot(self.conn, name, "/dev/null")
             if snap.state is None or not snap.state.running:
@@ -387,15 +380,14 @@ class Executor:
         if probe.rc != 0:
             why = {3: "is a symbolic link", 4: f"is larger than {MAX_FETCH >> 20} MiB"}.get(probe.rc, "does not exist")
             if s.optional and probe.rc not in (3, 4):
-                self.record.event("fetch_missing", step=s.id, remote=s.remote)
+                self.emit(ev.FetchMissing(step=s.id, remote=s.remote))
                 return
             if s.optional:
-                self.record.event("fetch_refused", step=s.id, remote=s.remote, why=why)
-                self.say(f"[yellow]![/yellow] {esc(stage.name)}: not fetched: {esc(s.remote)} {esc(why)}")
+                self.emit(ev.FetchRefused(step=s.id, remote=s.remote, why=why, stage=stage.name))
                 return
             raise StepError(f"{stage.name}: {s.remote} {why} on the host", step=s.id)
         self.conn.get_file(self._path(s, "remote"), str(dst))
-        self.say(f"[green]✓[/green] {esc(stage.name)}: fetched {esc(os.path.basename(self._path(s, 'remote')))} -> {esc(dst)}")
+        self.emit(ev.Fetched(stage=stage.name, name=os.path.basename(self._path(s, "remote")), dest=str(dst)))
 
     def _fetch_agent_record(self, output_dir: str) -> None:
         """Best effort: the agent's own record of the run (state, rc, summary) into the run record."""
@@ -409,8 +401,8 @@ class Executor:
         data = {"dir": folder, "state": rec.state, "rc": rec.rc, "launch_mode": rec.launch_mode,
                 "summary": rec.summary, "ranks": rec.ranks}
         self.record.write_json(f"{rr.ARTIFACTS}/agent_record.json", data)
-        self.record.event("agent_record", dir=folder, state=rec.state, rc=rec.rc,
-                          steady_tokens_per_s=rec.summary.get("steady_tokens_per_s"))
+        self.emit(ev.AgentRecordRead(dir=folder, state=rec.state, rc=rec.rc,
+                                     steady_tokens_per_s=rec.summary.get("steady_tokens_per_s")))
 
     def _do_wait_running(self, stage: Stage, s: Step) -> None:
         name = s.params["container"]
@@ -419,44 +411,41 @@ class Executor:
         if snap.state is None or not snap.state.running:
             what, advice = self._crash_details(name, role="serve")
             raise StepError(f"{stage.name}: {what}", step=s.id, fix=advice)
-        self.say(f"[green]✓[/green] {esc(stage.name)}: {esc(name)} is running")
+        self.emit(ev.ContainerRunning(stage=stage.name, container=name))
 
     def _do_follow(self, stage: Stage, s: Step) -> None:
         name, log = s.params["container"], s.params["log"]
         self.record.set_status("training", stage=stage.name)
-        view = self.progress_factory(name) if self.progress_factory else None
-        last_step = None
+        last_step, last_status = None, None
+        self.emit(ev.FollowStarted(container=name))
         try:
-            if view is not None:
-                view.__enter__()
             while True:
                 snap = snapshot(self.conn, name, log)
                 st = snap.state
                 if snap.entry is not None and snap.entry.current_steps != last_step:
                     last_step = snap.entry.current_steps
-                    self.record.event("progress", **snap.entry.to_json())
+                    self.emit(ev.Progress(entry=snap.entry))
                     self.record.set_status("training", progress=snap.entry.to_json())
-                    if view is None:
-                        self.say(f"  {esc(describe(snap.entry))}")
-                if view is not None:
-                    view.update(snap.entry, st.status if st else "missing")
+                status = st.status if st else "missing"
+                if status != last_status:
+                    last_status = status
+                    self.emit(ev.ContainerStatus(status=status))
                 if st is None or not st.running:
                     break
                 time.sleep(self.poll_s)
         finally:
-            if view is not None:
-                view.__exit__(None, None, None)
+            self.emit(ev.FollowEnded())
         if st is None:
             raise StepError(f"FOLLOW: the training container {name} disappeared", step=s.id,
                             fix="Someone removed it (docker rm); re-run ktdeploy up --resume auto.")
-        self.record.event("train_exited", exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status)
+        self.emit(ev.TrainExited(exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status))
         self._fetch_agent_record(posixpath.dirname(log))
         write_file(self.record.path / rr.ARTIFACTS, "container.log", container_logs(self.conn, name, tail=None),
                    overwrite=True)
         if not st.succeeded:
             what, advice = self._crash_details(name, st, progressed=last_step is not None)
             raise StepError(f"FOLLOW: {what}", step=s.id, rc=st.exit_code, fix=advice)
-        self.say(f"[green]✓[/green] training finished: {esc(describe(snap.entry))}")
+        self.emit(ev.TrainingFinished(entry=snap.entry))
 
     def _crash_details(self, name: str, st: ContainerState | None = None, *, progressed: bool | None = None,
                        role: str = "train") -> tuple[str, str]:
@@ -464,7 +453,7 @@ class Executor:
         if st is None:
             st = snapshot(self.conn, name, "/dev/null").state
         lines = flat_lines(container_logs(self.conn, name, tail=15).rstrip().splitlines())
-        self.record.event("crash", container=name, state=st.__dict__ if st else None, last_lines=lines)
+        self.emit(ev.Crashed(container=name, state=st, last_lines=tuple(lines)))
         if role == "train":
             self.record.set_status("crashed", exit_code=st.exit_code if st else None,
                                    oom_killed=st.oom_killed if st else None)

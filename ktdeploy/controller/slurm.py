@@ -8,10 +8,12 @@ import time
 from collections.abc import Callable
 
 from ktdeploy.controller.connectors.base import Connector
+from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.controller.slurm_jobs import job_log, job_state
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.errors import RunRecordError, StepError
+from ktdeploy.core.events import SlurmJobStopped
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.safeio import redact, write_file
 from ktdeploy.core.sched.plan import log_path
@@ -96,5 +98,5 @@ def down(conn: Connector, rec: RunRecord, st: dict) -> dict:
         write_file(rec.path / rr.ARTIFACTS, f"slurm-{role}-{job_id}.out",
                    redact(job_log(conn, job_dir, role, job_id, tail=None)), overwrite=True)
         done[f"{role} job {job_id}"] = "cancelled"
-        rec.event("down", slurm_job=job_id, role=role, log=log_path(job_dir, role, job_id))
+        Emitter(rec).emit(SlurmJobStopped(slurm_job=job_id, role=role, log=log_path(job_dir, role, job_id)))
     return done

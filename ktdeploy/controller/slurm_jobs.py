@@ -10,11 +10,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ktdeploy.controller.connectors.base import Connector
-from ktdeploy.controller.follow import describe
 from ktdeploy.controller.runs import RunRecord
+from ktdeploy.core import events as ev
 from ktdeploy.core import markers
 from ktdeploy.core.errors import ConnectError, StepError
-from ktdeploy.core.markup import esc
 from ktdeploy.core.plan.steps import Plan, Stage, Step
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.sched import slurm as sl
@@ -28,7 +27,7 @@ class SlurmRun(Protocol):
     conn: Connector
     record: RunRecord
     plan: Plan
-    say: Callable[[str], None]
+    emit: ev.Sink
     poll_s: float
     jobs: dict[str, str]
     submitted_at: dict[str, float]
@@ -93,7 +92,7 @@ def do_submit(ex: SlurmRun, stage: Stage, s: Step) -> None:
         dep = ex.jobs.get(after)
         if dep:
             argv = [*argv[:2], f"--dependency=afterok:{dep}", "--kill-on-invalid-dep=yes", *argv[2:]]
-    ex.say(f"[cyan]→[/cyan] {esc(stage.name)}: {esc(s.title)}")
+    ex.emit(ev.StepRunning(stage=stage.name, title=s.title))
     r = ex.conn.run(argv, timeout=s.timeout or 120)
     job_id = sl.parse_sbatch(r.stdout) if r.rc == 0 else None
     if job_id is None:
@@ -102,9 +101,8 @@ def do_submit(ex: SlurmRun, stage: Stage, s: Step) -> None:
                         step=s.id, rc=r.rc, output=tail, fix=s.fix)
     ex.jobs[role] = job_id
     ex.submitted_at[role] = time.monotonic()
-    ex.record.event("slurm_submitted", role=role, job_id=job_id, argv=argv)
+    ex.emit(ev.SlurmSubmitted(role=role, job_id=job_id, argv=tuple(argv)))
     ex.record.set_status("running", slurm_jobs=dict(ex.jobs))
-    ex.say(f"  submitted {role} job {job_id}")
 
 
 def _known(ex: SlurmRun, s: Step) -> str | None:
@@ -123,7 +121,7 @@ def _fetch_job_log(ex: SlurmRun, job_dir: str, role: str, job_id: str) -> str:
 
 def _failed(ex: SlurmRun, stage: Stage, s: Step, info: sl.JobInfo, job_dir: str, role: str) -> StepError:
     lines = job_log(ex.conn, job_dir, role, info.job_id, tail=15).rstrip().splitlines()
-    ex.record.event("slurm_job_failed", role=role, job=info.describe(), last_lines=lines)
+    ex.emit(ev.SlurmJobFailed(role=role, job=info, last_lines=tuple(lines)))
     ex.record.set_status("crashed", exit_code=info.exit_code)
     what = f"Slurm {info.describe()}"
     if lines:
@@ -151,7 +149,7 @@ def _poll(ex: SlurmRun, stage: Stage, s: Step, role: str, log: str,
             # one read cut short (an SSH hiccup, a slow scontrol on a busy login node) is not a lost job: the
             # follow goes on at its next poll; only READ_MISSES in a row end it (the job keeps running then)
             misses += 1
-            ex.record.event("slurm_read_missed", role=role, job_id=job_id, attempt=misses, error=str(e))
+            ex.emit(ev.SlurmReadMissed(role=role, job_id=job_id, attempt=misses, error=str(e)))
             if misses >= READ_MISSES:
                 raise
             time.sleep(ex.poll_s)
@@ -162,14 +160,12 @@ def _poll(ex: SlurmRun, stage: Stage, s: Step, role: str, log: str,
                             step=s.id, fix="See the job's log in the job folder; re-run ktdeploy up --slurm.")
         if info.state != last_state:
             last_state = info.state
-            ex.record.event("slurm_job", role=role, job_id=job_id, state=info.state, nodes=info.nodes,
-                            restarts=info.restarts, reason=info.reason)
+            ex.emit(ev.SlurmJobState(role=role, job=info))
             if info.state == "RUNNING" and started is None:
                 started = time.monotonic()
                 since = ex.submitted_at.get(role)
-                ex.record.event("slurm_started", role=role, job_id=job_id, nodes=info.nodes,
-                                seconds_after_submit=round(started - since, 3) if since else None)
-            ex.say(f"  {esc(info.describe())}")
+                ex.emit(ev.SlurmStarted(role=role, job_id=job_id, nodes=info.nodes,
+                                        seconds_after_submit=round(started - since, 3) if since else None))
         if on_entry is not None:
             on_entry(entry, info)
         if info.finished:
@@ -185,23 +181,22 @@ def do_follow_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
     def on_entry(entry: LogEntry | None, info: sl.JobInfo) -> None:
         if entry is not None and entry.current_steps != seen["step"]:
             seen["step"] = entry.current_steps
-            ex.record.event("progress", **entry.to_json())
+            ex.emit(ev.Progress(entry=entry))
             ex.record.set_status("training", progress=entry.to_json())
-            ex.say(f"  {esc(describe(entry))}")
 
     info = _poll(ex, stage, s, role, log, on_entry)
     _fetch_job_log(ex, job_dir, role, info.job_id)
-    ex.record.event("train_exited", job=info.describe(), exit_code=info.exit_code, state=info.state)
+    ex.emit(ev.SlurmTrainExited(job=info))
     if not info.succeeded:
         raise _failed(ex, stage, s, info, job_dir, role)
-    ex.say(f"[green]✓[/green] training job {esc(info.job_id)} finished on {esc(info.nodes)}")
+    ex.emit(ev.SlurmTrainingFinished(job_id=info.job_id, nodes=info.nodes))
 
 
 def do_wait_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
     role, job_dir = s.params["role"], s.params["job_dir"]
-    ex.say(f"[cyan]→[/cyan] {esc(stage.name)}: waiting for the {esc(role)} job")
+    ex.emit(ev.SlurmWaiting(stage=stage.name, role=role))
     info = _poll(ex, stage, s, role, "/dev/null")
     _fetch_job_log(ex, job_dir, role, info.job_id)
     if not info.succeeded:
         raise _failed(ex, stage, s, info, job_dir, role)
-    ex.say(f"[green]✓[/green] {esc(stage.name)}: {esc(s.title)} (job {esc(info.job_id)})")
+    ex.emit(ev.SlurmJobDone(stage=stage.name, title=s.title, job_id=info.job_id))

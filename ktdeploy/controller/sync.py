@@ -16,14 +16,13 @@ import hashlib
 import os
 import posixpath
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.core.errors import StepError, UsageError
+from ktdeploy.core.events import Sink, Synced, SyncPlanned, SyncUploading, ignore, size_text
 from ktdeploy.core.markers import marker, sh_block
-from ktdeploy.core.markup import esc
 from ktdeploy.core.safeio import printable
 
 PARTIAL = ".ktdeploy-partial"
@@ -151,8 +150,9 @@ def conflicts(local: dict[str, int], remote: dict[str, int]) -> list[str]:
 
 
 def sync_folder(conn: Connector, local_dir: str, remote: str, *, role: str, dry_run: bool = False,
-                say: Callable[[str], None] = print) -> SyncResult:
-    """Upload ``local_dir`` to ``remote`` on the host (role: "model" or "data"); see the module's docstring."""
+                emit: Sink = ignore) -> SyncResult:
+    """Upload ``local_dir`` to ``remote`` on the host (role: "model" or "data"); see the module's docstring. Ends
+    with a Synced event (the run record's "sync")."""
     src = Path(local_dir).expanduser().resolve()
     if not posixpath.isabs(remote):
         raise UsageError(f"--sync-{role}: the target {printable(remote)} is not an absolute host path",
@@ -169,19 +169,19 @@ def sync_folder(conn: Connector, local_dir: str, remote: str, *, role: str, dry_
                              "empty that one on the host yourself.")
     missing = [n for n in here if n not in there]
     res.copied = len(missing)
-    what = (f"{len(missing)} of {len(here)} file(s), {_size(sum(here[n] for n in missing))}"
-            if missing else f"all {len(here)} file(s) already there")
+    need = sum(here[n] for n in missing)
     if dry_run:
-        say(f"[yellow]-[/yellow] SYNC: would upload {esc(what)} from {esc(src)} to {esc(remote)} (dry run)")
+        emit(SyncPlanned(local=str(src), remote=remote, files=len(here), missing=len(missing), missing_bytes=need))
+        emit(_synced(res, dry_run=True))
         return res
     t0 = time.monotonic()
     if missing:
-        say(f"[cyan]→[/cyan] SYNC: upload {esc(what)} from {esc(src)} to {esc(remote)} on {esc(conn.name)}")
-        need = sum(here[n] for n in missing)
+        emit(SyncUploading(local=str(src), remote=remote, host=conn.name, files=len(here), missing=len(missing),
+                           missing_bytes=need))
         free = free_bytes(conn, remote)
         if free is not None and free < need + SPACE_MARGIN:
-            raise StepError(f"the host's {remote} has {_size(free)} free, the upload needs {_size(need)} (and "
-                            f"{_size(SPACE_MARGIN)} to spare): nothing was copied or created", step=f"sync.{role}",
+            raise StepError(f"the host's {remote} has {size_text(free)} free, the upload needs {size_text(need)} (and "
+                            f"{size_text(SPACE_MARGIN)} to spare): nothing was copied or created", step=f"sync.{role}",
                             fix="Free space on the host's file system (df -h there), or point the recipe's path at "
                                 "a larger one.")
         r = conn.run(["mkdir", "-p", "--", remote], timeout=120)
@@ -197,9 +197,13 @@ def sync_folder(conn: Connector, local_dir: str, remote: str, *, role: str, dry_
     # a finished upload leaves no trace of rsync's resumable state in the model or data folder
     conn.run(["sh", "-c", 'rm -rf -- "$1/' + PARTIAL + '"', "ktdeploy-sync", remote], timeout=120)
     res.seconds = round(time.monotonic() - t0, 2)
-    say(f"[green]✓[/green] SYNC: {esc(remote)} holds the {len(here)} file(s) of {esc(src)} ({_size(res.bytes)}), "
-        "checked by size and SHA-256")
+    emit(_synced(res, dry_run=False))
     return res
+
+
+def _synced(res: SyncResult, *, dry_run: bool) -> Synced:
+    return Synced(role=res.role, local=res.local, remote=res.remote, files=res.files, bytes=res.bytes,
+                  copied=res.copied, seconds=res.seconds, notes=tuple(res.notes), dry_run=dry_run)
 
 
 SPACE_MARGIN = 256 << 20   # bytes left free after an upload (the host's logs, rsync's partial file)
@@ -229,7 +233,3 @@ def _verify(conn: Connector, src: Path, remote: str, here: dict[str, int], role:
                         step=f"sync.{role}",
                         fix="Those files were there before the upload and were not replaced (ktdeploy never "
                             "overwrites them): remove them on the host, then run the same command again.")
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

@@ -1,6 +1,7 @@
 """LlamaFactory's ``trainer_log.jsonl`` (pure): one parser for everything that reads it — the controller's
-follow (progress bar, ``ktdeploy status``) and the agent's tune trials (throughput, peak VRAM) — and the one
-steady-state tokens/s formula (also used for ``ktdeploy train``'s summary from its own metrics.jsonl).
+follow, `up`'s progress lines and ``ktdeploy status`` (``describe``), the agent's tune trials (throughput, peak
+VRAM) — and the one steady-state tokens/s formula (also used for ``ktdeploy train``'s summary from its own
+metrics.jsonl).
 
 LlamaFactory's LogCallback appends one JSON object per logging step to ``<output_dir>/trainer_log.jsonl``
 with ``current_steps``, ``total_steps``, ``loss``, ``lr``, ``epoch``, ``percentage``, ``elapsed_time``,
@@ -44,6 +45,22 @@ class LogEntry:
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def describe(e: LogEntry | None) -> str:
+    """One line: 'step 40/100 (40.0%)  loss 1.2345  1234 tok/s  eta 0:01:05' (a progress line of `up`, `status`)."""
+    if e is None:
+        return "waiting for the first log line"
+    parts = [f"step {e.current_steps}/{e.total_steps}"]
+    if e.percentage is not None:
+        parts[0] += f" ({e.percentage:.1f}%)"
+    if e.loss is not None:
+        parts.append(f"loss {e.loss:.4f}")
+    if e.throughput is not None:
+        parts.append(f"{e.throughput:.0f} tok/s")
+    if e.remaining_time:
+        parts.append(f"eta {e.remaining_time}")
+    return "  ".join(parts)
 
 
 def parse_line(line: str) -> LogEntry | None:

@@ -70,7 +70,7 @@ def sets(env, out: str, *extra) -> list[str]:
 
 def up(env, out: str, *extra, **kw):
     return api.up_slurm(env["c"].login.target, None, waive=WAIVE, overrides=sets(env, out, *extra),
-                        ssh=env["pool"].ssh_options(), say=kw.pop("say", lambda m: None), **kw)
+                        ssh=env["pool"].ssh_options(), **kw)
 
 
 def cli(env, *args) -> subprocess.CompletedProcess:
@@ -151,9 +151,9 @@ def test_impossible_request_is_refused_before_anything_is_queued(cluster):
 def test_tiny_finetune_end_to_end_submit_follow_convert(cluster):
     c, root = cluster["c"], cluster["c"].root
     out = f"{root}/out/e2e"
-    said: list[str] = []
+    said: list = []
     t0 = time.monotonic()
-    res = up(cluster, out, say=said.append)
+    res = up(cluster, out, on_event=said.append)
     total = time.monotonic() - t0
     assert res.state == "finished", said
     rec = res.record

@@ -103,13 +103,13 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     out = f"{root}/out/x; touch {root}/pwned $(touch {root}/pwned2) `touch {root}/pwned3`"
     recipe_file = root / "my recipe; $(touch pwned4).yaml"
     recipe_file.write_text((REPO / "recipes" / "tiny-moe-lora.yaml").read_text())
-    said: list[str] = []
+    said: list = []
     secret = "sk-ktdeploy-test-" + os.urandom(6).hex()
     os.environ["KTDEPLOY_TEST_API_KEY"] = secret      # served with an API key taken from the controller's environment
     overrides = [*sets(env, out), "deploy.serve.api_key_env=KTDEPLOY_TEST_API_KEY"]
     t0 = time.monotonic()
     res = api.up(host.target, recipe_file, waive=WAIVE, overrides=overrides,
-                 ssh=env["pool"].ssh_options(), say=said.append)
+                 ssh=env["pool"].ssh_options(), on_event=said.append)
     first_s = time.monotonic() - t0
     assert res.state == "finished", said
     rec = res.record
@@ -171,7 +171,7 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     # second up: nothing changes
     t0 = time.monotonic()
     res2 = api.up(host.target, recipe_file, waive=WAIVE, overrides=overrides, ssh=env["pool"].ssh_options(),
-                  say=said.append)
+                  on_event=said.append)
     second_s = time.monotonic() - t0
     assert res2.state == "finished"
     started_steps = {e["step"] for e in events(res2.record, "step_start")}
@@ -279,7 +279,7 @@ def test_killed_container_reported_then_resumed_from_newest_complete_checkpoint(
     (env["root"] / "data" / "fake_step_seconds").write_text("0.15")
     try:
         res = api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, "train.max_steps=40", port=31001),
-                     ssh=ssh, detach=True, say=lambda m: None)
+                     ssh=ssh, detach=True)
         assert res.state == "detached"
         job = res.plan.job
         deadline = time.monotonic() + 60
@@ -304,7 +304,7 @@ def test_killed_container_reported_then_resumed_from_newest_complete_checkpoint(
     assert "--resume auto" in r.stderr and "last log lines" in r.stderr
 
     res = api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, "train.max_steps=40", port=31001),
-                 ssh=ssh, resume="auto", say=lambda m: None)
+                 ssh=ssh, resume="auto")
     assert res.state == "finished"
     assert res.plan.resume_from == f"{out}/checkpoint-{done}"
     # the cut-off folder was set aside untouched; training re-saved a complete one under the name
@@ -328,7 +328,7 @@ def test_crash_at_step_is_reported_with_log_lines(env):
     try:
         with pytest.raises(StepError) as ei:
             api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, "deploy.serve.enabled=false", port=31002),
-                   ssh=env["pool"].ssh_options(), say=lambda m: None)
+                   ssh=env["pool"].ssh_options())
     finally:
         (data / "fake_crash_at_step").unlink()
     msg = ei.value.message
@@ -387,9 +387,9 @@ def test_full_finetune_is_regrouped_and_served_as_weights(env):
     recipe_file = root / "tiny-full.yaml"
     text = (REPO / "recipes" / "tiny-moe-lora.yaml").read_text().replace("finetuning_type: lora", "finetuning_type: full")
     recipe_file.write_text("\n".join(x for x in text.splitlines() if not x.startswith("  lora_")) + "\n")
-    said: list[str] = []
+    said: list = []
     res = api.up(host.target, recipe_file, waive=WAIVE, overrides=[*sets(env, out, port=31002), "train.save_steps=10"],
-                 ssh=env["pool"].ssh_options(), say=said.append)
+                 ssh=env["pool"].ssh_options(), on_event=said.append)
     assert res.state == "finished", said
     rec = res.record
     plan = rec.read_json("plan.json")
@@ -418,9 +418,9 @@ def test_merge_true_merges_the_lora_and_serves_the_merged_model(env):
     out = f"{root}/out/merged-run"
     overrides = [*sets(env, out, port=31003), "deploy.serve.merge=true", f"train.model_name_or_path={base}",
                  "train.save_steps=10"]
-    said: list[str] = []
+    said: list = []
     res = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
-                 ssh=env["pool"].ssh_options(), say=said.append)
+                 ssh=env["pool"].ssh_options(), on_event=said.append)
     assert res.state == "finished", said
     rec = res.record
     plan = rec.read_json("plan.json")
@@ -444,7 +444,7 @@ def test_merge_true_merges_the_lora_and_serves_the_merged_model(env):
     assert any(n.endswith("(model=tiny-base)") for n in plan["notes"]), plan["notes"]   # no :lora suffix
     # second up: nothing runs again
     res2 = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
-                  ssh=env["pool"].ssh_options(), say=said.append)
+                  ssh=env["pool"].ssh_options(), on_event=said.append)
     assert res2.state == "finished"
     assert not {e["step"] for e in events(res2.record, "step_start")} & {"convert.merge", "convert.adapter", "serve.create"}
     docker("rm", "-f", f"{plan['job']}-serve", check=False)  # free the port; the fixture removes the rest
@@ -535,11 +535,11 @@ def test_image_missing_then_shipped_as_tarball_and_loaded(env, tmp_path):
     over = sets(env, out, f"deploy.image={tag}")
     try:
         with pytest.raises(StepError) as ei:
-            api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(), say=lambda m: None)
+            api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options())
         assert "not on the host" in ei.value.message and "--image-tar" in ei.value.fix
         assert not Path(out).exists()
         res = api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(),
-                     image_tar=str(tar), detach=True, say=lambda m: None)
+                     image_tar=str(tar), detach=True)
         assert res.state == "detached"
         done = {e["step"] for e in events(res.record, "step_done")}
         assert {"image.ship", "image.load", "image.cleanup", "train.start"} <= done
@@ -547,7 +547,7 @@ def test_image_missing_then_shipped_as_tarball_and_loaded(env, tmp_path):
         assert host.exec("test", "-e", f"{res.plan.job_dir}/image.tar", check=False).returncode == 1
         # a second up finds the image present: nothing shipped again
         res2 = api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(),
-                      image_tar=str(tar), detach=True, say=lambda m: None)
+                      image_tar=str(tar), detach=True)
         assert not {e["step"] for e in events(res2.record, "step_start")} & {"image.ship", "image.load"}
     finally:
         ps = docker("ps", "-aq", "--filter", f"ancestor={tag}", check=False).stdout.split()
@@ -574,8 +574,7 @@ def test_tune_runs_in_the_image_then_training_uses_its_choice(env):
     root, host = env["root"], env["hosts"]["second"]
     out = f"{root}/out/tuned-run"
     res = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, detach=True, tune=True,
-                 tune_budget_minutes=2, overrides=sets(env, out, port=31007), ssh=env["pool"].ssh_options(),
-                 say=lambda m: None)
+                 tune_budget_minutes=2, overrides=sets(env, out, port=31007), ssh=env["pool"].ssh_options())
     assert res.state in ("detached", "started", "running", "finished"), res.state
     done = {e["step"] for e in events(res.record, "step_done")}
     assert {"tune.create", "tune.run", "tune.fetch", "train.create"} <= done

@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 from ktdeploy.agent.tiny import build_dataset  # noqa: E402
 from ktdeploy.controller.sync import PARTIAL, sync_folder  # noqa: E402
 from ktdeploy.core.errors import UsageError  # noqa: E402
+from ktdeploy.core.events import Synced  # noqa: E402
 from tests.docs import compare  # noqa: E402
 from tests.fakes.image import build_fake_image  # noqa: E402
 from tests.fakes.tiny_model import WEIGHTS_BYTES, write_tiny_model  # noqa: E402
@@ -113,9 +114,9 @@ def test_the_upload_is_resumable_checked_and_never_into_anothers_model(walk):
         partial.mkdir(parents=True)
         with open(src / "model.safetensors", "rb") as f, open(partial / "model.safetensors", "wb") as g:
             g.write(f.read(1 << 20))
-        said: list[str] = []
-        res = sync_folder(conn, str(src), target, role="model", say=said.append)
-        assert res.copied == res.files and "checked by size and SHA-256" in said[-1]
+        said: list = []
+        res = sync_folder(conn, str(src), target, role="model", emit=said.append)
+        assert res.copied == res.files and isinstance(said[-1], Synced) and not said[-1].dry_run   # checked
         for p in src.iterdir():
             assert hashlib.sha256(Path(target, p.name).read_bytes()).digest() == hashlib.sha256(p.read_bytes()).digest()
         assert not partial.exists()
@@ -124,7 +125,7 @@ def test_the_upload_is_resumable_checked_and_never_into_anothers_model(walk):
         theirs.mkdir()
         (theirs / "pytorch_model.bin").write_bytes(b"theirs")
         with pytest.raises(UsageError, match="pytorch_model.bin"):
-            sync_folder(conn, str(src), str(theirs), role="model", say=said.append)
+            sync_folder(conn, str(src), str(theirs), role="model", emit=said.append)
         assert sorted(p.name for p in theirs.iterdir()) == ["pytorch_model.bin"]
     finally:
         conn.close()
@@ -141,7 +142,7 @@ def test_hostile_folder_names_reach_no_shell(walk, tmp_path):
     target = f"{walk['root']}/models/{evil}"
     conn = walk["host"].connect()
     try:
-        res = sync_folder(conn, str(src), target, role="model", say=lambda _m: None)
+        res = sync_folder(conn, str(src), target, role="model")
     finally:
         conn.close()
     assert res.files == len(list(src.iterdir())) and Path(target, "config.json").exists()

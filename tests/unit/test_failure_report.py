@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ktdeploy.cli import output
+from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.executor import Executor, exit_advice, flat_lines
 from ktdeploy.controller.runs import RunRecord, all_runs
 from ktdeploy.core.errors import StepError
@@ -108,8 +109,8 @@ def _exited_at_once(log: str):
 
 def test_a_refusal_by_the_containers_doctor_is_not_advised_to_resume(tmp_path):
     for log in (FLAT_LOG, PANEL_LOG):
-        ex = Executor(_exited_at_once(log), RunRecord.create("r", root=tmp_path / "runs"), _follow_plan(),
-                      say=lambda _m: None, poll_s=0)
+        ex = Executor(_exited_at_once(log), Emitter(RunRecord.create("r", root=tmp_path / "runs")), _follow_plan(),
+                      poll_s=0)
         try:
             ex.apply()
         except StepError as e:

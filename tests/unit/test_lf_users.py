@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from ktdeploy.cli.events_view import plain_lines
 from ktdeploy.controller.api import check_run_name
 from ktdeploy.controller.connectors import LocalConnector
 from ktdeploy.controller.runs import RunRecord, latest_run
 from ktdeploy.controller.sync import PARTIAL, sync_folder
 from ktdeploy.core.errors import StepError, UsageError
+from ktdeploy.core.events import Synced, SyncPlanned, SyncUploading
 from tests.fakes.image import image_archive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,22 +111,24 @@ MODEL = {"config.json": b'{"model_type": "qwen3_moe"}', "tokenizer.json": b"{}",
 def test_sync_uploads_checks_and_skips_what_is_there(tmp_path):
     src = _folder(tmp_path / "local", MODEL)
     target = tmp_path / "host" / "models" / "m"
-    said: list[str] = []
-    res = sync_folder(LocalConnector(), str(src), str(target), role="model", say=said.append)
+    said: list = []
+    res = sync_folder(LocalConnector(), str(src), str(target), role="model", emit=said.append)
     assert res.files == 4 and res.copied == 4
     for name, data in MODEL.items():
         assert (target / name).read_bytes() == data
     assert not (target / PARTIAL).exists()
-    assert "checked by size and SHA-256" in said[-1]
-    again = sync_folder(LocalConnector(), str(src), str(target), role="model", say=said.append)
-    assert again.copied == 0
+    assert [type(e) for e in said] == [SyncUploading, Synced] and said[-1].record() == {**res.to_json(), "dry_run": False}
+    assert plain_lines(said[-1])[0].endswith("checked by size and SHA-256")
+    said.clear()
+    again = sync_folder(LocalConnector(), str(src), str(target), role="model", emit=said.append)
+    assert again.copied == 0 and [type(e) for e in said] == [Synced]   # checked, nothing sent
 
 
 def test_sync_never_writes_into_a_model_folder_with_other_content(tmp_path):
     src = _folder(tmp_path / "local", MODEL)
     target = _folder(tmp_path / "host", {"theirs.safetensors": b"someone else's"})
     with pytest.raises(UsageError) as ei:
-        sync_folder(LocalConnector(), str(src), str(target), role="model", say=lambda _m: None)
+        sync_folder(LocalConnector(), str(src), str(target), role="model")
     assert "theirs.safetensors (not in the local folder)" in ei.value.message
     assert sorted(p.name for p in target.iterdir()) == ["theirs.safetensors"]   # nothing was copied
 
@@ -135,7 +139,7 @@ def test_sync_finds_a_file_of_the_same_size_with_other_content(tmp_path):
     forged[100] ^= 0xFF
     target = _folder(tmp_path / "host", {"model.safetensors": bytes(forged)})
     with pytest.raises(StepError) as ei:
-        sync_folder(LocalConnector(), str(src), str(target), role="data", say=lambda _m: None)
+        sync_folder(LocalConnector(), str(src), str(target), role="data")
     assert "holds other content" in ei.value.message and "model.safetensors" in ei.value.message
     assert (target / "model.safetensors").read_bytes() == bytes(forged)   # never replaced
 
@@ -147,7 +151,7 @@ def test_sync_resumes_a_file_cut_off_mid_copy(tmp_path):
     target = tmp_path / "host"
     (target / PARTIAL).mkdir(parents=True)
     (target / PARTIAL / "model.safetensors").write_bytes(MODEL["model.safetensors"][:100_000])
-    res = sync_folder(LocalConnector(), str(src), str(target), role="model", say=lambda _m: None)
+    res = sync_folder(LocalConnector(), str(src), str(target), role="model")
     assert res.copied == 4
     digest = hashlib.sha256((target / "model.safetensors").read_bytes()).hexdigest()
     assert digest == hashlib.sha256(MODEL["model.safetensors"]).hexdigest()
@@ -156,9 +160,10 @@ def test_sync_resumes_a_file_cut_off_mid_copy(tmp_path):
 
 def test_sync_in_a_dry_run_copies_nothing(tmp_path):
     src = _folder(tmp_path / "local", MODEL)
-    said: list[str] = []
-    sync_folder(LocalConnector(), str(src), str(tmp_path / "host"), role="model", dry_run=True, say=said.append)
-    assert not (tmp_path / "host").exists() and "would upload 4 of 4 file(s)" in said[0]
+    said: list = []
+    sync_folder(LocalConnector(), str(src), str(tmp_path / "host"), role="model", dry_run=True, emit=said.append)
+    assert [type(e) for e in said] == [SyncPlanned, Synced] and said[-1].dry_run and plain_lines(said[-1]) == []
+    assert not (tmp_path / "host").exists() and "would upload 4 of 4 file(s)" in plain_lines(said[0])[0]
 
 
 # ---------------------------------------------------------------- named runs

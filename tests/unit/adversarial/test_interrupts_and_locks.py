@@ -214,7 +214,7 @@ def test_the_lock_is_per_job_in_process(tmp_path, monkeypatch):
 
     def first():
         try:
-            api.up("gpu01", RECIPE, connector=conn, say=lambda _m: None)
+            api.up("gpu01", RECIPE, connector=conn)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
@@ -224,11 +224,11 @@ def test_the_lock_is_per_job_in_process(tmp_path, monkeypatch):
         assert inside.wait(30)
         t0 = time.monotonic()
         with pytest.raises(RunRecordError, match="already working on the job"):
-            api.up("gpu01", RECIPE, connector=FakeConnector(name="gpu01"), say=lambda _m: None)
+            api.up("gpu01", RECIPE, connector=FakeConnector(name="gpu01"))
         assert time.monotonic() - t0 < 5
         other = FakeConnector(name="gpu02").on(lambda argv: True, fail(255, "host gone"))
         with pytest.raises(Exception) as e:   # another host: not refused by the lock (it fails on the host)
-            api.up("gpu02", RECIPE, connector=other, say=lambda _m: None)
+            api.up("gpu02", RECIPE, connector=other)
         assert "already working" not in str(e.value)
     finally:
         release.set()

@@ -426,7 +426,7 @@ def test_f3_a_link_out_of_the_source_is_refused_and_nothing_is_copied(tmp_path):
             (src / "extra").symlink_to(secret)
         target = tmp_path / f"host-{kind}" / "m"
         with pytest.raises(UsageError) as e:
-            sync_folder(LocalConnector(), str(src), str(target), role="model", say=lambda _m: None)
+            sync_folder(LocalConnector(), str(src), str(target), role="model")
         assert "outside the folder" in e.value.message and e.value.fix, e.value.message
         assert not target.exists()
 
@@ -441,7 +441,7 @@ def test_f3_a_hugging_face_snapshot_links_its_blobs(tmp_path):
     snap.mkdir(parents=True)
     (snap / "config.json").symlink_to("../../blobs/abc")
     target = tmp_path / "host" / "m"
-    sync_folder(LocalConnector(), str(snap), str(target), role="model", say=lambda _m: None)
+    sync_folder(LocalConnector(), str(snap), str(target), role="model")
     assert (target / "config.json").read_bytes() == b'{"model_type": "x"}' and not (target / "config.json").is_symlink()
 
 
@@ -456,7 +456,7 @@ def test_f4_an_upload_larger_than_the_free_space_is_refused_before_anything_is_m
         f.truncate(st.f_bavail * st.f_frsize + (1 << 30))
     target = tmp_path / "host" / "data"
     with pytest.raises(StepError) as e:
-        sync_folder(LocalConnector(), str(src), str(target), role="data", say=lambda _m: None)
+        sync_folder(LocalConnector(), str(src), str(target), role="data")
     assert "free" in e.value.message and "df -h" in e.value.fix and e.value.exit_code == 4
     assert not target.exists()
 
@@ -470,14 +470,14 @@ def test_f11_f15_odd_names_arrive_intact_and_no_partial_state_is_left(tmp_path):
     src = _src(tmp_path / "data", files)
     target = tmp_path / "host" / "data"
     (target / PARTIAL).mkdir(parents=True)          # left by an interrupted earlier upload
-    sync_folder(LocalConnector(), str(src), str(target), role="data", say=lambda _m: None)
+    sync_folder(LocalConnector(), str(src), str(target), role="data")
     for name, data in files.items():
         assert (target / name).read_bytes() == data, name
     assert not (target / PARTIAL).exists() and not (tmp_path / "pwned").exists()
     bad = _src(tmp_path / "bad", {"ok.json": b"{}"})
     (bad / "x\ny").write_bytes(b"")
     with pytest.raises(UsageError) as e:
-        sync_folder(LocalConnector(), str(bad), str(tmp_path / "host" / "bad"), role="data", say=lambda _m: None)
+        sync_folder(LocalConnector(), str(bad), str(tmp_path / "host" / "bad"), role="data")
     assert "control character" in e.value.message and not (tmp_path / "host" / "bad").exists()
 
 
@@ -555,7 +555,7 @@ def test_f18_sigterm_while_following_cancels_the_jobs_it_submitted(tmp_path, mon
             .on(lambda argv: True, ok("")))
     with pytest.raises(Terminated):
         api.up_slurm("login01", str(TINY), overrides=["deploy.scheduler.cpus=4", "deploy.image=amx"],
-                     connector=conn, say=lambda _m: None)
+                     connector=conn)
     cancelled = [c.argv for c in conn.calls if c.argv[:1] == ["scancel"]]
     assert sorted(cancelled) == [["scancel", "--", "101"], ["scancel", "--", "102"]], cancelled
     st = latest_run().status()

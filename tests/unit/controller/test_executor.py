@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.executor import FOLLOW_SCRIPT, Executor
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.errors import StepError
@@ -27,7 +28,7 @@ def _plan(*steps: Step, stage: str = "TRAIN") -> Plan:
 
 
 def _executor(conn, plan, tmp_path, **kw) -> Executor:
-    return Executor(conn, RunRecord.create("r", root=tmp_path / "runs"), plan, say=lambda _m: None, poll_s=0, **kw)
+    return Executor(conn, Emitter(RunRecord.create("r", root=tmp_path / "runs")), plan, poll_s=0, **kw)
 
 
 def _events(ex: Executor) -> list[str]:
@@ -193,14 +194,15 @@ def test_up_doctor_phase_blocks_waives_and_defers(tmp_path):
     from ktdeploy.core.check_result import CheckResult
 
     checks = [CheckResult(name=n, status="fail", detail=n) for n in ("gpu.present", "docker.present", "disk.output")]
-    record = RunRecord.create("r", root=tmp_path / "runs")
-    said: list[str] = []
-    blocking, line = doctor_phase(DoctorReport(facts=HostFacts(), checks=checks), "h", ("gpu.present",), record,
-                                  said.append)
+    said: list = []
+    blocking, line = doctor_phase(DoctorReport(facts=HostFacts(), checks=checks), "h", ("gpu.present",), said.append)
     assert [c.name for c in blocking] == ["disk.output"]
     assert line.startswith("0 pass, 0 warn, 2 fail (1 waived; 1 left to the RUNTIME stage)")
-    assert any("waived" in m and "gpu.present" in m for m in said)
-    assert any("to repair" in m and "docker.present" in m for m in said)
+    (verdict,) = said
+    assert verdict.blocking and verdict.summary_text == line and verdict.failed == ("docker.present", "disk.output")
+    assert [c.name for c in verdict.waived] == ["gpu.present"] and [c.name for c in verdict.deferred] == ["docker.present"]
+    assert verdict.record() == {"summary": verdict.summary, "failed": ["docker.present", "disk.output"],
+                                "waived": ["gpu.present"]}
 
 
 def _golden_host(folder: str) -> FakeConnector:
@@ -234,21 +236,29 @@ def test_up_on_a_host_that_fails_the_doctor_starts_nothing(tmp_path, monkeypatch
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     conn = _golden_host("haswell-avx2-qemu")
     with pytest.raises(CheckFailed) as e:
-        api.up("gpu01", connector=conn, say=lambda _m: None)
+        api.up("gpu01", connector=conn)
     assert e.value.results                                          # the blocking checks are named
     assert not any(c.argv[:2] in (["docker", "create"], ["docker", "start"]) for c in conn.calls)
 
 
-def test_up_dry_run_on_the_gpu_golden_host_plans_and_changes_nothing(tmp_path, monkeypatch):
+def test_up_dry_run_on_the_gpu_golden_host_plans_and_changes_nothing(tmp_path, monkeypatch, capsys):
     """`up --dry-run` end to end on the H200 machine's recorded facts (no docker there: RUNTIME installs it)."""
     from ktdeploy.controller import api
+    from ktdeploy.core import events as ev
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     conn = _golden_host("gpu-h200-vm")
+    said: list = []
     # the golden folder holds no dataset and no model (its data files answer "missing"): those checks are waived
-    res = api.up("gpu01", connector=conn, dry_run=True, say=lambda _m: None,
-                 waive=("data.dataset_info", "model.config"))
+    res = api.up("gpu01", connector=conn, dry_run=True, waive=("data.dataset_info", "model.config"),
+                 on_event=said.append)
     assert res.state == "dry-run" and res.plan is not None
+    assert [type(e) for e in said] == [ev.WaiversRecorded, ev.ConnectStarted, ev.Connected, ev.DoctorVerdict,
+                                       ev.DryRun, ev.PlanText] and said[-1].text == res.text
+    # the sink and the run record see one stream: each recorded event is one the sink got, in order
+    assert [{k: v for k, v in e.items() if k != "ts"} for e in res.record.events()] == \
+        [{"event": e.KIND, **e.record()} for e in said if e.KIND]
+    assert capsys.readouterr().out == ""     # the controller prints nothing itself
     assert [s.id for s in res.plan.stage("RUNTIME").steps][0] == "runtime.docker"
     assert (res.record.path / "plan.json").exists() and (res.record.path / "facts.json").exists()
     changing = (["docker", "create"], ["docker", "start"], ["mkdir", "-p"])

@@ -8,6 +8,7 @@ may read as "the container is gone"; everything else is a lost connection (Conne
 import pytest
 
 from ktdeploy.controller.connectors.base import Result
+from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.executor import FOLLOW_SCRIPT, Executor, parse_snapshot, snapshot
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.errors import ConnectError, StepError
@@ -78,8 +79,7 @@ def _follow_plan():
 @pytest.mark.parametrize("rc,out,err", LOST)
 def test_follow_reports_a_dropped_connection_as_lost_not_removed(tmp_path, rc, out, err):
     rec = RunRecord.create("tiny", root=tmp_path)
-    ex = Executor(recorded([Result(0, RUNNING, ""), Result(rc, out, err)]), rec, _follow_plan(), say=lambda m: None,
-                  poll_s=0)
+    ex = Executor(recorded([Result(0, RUNNING, ""), Result(rc, out, err)]), Emitter(rec), _follow_plan(), poll_s=0)
     with pytest.raises(ConnectError):
         ex.apply()
     assert not any(e["event"] == "crash" for e in rec.events())
@@ -87,8 +87,7 @@ def test_follow_reports_a_dropped_connection_as_lost_not_removed(tmp_path, rc, o
 
 def test_follow_reports_a_removed_container_as_removed(tmp_path):
     rec = RunRecord.create("tiny", root=tmp_path)
-    ex = Executor(recorded([Result(0, RUNNING, ""), Result(0, NO_SUCH, "")]), rec, _follow_plan(), say=lambda m: None,
-                  poll_s=0)
+    ex = Executor(recorded([Result(0, RUNNING, ""), Result(0, NO_SUCH, "")]), Emitter(rec), _follow_plan(), poll_s=0)
     with pytest.raises(StepError) as ei:
         ex.apply()
     assert "disappeared" in ei.value.message and ei.value.exit_code == 4

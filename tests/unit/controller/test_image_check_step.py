@@ -10,6 +10,7 @@ import pytest
 
 from ktdeploy.controller import executor as executor_mod
 from ktdeploy.controller.doctor import DoctorReport
+from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.executor import Executor
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.check_result import CheckResult
@@ -36,8 +37,7 @@ def _run(monkeypatch, tmp_path, checks, waived=()):
 
     monkeypatch.setattr(executor_mod, "image_doctor", fake_image_doctor)
     plan, step = _plan(waived)
-    ex = Executor(object(), RunRecord.create("r", root=tmp_path / "runs"), plan, say=lambda _m: None, poll_s=0,
-                  facts=HostFacts())
+    ex = Executor(object(), Emitter(RunRecord.create("r", root=tmp_path / "runs")), plan, poll_s=0, facts=HostFacts())
     ex.apply()
     return ex, seen
 

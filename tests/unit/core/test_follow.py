@@ -1,6 +1,5 @@
 import json
 
-from ktdeploy.controller import follow
 from ktdeploy.core import trainer_log
 
 # A line exactly as LlamaFactory's LogCallback writes it (keys with None values dropped).
@@ -33,6 +32,6 @@ def test_hms_and_describe():
     assert trainer_log.hms_seconds("0:01:05") == 65
     assert trainer_log.hms_seconds("1 day, 2:00:00") == 93600
     assert trainer_log.hms_seconds("x") is None
-    d = follow.describe(trainer_log.parse_line(LINE))
+    d = trainer_log.describe(trainer_log.parse_line(LINE))
     assert "step 40/100" in d and "loss 1.2345" in d and "1408 tok/s" in d and "eta 0:01:05" in d
-    assert follow.describe(None).startswith("waiting")
+    assert trainer_log.describe(None).startswith("waiting")

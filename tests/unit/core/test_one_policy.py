@@ -139,12 +139,12 @@ def _lf_log() -> str:
 
 def test_follow_and_tune_read_trainer_log_with_one_parser():
     from ktdeploy.agent.tune import measure
-    from ktdeploy.controller import follow
+    from ktdeploy.controller import executor, slurm_jobs
     from ktdeploy.core import trainer_log
 
     text = _lf_log()
     assert measure.parse_log(text) == trainer_log.parse_log(text)
-    assert follow.LogEntry is trainer_log.LogEntry and trainer_log.latest(text).current_steps == 5
+    assert executor.latest is slurm_jobs.latest is trainer_log.latest and trainer_log.latest(text).current_steps == 5
     assert trainer_log.steady_tokens_per_s(measure.parse_log(text), 1) == pytest.approx(1000.0)
     assert trainer_log.peak_vram_gib(measure.parse_log(text)) == pytest.approx(1.5)
 

@@ -57,7 +57,7 @@ class _Exec:
 
         self.ex = Executor.__new__(Executor)
         self.ex.conn = LocalConnector()
-        self.ex.say = lambda msg: None
+        self.ex.emit = lambda _event: None
 
 
 def test_put_secret_writes_a_0600_file_from_the_environment(tmp_path, monkeypatch):
