@@ -38,18 +38,6 @@ class ServeCommand:
         return " ".join(shlex.quote(a) for a in self.redacted or self.argv)
 
 
-def kt_method(weight_setup: str, *, lora: bool) -> str:
-    """sglang-kt --kt-method for serving ``weight_setup`` with a LoRA (sglang-kt maps it to an SFT method) or as a
-    full fine-tune (kt-kernel's inference mode): the one table, core/kt_methods.py."""
-    method = kt_methods.serve_method(weight_setup, lora=lora)
-    if method is None:
-        what = "a LoRA adapter" if lora else "a full fine-tune (no LoRA)"
-        raise UsageError(f"sglang-kt cannot serve {weight_setup} experts as {what}",
-                         key="train.kt_config.kt_expert_weight_format",
-                         fix="full fine-tuning is BF16 only; FP8/INT8/AMXINT4 are served as a LoRA (--adapter)")
-    return method
-
-
 def cache_env(environ: Mapping[str, str] | None = None, uid: int | None = None) -> dict[str, str]:
     """Where sglang-kt and torch keep their caches, so nothing asks the user database who we are.
 
@@ -119,7 +107,8 @@ def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *
     if cpuinfer < 1 or threadpools < 1:
         raise UsageError(f"--kt-cpuinfer {cpuinfer} / --kt-threadpool-count {threadpools} must be >= 1",
                          fix="run on a host with CPU facts (ktdeploy doctor) or set kt_num_threads in the recipe")
-    method = kt_method(MERGED_SETUP if merged_dir is not None else recipe.weight_setup(), lora=adapter_dir is not None)
+    method = kt_methods.require_serve_method(MERGED_SETUP if merged_dir is not None else recipe.weight_setup(),
+                                             lora=adapter_dir is not None)
     if adapter_dir is not None and kt_build and V.known(kt_build) and not V.get(kt_build).sft:
         raise UsageError(f"kt-kernel's {V.canonical(kt_build)} build (this image) has no SFT kernels: sglang-kt serves "
                          "a KT LoRA through kt-kernel's SFT wrapper, which that build lacks",

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ktdeploy.core.errors import UsageError
+
 
 @dataclass(frozen=True)
 class ExpertSetup:
@@ -62,3 +64,14 @@ def serve_method(setup: str, *, lora: bool) -> str | None:
     if e is None:
         return None
     return e.serve_lora if lora else e.serve_full
+
+
+def require_serve_method(setup: str, *, lora: bool) -> str:
+    """serve_method, or the UsageError a user of `ktdeploy serve` reads when sglang-kt cannot serve ``setup`` so."""
+    method = serve_method(setup, lora=lora)
+    if method is None:
+        what = "a LoRA adapter" if lora else "a full fine-tune (no LoRA)"
+        raise UsageError(f"sglang-kt cannot serve {setup} experts as {what}",
+                         key="train.kt_config.kt_expert_weight_format",
+                         fix="full fine-tuning is BF16 only; FP8/INT8/AMXINT4 are served as a LoRA (--adapter)")
+    return method

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.agent.serve import build_serve_command, kt_method
+from ktdeploy.agent.serve import build_serve_command
 from ktdeploy.core.errors import UsageError
+from ktdeploy.core.kt_methods import require_serve_method as kt_method
 from ktdeploy.core.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[3]
