@@ -28,6 +28,7 @@ from ktdeploy.core.markup import esc
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.trainer_log import LogEntry, latest
@@ -142,7 +143,7 @@ def _refusal(lines: list[str]) -> str | None:
     return None
 
 
-def exit_advice(state: ContainerState, recipe: Any = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
+def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
                 progressed: bool | None = None, role: str = "train") -> str:
     """What to do about a stopped container, by how it stopped: the agent's own refusal (its doctor, the recipe,
     the output dir) needs a fix and the same command again — there is nothing to resume —; a trainer that crashed
@@ -169,6 +170,8 @@ def exit_advice(state: ContainerState, recipe: Any = None, facts: HostFacts | No
             from ktdeploy.core.sizing import plan_recipe
             from ktdeploy.core.sizing.advice import advise
 
+            if recipe is None:
+                raise LookupError("no recipe to plan")
             _plan, arch, _where = plan_recipe(recipe)
             avail = (facts.memory.total_bytes or 0) / 2**30 if facts is not None else 0
             adv = [a for a in advise((recipe.train, recipe.accelerate), arch, "host", avail) if a.fits] if avail else []
@@ -198,7 +201,7 @@ FETCHABLE_SH = ('[ -h "$1" ] && exit 3; [ -f "$1" ] || exit 2; '
 
 class Executor:
     def __init__(self, conn: Connector, record: RunRecord, plan: Plan, *, say: Callable[[str], None] = print,
-                 progress_factory: Callable[[str], Any] | None = None, recipe: Any = None,
+                 progress_factory: Callable[[str], Any] | None = None, recipe: Recipe | None = None,
                  facts: HostFacts | None = None, poll_s: float = 2.0) -> None:
         self.conn, self.record, self.plan, self.say = conn, record, plan, say
         self.progress_factory = progress_factory

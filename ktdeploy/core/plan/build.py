@@ -8,11 +8,9 @@ import hashlib
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core import variants as V
-from ktdeploy.core.adapter_layout import is_full_finetune
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
@@ -23,7 +21,7 @@ from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
-from ktdeploy.core.recipe.schema import Deploy
+from ktdeploy.core.recipe.schema import Deploy, Volumes
 from ktdeploy.core.safeio import norm_path
 
 MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
@@ -80,7 +78,7 @@ def _slug(text: str) -> str:
 
 
 def output_dir_of(recipe: Recipe) -> str:
-    out = recipe.train.get("output_dir")
+    out = recipe.keys.output_dir
     if not isinstance(out, str) or not out.startswith("/"):
         raise RecipeError("train.output_dir must be an absolute host path for `ktdeploy up`", key="train.output_dir",
                           fix="Set train.output_dir under deploy.volumes.output, e.g. /srv/ktdeploy/output/my-run.")
@@ -262,8 +260,8 @@ def _volumes_stage(recipe: Recipe, state: JobState, opts: UpOptions) -> Stage:
 class _Job:
     """What every stage of one plan shares, derived once from (recipe, facts, state, opts)."""
 
-    recipe: Any
-    deploy: Any
+    recipe: Recipe
+    deploy: Deploy
     state: JobState
     opts: UpOptions
     out: str                 # train.output_dir on the host
@@ -280,7 +278,7 @@ class _Job:
     memlock: bool
 
     @property
-    def vol(self) -> Any:
+    def vol(self) -> Volumes:
         return self.deploy.volumes
 
     @property
@@ -305,9 +303,9 @@ def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> 
         raise RecipeError(f"the adapter directory {adapter} (sibling of train.output_dir) lies outside "
                           f"deploy.volumes.output {vol_out}", key="train.output_dir",
                           fix=f"Put train.output_dir in a folder below {vol_out}, e.g. {vol_out}/my-run.")
-    merged = layout.merged_dir if deploy.serve.merge and not is_full_finetune(recipe.train) else None
+    merged = layout.merged_dir if deploy.serve.merge and not recipe.keys.is_full else None
     if deploy.serve.merge:
-        base = recipe.train.get("model_name_or_path")
+        base = recipe.keys.model_name_or_path
         vol_model = posixpath.normpath(deploy.volumes.model)
         if not isinstance(base, str) or not (posixpath.normpath(base) + "/").startswith(vol_model.rstrip("/") + "/"):
             raise RecipeError(f"deploy.serve.merge merges into train.model_name_or_path {base!r}, which lies outside "
@@ -319,14 +317,14 @@ def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> 
     image, variant, image_how = resolve_image(deploy, facts)
     gpu_waived = CheckName.DOCKER_NVIDIA_RUNTIME in opts.waive or CheckName.GPU_PRESENT in opts.waive
     return _Job(recipe=recipe, deploy=deploy, state=state, opts=opts, out=out, name=name,
-                full=is_full_finetune(recipe.train), adapter=adapter, merged=merged,
+                full=recipe.keys.is_full, adapter=adapter, merged=merged,
                 model_bytes=_model_bytes(facts, recipe), job_dir=f"{home}/.cache/ktdeploy/jobs/{name}",
                 image=image, variant=variant, image_how=image_how, gpus=None if gpu_waived else list(deploy.gpus),
                 memlock=MEMLOCK_WAIVER not in opts.waive)
 
 
 def _model_bytes(facts: HostFacts | None, recipe: Recipe) -> int | None:
-    model = recipe.train.get("model_name_or_path")
+    model = recipe.keys.model_name_or_path
     pf = facts.path(model) if facts is not None and isinstance(model, str) else None
     return pf.used_bytes if pf is not None else None
 
@@ -522,7 +520,7 @@ def _convert_stage(j: _Job) -> Stage:
              timeout=3600, why="already converted" if present else ""),
     ]
     if j.merged is not None:
-        base = posixpath.normpath(str(j.recipe.train.get("model_name_or_path")))
+        base = posixpath.normpath(str(j.recipe.keys.model_name_or_path))
         steps.append(Step(
             "convert.merge", f"merge {j.out} into {base} -> {j.merged}",
             argv=tuple(dk.run_merge(name=f"{j.name}-merge", image=j.image, run_id=j.opts.run_id, volumes=j.vol,
@@ -586,7 +584,7 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
                        fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
                            "deploy.serve.ready_timeout_s."))
     url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
-    mp = j.recipe.train.get("model_name_or_path")
+    mp = j.recipe.keys.model_name_or_path
     served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")
     note = (f"serving endpoint: {url} (model={served})" if j.full or j.merged else
             f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
