@@ -18,6 +18,16 @@ from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
+from ktdeploy.core.plan.params import (
+    ContainerLogParams,
+    CrashParams,
+    FollowParams,
+    ImageCheckParams,
+    RunParams,
+    SecretParams,
+    WaitHttpParams,
+    WaitRunningParams,
+)
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
@@ -406,7 +416,7 @@ def _image_check_step(j: _Job) -> Step:
     """doctor in the image on the host, started with the training container's flags (the same GPUs, user, memlock):
     the layer checks, Python.h, torch, CUDA, one Triton kernel. Its failures (less --waive) stop `up` (exit 1)."""
     name = f"{j.name}-imgcheck"
-    params = {"image": j.image, "name": name, "gpus": list(j.gpus or []), "memlock": j.memlock, "user": j.user}
+    params = ImageCheckParams(image=j.image, name=name, gpus=tuple(j.gpus or ()), memlock=j.memlock, user=j.user)
     c = j.state.container
     # a training container that runs (or ran to the end) on this host: the image has shown it works here, and a
     # second container on its GPUs would disturb it
@@ -431,7 +441,7 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
     elif c is not None and c.succeeded:
         tr.append(Step("train.start", f"training container {name}", satisfied=True, why="finished (exit code 0)"))
     elif c is not None and c.status != "created" and not opts.resume:
-        tr.append(Step("train.crashed", f"training container {name}", action=StepAction.FAIL, params={"crash": True},
+        tr.append(Step("train.crashed", f"training container {name}", action=StepAction.FAIL, params=CrashParams(),
                        why=f"the training container {name} stopped: {c.describe()}",
                        fix="Resume from the newest complete checkpoint: ktdeploy up --resume auto (same host and "
                            "recipe), after fixing the cause shown above."))
@@ -442,7 +452,7 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
         resume_from, resume_steps, resume_notes = _resume_target(j.recipe, j.state, opts.resume, j.out)
         if c is not None:
             tr.append(Step("train.save_logs", "keep the old container's log", action=StepAction.FETCH, remote=name,
-                           local="artifacts/previous-container.log", params={"docker_logs": True}, optional=True))
+                           local="artifacts/previous-container.log", params=ContainerLogParams(), optional=True))
             tr.append(Step("train.remove_old", f"remove the stopped container {name} ({c.describe()})",
                            argv=tuple(dk.remove(name))))
         tr.extend(resume_steps)
@@ -501,7 +511,7 @@ def _follow_stage(j: _Job, skip_training: bool) -> Stage:
         return Stage(StageName.FOLLOW, "follow training", skipped="--detach: training runs on; follow later with "
                                                           "`ktdeploy status`, `ktdeploy logs -f` or `ktdeploy up`")
     fs = [Step("follow.train", f"follow {JobLayout(j.out).trainer_log} until {j.name} exits", action=StepAction.FOLLOW,
-               params={"container": j.name, "log": JobLayout(j.out).trainer_log}, satisfied=skip_training)]
+               params=FollowParams(container=j.name, log=JobLayout(j.out).trainer_log), satisfied=skip_training)]
     for a in ARTIFACTS:
         fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{j.out}/{a}",
                        local=f"artifacts/{a}", optional=True))
@@ -559,7 +569,8 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
             # `docker create --env-file`, then removed; it never enters an argv, the plan or the run record.
             env_file = f"{job_dir}/serve.env"
             sv.append(Step("serve.key", f"upload the API key from ${deploy.serve.api_key_env} (mode 0600)",
-                           action=StepAction.PUT_SECRET, remote=env_file, params={"env": deploy.serve.api_key_env}))
+                           action=StepAction.PUT_SECRET, remote=env_file,
+                           params=SecretParams(env=deploy.serve.api_key_env)))
         sv.append(Step("serve.create", f"create the serving container {serve_name}",
                        argv=tuple(dk.create_serve(name=serve_name, image=j.image, run_id=j.opts.run_id, volumes=j.vol,
                                                   output_dir=j.out,
@@ -569,7 +580,7 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
                                                   merged_dir=j.merged)),
                        probe=tuple(dk.exists_probe(serve_name)),
                        # a failed create must not leave the key behind: serve.unstage_key never runs then
-                       params={"cleanup": ["rm", "-f", "--", env_file]} if env_file else {}))
+                       params=RunParams(cleanup=("rm", "-f", "--", env_file)) if env_file else None))
         if env_file:
             sv.append(Step("serve.unstage_key", "remove the uploaded API key file", argv=("rm", "-f", "--", env_file)))
         sv.append(Step("serve.copy", "copy the job folder into the container",
@@ -577,10 +588,10 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
         sv.append(Step("serve.start", f"start {serve_name}", argv=tuple(dk.start(serve_name)),
                        probe=tuple(dk.running_probe(serve_name)), fix=START_FIX))
         sv.append(Step("serve.running", f"{serve_name} keeps running", action=StepAction.WAIT_RUNNING,
-                       params={"container": serve_name, "seconds": 5}))
+                       params=WaitRunningParams(container=serve_name, seconds=5)))
         sv.append(Step("serve.ready", f"{serve_name} answers /health on port {deploy.serve.port}",
                        action=StepAction.WAIT_HTTP, argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
-                       timeout=float(deploy.serve.ready_timeout_s), params={"container": serve_name},
+                       timeout=float(deploy.serve.ready_timeout_s), params=WaitHttpParams(container=serve_name),
                        fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
                            "deploy.serve.ready_timeout_s."))
     url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"

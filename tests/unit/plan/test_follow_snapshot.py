@@ -11,6 +11,7 @@ from ktdeploy.controller.connectors.base import Result
 from ktdeploy.controller.executor import Executor, parse_snapshot, snapshot
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.errors import ConnectError, StepError
+from ktdeploy.core.plan.params import FollowParams
 from ktdeploy.core.plan.steps import Plan, Stage, Step
 
 RUNNING = ('@@inspect\t0\n{"Status":"running","Running":true,"Paused":false,"Restarting":false,"OOMKilled":false,'
@@ -77,7 +78,7 @@ class Recorded:
 
 def _follow_plan():
     step = Step("train.follow", "follow training", action="follow",
-                params={"container": "job", "log": "/out/trainer_log.jsonl"})
+                params=FollowParams(container="job", log="/out/trainer_log.jsonl"))
     return Plan(host="gpu01", recipe="tiny", job="job", image="img", variant=None, output_dir="/out",
                 adapter_dir="/out/a", job_dir="/job", stages=(Stage("FOLLOW", "follow", (step,)),))
 
