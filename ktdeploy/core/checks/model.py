@@ -23,6 +23,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
@@ -56,7 +57,7 @@ def how_to_get(train: Mapping[str, Any]) -> str:
         data = str(keys.dataset_dir or "/srv/ktdeploy/data")
         parent = posixpath.dirname(model.rstrip("/")) or "/"
         return (f"build the tiny model there with the image (it needs torch): docker run --rm -v {parent}:{parent} "
-                f"-v {data}:{data} ktsft:<variant> tiny-model {model} --data-dir {data}")
+                f"-v {data}:{data} {V.IMAGE_REPO}:<variant> tiny-model {model} --data-dir {data}")
     return (f"download the checkpoint into {model} on the host (e.g. `huggingface-cli download ORG/NAME --local-dir "
             f"{model}`), or upload a local copy: ktdeploy up --sync-model LOCAL_DIR ...")
 
