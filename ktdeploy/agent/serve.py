@@ -92,8 +92,8 @@ def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *
     if recipe.deploy is None:
         raise UsageError("the recipe has no valid deploy: section", key="deploy", fix="run `ktdeploy check RECIPE`")
     s = recipe.deploy.serve
-    train = recipe.train
-    model = train.get("model_name_or_path")
+    keys = recipe.keys
+    model = keys.model_name_or_path
     if not model:
         raise UsageError("train.model_name_or_path is not set", key="train.model_name_or_path",
                          fix="set it to the base model directory")
@@ -114,8 +114,8 @@ def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *
                          "a KT LoRA through kt-kernel's SFT wrapper, which that build lacks",
                          key="deploy.image", fix=f"Serve the adapter on a CPU that runs {' or '.join(V.TRAINING)} "
                                                  "(docs/cpu-builds.md); this CPU can serve a full fine-tune.")
-    weights = model if whole is not None else (train.get("kt_weight_path") or model)
-    served = s.served_model_name or Path(str(train.get("model_name_or_path"))).name
+    weights = model if whole is not None else (keys.kt_weight_path or model)
+    served = s.served_model_name or Path(str(keys.model_name_or_path)).name
     argv = [python, "-m", LAUNCHER,
             "--model-path", str(model),
             "--served-model-name", served,
@@ -133,7 +133,7 @@ def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *
                  "--lora-paths", f"{s.lora_name}={Path(adapter_dir)}",
                  "--max-loras-per-batch", "1"]
     argv += ["--max-running-requests", str(s.max_running_requests)]
-    if train.get("trust_remote_code"):
+    if keys.trust_remote_code:
         argv.append("--trust-remote-code")
     if s.mem_fraction_static is not None:
         argv += ["--mem-fraction-static", str(s.mem_fraction_static)]

@@ -235,9 +235,12 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
     else:
         derived, report, warns = doctor(recipe, skip_doctor)
     warnings += warns
-    out_dir = Path(recipe.train["output_dir"])
+    output_dir = recipe.keys.output_dir
+    if not isinstance(output_dir, str):   # require_valid refuses such a recipe: never reached
+        raise RecipeError("train.output_dir is not a path", key="train.output_dir")
+    out_dir = Path(output_dir)
     world = recipe.accelerate.get("num_processes", 1)
-    recipe_resume = recipe.train.get("resume_from_checkpoint")
+    recipe_resume = recipe.keys.resume_from_checkpoint
     if resume is None and isinstance(recipe_resume, str):
         resume = recipe_resume  # the recipe names its checkpoint: check it the same way
     resume_from = resolve_resume(out_dir, resume, world if isinstance(world, int) else 1)

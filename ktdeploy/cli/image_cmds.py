@@ -76,7 +76,7 @@ def build_cmd(
 def save_cmd(
     output: Path = typer.Option(..., "--output", "-o", help="Tarball to write (must not exist)."),
     isa: str = typer.Option("all", "--isa", help=ISA_HELP),
-    repo: str = typer.Option("ktsft", "--repo", help="Image repository."),
+    repo: str = typer.Option(V.IMAGE_REPO, "--repo", help="Image repository."),
 ) -> None:
     """Write the images to one tarball for hosts without a registry (shared layers stored once)."""
     from ktdeploy.controller.images.build import save
@@ -89,7 +89,7 @@ def save_cmd(
 
 @image_app.command("load")
 def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdeploy image save`."),
-             repo: str = typer.Option("ktsft", "--repo", help="The images' repository: the archive may name only "
+             repo: str = typer.Option(V.IMAGE_REPO, "--repo", help="The images' repository: the archive may name only "
                                                               "REPO:<variant> (amx, avx512, avx2).")
              ) -> None:
     """Load images from a tarball (docker load): only an archive whose every name ktdeploy asked for."""
@@ -102,7 +102,7 @@ def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdep
 @image_app.command("layers")
 def layers_cmd(
     isa: str = typer.Option("all", "--isa", help=ISA_HELP),
-    repo: str = typer.Option("ktsft", "--repo", help="Image repository."),
+    repo: str = typer.Option(V.IMAGE_REPO, "--repo", help="Image repository."),
     as_json: bool = typer.Option(False, "--json", help="Print the layers as JSON."),
 ) -> None:
     """Show which filesystem layers the variants share (they should differ in config only)."""

@@ -44,12 +44,13 @@ def main(argv: list[str] | None = None) -> None:
 
     try:  # the ISA check gathers this host's facts (a second or more): Ctrl-C there is one line and exit 130
         from ktdeploy.cli.output import err_console, print_error
+        from ktdeploy.core import variants as V
         from ktdeploy.core.errors import CheckFailed
 
         result = isa_gate(variant, argv)
         if result is not None and result.status == "fail":
             print_error(CheckFailed(
-                f"this CPU cannot run the ktsft:{variant} image: {result.detail}",
+                f"this CPU cannot run the {V.image(str(variant))} image: {result.detail}",
                 fix=result.fix, key=result.name, results=[result]))
             sys.exit(CheckFailed.exit_code)
         if result is not None and result.status == "warn":

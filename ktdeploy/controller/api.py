@@ -433,8 +433,9 @@ def _sync_phase(conn: Connector | None, recipe: Recipe, events: Emitter, sync_mo
                 *, dry_run: bool) -> None:
     """--sync-model / --sync-data: the local folders onto the host (controller/sync.py), before doctor reads
     them; with recorded facts (no connection) only announced."""
-    jobs = [(role, local, recipe.train.get(key)) for role, local, key in
-            (("model", sync_model, "model_name_or_path"), ("data", sync_data, "dataset_dir")) if local]
+    keys = recipe.keys
+    jobs = [(role, local, target) for role, local, target in
+            (("model", sync_model, keys.model_name_or_path), ("data", sync_data, keys.dataset_dir)) if local]
     for role, local, target in jobs:
         if not isinstance(target, str) or not target.startswith("/"):
             key = "model_name_or_path" if role == "model" else "dataset_dir"

@@ -30,10 +30,11 @@ from ktdeploy.core.checks.resources import Requirements
 from ktdeploy.core.facts.data import DataFacts
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
 from ktdeploy.core.facts.sources import DATA
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.sizing.checks import plan_check_results  # plan.host_memory / plan.gpu_memory / plan.disk
 
 
-def _runtime_checks(facts: HostFacts, recipe: Any = None, req: Requirements | None = None) -> list[CheckResult]:
+def _runtime_checks(facts: HostFacts, recipe: Recipe | None = None, req: Requirements | None = None) -> list[CheckResult]:
     """Checks about where training runs (the host itself, or the training container)."""
     out: list[CheckResult] = [amx.kernel_check(facts)]
     out += isa.isa_checks(facts)
@@ -61,7 +62,7 @@ def _runtime_checks(facts: HostFacts, recipe: Any = None, req: Requirements | No
     return out
 
 
-def _requirements(facts: HostFacts, recipe: Any, planned: Any = ...) -> Requirements | None:
+def _requirements(facts: HostFacts, recipe: Recipe | None, planned: Any = ...) -> Requirements | None:
     req = resources.recipe_requirements(recipe, facts, planned) if recipe is not None else None
     if req is not None and str(req.basis.get("host_memory", "")).startswith("planner"):
         # plan.host_memory / plan.gpu_memory / plan.disk gate on the planner's figures (with the knob that brings a
@@ -70,7 +71,7 @@ def _requirements(facts: HostFacts, recipe: Any, planned: Any = ...) -> Requirem
     return req
 
 
-def container_checks(facts: HostFacts, container_facts: HostFacts, recipe: Any = None,
+def container_checks(facts: HostFacts, container_facts: HostFacts, recipe: Recipe | None = None,
                      req: Requirements | None = None) -> list[CheckResult]:
     """Pure: the runtime checks on the training container's facts (layer "container") and the layer comparison
     with its host's."""
@@ -81,7 +82,7 @@ def container_checks(facts: HostFacts, container_facts: HostFacts, recipe: Any =
     return inner + layers.layer_checks(facts, container_facts)
 
 
-def run_checks(facts: HostFacts, recipe: Any = None, container_facts: HostFacts | None = None,
+def run_checks(facts: HostFacts, recipe: Recipe | None = None, container_facts: HostFacts | None = None,
                data_facts: DataFacts | None = None) -> list[CheckResult]:
     """Pure: every check on the host facts (+ the container's and the layer comparison, + the recipe's data and
     weights when given)."""
@@ -173,7 +174,7 @@ class DoctorReport:
         }
 
 
-def doctor(connector: Connector, recipe: Any = None, container: Connector | None = None, *,
+def doctor(connector: Connector, recipe: Recipe | None = None, container: Connector | None = None, *,
            host_raw: RawFacts | None = None) -> DoctorReport:
     """Gather facts through ``connector`` (and ``container``, a connector into the training container) and check.
     ``host_raw``: the host's raw facts already gathered by this process (reused; only the recipe's paths and data

@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.emitter import Emitter
@@ -26,8 +25,19 @@ from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, Recip
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
+from ktdeploy.core.plan.params import (
+    ContainerLogParams,
+    CrashParams,
+    FollowParams,
+    ImageCheckParams,
+    RunParams,
+    SecretParams,
+    WaitHttpParams,
+    WaitRunningParams,
+)
 from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.trainer_log import LogEntry, latest
@@ -142,7 +152,7 @@ def _refusal(lines: list[str]) -> str | None:
     return None
 
 
-def exit_advice(state: ContainerState, recipe: Any = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
+def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
                 progressed: bool | None = None, role: str = "train") -> str:
     """What to do about a stopped container, by how it stopped: the agent's own refusal (its doctor, the recipe,
     the output dir) needs a fix and the same command again — there is nothing to resume —; a trainer that crashed
@@ -169,6 +179,8 @@ def exit_advice(state: ContainerState, recipe: Any = None, facts: HostFacts | No
             from ktdeploy.core.sizing import plan_recipe
             from ktdeploy.core.sizing.advice import advise
 
+            if recipe is None:
+                raise LookupError("no recipe to plan")
             _plan, arch, _where = plan_recipe(recipe)
             avail = (facts.memory.total_bytes or 0) / 2**30 if facts is not None else 0
             adv = [a for a in advise((recipe.train, recipe.accelerate), arch, "host", avail) if a.fits] if avail else []
@@ -197,7 +209,7 @@ FETCHABLE_SH = ('[ -h "$1" ] && exit 3; [ -f "$1" ] || exit 2; '
 
 
 class Executor:
-    def __init__(self, conn: Connector, events: Emitter, plan: Plan, *, recipe: Any = None,
+    def __init__(self, conn: Connector, events: Emitter, plan: Plan, *, recipe: Recipe | None = None,
                  facts: HostFacts | None = None, poll_s: float = 2.0) -> None:
         self.conn, self.plan = conn, plan
         self.record: RunRecord = events.record
@@ -246,13 +258,13 @@ class Executor:
         failed checks, less the plan's waivers, stop `up` with doctor's report (CheckFailed: exit 1). When the only
         failure is the stack refusing the recipe (stack.judge), `up` stops with the stack's findings (RecipeError:
         exit 2), the same report as `ktdeploy check --stack`."""
-        p = s.params
-        report = image_doctor(self.conn, p["image"], recipe=self.recipe, gpus=list(p.get("gpus") or []),
-                              user=p.get("user") or "", memlock=bool(p.get("memlock", True)), name=p.get("name"),
-                              host_facts=self.facts, host_checks=False, replace_stale=bool(p.get("name")))
+        p = s.typed(ImageCheckParams)
+        report = image_doctor(self.conn, p.image, recipe=self.recipe, gpus=list(p.gpus),
+                              user=p.user or "", memlock=p.memlock, name=p.name,
+                              host_facts=self.facts, host_checks=False, replace_stale=bool(p.name))
         report.waived = tuple(self.plan.waived)
         failed, waived = report.failed, report.waived_failures
-        self.emit(ev.ImageChecked(image=p["image"], summary=report.summary(), summary_text=report.summary_text(),
+        self.emit(ev.ImageChecked(image=p.image, summary=report.summary(), summary_text=report.summary_text(),
                                   failed=tuple(c.name for c in failed), waived=tuple(waived),
                                   checks=tuple(report.checks)))
         refused = [c for c in failed if c.name == JUDGE and c.data.get("findings")]
@@ -260,19 +272,19 @@ class Executor:
             # the stack itself refuses the recipe: the same report as `ktdeploy check --stack` (exit 2)
             findings = [Finding(**f) for f in refused[0].data["findings"]]
             self.emit(ev.StackRefused(stage=stage.name, step=s.id,
-                                      message=f"the stack in {p['image']} refuses the recipe", findings=tuple(findings)))
-            raise RecipeError(f"{stage.name}: the stack in {p['image']} (accelerate, LlamaFactory, kt-kernel) refuses "
+                                      message=f"the stack in {p.image} refuses the recipe", findings=tuple(findings)))
+            raise RecipeError(f"{stage.name}: the stack in {p.image} (accelerate, LlamaFactory, kt-kernel) refuses "
                               "the recipe; nothing was trained", findings=findings, key=JUDGE,
                               fix="Fix the keys listed below (`ktdeploy check RECIPE --stack` prints the same "
                                   "report), or --waive stack.judge if the stack's verdict is wrong for this host.")
         if failed:
             self.emit(ev.ImageNotReady(stage=stage.name, step=s.id,
-                                       message=f"{len(failed)} check(s) failed in {p['image']}"))
-            raise CheckFailed(f"{stage.name}: {p['image']} is not ready on {self.plan.host}: "
+                                       message=f"{len(failed)} check(s) failed in {p.image}"))
+            raise CheckFailed(f"{stage.name}: {p.image} is not ready on {self.plan.host}: "
                               f"{report.summary_text()}; nothing was trained",
                               results=failed, key="image.check",
                               fix="Fix the checks listed below (the image: `ktdeploy image build`; the host: "
-                                  "`ktdeploy doctor --image " + p["image"] + "`)."
+                                  "`ktdeploy doctor --image " + p.image + "`)."
                                   + profile_hint(failed, self.facts.gpu.count if self.facts is not None else None))
 
     def handlers(self) -> dict[StepAction, Callable[[Stage, Step], None]]:
@@ -303,15 +315,17 @@ class Executor:
         self.emit(ev.StepRunning(stage=stage.name, title=s.title))
         r = self.conn.run(self._argv(s), timeout=s.timeout or 600)
         if r.rc != 0:
-            if s.params.get("cleanup"):  # what the failed step leaves behind (the serving key file), removed first
-                self.conn.run([str(a) for a in s.params["cleanup"]], timeout=60)
+            # what the failed step leaves behind (the serving key file), removed first
+            if isinstance(s.params, RunParams) and s.params.cleanup:
+                self.conn.run(list(s.params.cleanup), timeout=60)
             tail = "\n".join((r.stderr.strip() or r.stdout.strip()).splitlines()[-15:])
             raise StepError(f"{stage.name} step '{s.title}' failed on {self.plan.host} (exit {r.rc}):\n{tail}",
                             step=s.id, rc=r.rc, output=tail,
                             fix=s.fix or f"Run it by hand on the host to see why: {s.command()}")
 
     def _do_fail(self, stage: Stage, s: Step) -> None:
-        if s.params.get("crash"):   # a second `up` finds the training container stopped: why, and what to do
+        # a second `up` finds the training container stopped: why, and what to do
+        if isinstance(s.params, CrashParams) and s.params.crash:
             what, advice = self._crash_details(self.plan.job)
             raise StepError(f"{stage.name}: {what}", step=s.id, fix=advice)
         raise StepError(f"{stage.name}: {s.why}", step=s.id, fix=s.fix)
@@ -329,7 +343,7 @@ class Executor:
         self.conn.put_file(str(src), self._path(s, "remote"))
 
     def _do_put_secret(self, stage: Stage, s: Step) -> None:
-        name = s.params["env"]
+        name = s.typed(SecretParams).env
         value = os.environ.get(name)
         if not value:
             raise StepError(f"{stage.name}: deploy.serve.api_key_env names {name}, which is not set here", step=s.id,
@@ -351,7 +365,7 @@ class Executor:
 
     def _do_wait_http(self, stage: Stage, s: Step) -> None:
         """Poll the readiness probe until it answers, the container dies, or the timeout passes."""
-        name = s.params["container"]
+        name = s.typed(WaitHttpParams).container
         self.emit(ev.StepWaiting(stage=stage.name, title=s.title))
         deadline = time.monotonic() + (s.timeout or 1800)
         while True:
@@ -370,7 +384,7 @@ class Executor:
     def _do_fetch(self, stage: Stage, s: Step) -> None:
         dst = self._local(self._path(s, "local"))
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if s.params.get("docker_logs"):
+        if isinstance(s.params, ContainerLogParams) and s.params.docker_logs:
             write_file(dst.parent, dst.name, container_logs(self.conn, self._path(s, "remote"), tail=None), overwrite=True)
             return
         # a regular file, not a link (the trainer writes the output folder and could link ~/.ssh/id_* there; FETCH
@@ -405,8 +419,9 @@ class Executor:
                                      steady_tokens_per_s=rec.summary.get("steady_tokens_per_s")))
 
     def _do_wait_running(self, stage: Stage, s: Step) -> None:
-        name = s.params["container"]
-        time.sleep(float(s.params.get("seconds", 5)))
+        wait = s.typed(WaitRunningParams)
+        name = wait.container
+        time.sleep(float(wait.seconds))
         snap = snapshot(self.conn, name, "/dev/null")
         if snap.state is None or not snap.state.running:
             what, advice = self._crash_details(name, role="serve")
@@ -414,7 +429,8 @@ class Executor:
         self.emit(ev.ContainerRunning(stage=stage.name, container=name))
 
     def _do_follow(self, stage: Stage, s: Step) -> None:
-        name, log = s.params["container"], s.params["log"]
+        follow = s.typed(FollowParams)
+        name, log = follow.container, follow.log
         self.record.set_status("training", stage=stage.name)
         last_step, last_status = None, None
         self.emit(ev.FollowStarted(container=name))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.connectors.docker import DockerExecConnector
@@ -30,6 +29,7 @@ from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.facts.stack import TRITON_TIMEOUT_S, parse_stack_output, probe_argv
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+from ktdeploy.core.recipe.document import Recipe
 
 RUN_TIMEOUT_S = 120          # docker run --detach (the image is already on the host)
 PROBE_TIMEOUT_S = TRITON_TIMEOUT_S + 120   # the stack probe: torch import + CUDA init + one Triton kernel
@@ -52,7 +52,7 @@ def _fail(name: str, detail: str, fix: str) -> CheckResult:
     return CheckResult(name=name, status="fail", detail=detail, fix=fix, layer="container")
 
 
-def image_doctor(connector: Connector, image: str, *, recipe: Any = None, gpus: list[int] | None = None, user: str | None = None,
+def image_doctor(connector: Connector, image: str, *, recipe: Recipe | None = None, gpus: list[int] | None = None, user: str | None = None,
                  memlock: bool = True, name: str | None = None, host_facts: HostFacts | None = None,
                  host_checks: bool = True, replace_stale: bool = False, judge: bool = True) -> DoctorReport:
     """doctor on the host and inside ``image`` started there with the training flags. ``gpus``: the GPUs the

@@ -14,6 +14,7 @@ from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core import events as ev
 from ktdeploy.core import markers
 from ktdeploy.core.errors import ConnectError, StepError
+from ktdeploy.core.plan.params import FollowJobParams, SubmitAfterParams, SubmitParams, WaitJobParams
 from ktdeploy.core.plan.steps import Plan, Stage, Step
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.sched import slurm as sl
@@ -85,9 +86,10 @@ def job_log(conn: Connector, job_dir: str, role: str, job_id: str, tail: int | N
 
 # -- the executor's actions ---------------------------------------------------------------------------------
 def do_submit(ex: SlurmRun, stage: Stage, s: Step) -> None:
-    role = s.params["role"]
+    p = s.typed(SubmitParams)
+    role = p.role
     argv = list(s.argv or ())
-    after = s.params.get("after")
+    after = p.after if isinstance(p, SubmitAfterParams) else None
     if after:
         dep = ex.jobs.get(after)
         if dep:
@@ -105,9 +107,9 @@ def do_submit(ex: SlurmRun, stage: Stage, s: Step) -> None:
     ex.record.set_status("running", slurm_jobs=dict(ex.jobs))
 
 
-def _known(ex: SlurmRun, s: Step) -> str | None:
-    role = s.params["role"]
-    job_id = ex.jobs.get(role) or s.params.get("job_id")
+def _known(ex: SlurmRun, p: FollowJobParams | WaitJobParams) -> str | None:
+    role = p.role
+    job_id = ex.jobs.get(role) or p.job_id
     if job_id:
         ex.jobs[role] = job_id
     return job_id
@@ -134,9 +136,10 @@ def _failed(ex: SlurmRun, stage: Stage, s: Step, info: sl.JobInfo, job_dir: str,
 READ_MISSES = 3   # job reads in a row that may fail before a follow stops (detached: the job keeps running)
 
 
-def _poll(ex: SlurmRun, stage: Stage, s: Step, role: str, log: str,
+def _poll(ex: SlurmRun, stage: Stage, s: Step, p: FollowJobParams | WaitJobParams, log: str,
           on_entry: Callable[[LogEntry | None, sl.JobInfo], None] | None = None) -> sl.JobInfo:
-    job_id = _known(ex, s)
+    role = p.role
+    job_id = _known(ex, p)
     if job_id is None:
         raise StepError(f"{stage.name}: no {role} job was submitted", step=s.id, fix="a plan bug; report it")
     started = None
@@ -174,7 +177,8 @@ def _poll(ex: SlurmRun, stage: Stage, s: Step, role: str, log: str,
 
 
 def do_follow_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
-    role, log, job_dir = s.params["role"], s.params["log"], s.params["job_dir"]
+    p = s.typed(FollowJobParams)
+    role, log, job_dir = p.role, p.log, p.job_dir
     ex.record.set_status("training", stage=stage.name)
     seen: dict[str, int | None] = {"step": None}
 
@@ -184,7 +188,7 @@ def do_follow_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
             ex.emit(ev.Progress(entry=entry))
             ex.record.set_status("training", progress=entry.to_json())
 
-    info = _poll(ex, stage, s, role, log, on_entry)
+    info = _poll(ex, stage, s, p, log, on_entry)
     _fetch_job_log(ex, job_dir, role, info.job_id)
     ex.emit(ev.SlurmTrainExited(job=info))
     if not info.succeeded:
@@ -193,9 +197,10 @@ def do_follow_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
 
 
 def do_wait_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
-    role, job_dir = s.params["role"], s.params["job_dir"]
+    p = s.typed(WaitJobParams)
+    role, job_dir = p.role, p.job_dir
     ex.emit(ev.SlurmWaiting(stage=stage.name, role=role))
-    info = _poll(ex, stage, s, role, "/dev/null")
+    info = _poll(ex, stage, s, p, "/dev/null")
     _fetch_job_log(ex, job_dir, role, info.job_id)
     if not info.succeeded:
         raise _failed(ex, stage, s, info, job_dir, role)

@@ -73,7 +73,7 @@ def image_for(recipe: Recipe, connector: Connector | None = None) -> str:
     same stack: only the kt-kernel build it pins differs, and the judge loads the one this CPU runs)."""
     deploy = recipe.deploy
     if deploy is None:
-        return f"ktsft:{V.AVX2}"
+        return V.image(V.AVX2)
     if deploy.image != V.AUTO and not V.known(deploy.image):
         return deploy.image
     if V.known(deploy.image):

@@ -25,8 +25,3 @@ def destination_problem(src: str, dst: str) -> str | None:
     if d == s or d.startswith(s.rstrip("/") + "/") or s.startswith(d.rstrip("/") + "/"):
         return f"output {d} must lie outside the training output {s}"
     return None
-
-
-def is_full_finetune(train: dict) -> bool:
-    """A full fine-tune writes the whole model (no adapter): served as weights, not converted."""
-    return str(train.get("finetuning_type", "lora")).lower() == "full"

@@ -14,7 +14,7 @@ VNNI kernel —, AMXINT4_SFT) and LoRA serving (sglang-kt builds its KT wrapper 
 The lower builds serve a full fine-tune (inference mode, BF16) and train nothing.
 
 Every variant name ktdeploy writes comes from here (tests/unit/core/test_variant_registry.py fails on a
-literal elsewhere).
+literal elsewhere), and so does the images' repository name.
 """
 
 from __future__ import annotations
@@ -68,6 +68,15 @@ NAMES = tuple(v.name for v in LADDER)
 ALIASES = {"avx512": "avx512_bf16"}
 AUTO = "auto"
 TRAINING = tuple(v.name for v in LADDER if v.sft)
+# The images' repository: `ktdeploy image build`'s default and deploy.image_repo's; the reduced stack's beside it.
+# Its one home (tests/unit/core/test_image_repo.py fails on the name written as a default elsewhere in ktdeploy/).
+IMAGE_REPO = "ktsft"
+REDUCED_IMAGE_REPO = f"{IMAGE_REPO}-reduced"
+
+
+def image(build: str) -> str:
+    """The default repository's image of a build, e.g. ktsft:amx."""
+    return f"{IMAGE_REPO}:{build}"
 
 
 def get(name: str) -> Variant:

@@ -18,6 +18,7 @@ from ktdeploy.controller.executor import Executor, exit_advice, flat_lines
 from ktdeploy.controller.runs import RunRecord, all_runs
 from ktdeploy.core.errors import StepError
 from ktdeploy.core.markers import FILES_SH
+from ktdeploy.core.plan.params import FollowParams
 from ktdeploy.core.plan.state import ContainerState
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from tests.fakes.connector import FakeConnector, container_state, ok
@@ -96,7 +97,7 @@ def _follow_plan() -> Plan:
     return Plan(host="fake-host", recipe="r", job="job1", image="img", variant=None, output_dir="/out",
                 adapter_dir="/out/adapter", job_dir="/job",
                 stages=(Stage("FOLLOW", "follow", (Step("follow.train", "follow", action=StepAction.FOLLOW,
-                                                        params={"container": "job1", "log": "/out/x.jsonl"}),)),))
+                                                        params=FollowParams(container="job1", log="/out/x.jsonl")),)),))
 
 
 def _exited_at_once(log: str):

@@ -106,10 +106,10 @@ def tune(recipe_path: str, overrides: Sequence[str] = (), *, budget_minutes: flo
         notes = "; ".join(f"{t.candidate.label()}: {t.status} {t.note}" for t in result.trials)
         raise StepError(f"no tuning trial completed: {notes}", step="tune",
                         fix=f"look at the trial logs in {wd}; run `ktdeploy train --dry-run` to check the recipe")
-    gc = recipe.train.get("disable_gradient_checkpointing") is not True
+    gc = recipe.keys.disable_gradient_checkpointing is not True
     retain_fits = (host_limit is None or first.peak_host_rss_gib is None or first.peak_host_rss_gib * 1.3 < host_limit)
     run(stage_two(first.candidate, cores, nodes, cache_depth=recipe.kt_config.get("kt_max_cache_depth"),
-                  retain_fits=retain_fits and recipe.train.get("kt_cpu_activation") != "retain", gradient_checkpointing=gc))
+                  retain_fits=retain_fits and recipe.keys.kt_cpu_activation != "retain", gradient_checkpointing=gc))
     result.chosen = choose(result.trials, host_limit, gpu_limit)
     result.spent_s = time.monotonic() - start
     from ktdeploy.core.safeio import write_file

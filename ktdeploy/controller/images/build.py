@@ -44,6 +44,7 @@ from ktdeploy.controller.images.layer_load import (
 from ktdeploy.controller.images.lockfile import Lock, read_lock
 from ktdeploy.controller.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag, image_tags
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
+from ktdeploy.core import variants as V
 from ktdeploy.core.errors import ImageError, UsageError
 from ktdeploy.core.safeio import write_file, writing
 
@@ -128,7 +129,7 @@ def identity_labels(opts: BuildOptions, lock: Lock, base_id: str, manifest: str,
                     source: str, created: str) -> dict[str, str]:
     """The labels a fleet rolls out by (pure)."""
     return {
-        "org.opencontainers.image.title": "ktsft",
+        "org.opencontainers.image.title": V.IMAGE_REPO,
         "org.opencontainers.image.description":
             "KTransformers + LlamaFactory fine-tuning image; entrypoint: the ktdeploy agent",
         "org.opencontainers.image.licenses": "Apache-2.0",

@@ -8,7 +8,7 @@ from ktdeploy.core import variants as V
 # Must agree with the Dockerfile's final stages; tests/unit/controller/images checks it does.
 ISA_VARIANTS: dict[str, str] = {v.name: v.name for v in V.LADDER}
 STACKS = ("full", "reduced")
-DEFAULT_REPO = {"full": "ktsft", "reduced": "ktsft-reduced"}
+DEFAULT_REPO = {"full": V.IMAGE_REPO, "reduced": V.REDUCED_IMAGE_REPO}
 
 # Distributions whose versions the image's labels record (the cookbook §1.2 table).
 LABELLED_DISTRIBUTIONS = (

@@ -7,6 +7,7 @@ unusable" (a failure: kt-kernel would pick its AMX library from the flags and di
 
 from __future__ import annotations
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.isa import AMX_FLAGS, best_variant
@@ -85,7 +86,7 @@ def amx_checks(facts: HostFacts) -> list[CheckResult]:
                                        "which ships the prebuilt probe; then re-run doctor."))
         return out
     data = p.model_dump(exclude={"ran", "skipped"})
-    fallback = f"ktsft:{best_variant(facts)} (deploy.image: auto picks it)"
+    fallback = f"{V.image(str(best_variant(facts)))} (deploy.image: auto picks it)"
     if p.permission:
         out.append(CheckResult(name=CheckName.CPU_AMX_PERMISSION, status="pass", layer=layer,
                                detail="arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) granted", data=data))

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Mapping
 from typing import Any
 
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.model import model_checks, model_requests
 from ktdeploy.core.facts.data import READ_LIMIT, DataFacts, first_rows
+from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.safeio import parse_json
 
 PLACEHOLDERS = {"your_dataset", "your-dataset", "my_dataset"}
@@ -41,26 +43,18 @@ FAMILY_TEMPLATES = {
 }
 
 
-def dataset_names(train: dict) -> list[str]:
-    d = train.get("dataset")
-    if isinstance(d, list):
-        return [str(x).strip() for x in d if str(x).strip()]
-    if isinstance(d, str):
-        return [x.strip() for x in d.split(",") if x.strip()]
-    return []
-
-
-def data_requests(train: dict) -> list[tuple[str, str]]:
+def data_requests(train: Mapping[str, Any]) -> list[tuple[str, str]]:
     """First round of (kind, path) reads: dataset_info.json, config.json, kt_weight_path listing."""
+    keys = TrainKeys(train)
     out = []
-    ddir = train.get("dataset_dir")
+    ddir = keys.dataset_dir
     if isinstance(ddir, str) and ddir.startswith("/"):
         out.append(("read", posixpath.join(ddir, "dataset_info.json")))
-    model = train.get("model_name_or_path")
+    model = keys.model_name_or_path
     if isinstance(model, str) and model.startswith("/"):
         out.append(("read", posixpath.join(model, "config.json")))
     out += model_requests(train)
-    wp = train.get("kt_weight_path")
+    wp = keys.kt_weight_path
     if isinstance(wp, str) and wp.startswith("/"):
         out.append(("ls", wp))
         out.append(("read", posixpath.join(wp, "config.json")))  # an original checkpoint has one
@@ -68,22 +62,23 @@ def data_requests(train: dict) -> list[tuple[str, str]]:
     return out
 
 
-def start_files(train: dict) -> list[tuple[str, str, str]]:
+def start_files(train: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(key, "ls" for a directory | "read" for a file, absolute path) the stack opens while parsing the arguments."""
+    keys = TrainKeys(train)
     out = []
-    adapter = train.get("adapter_name_or_path")
-    if train.get("use_kt") is True and isinstance(adapter, str) and adapter.startswith("/") and "," not in adapter:
-        folder = train.get("adapter_folder")
+    adapter = keys.adapter_name_or_path
+    if keys.use_kt is True and isinstance(adapter, str) and adapter.startswith("/") and "," not in adapter:
+        folder = keys.adapter_folder
         out.append(("adapter_name_or_path", "ls",
                     posixpath.join(adapter, folder) if isinstance(folder, str) else adapter))
-    for key in ("new_special_tokens_config", "accelerator_config"):
-        value = train.get(key)
+    for key, value in (("new_special_tokens_config", keys.new_special_tokens_config),
+                       ("accelerator_config", keys.accelerator_config)):
         if isinstance(value, str) and value.startswith("/"):
             out.append((key, "read", value))
     return out
 
 
-def _start_files_check(train: dict, facts: DataFacts) -> list[CheckResult]:
+def _start_files_check(train: Mapping[str, Any], facts: DataFacts) -> list[CheckResult]:
     wanted = start_files(train)
     missing = [f"{key} {path} ({'no such directory' if kind == 'ls' else 'no such file'})"
                for key, kind, path in wanted if (e := facts.get(kind, path)) is not None and not e.ok]
@@ -97,8 +92,8 @@ def _start_files_check(train: dict, facts: DataFacts) -> list[CheckResult]:
     return []
 
 
-def dataset_info(train: dict, facts: DataFacts) -> dict | None:
-    ddir = train.get("dataset_dir")
+def dataset_info(train: Mapping[str, Any], facts: DataFacts) -> dict | None:
+    ddir = TrainKeys(train).dataset_dir
     if not isinstance(ddir, str):
         return None
     e = facts.get("read", posixpath.join(ddir, "dataset_info.json"))
@@ -111,26 +106,30 @@ def dataset_info(train: dict, facts: DataFacts) -> dict | None:
     return info if isinstance(info, dict) else None
 
 
-def file_requests(train: dict, facts: DataFacts) -> list[tuple[str, str]]:
+def file_requests(train: Mapping[str, Any], facts: DataFacts) -> list[tuple[str, str]]:
     """Second round: the local files of the named datasets."""
-    info = dataset_info(train, facts) or {}
+    keys = TrainKeys(train)
+    info, ddir = dataset_info(train, facts), keys.dataset_dir
+    if info is None or not isinstance(ddir, str):   # dataset_info read a dataset_dir that is a string
+        return []
     out = []
-    for name in dataset_names(train):
+    for name in keys.dataset_names:
         entry = info.get(name)
         if isinstance(entry, dict) and isinstance(entry.get("file_name"), str):
-            out.append(("read", posixpath.join(train["dataset_dir"], entry["file_name"])))
+            out.append(("read", posixpath.join(ddir, entry["file_name"])))
     return out
 
 
-def data_checks(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
+def data_checks(train: Mapping[str, Any], setup: str, facts: DataFacts) -> list[CheckResult]:
+    keys = TrainKeys(train)
     out: list[CheckResult] = []
-    names = dataset_names(train)
+    names = keys.dataset_names
     ph = [n for n in names if n in PLACEHOLDERS]
     if ph:
         out.append(CheckResult(name=CheckName.DATA_DATASET_PLACEHOLDER, status="fail",
                                detail=f"train.dataset is the placeholder {', '.join(ph)!s}",
                                fix="name your dataset(s) from dataset_info.json in train.dataset"))
-    ddir = train.get("dataset_dir")
+    ddir = keys.dataset_dir
     if isinstance(ddir, str) and ddir.startswith("/"):
         ipath = posixpath.join(ddir, "dataset_info.json")
         e = facts.get("read", ipath)
@@ -177,20 +176,20 @@ def data_checks(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
                                        detail=f"{checked} dataset file(s) exist and their first rows parse"))
     out += model_checks(train, facts)
     out += _start_files_check(train, facts)
-    out += _template_check(train, facts)
-    out += _weights_check(train, setup, facts)
-    out += _fp8_model_check(train, setup, facts)
+    out += _template_check(keys, facts)
+    out += _weights_check(keys, setup, facts)
+    out += _fp8_model_check(keys, setup, facts)
     return out
 
 
-def _fp8_model_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
+def _fp8_model_check(keys: TrainKeys, setup: str, facts: DataFacts) -> list[CheckResult]:
     """weights.format: an FP8 setup (kt_backend FP8, or kt_expert_weight_format fp8) reads the routed experts as
     FP8; the model's own config.json on the host says how it stores them (issue 35: a BF16 model passed check and
     doctor, and training failed at load)."""
     from ktdeploy.core.sizing.model_config import native_format
 
-    model = train.get("model_name_or_path")
-    if setup != "fp8" or not isinstance(model, str) or train.get("kt_weight_path"):
+    model = keys.model_name_or_path
+    if setup != "fp8" or not isinstance(model, str) or keys.kt_weight_path:
         return []
     e = facts.get("read", posixpath.join(model, "config.json"))
     if e is None or not e.ok:
@@ -211,8 +210,8 @@ def _fp8_model_check(train: dict, setup: str, facts: DataFacts) -> list[CheckRes
                             "checkpoint")]
 
 
-def _template_check(train: dict, facts: DataFacts) -> list[CheckResult]:
-    model, tpl = train.get("model_name_or_path"), train.get("template")
+def _template_check(keys: TrainKeys, facts: DataFacts) -> list[CheckResult]:
+    model, tpl = keys.model_name_or_path, keys.template
     if not isinstance(model, str) or not isinstance(tpl, str):
         return []
     e = facts.get("read", posixpath.join(model, "config.json"))
@@ -252,10 +251,10 @@ def _source_quant(facts: DataFacts, folder: str) -> str | None:
         return ""
 
 
-def _weights_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
+def _weights_check(keys: TrainKeys, setup: str, facts: DataFacts) -> list[CheckResult]:
     if setup not in ("int8", "int4"):
         return []
-    wp, model = train.get("kt_weight_path"), train.get("model_name_or_path")
+    wp, model = keys.kt_weight_path, keys.model_name_or_path
     if not isinstance(wp, str):
         return []
     script = ("convert_cpu_weights.py --quant-method int8 --no-merge-safetensor, or prepare_ephemeral_int8.py for "
@@ -265,7 +264,7 @@ def _weights_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResul
     names = [n for n in (e.content.split("\n") if e and e.ok else []) if n.strip()]
     if e is None:
         return []
-    out = _non_expert_check(train, setup, facts)
+    out = _non_expert_check(keys, setup, facts)
     if setup == "int8":
         manifests = [n for n in names if n in INT8_MANIFESTS]
         layers = [n for n in names if n.startswith("_layer_")]
@@ -295,9 +294,9 @@ def _weights_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResul
                               fix=f"convert the experts of {model} into {wp}: " + fix_make)]
 
 
-def _non_expert_check(train: dict, setup: str, facts: DataFacts) -> list[CheckResult]:
+def _non_expert_check(keys: TrainKeys, setup: str, facts: DataFacts) -> list[CheckResult]:
     """weights.non_expert_source: kt-kernel's artifacts.py accepts an INT8 non-expert cache only from an FP8 source."""
-    nwp, model = train.get("kt_non_expert_weight_path"), train.get("model_name_or_path")
+    nwp, model = keys.kt_non_expert_weight_path, keys.model_name_or_path
     if setup != "int8" or not isinstance(nwp, str) or not isinstance(model, str):
         return []
     quant = _source_quant(facts, model)

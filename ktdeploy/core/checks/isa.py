@@ -59,7 +59,7 @@ def best_variant(x: HostFacts | CpuFacts) -> str | None:
 
 
 def _tags(names: Iterable[str]) -> str:
-    return ", ".join(f"ktsft:{n}" for n in names)
+    return ", ".join(V.image(n) for n in names)
 
 
 def variant_check(x: HostFacts | CpuFacts, variant: str) -> CheckResult:
@@ -85,7 +85,7 @@ def variant_check(x: HostFacts | CpuFacts, variant: str) -> CheckResult:
         return CheckResult(name=CheckName.CPU_VARIANT, status="fail", data=data,
                            detail=f"image variant {variant!r}{alias} cannot run: {why}; kt-kernel's {v.name} build "
                                   f"needs {' '.join(v.requires)}; this CPU proves {best!r}",
-                           fix=f"Use the ktsft:{best} image (deploy.image: {best} or auto).")
+                           fix=f"Use the {V.image(str(best))} image (deploy.image: {best} or auto).")
     if v.level < b.level:
         note = "" if v.sft or not b.sft else "; it cannot train (no SFT kernels in that build)"
         return CheckResult(name=CheckName.CPU_VARIANT, status="warn", data=data,
@@ -173,7 +173,7 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
             out.append(CheckResult(name=CheckName.CPU_ISA_AVX512, status="fail", layer=facts.layer,
                                    detail=f"listed AVX512 instructions faulted: {' '.join(faulted)}" + exec_note,
                                    fix=f"The hypervisor or kernel disables that state; until it is enabled use "
-                                       f"ktsft:{best_variant(facts)} (deploy.image: auto picks it)."))
+                                       f"{V.image(str(best_variant(facts)))} (deploy.image: auto picks it)."))
         else:
             out.append(CheckResult(name=CheckName.CPU_ISA_AVX512, status="pass", layer=facts.layer,
                                    detail="listed: " + " ".join(have) + exec_note, data={"flags": have}))
@@ -198,7 +198,7 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
                  if b.executes and len(unproven) < len(b.executes) else "from flags only (probe did not run)"
                  if b.executes else "from flags")
         out.append(CheckResult(name=CheckName.CPU_VARIANT, status="pass", layer=facts.layer,
-                               detail=f"image variant: ktsft:{best} ({proof}; kt-kernel detects {detected}; "
+                               detail=f"image variant: {V.image(best)} ({proof}; kt-kernel detects {detected}; "
                                       + ("trains and serves" if b.sft else "serves a full fine-tune only, no SFT")
                                       + ")",
                                data={"best": best, "kt_kernel_variant": detected, "sft": b.sft,
@@ -209,7 +209,7 @@ def isa_checks(facts: HostFacts) -> list[CheckResult]:
         out.append(CheckResult(name=CheckName.CPU_KT_KERNEL_VARIANT, status="fail", layer=facts.layer,
                                detail=f"kt-kernel would pick its {detected} build from the flags, but this CPU "
                                       f"proves only {best} (see cpu.isa.* / cpu.amx.*): an unpinned kt-kernel faults",
-                               fix=f"Use the ktsft:{best} image (it pins KT_KERNEL_CPU_VARIANT={best}); "
+                               fix=f"Use the {V.image(best)} image (it pins KT_KERNEL_CPU_VARIANT={best}); "
                                    "deploy.image: auto picks it.",
                                data={"kt_kernel_variant": detected, "best": best}))
     return out

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Mapping
 from typing import Any
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.data import DataFacts, file_sizes, index_shards
+from ktdeploy.core.recipe.train_keys import TrainKeys
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -38,28 +41,28 @@ TOO_LARGE = 2.5                # above this multiple, the checkpoint is not the 
 GiB = 1024**3
 
 
-def model_requests(train: dict) -> list[tuple[str, str]]:
+def model_requests(train: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The reads the model checks need (config.json is read by data_requests already)."""
-    model = train.get("model_name_or_path")
+    model = TrainKeys(train).model_name_or_path
     if not isinstance(model, str) or not model.startswith("/"):
         return []
     return [("sizes", model), ("shards", posixpath.join(model, INDEX))]
 
 
-def how_to_get(train: dict) -> str:
+def how_to_get(train: Mapping[str, Any]) -> str:
     """The fix's second half: how to put this model on the host."""
-    model = str(train.get("model_name_or_path") or "")
+    keys = TrainKeys(train)
+    model = str(keys.model_name_or_path or "")
     if posixpath.basename(model.rstrip("/")).startswith(TINY_PREFIX):
-        data = str(train.get("dataset_dir") or "/srv/ktdeploy/data")
+        data = str(keys.dataset_dir or "/srv/ktdeploy/data")
         parent = posixpath.dirname(model.rstrip("/")) or "/"
         return (f"build the tiny model there with the image (it needs torch): docker run --rm -v {parent}:{parent} "
-                f"-v {data}:{data} ktsft:<variant> tiny-model {model} --data-dir {data}")
+                f"-v {data}:{data} {V.IMAGE_REPO}:<variant> tiny-model {model} --data-dir {data}")
     return (f"download the checkpoint into {model} on the host (e.g. `huggingface-cli download ORG/NAME --local-dir "
             f"{model}`), or upload a local copy: ktdeploy up --sync-model LOCAL_DIR ...")
 
 
-def _config(train: dict, facts: DataFacts) -> tuple[dict | None, str]:
-    model = train["model_name_or_path"]
+def _config(model: str, facts: DataFacts) -> tuple[dict | None, str]:
     e = facts.get("read", posixpath.join(model, "config.json"))
     if e is None or not e.ok:
         return None, "missing"
@@ -90,8 +93,8 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.2f} GiB" if n >= GiB / 10 else f"{n / 2**20:.1f} MiB"
 
 
-def model_checks(train: dict, facts: DataFacts) -> list[CheckResult]:
-    model = train.get("model_name_or_path")
+def model_checks(train: Mapping[str, Any], facts: DataFacts) -> list[CheckResult]:
+    model = TrainKeys(train).model_name_or_path
     if not isinstance(model, str):
         return []
     if not model.startswith("/"):
@@ -104,7 +107,7 @@ def model_checks(train: dict, facts: DataFacts) -> list[CheckResult]:
         return [CheckResult(name=CheckName.MODEL_CONFIG, status="fail", detail=f"the model folder {model} does not exist",
                             fix=f"Put the model there: {how_to_get(train)}.", data={"path": model})]
     out: list[CheckResult] = []
-    cfg, why = _config(train, facts)
+    cfg, why = _config(model, facts)
     if cfg is None:
         out.append(CheckResult(
             name=CheckName.MODEL_CONFIG, status="fail",
@@ -120,7 +123,7 @@ def model_checks(train: dict, facts: DataFacts) -> list[CheckResult]:
     return out
 
 
-def _tokenizer_check(model: str, files: dict[str, int], train: dict) -> CheckResult:
+def _tokenizer_check(model: str, files: dict[str, int], train: Mapping[str, Any]) -> CheckResult:
     vocab = next((v for v in TOKENIZER_VOCABS if all(files.get(n, 0) > 0 for n in v)), None)
     missing = [] if "tokenizer_config.json" in files else ["tokenizer_config.json"]
     if vocab is None:
@@ -133,7 +136,7 @@ def _tokenizer_check(model: str, files: dict[str, int], train: dict) -> CheckRes
 
 
 def _weights_check(model: str, files: dict[str, int], facts: DataFacts, cfg: dict | None,
-                   train: dict) -> CheckResult:
+                   train: Mapping[str, Any]) -> CheckResult:
     name, fix = CheckName.MODEL_WEIGHTS, f"Copy the missing weights: {how_to_get(train)}."
     index = index_shards(facts.get("shards", posixpath.join(model, INDEX)))
     data: dict[str, Any] = {}

@@ -14,7 +14,9 @@ from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.recipe.document import RecipeSections
 from ktdeploy.core.recipe.expert_format import expert_setup
+from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.safeio import overlaps
 from ktdeploy.core.sizing import plan_recipe
 from ktdeploy.core.sizing.calibration import upper_edges
@@ -37,33 +39,33 @@ class Requirements:
     basis: dict[str, str] = field(default_factory=dict)
 
 
-def _train(recipe: Any) -> dict:
-    return dict(getattr(recipe, "train", None) or {})
+def _keys(recipe: RecipeSections) -> TrainKeys:
+    return TrainKeys(recipe.train)
 
 
-def recipe_weight_format(recipe: Any) -> tuple[str, str]:
+def recipe_weight_format(recipe: RecipeSections) -> tuple[str, str]:
     """(expert weight format, kt_backend) from the training YAML."""
-    kt = _train(recipe).get("kt_config") or {}
+    kt = _keys(recipe).kt_config
     backend = str(kt.get("kt_backend") or "auto")
     fmt = expert_setup(kt)
     return ("amxint4" if fmt == "int4" else fmt), backend
 
 
-def recipe_paths(recipe: Any) -> dict[str, str]:
+def recipe_paths(recipe: RecipeSections) -> dict[str, str]:
     """Host paths a recipe uses: model, data, output (deploy.volumes) and the KT weight paths."""
     out: dict[str, str] = {}
     vol = getattr(getattr(recipe, "deploy", None), "volumes", None)
     if vol is not None:
         out.update(model=vol.model, data=vol.data, output=vol.output)
-    t = _train(recipe)
-    for key in ("model_name_or_path", "kt_weight_path", "kt_non_expert_weight_path"):
-        v = t.get(key)
+    t = _keys(recipe)
+    for key, v in (("model_name_or_path", t.model_name_or_path), ("kt_weight_path", t.kt_weight_path),
+                   ("kt_non_expert_weight_path", t.kt_non_expert_weight_path)):
         if isinstance(v, str) and v.startswith("/"):
             out[key] = v.rstrip("/") or "/"
     return out
 
 
-def recipe_plan(recipe: Any) -> Any:   # (plan, arch, where), the KtdeployError, or None
+def recipe_plan(recipe: RecipeSections) -> Any:   # (plan, arch, where), the KtdeployError, or None
     """The planner's one run for a doctor run (ktdeploy.core.sizing.plan_recipe, from the model's config.json):
     (ResourcePlan, MoEArchitecture, where), or the KtdeployError saying why there is none, or None when it failed
     otherwise. ``recipe_requirements`` and the plan.* checks both read this one answer."""
@@ -76,7 +78,7 @@ def recipe_plan(recipe: Any) -> Any:   # (plan, arch, where), the KtdeployError,
         return None
 
 
-def recipe_requirements(recipe: Any, facts: HostFacts, planned: Any = ...) -> Requirements:
+def recipe_requirements(recipe: RecipeSections, facts: HostFacts, planned: Any = ...) -> Requirements:
     """What the recipe needs. The planner (``recipe_plan``; ``planned``: its answer when already made) is the
     source; when it cannot run (no config.json known for the model) explicit thresholds are used."""
     if planned is ...:
@@ -89,8 +91,7 @@ def recipe_requirements(recipe: Any, facts: HostFacts, planned: Any = ...) -> Re
                            gpu_memory_mib=int(edges["gpu"] * 1024),
                            output_disk_bytes=int(edges["disk"] * GiB),
                            basis={"host_memory": src, "gpu_memory": src, "output_disk": src})
-        kt = _train(recipe).get("kt_config") or {}
-        if kt.get("kt_weight_lifecycle") == "ephemeral":
+        if _keys(recipe).kt_config.get("kt_weight_lifecycle") == "ephemeral":
             experts = sum(t.gib for t in plan.terms("host") if "/dev/shm" in t.name)
             if experts:
                 req.shm_bytes = int(experts * GiB)
@@ -99,14 +100,14 @@ def recipe_requirements(recipe: Any, facts: HostFacts, planned: Any = ...) -> Re
     return threshold_requirements(recipe, facts)
 
 
-def threshold_requirements(recipe: Any, facts: HostFacts) -> Requirements:
+def threshold_requirements(recipe: RecipeSections, facts: HostFacts) -> Requirements:
     """Explicit thresholds for when the planner has no model config: sized from the weights on disk."""
-    t = _train(recipe)
+    t = _keys(recipe)
     paths = recipe_paths(recipe)
     weights_path = paths.get("kt_weight_path") or paths.get("model_name_or_path") or paths.get("model")
     pf = facts.path(weights_path) if weights_path else None
     size = pf.used_bytes if pf and pf.used_bytes else None
-    full = str(t.get("finetuning_type", "lora")) == "full"
+    full = str(t.finetuning_type) == "full"   # as written (the planner's is_full also takes "Full")
     req = Requirements()
     if size:
         # Threshold: LoRA keeps the experts resident once (+25%, cookbook: 545 GiB RSS for ~438 GiB of
@@ -121,8 +122,7 @@ def threshold_requirements(recipe: Any, facts: HostFacts) -> Requirements:
             merged = size * (2 if recipe_weight_format(recipe)[0] == "fp8" else 1)
             req.output_disk_bytes += int(merged)
             req.basis["output_disk"] += f" + the merged model ({merged / GiB:.1f} GiB, deploy.serve.merge)"
-        kt = t.get("kt_config") or {}
-        if kt.get("kt_weight_lifecycle") == "ephemeral":
+        if t.kt_config.get("kt_weight_lifecycle") == "ephemeral":
             req.shm_bytes = int(size)
             req.basis["shm"] = "threshold: ephemeral lifecycle stages the expert weights in /dev/shm"
     else:
@@ -210,7 +210,7 @@ def gpu_driver_check(facts: HostFacts) -> CheckResult:
                        detail=f"NVIDIA driver {versions[0]} >= {data['full']} (CUDA {IMAGE_CUDA})")
 
 
-def gpu_recipe_checks(facts: HostFacts, recipe: Any, req: Requirements) -> list[CheckResult]:
+def gpu_recipe_checks(facts: HostFacts, recipe: RecipeSections, req: Requirements) -> list[CheckResult]:
     out = []
     deploy = getattr(recipe, "deploy", None)
     wanted = list(getattr(deploy, "gpus", []) or [])
@@ -343,7 +343,7 @@ def memory_checks(facts: HostFacts, req: Requirements | None = None) -> list[Che
 
 
 # -- disk and paths ---------------------------------------------------------------------------------
-def path_checks(facts: HostFacts, recipe: Any, req: Requirements) -> list[CheckResult]:
+def path_checks(facts: HostFacts, recipe: RecipeSections, req: Requirements) -> list[CheckResult]:
     out = []
     paths = recipe_paths(recipe)
     for role, exists in (("model", CheckName.PATH_MODEL_EXISTS), ("data", CheckName.PATH_DATA_EXISTS)):

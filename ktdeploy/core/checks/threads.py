@@ -13,6 +13,7 @@ from typing import Any
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.recipe.train_keys import TrainKeys
 
 
 def derive_threads(facts: HostFacts, reserve_cores: int = 2) -> tuple[int, int]:
@@ -28,14 +29,15 @@ def derive_threads(facts: HostFacts, reserve_cores: int = 2) -> tuple[int, int]:
     return threads, pools
 
 
-def derived_kt_threads(train: dict, facts: HostFacts, reserve_cores: int = 2) -> dict[str, int]:
+def derived_kt_threads(train: Mapping[str, Any], facts: HostFacts, reserve_cores: int = 2) -> dict[str, int]:
     """The ``kt_config.*`` values ktdeploy derives for a training section: kt_num_threads / kt_threadpool_count
     from the topology, only for the keys the recipe leaves unset, and only with ``use_kt``. The one derivation
     behind ``ktdeploy train`` (what it renders), ``up``'s preview of the rendered files and ``ktdeploy serve``
     (``--kt-cpuinfer`` / ``--kt-threadpool-count`` default to what training used)."""
-    if not train.get("use_kt"):
+    keys = TrainKeys(train)
+    if not keys.use_kt:
         return {}
-    kt = train.get("kt_config") or {}
+    kt = keys.kt_config
     want = [k for k in ("kt_num_threads", "kt_threadpool_count") if k not in kt]
     if not want:
         return {}
@@ -57,7 +59,7 @@ def serve_threads(kt_config: Mapping[str, Any], derived: Callable[[], tuple[int,
     return int(threads), int(pools)
 
 
-def threads_check(facts: HostFacts, reserve_cores: int = 2, train: dict | None = None) -> CheckResult:
+def threads_check(facts: HostFacts, reserve_cores: int = 2, train: Mapping[str, Any] | None = None) -> CheckResult:
     threads, pools = derive_threads(facts, reserve_cores)
     cpu = facts.cpu
     data = {"kt_num_threads": threads, "kt_threadpool_count": pools, "physical_cores": cpu.physical_cores,
@@ -66,7 +68,7 @@ def threads_check(facts: HostFacts, reserve_cores: int = 2, train: dict | None =
     base = (f"kt_num_threads={threads}, kt_threadpool_count={pools} ({cpu.physical_cores} physical cores of "
             f"{len(cpu.allowed_cpus) or cpu.logical_cpus} CPUs, {len(cpu.numa_nodes) or 1} NUMA node(s), "
             f"{reserve_cores} reserved)")
-    kt = (train or {}).get("kt_config") or {}
+    kt = TrainKeys(train or {}).kt_config
     set_threads, set_pools = kt.get("kt_num_threads"), kt.get("kt_threadpool_count")
     phys = cpu.physical_cores or cpu.logical_cpus
     if isinstance(set_threads, int) and phys and set_threads > phys:

@@ -8,11 +8,9 @@ import hashlib
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core import variants as V
-from ktdeploy.core.adapter_layout import is_full_finetune
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
@@ -20,10 +18,20 @@ from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
+from ktdeploy.core.plan.params import (
+    ContainerLogParams,
+    CrashParams,
+    FollowParams,
+    ImageCheckParams,
+    RunParams,
+    SecretParams,
+    WaitHttpParams,
+    WaitRunningParams,
+)
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
-from ktdeploy.core.recipe.schema import Deploy
+from ktdeploy.core.recipe.schema import Deploy, Volumes
 from ktdeploy.core.safeio import norm_path
 
 MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
@@ -80,7 +88,7 @@ def _slug(text: str) -> str:
 
 
 def output_dir_of(recipe: Recipe) -> str:
-    out = recipe.train.get("output_dir")
+    out = recipe.keys.output_dir
     if not isinstance(out, str) or not out.startswith("/"):
         raise RecipeError("train.output_dir must be an absolute host path for `ktdeploy up`", key="train.output_dir",
                           fix="Set train.output_dir under deploy.volumes.output, e.g. /srv/ktdeploy/output/my-run.")
@@ -262,8 +270,8 @@ def _volumes_stage(recipe: Recipe, state: JobState, opts: UpOptions) -> Stage:
 class _Job:
     """What every stage of one plan shares, derived once from (recipe, facts, state, opts)."""
 
-    recipe: Any
-    deploy: Any
+    recipe: Recipe
+    deploy: Deploy
     state: JobState
     opts: UpOptions
     out: str                 # train.output_dir on the host
@@ -280,7 +288,7 @@ class _Job:
     memlock: bool
 
     @property
-    def vol(self) -> Any:
+    def vol(self) -> Volumes:
         return self.deploy.volumes
 
     @property
@@ -305,9 +313,9 @@ def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> 
         raise RecipeError(f"the adapter directory {adapter} (sibling of train.output_dir) lies outside "
                           f"deploy.volumes.output {vol_out}", key="train.output_dir",
                           fix=f"Put train.output_dir in a folder below {vol_out}, e.g. {vol_out}/my-run.")
-    merged = layout.merged_dir if deploy.serve.merge and not is_full_finetune(recipe.train) else None
+    merged = layout.merged_dir if deploy.serve.merge and not recipe.keys.is_full else None
     if deploy.serve.merge:
-        base = recipe.train.get("model_name_or_path")
+        base = recipe.keys.model_name_or_path
         vol_model = posixpath.normpath(deploy.volumes.model)
         if not isinstance(base, str) or not (posixpath.normpath(base) + "/").startswith(vol_model.rstrip("/") + "/"):
             raise RecipeError(f"deploy.serve.merge merges into train.model_name_or_path {base!r}, which lies outside "
@@ -319,14 +327,14 @@ def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> 
     image, variant, image_how = resolve_image(deploy, facts)
     gpu_waived = CheckName.DOCKER_NVIDIA_RUNTIME in opts.waive or CheckName.GPU_PRESENT in opts.waive
     return _Job(recipe=recipe, deploy=deploy, state=state, opts=opts, out=out, name=name,
-                full=is_full_finetune(recipe.train), adapter=adapter, merged=merged,
+                full=recipe.keys.is_full, adapter=adapter, merged=merged,
                 model_bytes=_model_bytes(facts, recipe), job_dir=f"{home}/.cache/ktdeploy/jobs/{name}",
                 image=image, variant=variant, image_how=image_how, gpus=None if gpu_waived else list(deploy.gpus),
                 memlock=MEMLOCK_WAIVER not in opts.waive)
 
 
 def _model_bytes(facts: HostFacts | None, recipe: Recipe) -> int | None:
-    model = recipe.train.get("model_name_or_path")
+    model = recipe.keys.model_name_or_path
     pf = facts.path(model) if facts is not None and isinstance(model, str) else None
     return pf.used_bytes if pf is not None else None
 
@@ -408,7 +416,7 @@ def _image_check_step(j: _Job) -> Step:
     """doctor in the image on the host, started with the training container's flags (the same GPUs, user, memlock):
     the layer checks, Python.h, torch, CUDA, one Triton kernel. Its failures (less --waive) stop `up` (exit 1)."""
     name = f"{j.name}-imgcheck"
-    params = {"image": j.image, "name": name, "gpus": list(j.gpus or []), "memlock": j.memlock, "user": j.user}
+    params = ImageCheckParams(image=j.image, name=name, gpus=tuple(j.gpus or ()), memlock=j.memlock, user=j.user)
     c = j.state.container
     # a training container that runs (or ran to the end) on this host: the image has shown it works here, and a
     # second container on its GPUs would disturb it
@@ -433,7 +441,7 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
     elif c is not None and c.succeeded:
         tr.append(Step("train.start", f"training container {name}", satisfied=True, why="finished (exit code 0)"))
     elif c is not None and c.status != "created" and not opts.resume:
-        tr.append(Step("train.crashed", f"training container {name}", action=StepAction.FAIL, params={"crash": True},
+        tr.append(Step("train.crashed", f"training container {name}", action=StepAction.FAIL, params=CrashParams(),
                        why=f"the training container {name} stopped: {c.describe()}",
                        fix="Resume from the newest complete checkpoint: ktdeploy up --resume auto (same host and "
                            "recipe), after fixing the cause shown above."))
@@ -444,7 +452,7 @@ def _train_stage(j: _Job) -> tuple[Stage, str | None, list[str], bool]:
         resume_from, resume_steps, resume_notes = _resume_target(j.recipe, j.state, opts.resume, j.out)
         if c is not None:
             tr.append(Step("train.save_logs", "keep the old container's log", action=StepAction.FETCH, remote=name,
-                           local="artifacts/previous-container.log", params={"docker_logs": True}, optional=True))
+                           local="artifacts/previous-container.log", params=ContainerLogParams(), optional=True))
             tr.append(Step("train.remove_old", f"remove the stopped container {name} ({c.describe()})",
                            argv=tuple(dk.remove(name))))
         tr.extend(resume_steps)
@@ -503,7 +511,7 @@ def _follow_stage(j: _Job, skip_training: bool) -> Stage:
         return Stage(StageName.FOLLOW, "follow training", skipped="--detach: training runs on; follow later with "
                                                           "`ktdeploy status`, `ktdeploy logs -f` or `ktdeploy up`")
     fs = [Step("follow.train", f"follow {JobLayout(j.out).trainer_log} until {j.name} exits", action=StepAction.FOLLOW,
-               params={"container": j.name, "log": JobLayout(j.out).trainer_log}, satisfied=skip_training)]
+               params=FollowParams(container=j.name, log=JobLayout(j.out).trainer_log), satisfied=skip_training)]
     for a in ARTIFACTS:
         fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{j.out}/{a}",
                        local=f"artifacts/{a}", optional=True))
@@ -522,7 +530,7 @@ def _convert_stage(j: _Job) -> Stage:
              timeout=3600, why="already converted" if present else ""),
     ]
     if j.merged is not None:
-        base = posixpath.normpath(str(j.recipe.train.get("model_name_or_path")))
+        base = posixpath.normpath(str(j.recipe.keys.model_name_or_path))
         steps.append(Step(
             "convert.merge", f"merge {j.out} into {base} -> {j.merged}",
             argv=tuple(dk.run_merge(name=f"{j.name}-merge", image=j.image, run_id=j.opts.run_id, volumes=j.vol,
@@ -561,7 +569,8 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
             # `docker create --env-file`, then removed; it never enters an argv, the plan or the run record.
             env_file = f"{job_dir}/serve.env"
             sv.append(Step("serve.key", f"upload the API key from ${deploy.serve.api_key_env} (mode 0600)",
-                           action=StepAction.PUT_SECRET, remote=env_file, params={"env": deploy.serve.api_key_env}))
+                           action=StepAction.PUT_SECRET, remote=env_file,
+                           params=SecretParams(env=deploy.serve.api_key_env)))
         sv.append(Step("serve.create", f"create the serving container {serve_name}",
                        argv=tuple(dk.create_serve(name=serve_name, image=j.image, run_id=j.opts.run_id, volumes=j.vol,
                                                   output_dir=j.out,
@@ -571,7 +580,7 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
                                                   merged_dir=j.merged)),
                        probe=tuple(dk.exists_probe(serve_name)),
                        # a failed create must not leave the key behind: serve.unstage_key never runs then
-                       params={"cleanup": ["rm", "-f", "--", env_file]} if env_file else {}))
+                       params=RunParams(cleanup=("rm", "-f", "--", env_file)) if env_file else None))
         if env_file:
             sv.append(Step("serve.unstage_key", "remove the uploaded API key file", argv=("rm", "-f", "--", env_file)))
         sv.append(Step("serve.copy", "copy the job folder into the container",
@@ -579,14 +588,14 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
         sv.append(Step("serve.start", f"start {serve_name}", argv=tuple(dk.start(serve_name)),
                        probe=tuple(dk.running_probe(serve_name)), fix=START_FIX))
         sv.append(Step("serve.running", f"{serve_name} keeps running", action=StepAction.WAIT_RUNNING,
-                       params={"container": serve_name, "seconds": 5}))
+                       params=WaitRunningParams(container=serve_name, seconds=5)))
         sv.append(Step("serve.ready", f"{serve_name} answers /health on port {deploy.serve.port}",
                        action=StepAction.WAIT_HTTP, argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
-                       timeout=float(deploy.serve.ready_timeout_s), params={"container": serve_name},
+                       timeout=float(deploy.serve.ready_timeout_s), params=WaitHttpParams(container=serve_name),
                        fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
                            "deploy.serve.ready_timeout_s."))
     url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
-    mp = j.recipe.train.get("model_name_or_path")
+    mp = j.recipe.keys.model_name_or_path
     served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")
     note = (f"serving endpoint: {url} (model={served})" if j.full or j.merged else
             f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")

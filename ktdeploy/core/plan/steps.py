@@ -7,7 +7,12 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TypeVar
+
+from ktdeploy.core.errors import StepError
+from ktdeploy.core.plan.params import StepParams
+
+P = TypeVar("P", bound=StepParams)
 
 
 class StageName(StrEnum):
@@ -59,10 +64,17 @@ class Step:
     optional: bool = False                    # fetch: a missing file is not an error
     fix: str | None = None                    # fail: how to get past it
     timeout: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    params: StepParams | None = None          # what the action needs besides the above (core/plan/params.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "action", StepAction(self.action))   # ValueError for an unknown action
+
+    def typed(self, kind: type[P]) -> P:
+        """The step's parameters, which its action needs as a ``kind``."""
+        if not isinstance(self.params, kind):
+            raise StepError(f"plan step {self.id} ({self.action}) has no {kind.__name__}", step=self.id,
+                            fix="a plan builder bug; report it")
+        return self.params
 
     def command(self) -> str | None:
         """The command as a person would type it (each argv item shell-quoted)."""
@@ -72,6 +84,7 @@ class Step:
 
     def to_json(self) -> dict:
         d = asdict(self)
+        d["params"] = self.params.to_json() if self.params is not None else None
         d["command"] = self.command()
         return {k: v for k, v in d.items() if v not in (None, False, "", {}, ())}
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -12,6 +13,7 @@ from ktdeploy.core.errors import RecipeError
 from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.recipe.loader import RawRecipe, apply_overrides, read_native, read_recipe
 from ktdeploy.core.recipe.schema import Deploy
+from ktdeploy.core.recipe.train_keys import TrainKeys
 
 
 @dataclass
@@ -31,9 +33,13 @@ class Recipe:
         return a if isinstance(a, dict) else {}
 
     @property
+    def keys(self) -> TrainKeys:
+        """The train keys ktdeploy reads, by attribute (``train`` stays the mapping as written)."""
+        return TrainKeys(self.train)
+
+    @property
     def kt_config(self) -> dict[str, Any]:
-        k = self.train.get("kt_config")
-        return k if isinstance(k, dict) else {}
+        return self.keys.kt_config
 
     @property
     def path(self) -> Path | None:
@@ -56,6 +62,20 @@ class Recipe:
 
     def to_document(self) -> dict[str, Any]:
         return dict(self.raw.doc.items())
+
+
+class RecipeSections(Protocol):
+    """What doctor's resource checks and the planner read of a recipe: its sections. A Recipe, or a stand-in that
+    holds the sections a caller needs (the planner also takes plain dicts: core/sizing/estimate.py)."""
+
+    @property
+    def train(self) -> Mapping[str, Any]: ...
+
+    @property
+    def accelerate(self) -> Mapping[str, Any]: ...
+
+    @property
+    def deploy(self) -> Deploy | None: ...
 
 
 def build(raw: RawRecipe) -> Recipe:

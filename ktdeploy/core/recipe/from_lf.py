@@ -13,6 +13,8 @@ import copy
 import posixpath
 from typing import Any
 
+from ktdeploy.core.recipe.train_keys import TrainKeys
+
 DEFAULT_VOLUMES = {"model": "/srv/ktdeploy/models", "data": "/srv/ktdeploy/data", "output": "/srv/ktdeploy/output"}
 
 # Accelerate's FSDP2 block of the cookbook (recipes/tiny-moe-lora.yaml), for a training YAML given alone.
@@ -34,12 +36,12 @@ def _folder_of(value: Any, *, itself: bool = False) -> str | None:
 
 def derive_deploy(train: dict, accelerate: dict) -> dict[str, Any]:
     """ktdeploy's deploy: section for a LlamaFactory run (volumes from its paths, one GPU per process)."""
-    t = train if isinstance(train, dict) else {}
+    t = TrainKeys(train if isinstance(train, dict) else {})
     a = accelerate if isinstance(accelerate, dict) else {}
     volumes = {
-        "model": _folder_of(t.get("model_name_or_path")) or DEFAULT_VOLUMES["model"],
-        "data": _folder_of(t.get("dataset_dir"), itself=True) or DEFAULT_VOLUMES["data"],
-        "output": _folder_of(t.get("output_dir")) or DEFAULT_VOLUMES["output"],
+        "model": _folder_of(t.model_name_or_path) or DEFAULT_VOLUMES["model"],
+        "data": _folder_of(t.dataset_dir, itself=True) or DEFAULT_VOLUMES["data"],
+        "output": _folder_of(t.output_dir) or DEFAULT_VOLUMES["output"],
     }
     n = a.get("num_processes")
     n = n if isinstance(n, int) and 0 < n <= 64 else 1
@@ -55,6 +57,7 @@ def recipe_document(train: dict, accelerate: dict | None) -> dict[str, Any]:
 
 def unresolved(train: dict) -> list[str]:
     """The training keys whose relative (or missing) paths left a default volume in the derived deploy."""
-    t = train if isinstance(train, dict) else {}
-    return [k for k in ("model_name_or_path", "dataset_dir", "output_dir")
-            if not (isinstance(t.get(k), str) and str(t.get(k)).startswith("/"))]
+    t = TrainKeys(train if isinstance(train, dict) else {})
+    return [k for k, v in (("model_name_or_path", t.model_name_or_path), ("dataset_dir", t.dataset_dir),
+                           ("output_dir", t.output_dir))
+            if not (isinstance(v, str) and v.startswith("/"))]

@@ -103,7 +103,7 @@ class Deploy(_Strict):
     image: str = Field(V.AUTO, description="Image variant: 'auto' (chosen from the host's CPU facts), a kt-kernel "
                                           "CPU build (" + ", ".join(V.NAMES) + "; docs/cpu-builds.md), or a full "
                                           "image reference.")
-    image_repo: str = Field("ktsft", description="Repository name of the ktdeploy images (ktsft:<variant>).")
+    image_repo: str = Field(V.IMAGE_REPO, description="Repository name of the ktdeploy images (ktsft:<variant>).")
     registry: str | None = Field(None, description="Registry to pull the image from; when unset the image tarball made "
                                                    "by `ktdeploy image save` is shipped to the host and loaded.")
     gpus: list[StrictInt] = Field(default_factory=lambda: [0], min_length=1,

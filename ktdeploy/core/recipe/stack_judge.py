@@ -23,6 +23,7 @@ from ktdeploy.core.recipe import catalog as cat
 from ktdeploy.core.recipe.catalog_data import ENUM_CHOICES
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.render import Rendered
+from ktdeploy.core.recipe.train_keys import TrainKeys
 
 MARKER = "KTDEPLOY_JUDGE "
 SCHEMA = 1
@@ -171,7 +172,7 @@ def key_of(refusal: Refusal, train: dict[str, Any], accelerate: dict[str, Any]) 
     m = _UNKNOWN_KEYS.search(msg)
     if m and _listed(m.group(1)):
         return f"accelerate.{_listed(m.group(1))[0]}"
-    kt: dict = train["kt_config"] if isinstance(train.get("kt_config"), dict) else {}
+    kt = TrainKeys(train).kt_config
     fsdp: dict = accelerate["fsdp_config"] if isinstance(accelerate.get("fsdp_config"), dict) else {}
     named: list[str] = []
     for word in _WORD.findall(msg):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ktdeploy.core.adapter_layout import is_full_finetune
 from ktdeploy.core.checks.resources import MIN_SHM
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan.build import job_name, output_dir_of, shipped_recipe
@@ -89,7 +88,7 @@ def manifests(recipe: Recipe, *, image: str, variant: str | None, request: JobRe
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {**meta, "labels": _labels(name, "train")},
            "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": _labels(name, "train")}, "spec": pod}}}
     serve = recipe.require_deploy().serve
-    full = is_full_finetune(recipe.train)
+    full = recipe.keys.is_full
     adapter = JobLayout(out).adapter_dir
     args = ["serve", f"{JOB_MOUNT}/serve.yaml", *(["--weights", adapter] if full else ["--adapter", adapter])]
     senv = list(env)

@@ -13,6 +13,7 @@ import posixpath
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan.build import ARTIFACTS, UpOptions, _volumes_stage, job_name, output_dir_of
+from ktdeploy.core.plan.params import FollowJobParams, SubmitAfterParams, SubmitParams, WaitJobParams
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
@@ -38,30 +39,31 @@ def build_slurm_plan(recipe: Recipe, state: JobState, opts: UpOptions, *, image:
                             probe=("test", "-d", job_dir))]
     if "train" in queued:
         sub.append(Step("submit.train", f"training job {name}", action=StepAction.SUBMIT, satisfied=True,
-                        why=f"job {queued['train']} is in the queue", params={"role": "train",
-                                                                              "job_id": queued["train"]}))
+                        why=f"job {queued['train']} is in the queue",
+                        params=SubmitParams(role="train", job_id=queued["train"])))
     elif finished:
         sub.append(Step("submit.train", f"training job {name}", action=StepAction.SUBMIT, satisfied=True,
-                        why=f"{out} holds a finished run", params={"role": "train"}))
+                        why=f"{out} holds a finished run", params=SubmitParams(role="train")))
     else:
         sub.append(Step("submit.train_script", "upload the training job's script", action=StepAction.PUT,
                         local="rendered/slurm/train.sbatch", remote=f"{job_dir}/train.sbatch"))
         sub.append(Step("submit.train", f"sbatch the training job {name}", action=StepAction.SUBMIT,
-                        argv=("sbatch", "--parsable", "--", f"{job_dir}/train.sbatch"), params={"role": "train"},
+                        argv=("sbatch", "--parsable", "--", f"{job_dir}/train.sbatch"),
+                        params=SubmitParams(role="train"),
                         fix="See sbatch's message: the cluster refused the request ktdeploy checked against sinfo."))
     if "convert" in queued:
         sub.append(Step("submit.convert", f"conversion job {name}-convert", action=StepAction.SUBMIT, satisfied=True,
                         why=f"job {queued['convert']} is in the queue",
-                        params={"role": "convert", "job_id": queued["convert"]}))
+                        params=SubmitParams(role="convert", job_id=queued["convert"])))
     elif state.adapter_present:
         sub.append(Step("submit.convert", "conversion job", action=StepAction.SUBMIT, satisfied=True,
-                        why="already converted", params={"role": "convert"}))
+                        why="already converted", params=SubmitParams(role="convert")))
     else:
         sub.append(Step("submit.convert_script", "upload the conversion job's script", action=StepAction.PUT,
                         local="rendered/slurm/convert.sbatch", remote=f"{job_dir}/convert.sbatch"))
         sub.append(Step("submit.convert", f"sbatch the conversion job {name}-convert (after training succeeds)",
                         action=StepAction.SUBMIT, argv=("sbatch", "--parsable", "--", f"{job_dir}/convert.sbatch"),
-                        params={"role": "convert", "after": None if finished else "train"}))
+                        params=SubmitAfterParams(role="convert", after=None if finished else "train")))
     stages.append(Stage(StageName.SUBMIT, "batch jobs on the login node", tuple(sub)))
     if opts.detach:
         stages.append(Stage(StageName.FOLLOW, "follow training", skipped="--detach: the jobs run on; `ktdeploy status` / "
@@ -71,8 +73,8 @@ def build_slurm_plan(recipe: Recipe, state: JobState, opts: UpOptions, *, image:
         fs = [Step("follow.train", f"follow {layout.trainer_log} until the training job ends",
                    action=StepAction.FOLLOW_JOB, satisfied=finished,
                    why="finished" if finished else "",
-                   params={"role": "train", "log": layout.trainer_log, "job_dir": job_dir,
-                           "job_id": queued.get("train")})]
+                   params=FollowJobParams(role="train", log=layout.trainer_log, job_dir=job_dir,
+                                          job_id=queued.get("train")))]
         for a in ARTIFACTS:
             fs.append(Step(f"follow.fetch.{a}", f"fetch {a}", action=StepAction.FETCH, remote=f"{out}/{a}",
                            local=f"artifacts/{a}", optional=True))
@@ -80,7 +82,7 @@ def build_slurm_plan(recipe: Recipe, state: JobState, opts: UpOptions, *, image:
         stages.append(Stage(StageName.CONVERT, "the conversion job", (
             Step("convert.wait", f"{out} -> {adapter}", action=StepAction.WAIT_JOB,
                  satisfied=state.adapter_present, why="already converted" if state.adapter_present else "",
-                 params={"role": "convert", "job_dir": job_dir, "job_id": queued.get("convert")}),)))
+                 params=WaitJobParams(role="convert", job_dir=job_dir, job_id=queued.get("convert"))),)))
     notes = [f"Slurm: jobs on the login node {opts.host}; the output volume must be shared by login and compute "
              "nodes (scripts, logs and the output live there)"]
     if CheckName.DOCKER_NVIDIA_RUNTIME in opts.waive or CheckName.GPU_PRESENT in opts.waive:

@@ -65,7 +65,7 @@ def request_for(recipe: Recipe, variant: str | None) -> JobRequest:
         edge = upper_edges(plan)["host"]
         mem_mib = math.ceil(edge * 1024)
         mem_basis = f"planner upper edge {edge:.1f} GiB ({where})"
-    kt = recipe.train.get("kt_config") or {}
+    kt = recipe.kt_config
     threads = _positive_int(kt.get("kt_num_threads")) or sched.cpus
     if threads is None:
         raise RecipeError("a scheduler job needs its CPU count before any node is known: neither "

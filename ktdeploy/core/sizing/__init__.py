@@ -1,8 +1,8 @@
 """Resource planner: peak host RSS, GPU memory per GPU and disk from config.json + the recipe, before any download."""
 
 from pathlib import Path
-from typing import Any
 
+from ktdeploy.core.recipe.document import RecipeSections
 from ktdeploy.core.sizing.advice import Advice, advise, plan_checks
 from ktdeploy.core.sizing.estimate import MEASURED, ResourcePlan, Term, estimate
 from ktdeploy.core.sizing.model_config import (
@@ -13,7 +13,7 @@ from ktdeploy.core.sizing.model_config import (
 )
 
 
-def plan_recipe(recipe: Any, model_config: str | Path | None = None,
+def plan_recipe(recipe: RecipeSections, model_config: str | Path | None = None,
                 gpus: int | None = None) -> tuple[ResourcePlan, MoEArchitecture, str]:
     """(ResourcePlan, MoEArchitecture, where the config came from) for a loaded Recipe."""
     arch, where = resolve_model_config(recipe.train, model_config)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
+from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.sizing.calibration import upper_edges
 from ktdeploy.core.sizing.estimate import GIB, ResourcePlan, estimate, setup_from
 from ktdeploy.core.sizing.model_config import MoEArchitecture
@@ -36,10 +37,9 @@ class Advice:
 
 
 def _kt(train: dict) -> dict:
-    train.setdefault("kt_config", {})
-    if not isinstance(train["kt_config"], dict):
-        train["kt_config"] = {}
-    return train["kt_config"]
+    """train's kt_config mapping, to edit: a new one in its place when it is absent or not a mapping."""
+    kt = train["kt_config"] = TrainKeys(train).kt_config
+    return kt
 
 
 def _edit(d: Dicts, fn: Callable[[dict, dict], object]) -> Dicts:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.sizing.anchors import ANCHORS
 from ktdeploy.core.sizing.estimate import MEASURED, Measured, ResourcePlan, estimate
 from ktdeploy.core.sizing.model_config import MoEArchitecture, parse_model_config
@@ -129,8 +130,8 @@ def fit_constants(points: list[Point]) -> dict[str, float]:
             if p.host_gib is not None)
         floor = out["process_host_gib"]
         phase = [(p.pre_weights_gib - floor * p.num_processes) / w for p in runs
-                 if p.pre_weights_gib and (w := int(p.train.get("preprocessing_num_workers") or 0))]
-        workers = int(hosts[0].train.get("preprocessing_num_workers") or 0)
+                 if p.pre_weights_gib and (w := TrainKeys(p.train).preprocessing_workers)]
+        workers = TrainKeys(hosts[0].train).preprocessing_workers
         if phase:
             out["preprocessing_worker_gib"] = statistics.median(phase)
         elif workers and hosts[0].host_gib is not None:

@@ -15,16 +15,18 @@ from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.recipe.document import RecipeSections
+from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.sizing.advice import plan_checks
 from ktdeploy.core.sizing.estimate import estimate
 from ktdeploy.core.sizing.model_config import MoEArchitecture, resolve_model_config
 
 
-def _dicts(recipe: Any) -> tuple[dict, dict]:   # a Recipe, or anything with .train/.accelerate
+def _dicts(recipe: RecipeSections) -> tuple[dict, dict]:
     return dict(getattr(recipe, "train", None) or {}), dict(getattr(recipe, "accelerate", None) or {})
 
 
-def _arch(recipe: Any, model_config: str | Path | None = None) -> tuple[MoEArchitecture, str]:
+def _arch(recipe: RecipeSections, model_config: str | Path | None = None) -> tuple[MoEArchitecture, str]:
     return resolve_model_config(_dicts(recipe)[0], model_config)
 
 
@@ -35,21 +37,21 @@ def _host_available(facts: HostFacts) -> int | None:
     return min(avail) if avail else None
 
 
-def _gpu_free_mib(facts: HostFacts, recipe: Any) -> list[int] | None:
+def _gpu_free_mib(facts: HostFacts, recipe: RecipeSections) -> list[int] | None:
     wanted = list(getattr(getattr(recipe, "deploy", None), "gpus", None) or [])
     gpus = [g for g in facts.gpu.gpus if not wanted or g.index in wanted]
     free = [g.memory_total_mib - (g.memory_used_mib or 0) for g in gpus if g.memory_total_mib]
     return free or None
 
 
-def _disk_free(facts: HostFacts, recipe: Any) -> int | None:
+def _disk_free(facts: HostFacts, recipe: RecipeSections) -> int | None:
     vol = getattr(getattr(recipe, "deploy", None), "volumes", None)
-    out = getattr(vol, "output", None) or (_dicts(recipe)[0].get("output_dir") or None)
-    pf = facts.path(out) if out else None
+    out = getattr(vol, "output", None) or TrainKeys(recipe.train).output_dir
+    pf = facts.path(out) if isinstance(out, str) and out else None
     return pf.free_bytes if pf else None
 
 
-def plan_check_results(recipe: Any, facts: HostFacts, model_config: str | Path | None = None,
+def plan_check_results(recipe: RecipeSections, facts: HostFacts, model_config: str | Path | None = None,
                        planned: Any = None) -> list[CheckResult]:
     """plan.host_memory / plan.gpu_memory / plan.disk against the host's free memory, GPU memory and disk.
     ``planned``: the doctor run's one planner answer (``checks.resources.recipe_plan``): (plan, arch, where), or

@@ -14,10 +14,13 @@ with every measured peak is ``bench/results/planner-calibration.md`` (``bench/pl
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
+from ktdeploy.core.recipe.document import RecipeSections
 from ktdeploy.core.recipe.expert_format import expert_setup
+from ktdeploy.core.recipe.train_keys import TrainKeys, as_bool, as_int
 from ktdeploy.core.sizing.model_config import MoEArchitecture
 
 GIB = 2**30
@@ -151,69 +154,54 @@ def _ceil_to(x: float, m: int) -> int:
     return int(math.ceil(x / m) * m)
 
 
-@overload
-def _int(v: Any, default: int) -> int: ...
-@overload
-def _int(v: Any, default: None) -> int | None: ...
-def _int(v: Any, default: int | None) -> int | None:
-    try:
-        return int(v) if v is not None and v != "" else default
-    except (TypeError, ValueError):
-        return default
+def _epochs(v: Any) -> float:
+    """num_train_epochs (HF default 3): float() refuses a non-number, and the planner's callers take that as no
+    plan."""
+    return float(v or 3.0)
 
 
-def _bool(v: Any, default: bool) -> bool:
-    if v is None:
-        return default
-    if isinstance(v, str):
-        return v.strip().lower() in ("1", "true", "yes", "on")
-    return bool(v)
-
-
-def expert_format(train: dict, arch: MoEArchitecture | None = None) -> str:
+def expert_format(train: Mapping[str, Any], arch: MoEArchitecture | None = None) -> str:
     """Routed-expert format in CPU memory, decided once for the whole package by
     recipe/expert_format.py expert_setup (kt-kernel's own rule: the format, else the one kt_backend implies)."""
-    fmt = expert_setup(train.get("kt_config"))
+    fmt = expert_setup(TrainKeys(train).kt_config)
     return fmt if fmt in ("bf16", "fp8", "int8", "int4") else "bf16"
 
 
-def setup_from(train: dict, accelerate: dict, gpus: int | None = None) -> Setup:
-    kt_raw = train.get("kt_config")
-    kt: dict = kt_raw if isinstance(kt_raw, dict) else {}
-    cutoff = _int(train.get("cutoff_len"), 2048)                       # LlamaFactory DataArguments default
-    batch = _int(train.get("per_device_train_batch_size"), 8)          # HF TrainingArguments default
-    packing = _bool(train.get("packing"), False)
+def setup_from(train: Mapping[str, Any], accelerate: dict, gpus: int | None = None) -> Setup:
+    t = TrainKeys(train)
+    kt = t.kt_config
+    cutoff, batch, packing = t.cutoff_len, t.per_device_train_batch_size, t.packing
     derived = _ceil_to(cutoff + (1 if packing else 0), 8) * batch      # LlamaFactory raises kt_model_max_length to this
-    mml = max(_int(kt.get("kt_model_max_length"), 0) or 0, derived)
-    nproc = gpus or _int(accelerate.get("num_processes"), 1) or 1
+    mml = max(as_int(kt.get("kt_model_max_length"), 0) or 0, derived)
+    nproc = gpus or as_int(accelerate.get("num_processes"), 1) or 1
     fsdp = str(accelerate.get("distributed_type", "")).upper() == "FSDP" or bool(accelerate.get("fsdp_config"))
     fcfg_raw = accelerate.get("fsdp_config")
     fcfg: dict = fcfg_raw if isinstance(fcfg_raw, dict) else {}
-    full = str(train.get("finetuning_type", "lora")).lower() == "full"
-    tp_enabled = _bool(kt.get("kt_tp_enabled"), False)
+    full = t.is_full
+    tp_enabled = as_bool(kt.get("kt_tp_enabled"), False)
     return Setup(
         finetuning="full" if full else "lora",
-        lora_rank=0 if full else (_int(train.get("lora_rank"), 8) or 0),
+        lora_rank=0 if full else t.lora_rank,
         expert_format=expert_format(train),
         cutoff_len=cutoff, batch=batch, packing=packing,
-        gradient_checkpointing=not _bool(train.get("disable_gradient_checkpointing"), False),
-        cpu_activation=str(train.get("kt_cpu_activation") or "recompute").lower(),
-        cache_depth=_int(kt.get("kt_max_cache_depth"), 2) or 2,
-        share_backward_bb=_bool(kt.get("kt_share_backward_bb"), True),
-        tp_parts=(_int(kt.get("kt_threadpool_count"), 1) or 1) if tp_enabled else 1,
-        num_threads=_int(kt.get("kt_num_threads"), 1) or 1,
+        gradient_checkpointing=t.gradient_checkpointing,
+        cpu_activation=t.cpu_activation,
+        cache_depth=as_int(kt.get("kt_max_cache_depth"), 2) or 2,
+        share_backward_bb=as_bool(kt.get("kt_share_backward_bb"), True),
+        tp_parts=(as_int(kt.get("kt_threadpool_count"), 1) or 1) if tp_enabled else 1,
+        num_threads=as_int(kt.get("kt_num_threads"), 1) or 1,
         model_max_length=mml, num_processes=nproc, fsdp=fsdp,
         mixed_precision=str(accelerate.get("mixed_precision") or "no").lower(),
-        cpu_ram_efficient_loading=_bool(fcfg.get("fsdp_cpu_ram_efficient_loading"), True),
-        dataloader_workers=_int(train.get("dataloader_num_workers"), 0) or 0,
-        preprocessing_workers=_int(train.get("preprocessing_num_workers"), 0) or 0,
-        save_total_limit=_int(train.get("save_total_limit"), None),
-        save_steps=_int(train.get("save_steps"), None),
-        max_steps=_int(train.get("max_steps"), None) if (_int(train.get("max_steps"), -1) or -1) > 0 else None,
-        save_only_model=_bool(train.get("save_only_model"), False),
-        save_strategy=str(train.get("save_strategy") or "steps").lower(),
-        num_train_epochs=float(train.get("num_train_epochs") or 3.0),
-        num_gpu_experts=_int(kt.get("kt_num_gpu_experts"), 0) or 0,
+        cpu_ram_efficient_loading=as_bool(fcfg.get("fsdp_cpu_ram_efficient_loading"), True),
+        dataloader_workers=t.dataloader_workers,
+        preprocessing_workers=t.preprocessing_workers,
+        save_total_limit=t.save_total_limit,
+        save_steps=t.save_steps,
+        max_steps=t.max_steps,
+        save_only_model=t.save_only_model,
+        save_strategy=t.save_strategy,
+        num_train_epochs=_epochs(t.num_train_epochs),
+        num_gpu_experts=as_int(kt.get("kt_num_gpu_experts"), 0) or 0,
         weight_lifecycle=str(kt.get("kt_weight_lifecycle") or "persistent").lower(),
     )
 
@@ -230,7 +218,11 @@ def expert_bytes_per_param(fmt: str, arch: MoEArchitecture) -> float:
     return 2.0           # bf16
 
 
-def merges(recipe_or_dicts: Any) -> bool:
+# What the planner sizes: a Recipe (or a stand-in with its sections), a recipe document, or (train, accelerate).
+PlanInput = RecipeSections | dict[str, Any] | tuple[Mapping[str, Any], Mapping[str, Any]]
+
+
+def merges(recipe_or_dicts: PlanInput) -> bool:
     """deploy.serve.merge is on (a Recipe or a document dict); the merged model then needs the base's size again."""
     deploy = getattr(recipe_or_dicts, "deploy", None)
     if deploy is not None:
@@ -241,18 +233,18 @@ def merges(recipe_or_dicts: Any) -> bool:
     return False
 
 
-def _inputs(recipe_or_dicts: Any) -> tuple[dict, dict]:
-    if hasattr(recipe_or_dicts, "train") and hasattr(recipe_or_dicts, "accelerate"):
-        return dict(recipe_or_dicts.train or {}), dict(recipe_or_dicts.accelerate or {})
+def _inputs(recipe_or_dicts: PlanInput) -> tuple[dict, dict]:
+    if isinstance(recipe_or_dicts, tuple | list):
+        train, accelerate = recipe_or_dicts
+        return dict(train or {}), dict(accelerate or {})
     if isinstance(recipe_or_dicts, dict):
         return dict(recipe_or_dicts.get("train") or {}), dict(recipe_or_dicts.get("accelerate") or {})
-    train, accelerate = recipe_or_dicts
-    return dict(train or {}), dict(accelerate or {})
+    return dict(recipe_or_dicts.train or {}), dict(recipe_or_dicts.accelerate or {})
 
 
 # ---- the model -----------------------------------------------------------------------------------------
 
-def estimate(recipe_or_dicts: Any, arch: MoEArchitecture, gpus: int | None = None,
+def estimate(recipe_or_dicts: PlanInput, arch: MoEArchitecture, gpus: int | None = None,
              constants: dict[str, Measured] | None = None) -> ResourcePlan:
     """Peak host RSS, peak GPU memory per GPU and disk for one training run (GiB, 2^30 bytes)."""
     train, accelerate = _inputs(recipe_or_dicts)

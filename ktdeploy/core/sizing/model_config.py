@@ -11,12 +11,13 @@ cross-checks them against the published totals (Qwen3-235B: 235 B, DeepSeek-V3: 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ktdeploy.core.errors import RecipeError, UsageError
+from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.safeio import parse_json, read_text
 
 # Fields every family needs: the routed-expert tensors, how often MoE layers occur, and the attention shape.
@@ -381,13 +382,13 @@ def shipped_models_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "builtin_recipes" / "models"
 
 
-def resolve_model_config(train: dict, explicit: str | Path | None = None,
+def resolve_model_config(train: Mapping[str, Any], explicit: str | Path | None = None,
                          models_dir: Path | None = None) -> tuple[MoEArchitecture, str]:
     """Which config.json describes this recipe's model, in order: --model-config, the model dir's own
     config.json, then recipes/models/<basename of model_name_or_path>.json. Returns (arch, where)."""
     if explicit:
         return load_model_config(explicit), str(explicit)
-    name = str(train.get("model_name_or_path") or "").rstrip("/")
+    name = str(TrainKeys(train).model_name_or_path or "").rstrip("/")
     tried = []
     if name:
         own = Path(name) / "config.json"

@@ -13,6 +13,7 @@ from ktdeploy.core.errors import StepError
 from ktdeploy.core.facts.host import CpuFacts, DockerFacts, HostFacts
 from ktdeploy.core.markers import FILES_SH
 from ktdeploy.core.plan import UpOptions, build_plan
+from ktdeploy.core.plan.params import FollowParams, RunParams
 from ktdeploy.core.plan.state import STATE_SCRIPT, ContainerState, JobState
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.recipe import builtin_recipe, load_recipe
@@ -82,7 +83,7 @@ def test_an_unscripted_command_fails_the_test(tmp_path):
 
 
 def _follow_plan() -> Plan:
-    return _plan(Step("follow.train", "follow", action="follow", params={"container": "job1", "log": LOG}),
+    return _plan(Step("follow.train", "follow", action="follow", params=FollowParams(container="job1", log=LOG)),
                  stage="FOLLOW")
 
 
@@ -269,7 +270,7 @@ def test_up_dry_run_on_the_gpu_golden_host_plans_and_changes_nothing(tmp_path, m
 def test_a_failed_serve_create_removes_the_uploaded_key_file(tmp_path):
     conn = FakeConnector().on(("docker", "create"), fail("no such image")).on(("rm", "-f"), ok())
     plan = _plan(Step("serve.create", "create", argv=("docker", "create", "x"),
-                      params={"cleanup": ["rm", "-f", "--", "/job/serve.env"]}), stage="SERVE")
+                      params=RunParams(cleanup=("rm", "-f", "--", "/job/serve.env"))), stage="SERVE")
     with pytest.raises(StepError):
         _executor(conn, plan, tmp_path).apply()
     assert conn.ran("rm", "-f") == [["rm", "-f", "--", "/job/serve.env"]]

@@ -12,6 +12,7 @@ from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.executor import FOLLOW_SCRIPT, Executor, parse_snapshot, snapshot
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.errors import ConnectError, StepError
+from ktdeploy.core.plan.params import FollowParams
 from ktdeploy.core.plan.steps import Plan, Stage, Step
 from tests.fakes.connector import FakeConnector, ok
 
@@ -71,7 +72,7 @@ def recorded(answers: list[Result]) -> FakeConnector:
 
 def _follow_plan():
     step = Step("train.follow", "follow training", action="follow",
-                params={"container": "job", "log": "/out/trainer_log.jsonl"})
+                params=FollowParams(container="job", log="/out/trainer_log.jsonl"))
     return Plan(host="gpu01", recipe="tiny", job="job", image="img", variant=None, output_dir="/out",
                 adapter_dir="/out/a", job_dir="/job", stages=(Stage("FOLLOW", "follow", (step,)),))
 

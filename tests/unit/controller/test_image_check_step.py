@@ -16,13 +16,14 @@ from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import CheckFailed
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.plan.params import ImageCheckParams
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 
 
 def _plan(waived=()) -> tuple[Plan, Step]:
     step = Step("image.check", "img ready", action=StepAction.IMAGE_CHECK, argv=("docker", "run"),
-                params={"image": "ktsft:amx", "name": "job1-imgcheck", "gpus": [2, 3], "memlock": False,
-                        "user": "1000:1000"})
+                params=ImageCheckParams(image="ktsft:amx", name="job1-imgcheck", gpus=(2, 3), memlock=False,
+                                        user="1000:1000"))
     return Plan(host="fake-host", recipe="r", job="job1", image="ktsft:amx", variant="amx", output_dir="/out",
                 adapter_dir="/out/adapter", job_dir="/job", stages=(Stage("IMAGE", "image", (step,)),),
                 waived=tuple(waived)), step
@@ -71,9 +72,9 @@ def test_plan_argv_is_what_image_doctor_runs():
 
     p = build_plan(recipe(), facts(), state(), UpOptions())
     s = {st.id: st for _, st in p.steps()}["image.check"]
-    pr = s.params
-    assert list(s.argv) == dk.image_check(pr["image"], name=pr["name"], gpus=pr["gpus"] or None,
-                                          memlock=pr["memlock"], user=pr["user"])
+    pr = s.typed(ImageCheckParams)
+    assert list(s.argv) == dk.image_check(pr.image, name=pr.name, gpus=list(pr.gpus) or None,
+                                          memlock=pr.memlock, user=pr.user)
     assert dataclasses.asdict(s)["action"] == StepAction.IMAGE_CHECK
 
 

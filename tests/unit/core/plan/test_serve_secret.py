@@ -16,6 +16,7 @@ import pytest
 from ktdeploy.controller.connectors import LocalConnector
 from ktdeploy.core.errors import StepError
 from ktdeploy.core.plan import UpOptions, build_plan
+from ktdeploy.core.plan.params import SecretParams
 from ktdeploy.core.plan.steps import Stage, Step
 from tests.unit.core.plan.test_build import facts, recipe, state, steps
 
@@ -26,7 +27,7 @@ def test_api_key_goes_through_an_env_file_and_never_into_the_plan():
     p = build_plan(recipe("deploy.serve.api_key_env=KTDEPLOY_API_KEY"), facts(), state(), UpOptions(host="gpu01", run_id="r"))
     st = steps(p)
     key = st["serve.key"]
-    assert key.action == "put_secret" and key.params == {"env": "KTDEPLOY_API_KEY"}
+    assert key.action == "put_secret" and key.params == SecretParams(env="KTDEPLOY_API_KEY")
     create = st["serve.create"].argv
     assert create[create.index("--env-file") + 1] == key.remote
     assert st["serve.unstage_key"].argv == ("rm", "-f", "--", key.remote)
@@ -64,7 +65,7 @@ def test_put_secret_writes_a_0600_file_from_the_environment(tmp_path, monkeypatc
     monkeypatch.setenv("KTDEPLOY_API_KEY", SECRET)
     target = tmp_path / "job" / "serve.env"
     _Exec().ex._do_put_secret(Stage("SERVE", "serve", ()), Step("serve.key", "key", action="put_secret",
-                                                                  remote=str(target), params={"env": "KTDEPLOY_API_KEY"}))
+                                                                  remote=str(target), params=SecretParams(env="KTDEPLOY_API_KEY")))
     assert target.read_text() == f"KTDEPLOY_API_KEY={SECRET}\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
@@ -73,7 +74,8 @@ def test_put_secret_without_the_variable_fails_clearly(tmp_path, monkeypatch):
     monkeypatch.delenv("KTDEPLOY_API_KEY", raising=False)
     with pytest.raises(StepError, match="KTDEPLOY_API_KEY") as ei:
         _Exec().ex._do_put_secret(Stage("SERVE", "serve", ()), Step("serve.key", "key", action="put_secret",
-                                                                      remote=str(tmp_path / "k"), params={"env": "KTDEPLOY_API_KEY"}))
+                                                                      remote=str(tmp_path / "k"),
+                                                                      params=SecretParams(env="KTDEPLOY_API_KEY")))
     assert "export KTDEPLOY_API_KEY" in ei.value.fix
     assert not (tmp_path / "k").exists()
 
