@@ -31,10 +31,14 @@ def _v(ctx: Ctx, key: str) -> Any:
     return ctx.t[key] if key in ctx.t else cd.TRAIN_DEFAULTS.get(key)
 
 
+def _mapping(v: Any) -> dict:
+    """A section the recipe should hold as a mapping: itself, else empty (the type rule reports the value)."""
+    return v if isinstance(v, dict) else {}
+
+
 def _launch(ctx: Ctx, key: str) -> Any:
     """An fsdp_config value as accelerate launch takes it: the recipe's, else launch's own default."""
-    fsdp = ctx.a.get("fsdp_config")
-    fsdp = fsdp if isinstance(fsdp, dict) else {}
+    fsdp = _mapping(ctx.a.get("fsdp_config"))
     if key in fsdp:
         return fsdp[key]
     short = key[len("fsdp_"):] if key.startswith("fsdp_") else key
@@ -404,7 +408,7 @@ def accelerate_launch(ctx: Ctx) -> None:
                   "reads it back with int(), which refuses it", "write fsdp_version: 2")
     elif ctx.use_kt and version != 2:
         said = "fsdp_config.fsdp_version is not set and accelerate launch defaults to 1" if raw == \
-            cd.LAUNCH_DEFAULTS.get("fsdp_version") and "fsdp_version" not in (a.get("fsdp_config") or {}) else \
+            cd.LAUNCH_DEFAULTS.get("fsdp_version") and "fsdp_version" not in _mapping(a.get("fsdp_config")) else \
             f"fsdp_version {raw!r}"
         ctx.error("accelerate.fsdp_config.fsdp_version", f"{said}: the KT plugin refuses FSDP1 ('KT plugin supports "
                   "FSDP2, but not FSDP1')", "set accelerate.fsdp_config.fsdp_version: 2 (cookbook A.2)")
