@@ -88,7 +88,7 @@ def _resolve(ref: str) -> str | None:
         ref = ref.replace(".", "/")
     # a path may be given from the package (core/...), or from its layer where the sentence names it (images/,
     # plan/state.py)
-    bases = [ROOT, PKG, PKG / "core", PKG / "controller"]
+    bases = [ROOT, PKG, PKG / "core", PKG / "controller", ROOT / "tests" / "unit"]
     for base in bases:
         p = next((c for c in (base / ref, base / f"{ref}.py") if c.exists()), base / ref)
         if p.exists():
