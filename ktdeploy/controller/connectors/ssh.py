@@ -18,6 +18,8 @@ import time
 from ktdeploy.controller.connectors.base import Result, checked, env_prefix, quote_argv, to_text
 from ktdeploy.core.errors import ConnectError, StepError, UsageError
 
+EOF_GRACE_S = 2.0   # after a command's exit status, how long its output may still arrive before the channel's EOF
+
 
 def _regular_or_absent(path: str) -> None:
     """paramiko reads known_hosts with a plain open(): a FIFO there would wait forever, /dev/zero never end."""
@@ -127,6 +129,7 @@ class SSHConnector:
             out, err = bytearray(), bytearray()
             deadline = time.monotonic() + timeout if timeout else None
             chan.settimeout(0.2)
+            exited_at: float | None = None
             while True:
                 got = False
                 while chan.recv_ready():
@@ -136,7 +139,13 @@ class SSHConnector:
                     err += chan.recv_stderr(65536)
                     got = True
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
+                    # sshd may send the exit status before the output the command wrote last (it reaps the child
+                    # before it drains the pipe), so the answer is whole only at the channel's EOF. A command that
+                    # leaves a background child holding its stdout never gives one: EOF_GRACE_S after the exit
+                    # status, what has come is the answer.
+                    exited_at = exited_at or time.monotonic()
+                    if chan.eof_received or chan.closed or time.monotonic() - exited_at > EOF_GRACE_S:
+                        break
                 if deadline and time.monotonic() > deadline:
                     chan.close()
                     return Result(124, to_text(bytes(out)), to_text(bytes(err)) + f"\ntimed out after {timeout}s")
@@ -145,6 +154,8 @@ class SSHConnector:
                         data = chan.recv(65536)
                         if data:
                             out += data
+                        elif not chan.exit_status_ready():
+                            time.sleep(0.01)    # EOF came first: the exit status is on its way
                     except TimeoutError:
                         pass
             rc = chan.recv_exit_status()
