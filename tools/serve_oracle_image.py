@@ -105,8 +105,9 @@ def _uid_in_passwd() -> bool:
 
 
 def run_in_image(cases, code, args: list[str]):
+    import dataclasses
+
     import kt_kernel
-    from serve_oracle import Case
 
     from ktdeploy.core import variants as V
 
@@ -126,9 +127,10 @@ def run_in_image(cases, code, args: list[str]):
     lora = next(c for c in results if c.lora)
     bare = {k: v for k, v in lora.env.items() if k not in ("SGLANG_KT_LORA_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
     known = _uid_in_passwd()
-    old = Case(f"{lora.recipe}: LoRA without SGLANG_KT_LORA_CACHE_DIR (pre-fix env), uid {os.getuid()} "
-               f"{'in' if known else 'absent from'} passwd", lora.recipe, True, lora.argv, bare,
-               expect_ok=known and V.get(build).sft)
+    # a case of serve_oracle's own type, made from the LoRA case (this half never imports the other)
+    old = dataclasses.replace(lora, name=f"{lora.recipe}: LoRA without SGLANG_KT_LORA_CACHE_DIR (pre-fix env), uid "
+                                         f"{os.getuid()} {'in' if known else 'absent from'} passwd",
+                              env=bare, expect_ok=known and V.get(build).sft, verdicts={}, ok=None)
     for var in ("LOGNAME", "USER", "LNAME", "USERNAME", "SGLANG_KT_LORA_CACHE_DIR"):
         os.environ.pop(var, None)
     try:

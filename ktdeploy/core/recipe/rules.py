@@ -8,103 +8,32 @@ run, so one `ktdeploy check` reports every violation at once.
 
 from __future__ import annotations
 
-import math
 import posixpath
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from ktdeploy.core.checkpoints import CHECKPOINT_RE
 from ktdeploy.core.recipe import catalog as cat
+from ktdeploy.core.recipe import rules_deploy, rules_serving, rules_stack, rules_text
 from ktdeploy.core.recipe.document import Recipe
-from ktdeploy.core.recipe.finding import Finding, Severity
+from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.loader import SECTIONS
+from ktdeploy.core.recipe.rules_base import (  # noqa: F401  (inside, Ctx: also read from here by other modules)
+    Ctx,
+    RuleFn,
+    RuleSet,
+    _is_int,
+    _norm,
+    _num,
+    _truthy,
+    inside,
+)
 from ktdeploy.core.recipe.schema import Deploy, Scheduler, Serve, Volumes
 from ktdeploy.core.recipe.types import type_error
-from ktdeploy.core.safeio import inside as _inside
-from ktdeploy.core.safeio import norm_path
 
-RuleFn = Callable[["Ctx"], None]
-RULES: list[tuple[str, RuleFn]] = []
+rule = RuleSet()        # this module's rules (RULES below orders every module's)
+last = RuleSet()        # run after rules_stack's: types.catalog skips the keys they report
 
 RUNTIME_TOKEN_MARGIN = 128  # cookbook A.1 pairs cutoff_len 2048 with kt_model_max_length 2176 (Qwen3.5 template)
-
-
-def rule(rule_id: str) -> Callable[[RuleFn], RuleFn]:
-    def deco(fn: RuleFn) -> RuleFn:
-        RULES.append((rule_id, fn))
-        return fn
-    return deco
-
-
-@dataclass
-class Ctx:
-    recipe: Recipe
-    findings: list[Finding] = field(default_factory=list)
-    current: str = ""
-
-    @property
-    def t(self) -> dict[str, Any]:
-        return self.recipe.train
-
-    @property
-    def a(self) -> dict[str, Any]:
-        return self.recipe.accelerate
-
-    @property
-    def k(self) -> dict[str, Any]:
-        return self.recipe.kt_config
-
-    @property
-    def use_kt(self) -> bool:
-        return self.t.get("use_kt") is True
-
-    def _add(self, sev: Severity, path: str, message: str, fix: str) -> None:
-        file, line = self.recipe.raw.source.where(path)
-        self.findings.append(Finding(sev, path, message, fix, self.current, file, line))
-
-    guesses_left: int = 50  # "did you mean" costs ~3 ms a key: a recipe of 20,000 unknown keys gets 50 of them
-
-    def guess(self, key: str, candidates: Iterable[str]) -> str | None:
-        if self.guesses_left <= 0 or len(key) > 80:
-            return None
-        self.guesses_left -= 1
-        return cat.did_you_mean(key, candidates)
-
-    def error(self, path: str, message: str, fix: str = "") -> None:
-        self._add("error", path, message, fix)
-
-    def warn(self, path: str, message: str, fix: str = "") -> None:
-        self._add("warning", path, message, fix)
-
-
-# ---------------------------------------------------------------- helpers
-
-def _is_int(v: Any) -> TypeGuard[int]:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)) and math.isfinite(v):
-        return float(v)
-    return None
-
-
-def _norm(p: Any) -> str | None:
-    if not isinstance(p, str) or not p.startswith("/") or "\x00" in p:
-        return None
-    return norm_path(p)
-
-
-def inside(path: str, root: str) -> bool:
-    """The one containment test of recipe paths (ktdeploy.core.safeio.inside: '//', '/./', '/' and '..' collapse)."""
-    return _inside(path, root)
-
-
-def _truthy(v: Any) -> bool:
-    return v is True or (isinstance(v, str) and v.lower() in ("true", "1", "yes"))
 
 
 # ---------------------------------------------------------------- structure and placement
@@ -976,12 +905,7 @@ def serve_merge(ctx: Ctx) -> None:
                   "weights themselves", "set pissa_init: false, or serve the adapter (deploy.serve.merge: false)")
 
 
-# The rules that keep plain `check` from being looser than the stack's own argument checks (issue #36) live in
-# their own module; importing it registers them here, before types.catalog (which skips the keys they report).
-from ktdeploy.core.recipe import rules_stack as _rules_stack  # noqa: E402, F401
-
-
-@rule("types.catalog")
+@last("types.catalog")
 def catalog_types(ctx: Ctx) -> None:
     """Catalogue types (ktdeploy/core/recipe/types.py): each train/accelerate value against the annotation of
     its dataclass field in the locked wheels. LF hparams/parser.py uses HfArgumentParser.parse_dict, which
@@ -1002,6 +926,13 @@ def catalog_types(ctx: Ctx) -> None:
                 ctx.error(path, *err)
 
 
+# The order `check` runs them in (and reports their findings): this module's, the rules that keep plain `check`
+# from being looser than the stack's own argument checks (issue #36), types.catalog (which skips the keys those
+# report), the serving and CPU-build rules, then the hostile-input and text rules (issue #35).
+RULES: list[tuple[str, RuleFn]] = [*rule.rules, *rules_stack.rule.rules, *last.rules, *rules_serving.rule.rules,
+                                   *rules_deploy.rule.rules, *rules_text.rule.rules]
+
+
 def run_rules(recipe: Recipe) -> list[Finding]:
     ctx = Ctx(recipe)
     for rule_id, fn in RULES:
@@ -1014,6 +945,3 @@ def run_rules(recipe: Recipe) -> list[Finding]:
                       "fix the value types reported above")
     return ctx.findings
 
-
-# The serving and CPU-build rules live in their own module; importing it registers them after the ones above.
-from ktdeploy.core.recipe import rules_serving as _rules_serving  # noqa: E402,F401

@@ -1,6 +1,6 @@
 """Rules on what a recipe from someone else could make ktdeploy do, and on values that pass the other rules but
 fail hours later (issue 35). Kept apart from rules.py (other rules are added there concurrently); registered on
-the same RULES list by importing this module (validate.py does).
+rules.py's RULES, after the serving rules.
 
 - ``serve.api_key_env``: the variable whose value ``up`` uploads to the host must be one the operator made for
   this: ``KTDEPLOY_`` then a name holding ``KEY`` (``KTDEPLOY_API_KEY``). A recipe naming AWS_SECRET_ACCESS_KEY
@@ -24,11 +24,13 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from ktdeploy.core.recipe.expert_format import expert_setup
-from ktdeploy.core.recipe.rules import Ctx, rule
+from ktdeploy.core.recipe.rules_base import Ctx, RuleSet
 from ktdeploy.core.safeio import inside, norm_path
 
 if TYPE_CHECKING:
     from ktdeploy.core.sizing.model_config import MoEArchitecture
+
+rule = RuleSet()
 
 API_KEY_ENV = re.compile(r"^KTDEPLOY_[A-Z0-9_]*KEY[A-Z0-9_]*$")
 HOST = re.compile(r"^(?!-)[A-Za-z0-9._:\[\]%-]{1,253}$")     # a name, an IPv4 or an (bracketed or bare) IPv6

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from ktdeploy.core import kt_methods
 from ktdeploy.core import variants as V
-from ktdeploy.core.recipe.rules import Ctx, rule
+from ktdeploy.core.recipe.rules_base import Ctx, RuleSet
+
+rule = RuleSet()
 
 # LlamaFactory LoraArguments that `ktdeploy convert` cannot turn into an adapter sglang-kt serves.
 _UNSERVABLE = (

@@ -16,7 +16,9 @@ import posixpath
 from typing import Any
 
 from ktdeploy.core.recipe import catalog_data as cd
-from ktdeploy.core.recipe.rules import Ctx, _is_int, _num, inside, rule
+from ktdeploy.core.recipe.rules_base import Ctx, RuleSet, _is_int, _num, inside
+
+rule = RuleSet()
 
 SEED_MAX = 2**32 - 1          # numpy's legacy seed range (transformers.set_seed -> np.random.seed)
 EVAL_KEYS = ("do_eval", "do_predict", "predict_with_generate")

@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from ktdeploy.core import variants as V
-from ktdeploy.core.recipe.rules import Ctx, rule
+from ktdeploy.core.recipe.rules_base import Ctx, RuleSet
 from ktdeploy.core.recipe.schema import LINE_BREAKING
 from ktdeploy.core.safeio import norm_path
+
+rule = RuleSet()
 
 TRAIN_PATHS = ("output_dir", "model_name_or_path", "adapter_name_or_path", "dataset_dir", "kt_weight_path",
                "resume_from_checkpoint", "logging_dir", "eval_dataset", "dataset", "template")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ktdeploy.core.errors import RecipeError
-from ktdeploy.core.recipe import rules_deploy, rules_text  # noqa: F401  (register their rules on RULES)
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding, errors
 from ktdeploy.core.recipe.rules import run_rules
