@@ -2,9 +2,7 @@
 ktdeploy/, a check reported under a name outside CHECKS, or a waiver list naming an unknown check fails here."""
 
 import ast
-import io
 import re
-import tokenize
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ import pytest
 from ktdeploy.core.check_names import CHECKS, CheckName
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, CPU_ONLY_WAIVERS, RUNTIME_FIXABLE
 from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+from tests.unit.literals import name_literals
 
 PKG = Path(__file__).resolve().parents[3] / "ktdeploy"
 HOME = PKG / "core" / "check_names.py"
@@ -19,17 +18,9 @@ DOTTED = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 
 
 def check_name_literals(source: str) -> list[tuple[int, str]]:
-    """(line, name) of every string literal that is a registered check name."""
-    out = []
-    for t in tokenize.generate_tokens(io.StringIO(source).readline):
-        if t.type == tokenize.STRING:
-            try:
-                value = ast.literal_eval(t.string)
-            except (ValueError, SyntaxError):
-                continue   # an f-string: its parts are checked by reported_names below
-            if isinstance(value, str) and value in CHECKS:
-                out.append((t.start[0], value))
-    return out
+    """(line, name) of every string literal that is a registered check name (an f-string's parts are checked by
+    reported_names below)."""
+    return name_literals(source, CHECKS)
 
 
 def unregistered_names(source: str) -> list[tuple[int, str]]:

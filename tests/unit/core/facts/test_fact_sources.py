@@ -3,11 +3,8 @@ function that reads its answer, and code names a source by its constant. A sourc
 elsewhere in ktdeploy/ (the old ``out("meminfo")`` join between a command and its parser) fails here, as does a
 registry entry nothing reads or a parse that does not take what its source hands it."""
 
-import ast
 import inspect
-import io
 import json
-import tokenize
 from pathlib import Path
 
 from ktdeploy.core.facts import sources
@@ -22,6 +19,7 @@ from ktdeploy.core.facts.sources import (
     ProbeSource,
     ScriptSource,
 )
+from tests.unit.literals import name_literals
 
 ROOT = Path(__file__).resolve().parents[4]
 PKG = ROOT / "ktdeploy"
@@ -38,20 +36,6 @@ OTHER_MEANINGS = {
 }
 # the controller's gatherer: not even those words (every source reached through the registry)
 GATHERER = [PKG / "controller" / f for f in ("facts_gather.py", "facts_probes.py", "facts_record.py", "local_host.py")]
-
-
-def name_literals(source: str, names: set[str]) -> list[tuple[int, str]]:
-    """(line, name) of every string literal that is one of ``names``."""
-    out = []
-    for t in tokenize.generate_tokens(io.StringIO(source).readline):
-        if t.type == tokenize.STRING:
-            try:
-                value = ast.literal_eval(t.string)
-            except (ValueError, SyntaxError):
-                continue
-            if isinstance(value, str) and value in names:
-                out.append((t.start[0], value))
-    return out
 
 
 def _sources():
