@@ -22,6 +22,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 DATASET_NAME = "tiny_sft"
+FORMATS = ("bf16", "fp8")
 # Long samples (~200-450 tokens): a step then holds enough tokens for the CPU experts to dominate it.
 LONG_DATASET_NAME = "tiny_sft_long"
 
@@ -65,6 +66,7 @@ class TinyResult:
     model_dir: str
     data_dir: str
     size: str
+    format: str = "bf16"
     config: dict = field(default_factory=dict)
     num_samples: int = 0
     heldout: str = ""
@@ -181,10 +183,19 @@ def build_model(model_dir: Path, size: TinySize, seed: int = 0, device: str | No
 
 
 def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", num_samples: int = 400,
-              seed: int = 0, overwrite: bool = False) -> TinyResult:
-    """``model_dir`` (config, bf16 weights, tokenizer) and ``data_dir`` (dataset + dataset_info.json)."""
+              seed: int = 0, overwrite: bool = False, fmt: str = "bf16") -> TinyResult:
+    """``model_dir`` (config, weights, tokenizer) and ``data_dir`` (dataset + dataset_info.json).
+
+    ``fmt`` ``fp8``: the same random model, its linear layers stored as a native block-FP8 checkpoint
+    (``ktdeploy.agent.tiny_fp8``)."""
     if size not in SIZES:
         raise UsageError(f"unknown tiny model size {size!r}", fix=f"use one of: {', '.join(SIZES)}")
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown tiny model format {fmt!r}", key="--format", fix=f"use one of: {', '.join(FORMATS)}")
+    if fmt == "fp8":
+        from ktdeploy.agent.tiny_fp8 import check_fp8_shape
+
+        check_fp8_shape(SIZES[size])
     model_dir, data_dir = Path(model_dir), Path(data_dir)
     if (model_dir / "config.json").exists() and not overwrite:
         raise UsageError(f"{model_dir} already holds a model", fix="choose another directory or pass --overwrite")
@@ -201,6 +212,10 @@ def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", 
         # Special-token ids for generation and LlamaFactory's template (replace_eos uses <|im_end|>).
         config.update(eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
                       pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), bos_token_id=None)
+        if fmt == "fp8":
+            from ktdeploy.agent.tiny_fp8 import quantize_checkpoint
+
+            config["quantization_config"] = quantize_checkpoint(tmp, config)
         write_file(tmp, "config.json", json.dumps(config, indent=2), overwrite=True)
         gen = tmp / "generation_config.json"
         if gen.exists():
@@ -208,7 +223,7 @@ def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", 
             g.update(eos_token_id=config["eos_token_id"], pad_token_id=config["pad_token_id"])
             write_file(tmp, gen.name, json.dumps(g, indent=2), overwrite=True)
     heldout = build_dataset(data_dir, num_samples, seed, overwrite=overwrite)
-    return TinyResult(str(model_dir), str(data_dir), size, config, num_samples, str(heldout))
+    return TinyResult(str(model_dir), str(data_dir), size, fmt, config, num_samples, str(heldout))
 
 
 def _find_spec(util: Any, name: str) -> Any:

@@ -1,5 +1,6 @@
 """The agent's commands - what the image's entrypoint runs on the training host:
-`ktdeploy train`, `ktdeploy convert`, `ktdeploy merge`, `ktdeploy serve`, `ktdeploy tiny-model`."""
+`ktdeploy train`, `ktdeploy convert`, `ktdeploy merge`, `ktdeploy serve`, `ktdeploy tiny-model`,
+`ktdeploy prepare-weights`."""
 
 from __future__ import annotations
 
@@ -168,6 +169,79 @@ def merge(
         console.print(f"note: {esc(note)}", highlight=False)
 
 
+@app.command("prepare-weights")
+def prepare_weights(
+    model: Optional[Path] = typer.Argument(None, metavar="MODEL", show_default=False,
+                                           help="The BF16 or block-FP8 model folder (or --recipe)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="int8 | amxint4 (default: the recipe's)."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", metavar="DIR",
+                                       help="New folder for the converted experts (default: the recipe's "
+                                            "kt_weight_path)."),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", metavar="FILE",
+                                          help="Take the model, format, thread pools and output from this recipe."),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
+    threadpools: Optional[int] = typer.Option(None, "--threadpools", min=1, max=64,
+                                              help="kt_threadpool_count the training will use (the layout splits "
+                                                   "each expert across the pools; default: the recipe's, else 1)."),
+    ephemeral: Optional[str] = typer.Option(None, "--ephemeral", metavar="RUN_ID",
+                                            help="INT8 only: stage in /dev/shm/kt-int8-RUN_ID for one run "
+                                                 "(kt-kernel's ephemeral lifecycle) instead of -o."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, max=1024,
+                                          help="CPU threads for kt-kernel's quantizer (default: this host's "
+                                               "kt_num_threads)."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the forward check against BF16 and "
+                                                              "kt-kernel's validation of the result."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Convert a model's routed experts for INT8 or AMXINT4 training with kt-kernel's own quantizer.
+
+    One layer at a time; built beside -o and published by one rename; an interrupted run resumes. The result
+    passes kt-kernel's own validation (INT8) and a forward check against BF16 before it is published."""
+    from ktdeploy.agent.prepare_weights import prepare
+    from ktdeploy.core import kt_weights as kw
+
+    if recipe is not None:
+        from ktdeploy.core.recipe.document import load_recipe
+
+        r = load_recipe(recipe, set_)
+        need = kw.needed_by(r.weight_setup(), r.keys.kt_config, r.keys.model_name_or_path, r.keys.kt_weight_path)
+        if need is None:
+            raise UsageError(f"{recipe} trains {r.weight_setup().upper()} experts, which need no conversion",
+                             key="--recipe", fix="prepare-weights is for INT8 and AMXINT4 recipes (kt_weight_path)")
+        model = model or Path(need.model)
+        fmt = fmt or need.format
+        threadpools = threadpools or need.pools
+        if need.ephemeral_run_id is not None:
+            ephemeral = ephemeral or need.ephemeral_run_id
+        else:
+            out = out or Path(need.output or "")
+    if model is None or fmt is None:
+        raise UsageError("no model or format given", key="MODEL",
+                         fix="ktdeploy prepare-weights MODEL --format int8 -o DIR, or --recipe RECIPE")
+    if threads is None:
+        from ktdeploy.controller.local_host import local_threads
+
+        threads = local_threads(2)[0]
+    say = (lambda m: None) if as_json else (lambda m: err_console.print(esc(m), highlight=False))
+    s = prepare(model, out, fmt, pools=threadpools or 1, threads=threads, verify=not no_verify,
+                ephemeral_run_id=ephemeral, say=say)
+    if as_json:
+        print_json(s.to_json())
+        return
+    done = "already prepared" if s.verify.get("already_prepared") else "written"
+    console.print(f"[green]{esc(s.format.upper())} experts {done}[/]: {esc(s.output_dir)}")
+    console.print(f"{s.layers} layers x {s.experts} experts, {s.pools} thread pool(s): {s.files} files, "
+                  f"{s.bytes / 2**30:.2f} GiB in {s.seconds:.1f} s ({s.kept_layers} kept from an interrupted run)",
+                  highlight=False)
+    fwd = s.verify.get("forward")
+    if fwd:
+        console.print(f"forward check (layer {fwd['layer']}, {fwd['tokens']} tokens, {esc(fwd['loader'])}): relative "
+                      f"L2 {fwd['rel_l2']:.4f} against BF16 (tolerance {fwd['tolerance']})", highlight=False)
+    if "kt_kernel" in s.verify:
+        console.print(f"kt-kernel validation: {esc(s.verify['kt_kernel']['validator'])} passed "
+                      f"({s.verify['kt_kernel']['files']} files hashed)", highlight=False)
+
+
 @app.command()
 def serve(
     recipe: Path = typer.Argument(..., help="Recipe YAML (model, KT settings, deploy.serve)."),
@@ -229,12 +303,14 @@ def tiny_model(
     samples: int = typer.Option(400, "--samples", help="Synthetic training samples."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the weights and the samples."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the dataset files if the folder has them."),
+    fmt: str = typer.Option("bf16", "--format", help="bf16 | fp8 (a native block-FP8 checkpoint: float8_e4m3fn "
+                                                     "weights, 128x128 weight_scale_inv blocks)."),
 ) -> None:
     """Build a tiny random Qwen3-MoE, a byte-level BPE tokenizer and a synthetic SFT dataset (needs torch)."""
     from ktdeploy.agent.tiny import build_all
 
     try:
-        res = build_all(model_dir, data_dir, size=size, num_samples=samples, seed=seed, overwrite=overwrite)
+        res = build_all(model_dir, data_dir, size=size, num_samples=samples, seed=seed, overwrite=overwrite, fmt=fmt)
     except ImportError as err:  # a controller without the ML stack
         raise UsageError(f"tiny-model needs torch, transformers and tokenizers: {err}",
                          fix="run it inside the image (docker run ktsft:<variant> tiny-model ...)") from None

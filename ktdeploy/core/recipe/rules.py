@@ -12,6 +12,7 @@ import posixpath
 from typing import Any
 
 from ktdeploy.core.checkpoints import CHECKPOINT_RE
+from ktdeploy.core.kt_weights import EPHEMERAL_ROOT
 from ktdeploy.core.recipe import catalog as cat
 from ktdeploy.core.recipe import rules_deploy, rules_serving, rules_stack, rules_text
 from ktdeploy.core.recipe.document import Recipe
@@ -595,6 +596,12 @@ def fp8_lifecycle(ctx: Ctx) -> None:
     elif lc == "ephemeral":
         ctx.warn("train.kt_config.kt_weight_lifecycle", "ephemeral stages the INT8 expert weights in /dev/shm",
                  "make sure /dev/shm can hold them (`ktdeploy doctor --recipe` checks it)")
+        wp = ctx.t.get("kt_weight_path")
+        if isinstance(wp, str) and not EPHEMERAL_ROOT.fullmatch(wp):
+            ctx.error("train.kt_weight_path", f"with kt_weight_lifecycle: ephemeral, kt_weight_path ({wp}) must be "
+                      "kt-kernel's ephemeral root: /dev/shm/kt-int8-<run id> (6-128 letters, digits, '.', '_', '-'; "
+                      "kt_kernel/sft/ephemeral.py), which `ktdeploy train` stages just before the start",
+                      "e.g. kt_weight_path: /dev/shm/kt-int8-my-run-1")
 
 
 @rule("lora.values")
@@ -849,6 +856,8 @@ def deploy_paths(ctx: Ctx) -> None:
         p = t.get(key)
         if not isinstance(p, str) or not p:
             continue
+        if key == "kt_weight_path" and EPHEMERAL_ROOT.fullmatch(p):
+            continue   # kt-kernel's ephemeral root lives in the container's /dev/shm, staged by `train` itself
         if not p.startswith("/"):
             ctx.error(f"train.{key}", f"{key} must be an absolute path inside deploy.volumes.model ({v.model}); "
                       "hub ids are not downloaded by ktdeploy", "download the model first and give its directory")
