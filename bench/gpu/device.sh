@@ -10,5 +10,6 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_
 mode="${1:-full}"
 case "$mode" in   # smoke lives in gpu_bench.py; full and repeat in full_runs.py, which imports gpu_bench
   full|repeat) exec python3 bench/gpu/full_runs.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
+  formats) exec python3 bench/gpu/formats.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
   *) exec python3 bench/gpu/gpu_bench.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
 esac

@@ -341,14 +341,14 @@ def common_sets(name: str, model: Path, steps: int, extra: list[str] = ()) -> li
 
 def ktdeploy_train(name: str, model: Path, steps: int, log_dir: Path, timeout: float, extra: list[str] = (),
                    probe: bool = False, skip_doctor: bool = False, args: list[str] = (),
-                   env_extra: dict | None = None, wrap: list[str] = ()) -> dict:
+                   env_extra: dict | None = None, wrap: list[str] = (), recipe: Path = RECIPE) -> dict:
     """`ktdeploy train` measured; ``extra`` are --set values, ``args`` further options (e.g. --tuned FILE);
     ``wrap`` goes before the argv (a profiler)."""
     env = dict(env_extra or {})
     if probe:
         env.update({"KTDEPLOY_PROBE_PROMPTS": str(DATA / "heldout_prompts.json"),
                     "KTDEPLOY_PROBE_OUT": str(OUTPUT / f"{name}.probe_logits.safetensors")})
-    argv = [PY, "-m", "ktdeploy", "train", str(RECIPE), *common_sets(name, model, steps, extra),
+    argv = [PY, "-m", "ktdeploy", "train", str(recipe), *common_sets(name, model, steps, extra),
             "--run-root", str(OUTPUT / ".runs" / name)]
     if skip_doctor:
         argv.append("--skip-doctor")

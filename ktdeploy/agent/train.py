@@ -15,7 +15,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate, profile_hint
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.errors import CheckFailed, RecipeError, RunRecordError, StepError, UsageError
 from ktdeploy.core.job_layout import JobLayout
+from ktdeploy.core.kt_weights import needed_by
 from ktdeploy.core.safeio import parse_json, printable, read_text, write_file
 from ktdeploy.core.trainer_log import steady_rate
 
@@ -54,6 +55,8 @@ class TrainPlan:
     doctor: dict | None = None
     tuned: dict | None = None       # the `ktdeploy tune` choice applied to train.yaml (--tuned), with its source
     env_defaults: dict[str, str] = field(default_factory=dict)   # used where the environment does not set them
+    # kt-kernel's ephemeral INT8 root this run stages in /dev/shm just before the launch (prepare-weights --ephemeral)
+    stage_weights: dict[str, Any] | None = None
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -254,10 +257,32 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
             "--config_file", str(run_dir / rr.ACCELERATE_YAML), "-m", ENTRY_MODULE, str(run_dir / rr.TRAIN_YAML)]
     env = dict(rendered.env)
     env["KTDEPLOY_METRICS"] = str(run_dir / rr.METRICS)
+    need = needed_by(recipe.weight_setup(), {**recipe.keys.kt_config, **_derived_kt(derived)},
+                     recipe.keys.model_name_or_path, recipe.keys.kt_weight_path)
+    stage = asdict(need) if need is not None and need.ephemeral_run_id is not None else None
     return TrainPlan(recipe_path=str(path.resolve()), output_dir=str(out_dir), run_dir=str(run_dir), argv=argv,
                      env=env, derived=derived, resume_from=resume_from, train_yaml=rendered.train_yaml,
                      accelerate_yaml=rendered.accelerate_yaml, launch_sh=rendered.launch_sh, warnings=warnings,
-                     doctor=report, tuned=tuned, env_defaults=dict(rendered.env_defaults))
+                     doctor=report, tuned=tuned, env_defaults=dict(rendered.env_defaults), stage_weights=stage)
+
+
+def _derived_kt(derived: dict[str, Any]) -> dict[str, Any]:
+    """The kt_config values train derived (``kt_config.kt_threadpool_count`` -> ``kt_threadpool_count``)."""
+    return {k.split(".", 1)[1]: v for k, v in derived.items() if k.startswith("kt_config.")}
+
+
+def stage_ephemeral_weights(plan: TrainPlan, say: Callable[[str], None]) -> None:
+    """kt-kernel's ephemeral INT8 root, staged from the model by prepare-weights right before the launch (the
+    trainer consumes it layer by layer; a crash leaves kt-kernel's own cleanup to remove it)."""
+    if not plan.stage_weights:
+        return
+    from ktdeploy.agent.prepare_weights import prepare
+
+    w = plan.stage_weights
+    threads = _derived_kt(plan.derived).get("kt_num_threads") or os.cpu_count() or 1
+    say(f"staging ephemeral INT8 experts from {w['model']} in /dev/shm/kt-int8-{w['ephemeral_run_id']}")
+    prepare(w["model"], None, "int8", pools=int(w["pools"]), threads=int(threads),
+            ephemeral_run_id=str(w["ephemeral_run_id"]), say=say)
 
 
 def write_record(plan: TrainPlan) -> Path:
@@ -377,6 +402,7 @@ def execute(plan: TrainPlan, echo: IO[str] | None = sys.stdout, *, exec_launch: 
 
     d = write_record(plan)
     env = trainer_env(plan)
+    stage_ephemeral_weights(plan, lambda m: print(m, file=sys.stderr, flush=True))
     if exec_launch:
         exec_trainer(plan, d, env)
     _put(d, rr.STATUS, rr.status_text("running"))

@@ -50,7 +50,7 @@ def test_real_dataset_passes_and_unconverted_weights_say_where_they_come_from(da
     assert c["model.template_family"].status == "pass"
     w = c["weights.converted"]
     assert w.status == "fail" and "convert the experts of /data/models/Qwen3-235B-A22B-Instruct-2507" in w.fix
-    assert "ships no converter" in w.fix and "convert_cpu_weights.py --quant-method int8" in w.fix
+    assert "ktdeploy prepare-weights" in w.fix and "--format int8" in w.fix
 
 
 def test_placeholder_missing_broken_and_template(datahost):

@@ -8,8 +8,8 @@
 - model.config / model.tokenizer / model.weights: the model folder holds what the run loads
   (core/checks/model.py).
 - weights.converted: INT8/AMXINT4 `kt_weight_path` holds converted weights (INT8: one manifest and `_layer_N`
-  folders, what kt-kernel's sft/weight_manifest.py validate_persistent_int8_weights reads first); the fix says where
-  they come from (not from the 0.7.2 wheel: docs/stack-rules.md).
+  folders, what kt-kernel's sft/weight_manifest.py validate_persistent_int8_weights reads first); the fix is the
+  `ktdeploy prepare-weights` command that makes them (an ephemeral INT8 root is staged by `train` itself).
 - weights.non_expert_source: an INT8 `kt_non_expert_weight_path` needs an FP8 source model (kt-kernel sft/artifacts.py).
 - data.start_files: the files the stack opens while it parses the training arguments are on the host: a KT
   `adapter_name_or_path` (+ `adapter_folder`) is a directory (LlamaFactory: "KTransformers training requires a local
@@ -28,6 +28,7 @@ from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.model import model_checks, model_requests
 from ktdeploy.core.facts.data import READ_LIMIT, DataFacts, first_rows
+from ktdeploy.core.kt_weights import needed_by
 from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.safeio import parse_json
 
@@ -233,10 +234,13 @@ def _template_check(keys: TrainKeys, facts: DataFacts) -> list[CheckResult]:
 
 
 INT8_MANIFESTS = ("kt-weight-manifest.json", "kt-ephemeral-manifest.json")   # kt-kernel sft/weight_manifest.py
-NO_CONVERTER = ("kt-kernel 0.7.2's wheel ships no converter (`kt quant` needs scripts/convert_cpu_weights.py, which "
-                "it does not install): produce them with the KTransformers repository's kt-kernel/scripts "
-                "({script}) from a source checkout of the same release, or use the native bf16/fp8 setup "
-                "(docs/stack-rules.md, \"INT8 and AMXINT4 weights\")")
+def convert_command(setup: str, model: object, wp: str, pools: int) -> str:
+    """The command that makes ``wp`` (ktdeploy prepare-weights, in the image: kt-kernel's own quantizer)."""
+    fmt = "int8" if setup == "int8" else "amxint4"
+    pool = f" --threadpools {pools}" if pools > 1 else ""
+    return (f"ktdeploy prepare-weights {model if isinstance(model, str) else 'MODEL'} --format {fmt}{pool} -o {wp} "
+            "(inside the image: docker run ... ktsft:<build> prepare-weights ...; `ktdeploy up` runs it as its "
+            "WEIGHTS stage; docs/weight-formats.md)")
 
 
 def _source_quant(facts: DataFacts, folder: str) -> str | None:
@@ -257,9 +261,12 @@ def _weights_check(keys: TrainKeys, setup: str, facts: DataFacts) -> list[CheckR
     wp, model = keys.kt_weight_path, keys.model_name_or_path
     if not isinstance(wp, str):
         return []
-    script = ("convert_cpu_weights.py --quant-method int8 --no-merge-safetensor, or prepare_ephemeral_int8.py for "
-              "an FP8 source" if setup == "int8" else "convert_cpu_weights.py --quant-method int4")
-    fix_make = NO_CONVERTER.format(script=script)
+    need = needed_by(setup, keys.kt_config, model, wp)
+    if need is not None and need.ephemeral_run_id is not None:
+        return [CheckResult(name=CheckName.WEIGHTS_CONVERTED, status="pass",
+                            detail=f"{wp}: ephemeral INT8, staged from {model} by `ktdeploy train` in the container "
+                                   "just before the start (kt-kernel deletes each layer once loaded)")]
+    fix_make = convert_command(setup, model, wp, need.pools if need else 1)
     e = facts.get("ls", wp)
     names = [n for n in (e.content.split("\n") if e and e.ok else []) if n.strip()]
     if e is None:
@@ -286,8 +293,8 @@ def _weights_check(keys: TrainKeys, setup: str, facts: DataFacts) -> list[CheckR
         return out + [CheckResult(name=CheckName.WEIGHTS_CONVERTED, status="fail",
                                   detail=f"{wp} is a native FP8 checkpoint (config.json quantization_config "
                                          f"quant_method {quant}), not converted {setup.upper()} weights (cookbook A.3.1)",
-                                  fix="use the native FP8 setup (kt_expert_weight_format: fp8, no kt_weight_path); "
-                                      "converted weights: " + fix_make)]
+                                  fix="use the native FP8 setup (kt_expert_weight_format: fp8, no kt_weight_path), "
+                                      "or convert it: " + fix_make.replace(str(model), wp, 1))]
     if quant is not None:
         detail = f"{wp} is an original checkpoint (it has config.json), not converted {setup.upper()} weights"
     return out + [CheckResult(name=CheckName.WEIGHTS_CONVERTED, status="fail", detail=detail,

@@ -14,6 +14,7 @@ from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.kt_weights import EPHEMERAL_ROOT
 from ktdeploy.core.recipe.document import RecipeSections
 from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.recipe.train_keys import TrainKeys
@@ -60,6 +61,8 @@ def recipe_paths(recipe: RecipeSections) -> dict[str, str]:
     t = _keys(recipe)
     for key, v in (("model_name_or_path", t.model_name_or_path), ("kt_weight_path", t.kt_weight_path),
                    ("kt_non_expert_weight_path", t.kt_non_expert_weight_path)):
+        if key == "kt_weight_path" and isinstance(v, str) and EPHEMERAL_ROOT.fullmatch(v):
+            continue   # staged in the container's /dev/shm by `train` just before the start: never on the host
         if isinstance(v, str) and v.startswith("/"):
             out[key] = v.rstrip("/") or "/"
     return out
@@ -366,7 +369,8 @@ def path_checks(facts: HostFacts, recipe: RecipeSections, req: Requirements) -> 
         if pf is not None and not pf.exists:
             out.append(CheckResult(name=check, status="fail", layer=facts.layer,
                                    detail=f"train.{key} {p} does not exist on the host",
-                                   fix="Convert the weights there first (kt-kernel's conversion script) or fix the path."))
+                                   fix="Convert the weights there first (`ktdeploy prepare-weights --recipe RECIPE`, "
+                                       "which `ktdeploy up` runs as its WEIGHTS stage) or fix the path."))
     op = paths.get("output")
     pf = facts.path(op) if op else None
     if pf is not None:

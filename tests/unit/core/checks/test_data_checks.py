@@ -44,9 +44,9 @@ def test_names_files_template_and_weights():
     assert c["model.template_family"].status == "pass"
     assert c["weights.converted"].status == "fail"
     fix = c["weights.converted"].fix
-    # `kt quant` exists in the image but its script (site-packages/scripts/convert_cpu_weights.py) does not: never the fix
-    assert "kt-kernel/scripts" in fix and "convert_cpu_weights.py --quant-method int8" in fix
-    assert "ships no converter" in fix
+    # `kt quant` exists in the image but its script (site-packages/scripts/convert_cpu_weights.py) does not: the fix is
+    # ktdeploy's own command (kt-kernel's quantizer), never a script the user must fetch
+    assert "ktdeploy prepare-weights /m/M --format int8 -o /m/W" in fix and "convert_cpu_weights" not in fix
 
 
 def test_missing_name_placeholder_and_wrong_template():
