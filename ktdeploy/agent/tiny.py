@@ -257,6 +257,13 @@ class _staged:
         import shutil
 
         if exc_type is None:
+            # safetensors writes its files 0600: the training and serving user (another uid in the image) must read
+            # the model, so every file gets the mode a plain create gives.
+            umask = os.umask(0)
+            os.umask(umask)
+            for f in self.tmp.iterdir():
+                if f.is_file() and not f.is_symlink():
+                    os.chmod(f, 0o666 & ~umask)
             if not self.target.exists():
                 os.rename(self.tmp, self.target)
                 return False

@@ -56,6 +56,13 @@ class Shape:
         return self.intermediate_size // self.pools
 
 
+# The tile steps kt-kernel's C++ buffers need (kt-kernel 0.7.2, amx build, measured in ktsft:amx by quantizing and
+# loading 13 shapes: tests/integration/test_prepare_weights_image.py). Anything else fails when the layer is
+# constructed ("BufferAImpl: max_m and k must be multiple of M_STEP and K_STEP", "n or k is not aligned to N_STEP or
+# B_K_STEP"), which in training is after the whole model has loaded.
+STEP: dict[WeightFormat, int] = {"int8": 64, "amxint4": 128}
+
+
 def shape_error(fmt: WeightFormat, s: Shape) -> str | None:
     """Why kt-kernel cannot convert or load this shape, or None."""
     if min(s.hidden_size, s.intermediate_size, s.expert_num, s.pools) <= 0:
@@ -63,12 +70,10 @@ def shape_error(fmt: WeightFormat, s: Shape) -> str | None:
     if s.intermediate_size % s.pools:
         return (f"the routed intermediate size {s.intermediate_size} is not divisible by kt_threadpool_count "
                 f"{s.pools} (kt-kernel splits it evenly across the pools)")
-    if fmt == "amxint4" and (s.hidden_size % 64 or s.slice % 64):
-        return (f"AMXINT4 packs 64-wide blocks: hidden {s.hidden_size} and the per-pool intermediate slice "
-                f"{s.slice} must be multiples of 64")
-    if fmt == "int8" and (s.hidden_size % 64 or s.slice % 32):
-        return (f"INT8 ({INT8_LAYOUT}) needs hidden {s.hidden_size} a multiple of 64 and the per-pool "
-                f"intermediate slice {s.slice} a multiple of 32")
+    step = STEP[fmt]
+    if s.hidden_size % step or s.slice % step:
+        return (f"{fmt.upper()} tiles need hidden {s.hidden_size} and the per-pool intermediate slice {s.slice} "
+                f"(moe_intermediate_size / {s.pools}) to be multiples of {step}")
     return None
 
 

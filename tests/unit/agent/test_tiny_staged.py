@@ -46,3 +46,15 @@ def test_success_renames_whole_or_replaces_files_in_an_existing_folder(tmp_path)
         (tmp / "config.json").write_text("2")
     assert (target / "config.json").read_text() == "2" and (target / "keep.txt").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["tiny"]
+
+
+def test_published_files_are_readable_by_the_training_user(tmp_path):
+    """safetensors writes 0600; the image trains as another uid than the one that built the model."""
+    target = tmp_path / "tiny"
+    with _staged(target) as tmp:
+        f = tmp / "model.safetensors"
+        f.write_bytes(b"x")
+        os.chmod(f, 0o600)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (target / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
