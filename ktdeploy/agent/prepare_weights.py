@@ -24,8 +24,10 @@ import os
 import re
 import shutil
 import stat
+import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -402,6 +404,26 @@ def validate_int8(root: Path, source: Source) -> dict[str, Any]:
 # ---------------------------------------------------------------- the command
 
 Say = Callable[[str], None]
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """kt-kernel's C++ and its loaders print progress on file descriptor 1; ``--json`` keeps stdout for the
+    summary alone, so fd 1 points at stderr meanwhile (C stdio flushed on both edges)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        libc.fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def prepare(model_dir: str | os.PathLike, out: str | os.PathLike | None, fmt: str, *, pools: int, threads: int,

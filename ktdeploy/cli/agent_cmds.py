@@ -223,8 +223,11 @@ def prepare_weights(
 
         threads = local_threads(2)[0]
     say = (lambda m: None) if as_json else (lambda m: err_console.print(esc(m), highlight=False))
-    s = prepare(model, out, fmt, pools=threadpools or 1, threads=threads, verify=not no_verify,
-                ephemeral_run_id=ephemeral, say=say)
+    from ktdeploy.agent.prepare_weights import stdout_to_stderr
+
+    with stdout_to_stderr():
+        s = prepare(model, out, fmt, pools=threadpools or 1, threads=threads, verify=not no_verify,
+                    ephemeral_run_id=ephemeral, say=say)
     if as_json:
         print_json(s.to_json())
         return

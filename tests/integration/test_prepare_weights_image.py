@@ -82,7 +82,7 @@ def test_fp8_tiny_model_is_the_block_fp8_layout_real_checkpoints_use(image, mode
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
-    assert got == {"n": cfg["num_experts"], "dtype": "torch.float8_e4m3fn", "scale": [256 // 128, 512 // 128]}
+    assert got == {"n": cfg["num_local_experts"], "dtype": "torch.float8_e4m3fn", "scale": [256 // 128, 512 // 128]}
 
 
 @pytest.mark.parametrize("fmt, src, pools", [("int8", "bf16", 1), ("amxint4", "bf16", 1), ("int8", "fp8", 2)])
