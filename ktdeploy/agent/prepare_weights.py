@@ -408,22 +408,22 @@ Say = Callable[[str], None]
 
 @contextmanager
 def stdout_to_stderr() -> Iterator[None]:
-    """kt-kernel's C++ and its loaders print progress on file descriptor 1; ``--json`` keeps stdout for the
-    summary alone, so fd 1 points at stderr meanwhile (C stdio flushed on both edges)."""
+    """kt-kernel's C++ and its Python loaders print progress on stdout, up to their destructors at exit
+    ("CPUInfer[...]: Goodbye"); stdout is for the command's own output (``--json``: a summary alone). Within the
+    block both file descriptor 1 and ``sys.stdout`` go to stderr; afterwards ``sys.stdout`` writes to the real
+    stdout through a new descriptor, while fd 1 stays on stderr for the destructors."""
     import ctypes
+    import io
 
-    libc = ctypes.CDLL(None)
     sys.stdout.flush()
-    libc.fflush(None)
+    ctypes.CDLL(None).fflush(None)
     saved = os.dup(1)
     os.dup2(2, 1)
+    sys.stdout = sys.stderr
     try:
         yield
     finally:
-        sys.stdout.flush()
-        libc.fflush(None)
-        os.dup2(saved, 1)
-        os.close(saved)
+        sys.stdout = io.TextIOWrapper(os.fdopen(saved, "wb", buffering=0), write_through=True)
 
 
 def prepare(model_dir: str | os.PathLike, out: str | os.PathLike | None, fmt: str, *, pools: int, threads: int,
