@@ -13,6 +13,8 @@ from pathlib import Path
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.emitter import Emitter
+from ktdeploy.controller.eval_stage import run_eval_step
+from ktdeploy.controller.host_files import FETCHABLE_SH, MAX_FETCH, MISSING, fetch_checked  # noqa: F401 (FETCHABLE_SH: tests)
 from ktdeploy.controller.image_check import image_doctor
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.controller.slurm_jobs import do_follow_job, do_submit, do_wait_job
@@ -202,10 +204,6 @@ def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: Host
     return f"see the last log lines above; fix the cause, {again}{resume}."
 
 
-MAX_FETCH = 64 << 20  # artifacts are a loss plot and small JSON files
-# exit 0: a regular file of at most $2 bytes; 2: absent (or not a plain file); 3: a link; 4: too large
-FETCHABLE_SH = ('[ -h "$1" ] && exit 3; [ -f "$1" ] || exit 2; '
-                '[ "$(wc -c < "$1")" -le "$2" ] || exit 4; exit 0')
 
 
 class Executor:
@@ -293,6 +291,7 @@ class Executor:
                 StepAction.FETCH: self._do_fetch, StepAction.FOLLOW: self._do_follow, StepAction.FAIL: self._do_fail,
                 StepAction.WAIT_RUNNING: self._do_wait_running, StepAction.WAIT_HTTP: self._do_wait_http,
                 StepAction.IMAGE_CHECK: self._do_image_check,
+                StepAction.EVAL: lambda st, s: run_eval_step(self, st, s),
                 StepAction.SUBMIT: lambda st, s: do_submit(self, st, s),
                 StepAction.FOLLOW_JOB: lambda st, s: do_follow_job(self, st, s),
                 StepAction.WAIT_JOB: lambda st, s: do_wait_job(self, st, s)}
@@ -389,18 +388,15 @@ class Executor:
             return
         # a regular file, not a link (the trainer writes the output folder and could link ~/.ssh/id_* there; FETCH
         # runs after the training container exited, so nothing swaps it between this check and the copy), bounded
-        probe = self.conn.run(["sh", "-c", FETCHABLE_SH, "ktdeploy-fetch", self._path(s, "remote"), str(MAX_FETCH)],
-                              timeout=60)
-        if probe.rc != 0:
-            why = {3: "is a symbolic link", 4: f"is larger than {MAX_FETCH >> 20} MiB"}.get(probe.rc, "does not exist")
-            if s.optional and probe.rc not in (3, 4):
+        why = fetch_checked(self.conn, self._path(s, "remote"), dst, MAX_FETCH)
+        if why is not None:
+            if s.optional and why == MISSING:
                 self.emit(ev.FetchMissing(step=s.id, remote=s.remote))
                 return
             if s.optional:
                 self.emit(ev.FetchRefused(step=s.id, remote=s.remote, why=why, stage=stage.name))
                 return
             raise StepError(f"{stage.name}: {s.remote} {why} on the host", step=s.id)
-        self.conn.get_file(self._path(s, "remote"), str(dst))
         self.emit(ev.Fetched(stage=stage.name, name=os.path.basename(self._path(s, "remote")), dest=str(dst)))
 
     def _fetch_agent_record(self, output_dir: str) -> None:
