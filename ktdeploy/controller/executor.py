@@ -16,16 +16,19 @@ from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.eval_stage import run_eval_step
 from ktdeploy.controller.host_files import FETCHABLE_SH, MAX_FETCH, MISSING, fetch_checked  # noqa: F401 (FETCHABLE_SH: tests)
 from ktdeploy.controller.image_check import image_doctor
+from ktdeploy.controller.loss_plot import write_loss_png
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.controller.slurm_jobs import do_follow_job, do_submit, do_wait_job
 from ktdeploy.core import events as ev
 from ktdeploy.core import markers
 from ktdeploy.core import run_record as rr
+from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.gate import profile_hint
 from ktdeploy.core.checks.stack import JUDGE
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RecipeError, StepError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.job_layout import JobLayout
+from ktdeploy.core.loss_curve import curve
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.params import (
     ContainerLogParams,
@@ -41,7 +44,7 @@ from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
-from ktdeploy.core.safeio import write_file
+from ktdeploy.core.safeio import read_text, write_file
 from ktdeploy.core.trainer_log import LogEntry, latest
 
 # The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
@@ -398,6 +401,10 @@ class Executor:
                 return
             raise StepError(f"{stage.name}: {s.remote} {why} on the host", step=s.id)
         self.emit(ev.Fetched(stage=stage.name, name=os.path.basename(self._path(s, "remote")), dest=str(dst)))
+        if dst.name == TRAINER_LOG:   # the run record's loss curve (artifacts/loss.png; matplotlib: the plot extra)
+            png = write_loss_png(dst.parent, curve(read_text(dst, MAX_FETCH, TRAINER_LOG)), self.plan.job)
+            if png is not None:
+                self.emit(ev.Fetched(stage=stage.name, name=png.name, dest=str(png)))
 
     def _fetch_agent_record(self, output_dir: str) -> None:
         """Best effort: the agent's own record of the run (state, rc, summary) into the run record."""
