@@ -13,7 +13,6 @@ import ast
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 from locked_wheels import ROOT, locked_wheel

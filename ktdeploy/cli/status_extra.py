@@ -59,7 +59,7 @@ def draw(c: Curve, title: str, width: int | None = None, height: int = 18) -> No
     except ImportError:
         raise UsageError("`status --plot` draws with plotext, which is not installed", key="--plot",
                          fix=PLOT_FIX) from None
-    plt.clear_figure()
+    plt.clf()
     plt.plotsize(width or min(console.width, 100), height)
     plt.theme("clear")
     if c.steps:

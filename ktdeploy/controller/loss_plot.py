@@ -11,7 +11,6 @@ from ktdeploy.core.loss_curve import LOSS_PNG, Curve
 from ktdeploy.core.safeio import write_file
 
 
-
 def render_png(c: Curve, title: str) -> bytes | None:
     """The PNG bytes of the curve, or None when matplotlib is missing or there is nothing to draw."""
     if not c:

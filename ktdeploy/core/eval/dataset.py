@@ -99,9 +99,9 @@ def entry(info: Mapping[str, Any], name: str, where: str = DATA_CONFIG) -> Datas
     if not isinstance(fname, str) or not fname or posixpath.isabs(fname) or ".." in fname.split("/"):
         raise UsageError(f"{where}: dataset {name!r} has no usable file_name ({fname!r})", key="dataset",
                          fix="Name a file inside the data folder (relative, no '..').")
-    cols = e.get("columns") if isinstance(e.get("columns"), dict) else {}
-    tags = e.get("tags") if isinstance(e.get("tags"), dict) else {}
-    return DatasetEntry(name=name, file_name=fname, formatting=fmt, columns=dict(cols), tags=dict(tags), raw=dict(e))
+    cols, tags = e.get("columns"), e.get("tags")
+    return DatasetEntry(name=name, file_name=fname, formatting=fmt, columns=dict(cols) if isinstance(cols, dict) else {},
+                        tags=dict(tags) if isinstance(tags, dict) else {}, raw=dict(e))
 
 
 def parse_rows(text: str | bytes, where: str) -> list[Any]:

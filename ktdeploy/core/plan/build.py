@@ -34,7 +34,7 @@ from ktdeploy.core.plan.params import (
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
-from ktdeploy.core.recipe.schema import Deploy, Volumes
+from ktdeploy.core.recipe.schema import Deploy, Evaluation, Volumes
 from ktdeploy.core.safeio import norm_path
 
 MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
@@ -371,7 +371,9 @@ def build_plan(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOption
     serve, serve_note = _serve_stage(j)
     if serve_note:
         notes.append(serve_note)
-    stages += [train, _follow_stage(j, skip_training), _convert_stage(j), serve, _eval_stage(j)]
+    stages += [train, _follow_stage(j, skip_training), _convert_stage(j), serve]
+    if j.deploy.eval is not None:   # a recipe without deploy.eval plans as before: no EVAL stage at all
+        stages.append(_eval_stage(j, j.deploy.eval))
     return Plan(host=opts.host, recipe=recipe.name, job=j.name, image=j.image, variant=j.variant, output_dir=j.out,
                 adapter_dir=j.adapter, job_dir=j.job_dir, stages=tuple(stages), resume_from=resume_from,
                 waived=tuple(opts.waive), notes=tuple(notes))
@@ -605,12 +607,9 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
     return Stage(StageName.SERVE, f"serve the {what} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}", tuple(sv)), note
 
 
-def _eval_stage(j: _Job) -> Stage:
+def _eval_stage(j: _Job, e: Evaluation) -> Stage:
     """EVAL (deploy.eval): the served model (and the base) scored on the held-out prompts, from this machine through
     the server's OpenAI-compatible API (controller/eval_stage.py)."""
-    e = j.deploy.eval
-    if e is None:
-        return Stage(StageName.EVAL, "evaluate the served model", skipped="no deploy.eval in the recipe")
     if j.opts.detach or not j.deploy.serve.enabled:
         return Stage(StageName.EVAL, "evaluate the served model",
                      skipped="--detach" if j.opts.detach else "deploy.serve.enabled is false")
