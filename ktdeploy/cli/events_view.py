@@ -115,7 +115,7 @@ def lines(e: ev.Event) -> list[str]:
                           failed=f", {e.failed} failed" if e.failed else "")]
         case ev.EvalFinished():
             return [_fill((NO if e.below else OK) + " EVAL: tuned {tuned}" + ("; base {base}" if e.base else "")
-                          + "{failed} -> {e.summary_file}", e, tuned=_scores(e.tuned),
+                          + "{failed} -> {path}", e, tuned=_scores(e.tuned), path=e.summary_file,
                           base=_scores(e.base or {}), failed=f" ({e.failed} failed)" if e.failed else "")] + \
                 ([_fill("[red]{e.below}[/red]; the server keeps running", e)] if e.below else [])
         case ev.EvalNotRun():

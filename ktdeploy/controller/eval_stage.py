@@ -28,7 +28,7 @@ from ktdeploy.core.plan.params import EvalParams
 from ktdeploy.core.plan.steps import Stage, Step
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.schema import Evaluation
-from ktdeploy.core.safeio import parse_json, private_dir, read_text, writing
+from ktdeploy.core.safeio import private_dir, read_text, writing
 
 EVAL_DIR = "eval"
 SAMPLES = "samples.jsonl"
@@ -188,10 +188,6 @@ def run_eval_step(ex: EvalHost, stage: Stage, s: Step) -> None:
                           key="deploy.eval.fail_below",
                           fix=f"See {folder / SUMMARY} and {summary['samples_file']}; train longer or on better data, "
                               "or lower deploy.eval.fail_below.")
-
-
-def read_summary(path: Path) -> Any:
-    return parse_json(read_text(path, 16 << 20, "evaluation summary"))
 
 
 def detect_format(rows: list[Any]) -> str:

@@ -22,7 +22,6 @@ FORMATS = ("alpaca", "sharegpt", "openai")
 REMOTE_KEYS = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
 # LlamaFactory's DatasetAttr defaults (llamafactory/data/parser.py)
 ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None}
-SHAREGPT_COLUMNS = {"messages": "conversations", "system": None}
 SHAREGPT_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
                  "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"}
 ROLE_OF_TAG = {"user_tag": "user", "assistant_tag": "assistant", "observation_tag": "user",

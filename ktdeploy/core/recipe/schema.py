@@ -75,9 +75,6 @@ class Serve(_Strict):
                                                                       "(as separate argv items, never through a shell).")
 
 
-EVAL_METRICS = ("bleu-4", "rouge-1", "rouge-2", "rouge-l", "exact_match")   # core/eval/score.METRICS
-
-
 class Evaluation(_Strict):
     """`up`'s EVAL stage after SERVE (`ktdeploy eval`, docs/eval.md): held-out prompts through the served model's
     OpenAI-compatible API, scored with LlamaFactory's own generation metrics, base and tuned side by side."""
