@@ -105,6 +105,8 @@ def eval_(
     from ktdeploy.core.eval.score import check_available
 
     check_available()   # before anything is fetched or asked
+    if fmt is not None and fmt not in ("alpaca", "sharegpt", "openai"):
+        raise UsageError(f"--format {fmt!r}", key="--format", fix="Use alpaca, sharegpt or openai.")
     flags = {k: v for k, v in (("max_samples", max_samples), ("max_tokens", max_tokens),
                                ("concurrency", concurrency), ("timeout_s", timeout)) if v is not None}
     key = _key(api_key_env)
@@ -122,11 +124,12 @@ def eval_(
             summary = _endpoint_eval(endpoint, model, base_endpoint, base_model, no_base, dataset, dataset_name, fmt,
                                      key, flags, out, tick)
         else:
-            if dataset is not None or base_endpoint is not None or model is not None:
-                raise UsageError("--dataset, --model and --base-endpoint go with --endpoint (no RUN): a run evaluates "
-                                 "its own set and models", key="RUN", fix="Drop RUN, or drop those options.")
+            if base_endpoint is not None or model is not None or base_model is not None:
+                raise UsageError("--model, --base-model and --base-endpoint go with --endpoint (no RUN): a run asks "
+                                 "its own served models", key="RUN", fix="Drop RUN, or drop those options.")
             summary = es.eval_record(run, host, ssh=_ssh(ssh_key, known_hosts), endpoint=endpoint, api_key=key,
-                                     overrides=flags, no_base=no_base, on_progress=tick)
+                                     overrides=flags, no_base=no_base, on_progress=tick,
+                                     local=(dataset, dataset_name, fmt) if dataset is not None else None)
     finally:
         if progress is not None:
             progress.stop()
@@ -151,8 +154,6 @@ def _endpoint_eval(endpoint: str, model: Optional[str], base_endpoint: Optional[
     if dataset is None:
         raise UsageError("--endpoint needs the prompts to ask: --dataset PATH", key="--dataset",
                          fix="Give a JSON/JSONL file or a folder with a dataset_info.json (docs/eval.md).")
-    if fmt is not None and fmt not in ("alpaca", "sharegpt", "openai"):
-        raise UsageError(f"--format {fmt!r}", key="--format", fix="Use alpaca, sharegpt or openai.")
     e = Evaluation(**flags)
     loaded = es.local_samples(dataset, dataset_name, fmt, e.max_samples)
     tuned = model or _first_model(Endpoint(endpoint, "", key), list_models)

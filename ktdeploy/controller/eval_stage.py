@@ -228,9 +228,11 @@ def read_bytes_bounded(path: Path) -> bytes:
 
 def eval_record(run_id: str | None, host: str | None, *, ssh: dict | None = None, endpoint: str | None = None,
                 api_key: str | None = None, overrides: Mapping[str, Any] | None = None, no_base: bool = False,
+                local: tuple[Path, str | None, str | None] | None = None,
                 on_progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """`ktdeploy eval RUN`: the run's evaluation set fetched from its host, its served model (``endpoint``: another
-    URL to the same server, e.g. through an SSH tunnel), results into the run record's ``eval/<UTC time>/``."""
+    """`ktdeploy eval RUN`: the run's evaluation set fetched from its host (``local``: a dataset of this machine
+    instead, as (path, name, format)), its served model (``endpoint``: another URL to the same server, e.g. through
+    an SSH tunnel), results into the run record's ``eval/<UTC time>/``."""
     from ktdeploy.controller.connectors import connect
     from ktdeploy.controller.runs import latest_run
     from ktdeploy.core import run_record as rr
@@ -243,7 +245,7 @@ def eval_record(run_id: str | None, host: str | None, *, ssh: dict | None = None
     recipe = load_recipe(rec.path / rr.RECIPE)
     deploy = recipe.require_deploy()
     e = Evaluation(**{**(deploy.eval or Evaluation()).model_dump(), **(overrides or {})})
-    data, m = eval_data(recipe), models(recipe)
+    m = models(recipe)
     target = parse_host(rec.status_text("host", st, empty_ok=True))
     url, why = (endpoint, "") if endpoint else controller_url(recipe, local=target.is_local, host_address=target.address)
     if url is None:
@@ -252,19 +254,24 @@ def eval_record(run_id: str | None, host: str | None, *, ssh: dict | None = None
     sides = {"tuned": Endpoint(url, m.tuned, key)}
     if m.base is not None and e.compare_base and not no_base:
         sides["base"] = Endpoint(url, m.base, key)
-    p = EvalParams(data_dir=data.data_dir, datasets=data.datasets, source=data.source, url=url, tuned=m.tuned,
-                   base=m.base)
     folder = new_eval_dir(rec.path / EVAL_DIR)
-    conn = connect(target, **(ssh or {}))
-    try:
-        info_text, files = fetch_data(conn, p, folder / "data")
-    finally:
-        conn.close()
-    loaded = load_samples(info_text, files, data.datasets, e.max_samples, f"{data.data_dir}/{ds.DATA_CONFIG}")
+    if local is not None:
+        loaded, source, names = local_samples(*local, e.max_samples), str(local[0]), [local[1] or local[0].name]
+    else:
+        data = eval_data(recipe)
+        p = EvalParams(data_dir=data.data_dir, datasets=data.datasets, source=data.source, url=url, tuned=m.tuned,
+                       base=m.base)
+        conn = connect(target, **(ssh or {}))
+        try:
+            info_text, files = fetch_data(conn, p, folder / "data")
+        finally:
+            conn.close()
+        loaded = load_samples(info_text, files, data.datasets, e.max_samples, f"{data.data_dir}/{ds.DATA_CONFIG}")
+        source, names = data.source, list(data.datasets)
     summary = run_eval(loaded, sides, settings(e), folder,
                        {"run": rec.id, "url": url, "tuned_model": m.tuned,
-                        "base_model": sides["base"].model if "base" in sides else None, "source": data.source,
-                        "datasets": list(data.datasets)}, on_progress)
+                        "base_model": sides["base"].model if "base" in sides else None, "source": source,
+                        "datasets": names}, on_progress)
     summary["summary_file"] = str(folder / SUMMARY)
     rec.set_status(st.get("state", "finished"), eval=short(summary))
     return summary
