@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from ktdeploy.core.errors import UsageError
+from ktdeploy.core.errors import ConnectError, UsageError
 from ktdeploy.core.eval.dataset import Sample
 from ktdeploy.core.eval.score import score
 from ktdeploy.core.eval.summary import Answer, SampleResult
@@ -34,6 +34,9 @@ class Endpoint:
     url: str
     model: str
     api_key: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_url(self.url)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -61,6 +64,24 @@ class Progress:
         if not self.done:
             return None
         return self.elapsed_s / self.done * (self.total - self.done)
+
+
+def check_url(url: str) -> None:
+    """An http(s) URL with a host and no credentials in it (a key goes in a variable, never a URL); else UsageError."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        port_ok = u.port is None or 0 < u.port < 65536
+    except ValueError:
+        u, port_ok = None, False
+    if u is None or u.scheme not in ("http", "https") or not u.hostname or not port_ok or any(c in url for c in " \n\r\t"):
+        raise UsageError(f"{printable(url, 120)} is not an http(s) URL of an API", key="--endpoint",
+                         fix="Give the server's OpenAI-compatible base URL, e.g. http://127.0.0.1:30000/v1.")
+    if u.username or u.password:
+        raise UsageError("the endpoint URL holds credentials", key="--endpoint",
+                         fix="Drop them from the URL; name the key's variable with --api-key-env (or the recipe's "
+                             "deploy.serve.api_key_env).")
 
 
 def _httpx() -> Any:
@@ -204,8 +225,13 @@ def evaluate(samples: Sequence[Sample], sides: dict[str, Endpoint], s: Settings,
 
 def list_models(ep: Endpoint, timeout_s: float = 30.0) -> list[str]:
     """GET /v1/models (idempotent): the names the server serves; [] when it does not say."""
+    httpx = _httpx()
     with client(timeout_s) as c:
-        resp = c.get(ep.url.rstrip("/") + "/models", headers=ep.headers())
+        try:
+            resp = c.get(ep.url.rstrip("/") + "/models", headers=ep.headers())
+        except httpx.TransportError as e:
+            raise ConnectError(f"{ep.url}: {_failure(e, timeout_s)}",
+                               fix="Check that the server runs (`ktdeploy status`) and the URL.") from None
         if resp.status_code != 200:
             return []
         try:
@@ -234,8 +260,8 @@ def stream_chat(ep: Endpoint, messages: Sequence[dict[str, str]], s: Settings) -
                     if piece:
                         yield piece
         except httpx.TransportError as e:
-            raise UsageError(f"{ep.url}: {_failure(e, s.timeout_s)}",
-                             fix="Check that the server runs (`ktdeploy status`) and the URL.") from None
+            raise ConnectError(f"{ep.url}: {_failure(e, s.timeout_s)}",
+                               fix="Check that the server runs (`ktdeploy status`) and the URL.") from None
 
 
 def _sse_piece(line: str) -> str | None:

@@ -20,7 +20,7 @@ from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core import events as ev
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
-from ktdeploy.core.errors import CheckFailed, KtdeployError, UsageError
+from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, UsageError
 from ktdeploy.core.eval import dataset as ds
 from ktdeploy.core.eval.score import check_available
 from ktdeploy.core.eval.summary import SampleResult, below, summarize
@@ -133,6 +133,11 @@ def run_eval(loaded: ds.Loaded, sides: dict[str, Endpoint], s: Settings, folder:
     summary = summarize(results, meta={**meta, "skipped_rows": len(loaded.skipped)})
     samples_file, _ = write_results(folder, results, summary)
     summary["samples_file"] = str(samples_file)
+    unreached = [a.error for r in results for a in r.answers.values()]
+    if unreached and all(e is not None and e.startswith("connection:") for e in unreached):
+        raise ConnectError(f"no answer from {sides['tuned'].url}: {unreached[0]}",
+                           fix=f"Check that the server runs (`ktdeploy status`) and the URL; every failure is in "
+                               f"{samples_file}.")
     return summary
 
 

@@ -99,3 +99,31 @@ def test_reference_logprob_is_the_mean_over_the_references_tokens():
     data = {"choices": [{"logprobs": {"text_offset": [0, 3, 6, 8], "token_logprobs": [None, -1.0, -0.5, -1.5]}}]}
     assert mean_reference_logprob(data, 6) == -1.0
     assert mean_reference_logprob({"choices": []}, 0) is None
+
+
+@pytest.mark.parametrize("url", ["notaurl", "ftp://h/v1", "http:///v1", "http://h:99999/v1", "http://u:p@h/v1",
+                                 "http://h/v1\nX"])
+def test_an_endpoint_that_is_no_http_url_or_holds_credentials_is_a_usage_error(url):
+    from ktdeploy.core.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        Endpoint(url, "m")
+    assert e.value.key == "--endpoint"
+
+
+def test_a_server_that_never_answers_is_exit_3_after_the_files_are_written(tmp_path):
+    import socket
+
+    from ktdeploy.controller.eval_stage import run_eval
+    from ktdeploy.core.errors import ConnectError
+    from ktdeploy.core.eval.dataset import Loaded
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]   # closed again: nothing listens there
+    with pytest.raises(ConnectError) as e:
+        run_eval(Loaded(samples=SAMPLES[:2]), {"tuned": Endpoint(f"http://127.0.0.1:{port}/v1", "m")},
+                 _settings(tmp_path), tmp_path, {})
+    assert e.value.exit_code == 3 and (tmp_path / "samples.jsonl").is_file()
+    with pytest.raises(ConnectError):
+        list_models(Endpoint(f"http://127.0.0.1:{port}/v1", ""))
