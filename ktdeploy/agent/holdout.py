@@ -64,6 +64,10 @@ def carve(data_dir: str, names: Sequence[str], output_dir: str, holdout: float, 
         parts[name] = ([rows[i] for i in s.train], [rows[i] for i in s.held])
         new_info[name] = {**e.raw, "file_name": _rows_file(name, "train")}
         new_info[name + sp.HOLDOUT_SUFFIX] = {**e.raw, "file_name": _rows_file(name, "holdout")}
+    for other, e in info.items():   # train.eval_dataset and the rest stay readable from the split's folder
+        if other not in new_info:
+            fname = e.get("file_name") if isinstance(e, dict) else None
+            new_info[other] = {**e, "file_name": os.path.join(data_dir, fname)} if isinstance(fname, str) else e
     done = Path(target, sp.MANIFEST)
     if os.path.lexists(target):
         recorded = parse_json(read_text(done, 16 << 20, "holdout record")) if done.is_file() else None

@@ -35,6 +35,15 @@ def test_the_split_holds_disjoint_parts_and_a_manifest(tmp_path):
     assert not list((tmp_path / "out").glob(".ktdeploy-holdout-*"))   # the staging folder is gone
 
 
+def test_the_other_entries_stay_readable_from_the_split_folder(tmp_path):
+    d, _ = _data(tmp_path)
+    (d / "dataset_info.json").write_text(json.dumps({"s": {"file_name": "s.json"}, "ev": {"file_name": "ev.json"},
+                                                     "hub": {"hf_hub_url": "x/y"}}))
+    carve(str(d), ["s"], str(tmp_path / "out" / "run"), 0.25, 7)
+    info = json.loads((tmp_path / "out" / "run-holdout" / "dataset_info.json").read_text())
+    assert info["ev"] == {"file_name": str(d / "ev.json")} and info["hub"] == {"hf_hub_url": "x/y"}
+
+
 def test_a_second_run_reuses_the_split_and_another_split_is_never_written_over(tmp_path):
     d, _ = _data(tmp_path)
     out = str(tmp_path / "out" / "run")
