@@ -10,5 +10,6 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_
 mode="${1:-full}"
 case "$mode" in   # smoke lives in gpu_bench.py; full and repeat in full_runs.py, which imports gpu_bench
   full|repeat) exec python3 bench/gpu/full_runs.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
+  eval) exec python3 bench/gpu/eval_proof.py --out "$OUT" ;;   # issue 43: carry made with fetch_wheels.py --eval
   *) exec python3 bench/gpu/gpu_bench.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
 esac

@@ -2,7 +2,7 @@
 """GPU proof that `ktdeploy eval` measures learning (issue 43, item 6). On the GPU machine (no docker, no internet):
 
     python3 bench/gpu/fetch_wheels.py --eval           # here: -> bench/gpu/.carry/wheels (SFT set + eval wheels)
-    device tool: run(command="python3 bench/gpu/eval_proof.py --out $OUT", carry=["bench/gpu/.carry"])
+    device tool: run(command="bash bench/gpu/device.sh eval", carry=["bench/gpu/.carry"])
 
 1. setup(): the carried wheels (gpu_bench.setup: the KT SFT set, plus fastapi/uvicorn/sse-starlette, httpx, jieba,
    nltk, rouge-chinese when fetched with --eval);

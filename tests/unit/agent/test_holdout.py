@@ -78,3 +78,21 @@ def test_train_points_the_trainer_at_the_split(tmp_path):
     assert len(json.loads((tmp_path / "out" / "run-holdout" / "s.holdout.json").read_text())) == 5
     plain = load_recipe("recipes/tiny-moe-lora.yaml")
     assert _carve_holdout(plain, str(out), write=True) is None
+
+
+def test_the_gpu_proofs_task_splits_into_540_training_and_60_held_out_rows(tmp_path):
+    """bench/gpu/eval_proof.py's dataset through the real carve, as `ktdeploy train` does on the GPU machine."""
+    import sys
+    from pathlib import Path
+
+    sys.path[:0] = [str(Path(__file__).resolve().parents[3] / "bench" / "gpu")]
+    import eval_proof
+
+    eval_proof.write_task(tmp_path / "data")
+    rows = json.loads((tmp_path / "data" / "add.json").read_text())
+    assert len({json.dumps(r) for r in rows}) == eval_proof.ROWS and rows == eval_proof.task_rows()
+    carve(str(tmp_path / "data"), ["add"], str(tmp_path / "out" / "p"), eval_proof.HOLDOUT, eval_proof.SEED)
+    held = json.loads((tmp_path / "out" / "p-holdout" / "add.holdout.json").read_text())
+    train = json.loads((tmp_path / "out" / "p-holdout" / "add.train.json").read_text())
+    assert (len(train), len(held)) == (540, 60)
+    assert all(r["output"] == f"The sum of {r['input'].replace(' + ', ' and ')} is {eval(r['input'])}." for r in held)
