@@ -150,6 +150,12 @@ def short(summary: Mapping[str, Any]) -> dict[str, Any]:
     return keep
 
 
+def _tell(emit: ev.Sink, pr: Progress) -> None:
+    """A progress line at every tenth of the samples (and the last): `up`'s output stays short."""
+    if pr.done == pr.total or pr.done % max(1, pr.total // 10) == 0:
+        emit(ev.EvalProgressed(done=pr.done, total=pr.total, eta_s=pr.eta_s, failed=pr.failed))
+
+
 def run_eval_step(ex: EvalHost, stage: Stage, s: Step) -> None:
     """The EVAL step of `up`. Never stops the server; a failure is recorded (and is exit 1 only with fail_below)."""
     p = s.typed(EvalParams)
@@ -169,8 +175,7 @@ def run_eval_step(ex: EvalHost, stage: Stage, s: Step) -> None:
         summary = run_eval(loaded, sides, settings(e), folder,
                            {"url": p.url, "tuned_model": p.tuned, "base_model": sides["base"].model if "base" in sides
                             else None, "source": p.source, "datasets": list(p.datasets)},
-                           on_progress=lambda pr: ex.emit(ev.EvalProgressed(done=pr.done, total=pr.total, eta_s=pr.eta_s,
-                                                                            failed=pr.failed)))
+                           on_progress=lambda pr: _tell(ex.emit, pr))
     except KtdeployError as err:
         ex.record.set_status(ex.record.status().get("state", "running"),
                              eval={"failed": err.message, "fix": err.fix or ""})

@@ -595,7 +595,8 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
         sv.append(Step("serve.running", f"{serve_name} keeps running", action=StepAction.WAIT_RUNNING,
                        params=WaitRunningParams(container=serve_name, seconds=5)))
         sv.append(Step("serve.ready", f"{serve_name} answers /health on port {deploy.serve.port}",
-                       action=StepAction.WAIT_HTTP, argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
+                       action=StepAction.WAIT_HTTP, argv=tuple(dk.health_probe(serve_name, deploy.serve.port,
+                                                                               deploy.serve.host)),
                        timeout=float(deploy.serve.ready_timeout_s), params=WaitHttpParams(container=serve_name),
                        fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
                            "deploy.serve.ready_timeout_s."))
