@@ -116,6 +116,10 @@ def eval_(
     def tick(p: Any) -> None:
         if progress is not None and task is not None:
             progress.update(task, completed=p.done, total=p.total, failed=f"{p.failed} failed" if p.failed else "")
+        elif not as_json and (p.done == p.total or p.done % max(1, p.total // 10) == 0):   # a log, not a terminal
+            eta = f", eta {p.eta_s:.0f} s" if p.eta_s is not None else ""
+            err_console.print(f"eval {p.done}/{p.total}{eta}" + (f", {p.failed} failed" if p.failed else ""),
+                              highlight=False)
 
     if progress is not None:
         progress.start()

@@ -48,6 +48,7 @@ def test_eval_prints_the_docs_table_and_writes_every_sample(servers, tmp_path):
     r = _cli("eval", "--endpoint", tuned.url, "--base-endpoint", base.url, "--dataset", str(tmp_path / "held.json"),
              "--concurrency", "1", "-o", str(tmp_path / "ev"), tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
+    assert "eval 4/4, eta 0 s" in r.stderr   # progress lines where stderr is no terminal
     rows, want = _rows(r.stdout), _rows(samples("docs/eval.md")["eval-table"])
     assert rows == want and len(rows) == 7
     got = [json.loads(x) for x in (tmp_path / "ev" / "samples.jsonl").read_text().splitlines()]
