@@ -60,11 +60,12 @@ def new_eval_dir(parent: Path) -> Path:
 
 
 def jieba_cache() -> str | None:
-    """A private folder for jieba's dictionary cache (never the shared temp folder); None when HOME is unusable."""
-    home = Path(os.path.expanduser("~"))
+    """A private folder for jieba's dictionary cache, ``${XDG_CACHE_HOME:-~/.cache}/ktdeploy/jieba-UID`` (0700, this
+    user's; never the shared temp folder); None when no such folder can be had (jieba then builds it in memory)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ktdeploy"
     try:
-        return str(private_dir(home / ".cache" / f"ktdeploy-{os.getuid()}" / "jieba", home / ".cache" / f"ktdeploy-{os.getuid()}"))
-    except UsageError:
+        return str(private_dir(root / f"jieba-{os.getuid()}", root / f"jieba-{os.getuid()}"))
+    except (UsageError, OSError, RuntimeError):
         return None
 
 
