@@ -83,7 +83,8 @@ def timed(label: str, walls: dict, argv: list[str], timeout: float) -> subproces
     gb.say(f"{label}: {' '.join(argv[2:8])} ...")
     t0 = time.monotonic()
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                                                     os.environ.get("PYTHONPATH")]))})
     walls[label] = round(time.monotonic() - t0, 1)
     if p.returncode != 0:
         raise SystemExit(f"{label} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
