@@ -11,5 +11,6 @@ mode="${1:-full}"
 case "$mode" in   # smoke lives in gpu_bench.py; full and repeat in full_runs.py, which imports gpu_bench
   full|repeat) exec python3 bench/gpu/full_runs.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
   formats) exec python3 bench/gpu/formats.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
+  eval) exec python3 bench/gpu/eval_proof.py --out "$OUT" ;;   # issue 43: carry made with fetch_wheels.py --eval
   *) exec python3 bench/gpu/gpu_bench.py "$mode" --out "$OUT" ${2:+--budget "$2"} ;;
 esac

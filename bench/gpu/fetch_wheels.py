@@ -59,6 +59,19 @@ PINS: dict[str, str] = {
     "ruamel.yaml": "==0.18.16",
 }
 
+# `--eval` (bench/gpu/eval_proof.py): LlamaFactory's own api server (fastapi, uvicorn, sse-starlette), the eval
+# client (httpx) and LlamaFactory's metric libraries (nltk, rouge-chinese; jieba has no wheel on PyPI and is built
+# here from its sdist, slimmed to what jieba.cut reads). Versions from the full lock where it names them.
+EVAL_PINS: dict[str, str] = {
+    "fastapi": "==0.163.2", "starlette": ">=0.40", "uvicorn": "==0.55.0", "sse-starlette": "==3.7.1",
+    "h11": ">=0.16", "anyio": ">=4", "httpx": "==0.29.0", "httpcore": ">=1.0.9", "nltk": ">=3.9",
+    "rouge-chinese": "==1.0.3", "joblib": ">=1.4",
+}
+JIEBA = "jieba==0.42.1"
+# jieba.cut (what LlamaFactory's metric calls) reads jieba/dict.txt and jieba/finalseg; the keyword extraction
+# (analyse: idf.txt) and part-of-speech (posseg) data are never imported by it
+JIEBA_DROP = ("jieba/analyse/", "jieba/posseg/", "jieba/lac_small/")
+
 # Tools the benches use but the trainer never imports: downloaded into .carry/tools/, which setup() does not install
 # (bench/gpu/overhead.py installs py-spy there for its Q runs).
 TOOLS = {"py-spy": "==0.4.3"}
@@ -150,12 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--lock", type=Path, default=None, help="requirements-style lock to take versions from")
+    ap.add_argument("--eval", action="store_true", help="also the wheels of bench/gpu/eval_proof.py (EVAL_PINS, jieba)")
     ap.add_argument("--cache", type=Path, default=ROOT / ".cache/gpu-wheels-raw",
                     help="where the unmodified downloads are kept")
     args = ap.parse_args(argv)
 
     lock_path = args.lock or find_lock()
     lock = lock_versions(lock_path) if lock_path else {}
+    if args.eval:
+        PINS.update(EVAL_PINS)
     specs, source = resolve_pins(lock)
     print(f"versions from: {lock_path or 'built-in pins'}")
     for s in specs:
@@ -183,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             note = "as published"
         total += target.stat().st_size
         print(f"{target.stat().st_size / 2**20:7.1f} MiB  {whl.name}  ({note})")
+    if args.eval:
+        total += jieba_wheel(args.cache, args.out)
     print(f"{total / 2**20:7.1f} MiB in {args.out}")
     tools = args.out.parent / "tools"
     for old in tools.glob("*.whl"):
@@ -192,6 +210,27 @@ def main(argv: list[str] | None = None) -> int:
                     *[n + v for n, v in TOOLS.items()]], check=True)
     print(f"tools: {sorted(p.name for p in tools.glob('*.whl'))}")
     return 0
+
+
+def jieba_wheel(cache: Path, out: Path) -> int:
+    """jieba's wheel built from its sdist (pure Python), without the data jieba.cut never reads; its size."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(cache), JIEBA], check=True)
+    src = next(cache.glob("jieba-*.whl"))
+    target = out / src.name
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zout:
+        records = []
+        for item in zin.infolist():
+            if item.filename.startswith(JIEBA_DROP) and not item.filename.endswith("__init__.py"):
+                continue
+            if item.filename.endswith(".dist-info/RECORD"):
+                record_name = item.filename
+                continue
+            data = zin.read(item)
+            zout.writestr(item, data)
+            records.append(f"{item.filename},{_record_hash(data)},{len(data)}")
+        zout.writestr(record_name, "\n".join(records + [f"{record_name},,"]) + "\n")
+    print(f"{target.stat().st_size / 2**20:7.1f} MiB  {target.name}  (built from the sdist, slimmed)")
+    return target.stat().st_size
 
 
 if __name__ == "__main__":

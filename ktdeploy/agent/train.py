@@ -220,7 +220,8 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
                skip_doctor: bool = False, run_root: str | None = None,
                doctor: Callable | None = None, tuned: dict | None = None,
                diagnose: Callable | None = None, topology: Callable | None = None,
-               waive: Sequence[str] = (), recipe: Recipe | None = None, judge: Callable | None = None) -> TrainPlan:
+               waive: Sequence[str] = (), recipe: Recipe | None = None, judge: Callable | None = None,
+               dry_run: bool = False) -> TrainPlan:
     """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge.JudgeResult) let the
     stack judge exactly what will be launched; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
@@ -249,6 +250,9 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
     resume_from = resolve_resume(out_dir, resume, world if isinstance(world, int) else 1)
     if resume_from:
         derived["resume_from_checkpoint"] = resume_from
+    held = _carve_holdout(recipe, str(out_dir), write=not dry_run)
+    if held:   # the trainer reads the training rows less the held-out ones (deploy.eval.holdout)
+        recipe.train["dataset_dir"] = derived["dataset_dir"] = held
     rendered = render(recipe, derived=derived, header=f"rendered by ktdeploy train from {printable(path.name)}")
     if judge is not None and not skip_doctor:
         report = stack_judgement(recipe, rendered, judge, report, waive)
@@ -283,6 +287,18 @@ def stage_ephemeral_weights(plan: TrainPlan, say: Callable[[str], None]) -> None
     say(f"staging ephemeral INT8 experts from {w['model']} in /dev/shm/kt-int8-{w['ephemeral_run_id']}")
     prepare(w["model"], None, "int8", pools=int(w["pools"]), threads=int(threads),
             ephemeral_run_id=str(w["ephemeral_run_id"]), say=say)
+
+
+def _carve_holdout(recipe: Recipe, output_dir: str, *, write: bool) -> str | None:
+    """deploy.eval.holdout: the folder of the split the trainer reads (agent/holdout.py), None without one."""
+    ev = recipe.deploy.eval if recipe.deploy is not None else None
+    if ev is None or not ev.holdout:
+        return None
+    from ktdeploy.agent.holdout import carve
+    from ktdeploy.core.eval.dataset import names_of
+
+    return carve(str(recipe.train.get("dataset_dir")), names_of(recipe.train.get("dataset")), output_dir,
+                 ev.holdout, ev.seed, write=write)
 
 
 def write_record(plan: TrainPlan) -> Path:

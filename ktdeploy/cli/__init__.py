@@ -42,6 +42,7 @@ try:  # Ctrl-C while the CLI still starts up (typer's import alone takes ~50 ms)
         "agent_cmds",    # train, convert, serve, tiny-model
         "tune_cmds",     # tune
         "up_cmds",       # up, status, logs, down
+        "eval_cmds",     # eval, chat
     ]
 
     for _name in COMMAND_MODULES:

@@ -74,7 +74,7 @@ def train(
         raise UsageError("no recipe given", key="RECIPE", fix="ktdeploy train RECIPE, or --train T.yaml --accelerate A.yaml")
     plan = plan_train(str(recipe or native_train), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root,
                       tuned=choice, diagnose=local_doctor, topology=lambda: local_facts(probes=False),
-                      waive=with_profile(waive, cpu_only), recipe=loaded, judge=judge_rendered)
+                      waive=with_profile(waive, cpu_only), recipe=loaded, judge=judge_rendered, dry_run=dry_run)
     for w in plan.warnings:
         err_console.print(f"[yellow]warning:[/] {esc(w)}")
     if plan.derived:

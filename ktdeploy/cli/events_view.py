@@ -106,6 +106,21 @@ def lines(e: ev.Event) -> list[str]:
             return [_fill(GO + " {e.stage}: waiting for the {e.role} job", e)]
         case ev.SlurmJobDone():
             return [_fill(OK + " {e.stage}: {e.title} (job {e.job_id})", e)]
+        case ev.EvalStarted():
+            return [_fill(GO + " EVAL: {e.samples} sample(s) from {e.source} against {e.url} (tuned {e.tuned}"
+                          + (", base {e.base})" if e.base else "; no base: {e.base_why})"), e)]
+        case ev.EvalProgressed():
+            eta = f", eta {e.eta_s:.0f} s" if e.eta_s is not None else ""
+            return [_fill("  eval {e.done}/{e.total}{eta}{failed}", e, eta=eta,
+                          failed=f", {e.failed} failed" if e.failed else "")]
+        case ev.EvalFinished():
+            return [_fill((NO if e.below else OK) + " EVAL: tuned {tuned}" + ("; base {base}" if e.base else "")
+                          + "{failed} -> {path}", e, tuned=_scores(e.tuned), path=e.summary_file,
+                          base=_scores(e.base or {}), failed=f" ({e.failed} failed)" if e.failed else "")] + \
+                ([_fill("[red]{e.below}[/red]; the server keeps running", e)] if e.below else [])
+        case ev.EvalNotRun():
+            return [_fill("[yellow]![/yellow] EVAL did not finish: {e.why} (the server keeps running)", e),
+                    _fill("  fix: {e.fix}", e)]
         case ev.Detached(terminated=False):
             return [_fill("[yellow]Stopped following; the training container {e.job} keeps running on {e.host}.[/]\n"
                           "  ktdeploy status --host {e.host}   |   ktdeploy logs -f --host {e.host}   |   "
@@ -119,6 +134,10 @@ def lines(e: ev.Event) -> list[str]:
             return [_fill("[yellow]Terminated: cancelled {jobs}.[/]", jobs=", ".join(f"{k}: {v}" for k, v in
                                                                                      e.jobs.items()))]
     return []
+
+
+def _scores(metrics: Any) -> str:
+    return " ".join(f"{k} {v:.1f}" for k, v in metrics.items()) or "no score"
 
 
 def plain_lines(e: ev.Event) -> list[str]:

@@ -166,8 +166,11 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print the record and the live state as JSON."),
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", metavar="FILE", help=SSH_KEY_HELP),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
+    plot: bool = typer.Option(False, "--plot", help="Draw the run's loss curve in the terminal (plotext: the plot "
+                                                    "extra)."),
 ) -> None:
-    """The latest run: how it ended (a failure's stage, error and fix), its containers and progress now."""
+    """The latest run: how it ended (a failure's stage, error and fix), its containers and progress now, its
+    evaluation and loss curve."""
     from ktdeploy.controller import api
     from ktdeploy.controller.runs import find_runs
 
@@ -183,6 +186,9 @@ def status(
         print_json(st)
         return
     _print_status(st)
+    from ktdeploy.cli.status_extra import print_eval_and_curve
+
+    print_eval_and_curve(st, _line, plot=plot)
 
 
 def _print_all(rows: list[dict]) -> None:

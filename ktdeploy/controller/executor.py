@@ -13,17 +13,22 @@ from pathlib import Path
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.emitter import Emitter
+from ktdeploy.controller.eval_stage import run_eval_step
+from ktdeploy.controller.host_files import FETCHABLE_SH, MAX_FETCH, MISSING, fetch_checked  # noqa: F401 (FETCHABLE_SH: tests)
 from ktdeploy.controller.image_check import image_doctor
+from ktdeploy.controller.loss_plot import write_loss_png
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.controller.slurm_jobs import do_follow_job, do_submit, do_wait_job
 from ktdeploy.core import events as ev
 from ktdeploy.core import markers
 from ktdeploy.core import run_record as rr
+from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.gate import profile_hint
 from ktdeploy.core.checks.stack import JUDGE
 from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RecipeError, StepError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.job_layout import JobLayout
+from ktdeploy.core.loss_curve import curve
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.params import (
     ContainerLogParams,
@@ -39,7 +44,7 @@ from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
-from ktdeploy.core.safeio import write_file
+from ktdeploy.core.safeio import read_text, write_file
 from ktdeploy.core.trainer_log import LogEntry, latest
 
 # The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
@@ -202,10 +207,6 @@ def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: Host
     return f"see the last log lines above; fix the cause, {again}{resume}."
 
 
-MAX_FETCH = 64 << 20  # artifacts are a loss plot and small JSON files
-# exit 0: a regular file of at most $2 bytes; 2: absent (or not a plain file); 3: a link; 4: too large
-FETCHABLE_SH = ('[ -h "$1" ] && exit 3; [ -f "$1" ] || exit 2; '
-                '[ "$(wc -c < "$1")" -le "$2" ] || exit 4; exit 0')
 
 
 class Executor:
@@ -293,6 +294,7 @@ class Executor:
                 StepAction.FETCH: self._do_fetch, StepAction.FOLLOW: self._do_follow, StepAction.FAIL: self._do_fail,
                 StepAction.WAIT_RUNNING: self._do_wait_running, StepAction.WAIT_HTTP: self._do_wait_http,
                 StepAction.IMAGE_CHECK: self._do_image_check,
+                StepAction.EVAL: lambda st, s: run_eval_step(self, st, s),
                 StepAction.SUBMIT: lambda st, s: do_submit(self, st, s),
                 StepAction.FOLLOW_JOB: lambda st, s: do_follow_job(self, st, s),
                 StepAction.WAIT_JOB: lambda st, s: do_wait_job(self, st, s)}
@@ -389,19 +391,20 @@ class Executor:
             return
         # a regular file, not a link (the trainer writes the output folder and could link ~/.ssh/id_* there; FETCH
         # runs after the training container exited, so nothing swaps it between this check and the copy), bounded
-        probe = self.conn.run(["sh", "-c", FETCHABLE_SH, "ktdeploy-fetch", self._path(s, "remote"), str(MAX_FETCH)],
-                              timeout=60)
-        if probe.rc != 0:
-            why = {3: "is a symbolic link", 4: f"is larger than {MAX_FETCH >> 20} MiB"}.get(probe.rc, "does not exist")
-            if s.optional and probe.rc not in (3, 4):
+        why = fetch_checked(self.conn, self._path(s, "remote"), dst, MAX_FETCH)
+        if why is not None:
+            if s.optional and why == MISSING:
                 self.emit(ev.FetchMissing(step=s.id, remote=s.remote))
                 return
             if s.optional:
                 self.emit(ev.FetchRefused(step=s.id, remote=s.remote, why=why, stage=stage.name))
                 return
             raise StepError(f"{stage.name}: {s.remote} {why} on the host", step=s.id)
-        self.conn.get_file(self._path(s, "remote"), str(dst))
         self.emit(ev.Fetched(stage=stage.name, name=os.path.basename(self._path(s, "remote")), dest=str(dst)))
+        if dst.name == TRAINER_LOG:   # the run record's loss curve (artifacts/loss.png; matplotlib: the plot extra)
+            png = write_loss_png(dst.parent, curve(read_text(dst, MAX_FETCH, TRAINER_LOG)), self.plan.job)
+            if png is not None:
+                self.emit(ev.Fetched(stage=stage.name, name=png.name, dest=str(png)))
 
     def _fetch_agent_record(self, output_dir: str) -> None:
         """Best effort: the agent's own record of the run (state, rc, summary) into the run record."""

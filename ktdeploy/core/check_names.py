@@ -79,6 +79,8 @@ class CheckName:
     STACK_JUDGE: Final = "stack.judge"
     # a Slurm cluster (core/sched/slurm.py)
     SLURM_FIT: Final = "slurm.fit"
+    # the served model's evaluation against deploy.eval.fail_below (controller/eval_stage.py)
+    EVAL_SCORE: Final = "eval.score"
 
 
 CHECKS: frozenset[str] = frozenset(v for k, v in vars(CheckName).items() if k.isupper())

@@ -530,6 +530,48 @@ class SlurmJobDone(Event):
 
 
 # -- how the run ended (controller/api.py) ------------------------------------------------------------------------
+# -- EVAL: the served model scored (controller/eval_stage.py) ------------------------------------------------------
+@dataclass(frozen=True)
+class EvalStarted(Event):
+    KIND: ClassVar[str] = "eval_start"
+    samples: int
+    url: str
+    tuned: str
+    base: str | None
+    source: str
+    base_why: str = ""
+
+
+@dataclass(frozen=True)
+class EvalProgressed(Event):
+    """Shown only (a progress line with the ETA); the samples file keeps every answer."""
+
+    done: int
+    total: int
+    eta_s: float | None
+    failed: int
+
+
+@dataclass(frozen=True)
+class EvalFinished(Event):
+    KIND: ClassVar[str] = "eval"
+    summary_file: str
+    samples_file: str
+    tuned: Mapping[str, float]
+    base: Mapping[str, float] | None
+    failed: int
+    below: str | None
+
+
+@dataclass(frozen=True)
+class EvalNotRun(Event):
+    """The evaluation could not run or finish: the server keeps running."""
+
+    KIND: ClassVar[str] = "eval_failed"
+    why: str
+    fix: str
+
+
 @dataclass(frozen=True)
 class Detached(Event):
     """The controller stopped following (Ctrl-C, or ``terminated`` by SIGTERM); training keeps running."""

@@ -1,7 +1,8 @@
 """Every path ktdeploy derives from a training run's ``output_dir``: one value, ``JobLayout(output_dir)``.
 
 * the served artefacts are *siblings* of the training output (core/adapter_layout.py says why): the converted
-  adapter ``<output_dir>-sglang`` and the merged model ``<output_dir>-merged``;
+  adapter ``<output_dir>-sglang``, the merged model ``<output_dir>-merged`` and the training data less its held-out
+  rows ``<output_dir>-holdout`` (deploy.eval.holdout);
 * the trainer works beside it, in ``<dirname>/.ktdeploy-runs`` (one folder per output root: CUDA's JIT cache is
   keyed by the working directory, issue 18), which also holds ``ktdeploy train``'s run records of this output
   (``.ktdeploy-runs/<basename>``) and the CUDA JIT cache (``.ktdeploy-runs/.cuda-cache``);
@@ -19,6 +20,7 @@ from ktdeploy.core.checkpoints import TRAINER_LOG
 
 ADAPTER_SUFFIX = "-sglang"
 MERGED_SUFFIX = "-merged"
+HOLDOUT_DIR_SUFFIX = "-holdout"
 RUNS_DIRNAME = ".ktdeploy-runs"
 CUDA_CACHE_DIRNAME = ".cuda-cache"
 
@@ -46,6 +48,12 @@ class JobLayout:
     def merged_dir(self) -> str:
         """Where `up` (deploy.serve.merge) writes the merged model: the sibling ``<output_dir>-merged``."""
         return self._sibling(MERGED_SUFFIX)
+
+    @property
+    def holdout_dir(self) -> str:
+        """Where `train` writes the training data less the held-out rows (deploy.eval.holdout) and those rows: the
+        sibling ``<output_dir>-holdout`` (LlamaFactory refuses a non-empty output dir)."""
+        return self._sibling(HOLDOUT_DIR_SUFFIX)
 
     @property
     def trainer_workdir(self) -> str:

@@ -118,6 +118,17 @@ def train(recipe_path, resume_arg=None):
     crash_at = knob(data_dir, "fake_crash_at_step", int, None)
     tokens_per_step = int(t.get("cutoff_len") or 512) * int(t.get("per_device_train_batch_size") or 1) * world
     print(f"[fake-llamafactory] TEST DOUBLE training {out}: {total} steps", flush=True)
+    held = ((doc.get("deploy") or {}).get("eval") or {})
+    if held.get("holdout"):
+        # not a double: `ktdeploy train`'s own carve (agent/holdout.py, the package copied into this image) writes
+        # <output_dir>-holdout and the trainer reads that folder instead of the data folder
+        sys.path.insert(0, "/opt/ktdeploy-src")
+        from ktdeploy.agent.holdout import carve
+        from ktdeploy.core.eval.dataset import names_of
+
+        t["dataset_dir"] = carve(str(data_dir), names_of(t.get("dataset")), out, float(held["holdout"]),
+                                 int(held.get("seed") or 0))
+        print(f"[fake-llamafactory] training rows read from {t['dataset_dir']}", flush=True)
     resume = t.get("resume_from_checkpoint")
     if resume_arg == "auto":
         resume = resume_auto(out, world)
@@ -232,13 +243,42 @@ def serve(args):
                 return 2
             what[flag.lstrip("-")] = d
 
+    served = s.get("served_model_name") or os.path.basename(str((doc.get("train") or {}).get("model_name_or_path",
+                                                                                               "model")).rstrip("/"))
+    lora = f"{served}:{s.get('lora_name', 'adapter')}" if "adapter" in what else None
+
     class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"ok": True, "fake": True, "lora": s.get("lora_name"), **what}).encode()
-            self.send_response(200)
+        def _json(self, code, data):
+            body = json.dumps(data).encode()
+            self.send_response(code)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path == "/v1/models":
+                self._json(200, {"object": "list", "data": [{"id": m} for m in (served, lora) if m]})
+                return
+            self._json(200, {"ok": True, "fake": True, "lora": s.get("lora_name"), **what})
+
+        def do_POST(self):
+            # sglang-kt's OpenAI chat API, as a double (sglang-kt needs a GPU): the adapter (or the merged/full
+            # model) answers the last user turn back, the base model a fixed sentence
+            req = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path != "/v1/chat/completions" or req.get("model") not in (served, lora):
+                self._json(404, {"error": {"message": f"no model {req.get('model')!r} at {self.path}"}})
+                return
+            users = [m.get("content", "") for m in req.get("messages", []) if m.get("role") == "user"]
+            text = (users[-1] if users else "") if req["model"] == (lora or served) else "I do not know."
+            self._json(200, {"id": "fake", "object": "chat.completion", "model": req["model"],
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                          "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": len(text.split()) or 1,
+                                       "total_tokens": 1 + (len(text.split()) or 1)}})
+
+        def log_message(self, *a):
+            pass
 
     print(f"[fake-llamafactory] TEST DOUBLE server on port {port}", flush=True)
     HTTPServer((s.get("host", "127.0.0.1"), port), H).serve_forever()

@@ -463,6 +463,44 @@ def test_merge_true_merges_the_lora_and_serves_the_merged_model(env):
     assert not Path(f"{bad_out}-merged").exists()
 
 
+def test_eval_stage_scores_the_served_model_on_rows_held_out_before_training(env):
+    """deploy.eval: the training container's `ktdeploy train` carve (the real agent/holdout.py, in the double's image)
+    holds 8 rows out of tiny_sft before training; EVAL, from this machine, asks the served model (the sglang-kt double
+    answers the adapter's name with the prompt, the base's with a fixed sentence) and the base, scores both with
+    LlamaFactory's metrics and records the files; status names them and the loss curve. The server listens on the
+    test network's gateway: an address of this machine that the SSH host's docker (this engine) binds."""
+    root, host = env["root"], env["hosts"]["fresh"]
+    gateway = docker("network", "inspect", env["pool"].network, "--format",
+                     "{{(index .IPAM.Config 0).Gateway}}").stdout.strip()
+    out = f"{root}/out/eval-run"
+    overrides = [*sets(env, out, port=31006), "deploy.eval.holdout=8", "deploy.eval.seed=3",
+                 f"deploy.serve.host={gateway}", "deploy.eval.max_tokens=32"]
+    said: list = []
+    res = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
+                 ssh=env["pool"].ssh_options(), on_event=said.append)
+    assert res.state == "finished", said
+    held = Path(f"{out}-holdout")
+    manifest = json.loads((held / "holdout.json").read_text())
+    assert manifest["seed"] == 3 and manifest["datasets"]["tiny_sft"]["held_rows"] == 8
+    train = {json.dumps(r, sort_keys=True) for r in json.loads((held / "tiny_sft.train.json").read_text())}
+    held_rows = json.loads((held / "tiny_sft.holdout.json").read_text())
+    assert not train & {json.dumps(r, sort_keys=True) for r in held_rows}
+    st = res.record.status()["eval"]
+    assert st["samples"] == 8 and set(st) >= {"tuned", "base", "delta", "summary_file", "samples_file"}
+    rows = [json.loads(x) for x in Path(st["samples_file"]).read_text().splitlines()]
+    assert [r["prompt"] for r in rows] == [r["instruction"] for r in held_rows]
+    assert all(r["base"]["text"] == "I do not know." and r["tuned"]["text"] == r["prompt"] for r in rows)
+    assert st["tuned"]["failed"] == 0 and st["base"]["failed"] == 0
+    assert [e["event"] for e in res.record.events() if e["event"].startswith("eval")] == ["eval_start", "eval"]
+    r = cli("status", "--run", res.record.id, *ssh_args(env))
+    assert r.returncode == 0, r.stderr
+    assert f"evaluation result: {st['summary_file']}" in r.stdout and "loss curve: " in r.stdout
+    assert (res.record.path / "artifacts" / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    r = cli("status", "--run", res.record.id, "--plot", *ssh_args(env))
+    assert r.returncode == 0 and "training loss" in r.stdout, r.stderr
+    docker("rm", "-f", f"{res.record.status()['serve_container']}", check=False)   # free the port
+
+
 # KTDEPLOY_DROP_REPEAT=20 repeats the drop on the same hosts (one pytest session): the 20x stability loop.
 @pytest.mark.parametrize("attempt", range(int(os.environ.get("KTDEPLOY_DROP_REPEAT", "1"))))
 def test_dropped_connection_leaves_training_running(env, attempt):

@@ -15,12 +15,15 @@ from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
 from ktdeploy.core.errors import RecipeError, UsageError
+from ktdeploy.core.eval.target import controller_url, eval_data, models, served_model
 from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.params import (
     ContainerLogParams,
     CrashParams,
+    EvalParams,
     FollowParams,
     ImageCheckParams,
     RunParams,
@@ -31,7 +34,7 @@ from ktdeploy.core.plan.params import (
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
-from ktdeploy.core.recipe.schema import Deploy, Volumes
+from ktdeploy.core.recipe.schema import Deploy, Evaluation, Volumes
 from ktdeploy.core.safeio import norm_path
 
 MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
@@ -369,6 +372,8 @@ def build_plan(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOption
     if serve_note:
         notes.append(serve_note)
     stages += [train, _follow_stage(j, skip_training), _convert_stage(j), serve]
+    if j.deploy.eval is not None:   # a recipe without deploy.eval plans as before: no EVAL stage at all
+        stages.append(_eval_stage(j, j.deploy.eval))
     return Plan(host=opts.host, recipe=recipe.name, job=j.name, image=j.image, variant=j.variant, output_dir=j.out,
                 adapter_dir=j.adapter, job_dir=j.job_dir, stages=tuple(stages), resume_from=resume_from,
                 waived=tuple(opts.waive), notes=tuple(notes))
@@ -590,14 +595,31 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
         sv.append(Step("serve.running", f"{serve_name} keeps running", action=StepAction.WAIT_RUNNING,
                        params=WaitRunningParams(container=serve_name, seconds=5)))
         sv.append(Step("serve.ready", f"{serve_name} answers /health on port {deploy.serve.port}",
-                       action=StepAction.WAIT_HTTP, argv=tuple(dk.health_probe(serve_name, deploy.serve.port)),
+                       action=StepAction.WAIT_HTTP, argv=tuple(dk.health_probe(serve_name, deploy.serve.port,
+                                                                               deploy.serve.host)),
                        timeout=float(deploy.serve.ready_timeout_s), params=WaitHttpParams(container=serve_name),
                        fix="See `ktdeploy logs` for the server's output; a large model can need a longer "
                            "deploy.serve.ready_timeout_s."))
     url = f"http://{deploy.serve.host}:{deploy.serve.port}/v1"
-    mp = j.recipe.keys.model_name_or_path
-    served = deploy.serve.served_model_name or (posixpath.basename(str(mp).rstrip("/")) if mp else "model")
+    served = served_model(j.recipe)
     note = (f"serving endpoint: {url} (model={served})" if j.full or j.merged else
             f"serving endpoint: {url} (model={served}:{deploy.serve.lora_name})")
     what = "trained weights" if j.full else "merged model (BF16, no LoRA)" if j.merged else "adapter"
     return Stage(StageName.SERVE, f"serve the {what} with sglang-kt on {deploy.serve.host}:{deploy.serve.port}", tuple(sv)), note
+
+
+def _eval_stage(j: _Job, e: Evaluation) -> Stage:
+    """EVAL (deploy.eval): the served model (and the base) scored on the held-out prompts, from this machine through
+    the server's OpenAI-compatible API (controller/eval_stage.py)."""
+    if j.opts.detach or not j.deploy.serve.enabled:
+        return Stage(StageName.EVAL, "evaluate the served model",
+                     skipped="--detach" if j.opts.detach else "deploy.serve.enabled is false")
+    data, m = eval_data(j.recipe), models(j.recipe)
+    target = parse_host(j.opts.host)
+    url, why = controller_url(j.recipe, local=j.opts.local or target.is_local, host_address=target.address)
+    params = EvalParams(data_dir=data.data_dir, datasets=data.datasets, source=data.source, url=url, tuned=m.tuned,
+                        base=m.base if e.compare_base else None, base_why=m.base_why if e.compare_base else
+                        "deploy.eval.compare_base is false", unreachable=why)
+    return Stage(StageName.EVAL, f"score {m.tuned} on {data.source} ({', '.join(data.datasets)})", (
+        Step("eval.run", f"ask and score up to {e.max_samples} sample(s)" + (" against the base too" if params.base else ""),
+             action=StepAction.EVAL, params=params),))

@@ -214,6 +214,16 @@ HEALTH_SCRIPT = ("import sys, urllib.request\n"
                  "urllib.request.urlopen('http://127.0.0.1:%s/health' % sys.argv[1], timeout=5).read()\n")
 
 
-def health_probe(name: str, port: int) -> list[str]:
-    """exit 0 once the server in the container answers GET /health (sglang's readiness endpoint)."""
-    return ["docker", "exec", name, "python3", "-c", HEALTH_SCRIPT, str(port)]
+# a server bound to one address (deploy.serve.host) answers there only, not on the loopback
+HEALTH_AT_SCRIPT = ("import sys, urllib.request\n"
+                    "urllib.request.urlopen('http://%s:%s/health' % (sys.argv[2], sys.argv[1]), timeout=5).read()\n")
+EVERY_ADDRESS = ("0.0.0.0", "::", "127.0.0.1", "localhost", "::1")
+
+
+def health_probe(name: str, port: int, host: str = "127.0.0.1") -> list[str]:
+    """exit 0 once the server in the container answers GET /health (sglang's readiness endpoint), asked where it
+    listens: the loopback when it listens there or on every address, else its one address (``host``)."""
+    if host in EVERY_ADDRESS:
+        return ["docker", "exec", name, "python3", "-c", HEALTH_SCRIPT, str(port)]
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return ["docker", "exec", name, "python3", "-c", HEALTH_AT_SCRIPT, str(port), shown]

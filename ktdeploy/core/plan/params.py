@@ -120,3 +120,18 @@ class WaitJobParams(StepParams):
     role: str
     job_dir: str
     job_id: str | None
+
+
+@dataclass(frozen=True)
+class EvalParams(StepParams):
+    """EVAL: the evaluation set on the host (a folder with a dataset_info.json and the datasets to read) and where the
+    server answers (``url``: None when this machine cannot reach it, ``unreachable`` says why)."""
+
+    data_dir: str
+    datasets: tuple[str, ...]
+    source: str
+    url: str | None
+    tuned: str
+    base: str | None
+    base_why: str = ""
+    unreachable: str = ""

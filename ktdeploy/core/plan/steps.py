@@ -29,6 +29,7 @@ class StageName(StrEnum):
     FOLLOW = "FOLLOW"
     CONVERT = "CONVERT"
     SERVE = "SERVE"
+    EVAL = "EVAL"             # deploy.eval: the served model scored on held-out prompts
 
 
 class StepAction(StrEnum):
@@ -47,6 +48,7 @@ class StepAction(StrEnum):
     SUBMIT = "submit"              # sbatch a batch script (`up --slurm`); the job id goes to the run record
     FOLLOW_JOB = "follow_job"      # follow a Slurm job (its state, the trainer log) until it ends
     WAIT_JOB = "wait_job"          # wait for a Slurm job to end
+    EVAL = "eval"                  # score the served model through its API (controller/eval_stage.py)
 
 
 

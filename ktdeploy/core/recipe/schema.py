@@ -75,6 +75,39 @@ class Serve(_Strict):
                                                                       "(as separate argv items, never through a shell).")
 
 
+class Evaluation(_Strict):
+    """`up`'s EVAL stage after SERVE (`ktdeploy eval`, docs/eval.md): held-out prompts through the served model's
+    OpenAI-compatible API, scored with LlamaFactory's own generation metrics, base and tuned side by side."""
+
+    holdout: float | None = Field(None, gt=0, description="Carve this many rows (a fraction below 1, or a count) out "
+                                                          "of each training dataset before training, deterministically "
+                                                          "(seeded hash of each row); the trainer never sees them and "
+                                                          "EVAL scores them. Written to <output_dir>-holdout.")
+    dataset: str | None = Field(None, pattern=r"^[^,/\\]+$",
+                                description="A dataset of train.dataset_dir's dataset_info.json to evaluate on instead "
+                                            "(default: the holdout, else train.eval_dataset).")
+    seed: int = Field(0, ge=0, description="Seed of the holdout's row hash.")
+    max_samples: int = Field(200, ge=1, le=100000, description="Evaluate at most this many samples (the first ones).")
+    max_tokens: int = Field(256, ge=1, le=32768, description="max_tokens of each answer.")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature (0: greedy, comparable runs).")
+    concurrency: int = Field(4, ge=1, le=64, description="Requests in flight at once.")
+    timeout_s: float = Field(120, gt=0, le=3600, description="Seconds one request may take before it counts as failed.")
+    compare_base: bool = Field(True, description="Also ask the base model (model=<served> without the LoRA) and report "
+                                                 "the difference.")
+    metric: Literal["bleu-4", "rouge-1", "rouge-2", "rouge-l", "exact_match"] = Field(
+        "rouge-l", description="The metric fail_below judges.")
+    fail_below: float | None = Field(None, ge=0, le=100, description="`up` exits 1 when the tuned model's metric is "
+                                                                     "below this (or the evaluation failed); the server "
+                                                                     "keeps running either way.")
+
+    @field_validator("holdout")
+    @classmethod
+    def _count_or_fraction(cls, v: float | None) -> float | None:
+        if v is not None and v >= 1 and v != int(v):
+            raise ValueError("a holdout of 1 or more is a row count: a whole number")
+        return v
+
+
 SLURM_TIME = r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$"   # Slurm's --time forms: MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
 SCHED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
@@ -114,6 +147,7 @@ class Deploy(_Strict):
                                                     "ktdeploy derives kt_num_threads.")
     serve: Serve = Field(default_factory=Serve)
     scheduler: Scheduler = Field(default_factory=Scheduler)
+    eval: Evaluation | None = Field(None, description="Evaluate the served model after SERVE (the EVAL stage).")
 
     @field_validator("gpus")
     @classmethod

@@ -102,6 +102,34 @@ def test_health_probe_script_answers_only_when_the_server_does():
     assert subprocess.run([sys.executable, "-c", HEALTH_SCRIPT, str(port)], capture_output=True).returncode != 0
 
 
+def test_a_server_bound_to_one_address_is_asked_there():
+    from ktdeploy.core.plan.docker_argv import HEALTH_AT_SCRIPT
+
+    p = build_plan(recipe("deploy.serve.host=10.9.8.7"), facts(), state(), UpOptions(host="gpu01", run_id="r"))
+    ready = steps(p)["serve.ready"].argv
+    assert ready[-4:] == ("-c", HEALTH_AT_SCRIPT, "30000", "10.9.8.7")
+    for every in ("0.0.0.0", "127.0.0.1"):
+        assert steps(build_plan(recipe(f"deploy.serve.host={every}"), facts(), state(),
+                                UpOptions(host="g", run_id="r")))["serve.ready"].argv[-1] == "30000"
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = HTTPServer(("127.0.0.2", 0), H)   # one address of the loopback range, not 127.0.0.1
+    port = srv.server_address[1]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        assert subprocess.run([sys.executable, "-c", HEALTH_AT_SCRIPT, str(port), "127.0.0.2"]).returncode == 0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_up_refuses_before_anything_when_the_key_variable_is_missing(monkeypatch):
     from ktdeploy.controller import api
     from ktdeploy.core.errors import UsageError
