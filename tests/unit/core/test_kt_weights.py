@@ -57,7 +57,7 @@ MEASURED = {(512, 256, 1): (True, True), (512, 96, 1): (False, False), (512, 64,
 @pytest.mark.parametrize("dims, ran", MEASURED.items(), ids=[f"{h}x{i}/{p}" for h, i, p in MEASURED])
 def test_shape_rule_matches_what_kt_kernel_ran(dims, ran):
     h, i, p = dims
-    for fmt, ok in zip(("int8", "amxint4"), ran):
+    for fmt, ok in zip(("int8", "amxint4"), ran, strict=True):
         assert (kw.shape_error(fmt, kw.Shape(h, i, 8, p)) is None) is ok, (fmt, dims)
 
 
