@@ -59,7 +59,8 @@ class TrainPlan:
         return dict(self.__dict__)
 
 
-def checkpoints(output_dir: Path) -> list[Path]:
+def checkpoint_dirs(output_dir: Path) -> list[Path]:
+    """The checkpoint-N folders of a local output dir, oldest first (core/checkpoints.py reads a listing of them)."""
     if not output_dir.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := CHECKPOINT_RE.match(p.name))]
@@ -80,7 +81,7 @@ def _entries(ckpt: Path) -> list[str]:
 
 def _listing(output_dir: Path) -> dict[str, list[str]]:
     """{checkpoint-N: entries inside} for every checkpoint of an output dir."""
-    return {ck.name: _entries(ck) for ck in checkpoints(output_dir)}
+    return {ck.name: _entries(ck) for ck in checkpoint_dirs(output_dir)}
 
 
 def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) -> str | None:
@@ -90,7 +91,7 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
     LlamaFactory would otherwise resume silently (or refuse with a ValueError deep in its startup).
     """
     finished = finished_markers(p.name for p in output_dir.iterdir()) if output_dir.is_dir() else []
-    ckpts = checkpoints(output_dir)
+    ckpts = checkpoint_dirs(output_dir)
     if finished:
         raise RunRecordError(
             f"{output_dir} holds a finished run ({', '.join(finished)}); ktdeploy never overwrites a training output",
@@ -180,7 +181,7 @@ def stack_judgement(recipe: Recipe, rendered: Rendered, judge: Callable, report:
     the stack's findings: what `ktdeploy check --stack` reports), no verdict a failed check (both pass when
     ``--waive stack.judge``, on the record); the verdict joins the doctor's report (agent_doctor.json)."""
     from ktdeploy.core.checks.stack import judge_check
-    from ktdeploy.core.recipe.stack_judge import findings
+    from ktdeploy.core.recipe.stack_judge_payload import findings
 
     result = judge(rendered)
     found = findings(result, recipe.train, recipe.accelerate, recipe.raw.source.where) \
@@ -218,7 +219,7 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
                doctor: Callable | None = None, tuned: dict | None = None,
                diagnose: Callable | None = None, topology: Callable | None = None,
                waive: Sequence[str] = (), recipe: Recipe | None = None, judge: Callable | None = None) -> TrainPlan:
-    """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge.JudgeResult) let the
+    """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge_payload.JudgeResult) let the
     stack judge exactly what will be launched; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
 

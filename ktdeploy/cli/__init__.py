@@ -187,7 +187,7 @@ def handle(err: BaseException) -> None:
         elif kind == "ClickException":
             import io
 
-            from ktdeploy.core.markup import terminal_safe
+            from ktdeploy.core.terminal_text import terminal_safe
 
             buf = io.StringIO()  # click quotes the argv it refuses: sanitized like every other print
             err.show(file=buf)  # type: ignore[attr-defined]  # a ClickException, matched by name: typer bundles its own click

@@ -14,7 +14,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.core.errors import UsageError
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 
 
 @app.command()
@@ -53,14 +53,14 @@ def train(
 
     choice = None
     if tuned is not None:
-        from ktdeploy.agent.tune.api import tuned_choice, tuned_overrides
+        from ktdeploy.agent.tune.session import tuned_choice, tuned_overrides
 
         choice = tuned_choice(tuned)
         set_ = list(set_) + tuned_overrides(tuned)
 
     from ktdeploy.cli.up_cmds import native_pair
     from ktdeploy.controller.local_host import local_doctor, local_facts
-    from ktdeploy.controller.stack_judge import judge_rendered
+    from ktdeploy.controller.stack_judge_runner import judge_rendered
     from ktdeploy.core.checks.gate import with_profile
 
     pair = native_pair(recipe, native_train, native_accelerate, native_deploy)

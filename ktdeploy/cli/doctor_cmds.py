@@ -11,7 +11,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_doctor, print_json
 from ktdeploy.core import variants as V
 from ktdeploy.core.checks.gate import profile_hint
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 
 if TYPE_CHECKING:   # the CLI imports the controller lazily (a fast --help)
     from ktdeploy.controller.doctor import DoctorReport

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ktdeploy.core import events as ev
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 from ktdeploy.core.trainer_log import LogEntry, describe
 
 OK, NO, GO, NOT = "[green]✓[/green]", "[red]✗[/red]", "[cyan]→[/cyan]", "[yellow]-[/yellow]"

@@ -12,7 +12,7 @@ import typer
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_json, wrap_words
 from ktdeploy.core.errors import StepError, UsageError
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 
 RUN_HELP = "A run id (or a unique prefix of one) or a run's --name; default: the latest run."
 SSH_KEY_HELP = "SSH private key (default: the agent, ~/.ssh)."

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ktdeploy.controller import slurm as slurm_run
+from ktdeploy.controller import slurm_queries as slurm_run
 from ktdeploy.controller.connectors import Connector, DockerExecConnector, LocalConnector, connect
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.doctor import doctor as run_doctor
@@ -23,7 +23,7 @@ from ktdeploy.controller.image_check import image_doctor, stack_probe_checks
 from ktdeploy.controller.local_host import local_raw
 from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run, output_lock
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
-from ktdeploy.controller.stack_judge import stack_judge_check
+from ktdeploy.controller.stack_judge_runner import stack_judge_check
 from ktdeploy.core import events as ev
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
@@ -47,7 +47,7 @@ from ktdeploy.core.host_target import HostTarget, parse_host
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, parse_state, plan_text, resolve_image
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import MEMLOCK_WAIVER, shipped_recipe
+from ktdeploy.core.plan.host_plan import MEMLOCK_WAIVER, shipped_recipe
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
 from ktdeploy.core.plan.steps import Plan, StageName
 from ktdeploy.core.recipe import builtin_recipe, load_native, load_recipe, require_valid
@@ -58,8 +58,8 @@ from ktdeploy.core.safeio import MAX_JSON, NAME, load_json, printable, redact, w
 from ktdeploy.core.sched import slurm as sl
 from ktdeploy.core.sched.batch import convert_script, job_dir_of, train_script
 from ktdeploy.core.sched.features import LADDER
-from ktdeploy.core.sched.plan import build_slurm_plan
 from ktdeploy.core.sched.request import JobRequest, request_for
+from ktdeploy.core.sched.slurm_plan import build_slurm_plan
 
 
 def doctor(host: str = "localhost", recipe_path: str | Path | None = None, overrides: Sequence[str] = (), *, image: str | None = None,
@@ -382,7 +382,7 @@ def _check_image_tar(image_tar: str, recipe: Recipe) -> None:
     """--image-tar is loaded on the host with `docker load`, which applies every name in it: only an archive whose
     every name is one of the recipe's images (deploy.image_repo:<variant>, or deploy.image) is shipped."""
     from ktdeploy.controller.images.archive import require_only
-    from ktdeploy.controller.images.variants import ISA_VARIANTS, image_tag
+    from ktdeploy.controller.images.tags import ISA_VARIANTS, image_tag
 
     if not Path(image_tar).is_file():
         raise UsageError(f"--image-tar {image_tar}: no such file", key="--image-tar",

@@ -27,7 +27,7 @@ from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
 from ktdeploy.core.checks.gate import gate
 from ktdeploy.core.checks.readable import readable_checks
 from ktdeploy.core.checks.resources import Requirements
-from ktdeploy.core.facts.data import DataFacts
+from ktdeploy.core.facts.data_listing import DataFacts
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
 from ktdeploy.core.facts.sources import DATA
 from ktdeploy.core.recipe.document import Recipe

@@ -1,7 +1,7 @@
 """Gather HostFacts through a connector: one fixed script of every command in core/facts/sources.py, the probes,
 the paths.
 
-``gather_raw`` returns the raw outputs (what golden files record), ``build_facts`` (core/facts/build.py) turns
+``gather_raw`` returns the raw outputs (what golden files record), ``build_facts`` (core/facts/assemble.py) turns
 raw outputs into HostFacts (pure), ``gather_facts`` does both. ``save_raw``/``load_raw`` read and write a golden
 folder: ``<section>.txt`` per source (raw stdout), ``meta.json`` (exit codes, stderr),
 ``amx_probe.json``/``numa_probe.json`` (probe lines) and ``paths.txt``.
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.facts_probes import gather_probes
-from ktdeploy.core.facts.build import RawFacts, build_facts, value_of
+from ktdeploy.core.facts.assemble import RawFacts, build_facts, value_of
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.facts.sources import COMMANDS, GATHER_TIMEOUT_S, KERNEL, PATHS, PROBE_SOURCES, FactCommand
 from ktdeploy.core.markers import SECTION_SH, Section, parse_sections

@@ -15,20 +15,20 @@ import re
 import secrets
 
 from ktdeploy.controller.connectors.base import Connector
-from ktdeploy.controller.connectors.docker import DockerExecConnector
+from ktdeploy.controller.connectors.docker_exec import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.controller.doctor import DoctorReport, container_checks, gather_data, run_checks
 from ktdeploy.controller.facts_gather import gather_facts
-from ktdeploy.controller.stack_judge import stack_judge_check
+from ktdeploy.controller.stack_judge_runner import stack_judge_check
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import resources
 from ktdeploy.core.checks.stack import stack_checks
 from ktdeploy.core.errors import ConnectError
 from ktdeploy.core.facts.host import HostFacts
-from ktdeploy.core.facts.stack import TRITON_TIMEOUT_S, parse_stack_output, probe_argv
+from ktdeploy.core.facts.stack_probe import TRITON_TIMEOUT_S, parse_stack_output, probe_argv
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+from ktdeploy.core.plan.host_plan import MEMLOCK_WAIVER
 from ktdeploy.core.recipe.document import Recipe
 
 RUN_TIMEOUT_S = 120          # docker run --detach (the image is already on the host)
@@ -62,7 +62,7 @@ def image_doctor(connector: Connector, image: str, *, recipe: Recipe | None = No
     the job's lock, so no other check of this job runs): a container already named ``name`` is a leftover of a
     check that was killed, and is removed first (it made the next `up` fail once, with a fix about the image).
     With a recipe (and ``judge``), the stack in the image judges it there too (``stack.judge``,
-    controller/stack_judge.py)."""
+    controller/stack_judge_runner.py)."""
     paths = list(dict.fromkeys(resources.recipe_paths(recipe).values())) if recipe is not None else []
     facts = host_facts if host_facts is not None else gather_facts(connector, paths=paths)
     dfacts = gather_data(connector, dict(recipe.train)) if recipe is not None and host_checks else None

@@ -18,7 +18,7 @@ from ktdeploy.core.plan.params import FollowJobParams, SubmitAfterParams, Submit
 from ktdeploy.core.plan.steps import Plan, Stage, Step
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.sched import slurm as sl
-from ktdeploy.core.sched.plan import log_path
+from ktdeploy.core.sched.slurm_plan import log_path
 from ktdeploy.core.trainer_log import LogEntry, latest
 
 

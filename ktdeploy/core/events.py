@@ -564,7 +564,7 @@ class Cancelled(Event):
     jobs: Mapping[str, str]
 
 
-# -- `ktdeploy down` (controller/api.py, controller/slurm.py) ------------------------------------------------------
+# -- `ktdeploy down` (controller/api.py, controller/slurm_queries.py) ------------------------------------------------------
 @dataclass(frozen=True)
 class ContainerRemoved(Event):
     KIND: ClassVar[str] = "down"

@@ -353,7 +353,7 @@ def test_the_serving_container_starts_as_a_uid_absent_from_passwd(images, tmp_pa
 
     from ktdeploy.agent.convert import convert
     from ktdeploy.core.plan import docker_argv as dk
-    from ktdeploy.core.plan.build import shipped_recipe
+    from ktdeploy.core.plan.host_plan import shipped_recipe
     from ktdeploy.core.recipe import builtin_recipe, load_recipe
     from ktdeploy.core.recipe.render import dump_yaml
     from tests.fakes.kt_layout import write_lora_adapter

@@ -24,7 +24,7 @@ from ktdeploy.agent.tiny import build_dataset  # noqa: E402
 from ktdeploy.controller import api  # noqa: E402
 from ktdeploy.core import variants as V  # noqa: E402
 from ktdeploy.core.errors import CheckFailed  # noqa: E402
-from ktdeploy.core.plan.build import job_name  # noqa: E402
+from ktdeploy.core.plan.host_plan import job_name  # noqa: E402
 from ktdeploy.core.recipe import load_recipe  # noqa: E402
 from ktdeploy.core.sched.features import LADDER, WEIGHTS  # noqa: E402
 from tests.fakes.image import build_fake_image  # noqa: E402

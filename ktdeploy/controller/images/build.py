@@ -42,7 +42,7 @@ from ktdeploy.controller.images.layer_load import (
     write_layer,
 )
 from ktdeploy.controller.images.lockfile import Lock, read_lock
-from ktdeploy.controller.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag, image_tags
+from ktdeploy.controller.images.tags import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag, image_tags
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
 from ktdeploy.core import variants as V
 from ktdeploy.core.errors import ImageError, UsageError
@@ -439,7 +439,7 @@ def load(archive: Path, repo: str = DEFAULT_REPO["full"]) -> list[str]:
     name is one of ktdeploy's images (``repo``:<variant>) is loaded; the .images.json beside it is not asked (it
     comes with the archive, from the same hands)."""
     from ktdeploy.controller.images.archive import require_only
-    from ktdeploy.controller.images.variants import ISA_VARIANTS
+    from ktdeploy.controller.images.tags import ISA_VARIANTS
 
     if not archive.is_file():
         raise UsageError(f"{archive} does not exist", key="ARCHIVE", fix="Pass the file `ktdeploy image save` wrote.")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ktdeploy.controller.images.variants import ISA_VARIANTS
+from ktdeploy.controller.images.tags import ISA_VARIANTS
 from ktdeploy.core import variants as V
 
 ENTRYPOINT = ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.cli.image_entry"]

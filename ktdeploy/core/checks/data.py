@@ -1,4 +1,4 @@
-"""Doctor checks on a recipe's data and weights (host facts from core/facts/data.py). Pure.
+"""Doctor checks on a recipe's data and weights (host facts from core/facts/data_listing.py). Pure.
 
 - data.dataset_placeholder: a shipped recipe's `dataset: your_dataset` is a placeholder to fill in.
 - data.dataset_info: each `dataset` name exists in dataset_dir/dataset_info.json (LlamaFactory
@@ -27,7 +27,7 @@ from typing import Any
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.model import model_checks, model_requests
-from ktdeploy.core.facts.data import READ_LIMIT, DataFacts, first_rows
+from ktdeploy.core.facts.data_listing import READ_LIMIT, DataFacts, first_rows
 from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.safeio import parse_json
 

@@ -1,4 +1,4 @@
-"""Doctor checks on the model a run will load (pure; the host's answers come from core/facts/data.py).
+"""Doctor checks on the model a run will load (pure; the host's answers come from core/facts/data_listing.py).
 
 An empty or half-copied model folder used to pass doctor (``path.model_exists`` only tests the volume) and fail
 an hour later in the training container. These read what LlamaFactory/transformers will open:
@@ -27,7 +27,7 @@ from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
-from ktdeploy.core.facts.data import DataFacts, file_sizes, index_shards
+from ktdeploy.core.facts.data_listing import DataFacts, file_sizes, index_shards
 from ktdeploy.core.recipe.train_keys import TrainKeys
 
 INDEX = "model.safetensors.index.json"

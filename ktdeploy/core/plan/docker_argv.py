@@ -109,7 +109,7 @@ JUDGE_SOURCE = "/opt/ktdeploy-judge"
 
 
 def stack_judge(image: str, *, name: str, bootstrap: str, source: str | None = None) -> list[str]:
-    """``docker run --rm -i`` of the stack judge (``core/recipe/stack_judge.BOOTSTRAP``) with the image's own
+    """``docker run --rm -i`` of the stack judge (``core/recipe/stack_judge_payload.BOOTSTRAP``) with the image's own
     ``python3``: no network, bounded memory and processes, no capability; the rendered recipe comes on stdin.
     ``source``: a ktdeploy source folder mounted read-only and put first on PYTHONPATH (benchmarks and tests that
     judge with a working tree against an image built earlier)."""

@@ -47,7 +47,7 @@ def api_key_env(ctx: Ctx) -> None:
     """The variable up uploads to the host is one the operator made for it: KTDEPLOY_ and a name holding KEY.
 
     Cookbook: — (ktdeploy's promise, docs/security.md: a recipe from someone else never moves the operator's secrets).
-    Code: ktdeploy/core/plan/build.py serve.key (PUT_SECRET uploads the variable's value); ktdeploy/agent/serve.py.
+    Code: ktdeploy/core/plan/host_plan.py serve.key (PUT_SECRET uploads the variable's value); ktdeploy/agent/serve.py.
     """
     d = ctx.recipe.deploy
     name = d.serve.api_key_env if d is not None else None

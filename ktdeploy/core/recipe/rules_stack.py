@@ -1,6 +1,6 @@
 """Rules that catch, without the stack, what the stack's own argument checks refuse (issue #36).
 
-``ktdeploy check --stack`` runs the real code (core/recipe/stack_judge.py); these rules make plain ``check``
+``ktdeploy check --stack`` runs the real code (core/recipe/stack_judge_payload.py); these rules make plain ``check``
 never looser on the same classes. Values the stack takes from a closed set are generated from its definitions
 (catalog_data: ENUM_CHOICES, FEATURE_PACKAGES, QUANTIZATION_PACKAGES, LOCKED, REPORT_INTEGRATIONS, TRAIN_DEFAULTS,
 LAUNCH_DEFAULTS, DISTRIBUTED_TYPES, FSDP_*; tools/gen_key_catalog.py); the checks that live in code (conditions

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import job_name, output_dir_of
+from ktdeploy.core.plan.host_plan import job_name, output_dir_of
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.recipe.schema import Scheduler
@@ -87,7 +87,7 @@ def sbatch_values(recipe: Recipe) -> None:
     """Refuse (RecipeError naming the key) what no ``#SBATCH`` line can carry as is: a backslash in the output
     volume (sbatch reads it as an escape and Slurm's filename patterns as "no patterns"), a control character."""
     from ktdeploy.core.errors import RecipeError
-    from ktdeploy.core.markup import terminal_safe
+    from ktdeploy.core.terminal_text import terminal_safe
 
     deploy = recipe.require_deploy()
     for key, value in (("deploy.volumes.output", deploy.volumes.output),

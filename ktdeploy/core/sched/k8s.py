@@ -17,8 +17,8 @@ from typing import Any
 
 from ktdeploy.core.checks.resources import MIN_SHM
 from ktdeploy.core.job_layout import JobLayout
-from ktdeploy.core.plan.build import job_name, output_dir_of, shipped_recipe
 from ktdeploy.core.plan.docker_argv import CONTAINER_RECIPE, JOB_MOUNT
+from ktdeploy.core.plan.host_plan import job_name, output_dir_of, shipped_recipe
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.sched.features import variant_flags

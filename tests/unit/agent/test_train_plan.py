@@ -210,7 +210,7 @@ def test_the_trainer_gets_expandable_segments_unless_the_environment_chooses(tmp
 def _judge(answer: dict, seen: list):
     """A stand-in for the stack (the real one runs in tests/integration/test_stack_judge.py): records what train
     hands it and answers as ktdeploy.agent.stack_judge does."""
-    from ktdeploy.core.recipe.stack_judge import MARKER, parse_output
+    from ktdeploy.core.recipe.stack_judge_payload import MARKER, parse_output
 
     def judge(rendered):
         seen.append(rendered)

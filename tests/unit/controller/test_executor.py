@@ -177,7 +177,7 @@ def test_world_size_mismatch_stops_before_anything_changes(tmp_path):
 
 
 def test_runtime_stage_installs_docker_only_when_its_probe_fails(tmp_path):
-    from ktdeploy.core.plan.build import _runtime_stage
+    from ktdeploy.core.plan.host_plan import _runtime_stage
 
     stage = _runtime_stage(HostFacts(docker=DockerFacts(present=False)), nvidia_waived=True)
     assert [s.id for s in stage.steps] == ["runtime.docker", "runtime.nvidia"]
@@ -214,7 +214,7 @@ def _golden_host(folder: str) -> FakeConnector:
     from ktdeploy.controller import facts_probes
     from ktdeploy.controller.facts_gather import gather_script, load_raw
     from ktdeploy.core.facts import disk
-    from ktdeploy.core.facts.data import DATA_SCRIPT
+    from ktdeploy.core.facts.data_listing import DATA_SCRIPT
 
     raw = load_raw(str(Path(__file__).resolve().parents[2] / "golden" / folder))
     text = "".join(f"@@KTD-BEGIN {n}\n{sec.stdout or ''}\n@@KTD-RC {n} {sec.rc if sec.rc is not None else 1}\n"

@@ -68,7 +68,7 @@ def test_plan_argv_is_what_image_doctor_runs():
     """The dry-run plan shows the docker run that image_doctor starts: both from docker_argv.image_check."""
     from ktdeploy.core.plan import UpOptions, build_plan
     from ktdeploy.core.plan import docker_argv as dk
-    from tests.unit.core.plan.test_build import facts, recipe, state
+    from tests.unit.core.plan.test_host_plan import facts, recipe, state
 
     p = build_plan(recipe(), facts(), state(), UpOptions())
     s = {st.id: st for _, st in p.steps()}["image.check"]

@@ -9,7 +9,7 @@ import pytest
 
 from ktdeploy.core.check_names import CHECKS, CheckName
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, CPU_ONLY_WAIVERS, RUNTIME_FIXABLE
-from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+from ktdeploy.core.plan.host_plan import MEMLOCK_WAIVER
 from tests.unit.literals import name_literals
 
 PKG = Path(__file__).resolve().parents[3] / "ktdeploy"

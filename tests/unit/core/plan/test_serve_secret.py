@@ -18,7 +18,7 @@ from ktdeploy.core.errors import StepError
 from ktdeploy.core.plan import UpOptions, build_plan
 from ktdeploy.core.plan.params import SecretParams
 from ktdeploy.core.plan.steps import Stage, Step
-from tests.unit.core.plan.test_build import facts, recipe, state, steps
+from tests.unit.core.plan.test_host_plan import facts, recipe, state, steps
 
 SECRET = "sk-test-0123456789"
 

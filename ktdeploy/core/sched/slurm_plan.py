@@ -12,7 +12,7 @@ import posixpath
 
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.job_layout import JobLayout
-from ktdeploy.core.plan.build import ARTIFACTS, UpOptions, _volumes_stage, job_name, output_dir_of
+from ktdeploy.core.plan.host_plan import ARTIFACTS, UpOptions, _volumes_stage, job_name, output_dir_of
 from ktdeploy.core.plan.params import FollowJobParams, SubmitAfterParams, SubmitParams, WaitJobParams
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction

@@ -7,13 +7,13 @@ import re
 
 from ktdeploy.core import variants as V
 from ktdeploy.core.errors import UsageError
-from ktdeploy.core.markup import terminal_safe
-from ktdeploy.core.plan.build import resolve_image, shipped_recipe
+from ktdeploy.core.plan.host_plan import resolve_image, shipped_recipe
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.sched import k8s
 from ktdeploy.core.sched.batch import BatchJob, convert_script, train_script
 from ktdeploy.core.sched.features import LADDER
 from ktdeploy.core.sched.request import request_for
+from ktdeploy.core.terminal_text import terminal_safe
 
 
 def image_and_variant(recipe: Recipe, variant: str | None) -> tuple[str, str | None]:

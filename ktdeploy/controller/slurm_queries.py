@@ -16,7 +16,7 @@ from ktdeploy.core.errors import RunRecordError, StepError
 from ktdeploy.core.events import SlurmJobStopped
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.safeio import redact, write_file
-from ktdeploy.core.sched.plan import log_path
+from ktdeploy.core.sched.slurm_plan import log_path
 
 ROLES = ("train", "convert")
 DOWN_WAIT_S = 90      # scancel -> the job ended (its trap stopped the container): bounded
