@@ -214,11 +214,22 @@ def _run_dir(output_dir: Path, root: str | None) -> Path:
     return d
 
 
+@dataclass(frozen=True)
+class ThisHost:
+    """What ``ktdeploy train`` may ask of the host it trains on, handed in by the CLI (the agent never imports the
+    controller): ``diagnose`` (recipe -> this host's DoctorReport), ``topology`` (-> this host's facts without
+    probes: the threads when the doctor is skipped), or ``doctor`` in place of the whole doctor step (recipe,
+    skip -> (derived values, report JSON, warnings); tests)."""
+
+    diagnose: Callable[[Recipe], Any] | None = None
+    topology: Callable[[], Any] | None = None
+    doctor: Callable[[Recipe, bool], tuple[dict[str, Any], dict[str, Any] | None, list[str]]] | None = None
+
+
 def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str | None = None,
-               skip_doctor: bool = False, run_root: str | None = None,
-               doctor: Callable | None = None, tuned: dict | None = None,
-               diagnose: Callable | None = None, topology: Callable | None = None,
-               waive: Sequence[str] = (), recipe: Recipe | None = None, judge: Callable | None = None) -> TrainPlan:
+               skip_doctor: bool = False, run_root: str | None = None, host: ThisHost = ThisHost(),
+               tuned: dict | None = None, waive: Sequence[str] = (), recipe: Recipe | None = None,
+               judge: Callable | None = None) -> TrainPlan:
     """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge_payload.JudgeResult) let the
     stack judge exactly what will be launched; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
@@ -231,10 +242,10 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
         recipe = load_recipe(path, list(overrides))
     findings = require_valid(recipe)
     warnings = [f"{f.path}: {f.message}" for f in findings]
-    if doctor is None:
-        derived, report, warns = run_doctor(recipe, skip_doctor, diagnose, topology, waive)
+    if host.doctor is None:
+        derived, report, warns = run_doctor(recipe, skip_doctor, host.diagnose, host.topology, waive)
     else:
-        derived, report, warns = doctor(recipe, skip_doctor)
+        derived, report, warns = host.doctor(recipe, skip_doctor)
     warnings += warns
     output_dir = recipe.keys.output_dir
     if not isinstance(output_dir, str):   # require_valid refuses such a recipe: never reached

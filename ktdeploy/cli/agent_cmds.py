@@ -49,7 +49,7 @@ def train(
 ) -> None:
     """Fine-tune on this host: validate -> doctor -> render -> the stack judges the rendered files -> accelerate
     launch LlamaFactory with KT."""
-    from ktdeploy.agent.train import execute, plan_train
+    from ktdeploy.agent.train import ThisHost, execute, plan_train
 
     choice = None
     if tuned is not None:
@@ -66,13 +66,13 @@ def train(
     pair = native_pair(recipe, native_train, native_accelerate, native_deploy)
     loaded = None
     if pair is not None:
-        from ktdeploy.controller.api import load_up_recipe
+        from ktdeploy.controller.up_inputs import load_up_recipe
 
         loaded = load_up_recipe(None, set_, pair)
     elif recipe is None:
         raise UsageError("no recipe given", key="RECIPE", fix="ktdeploy train RECIPE, or --train T.yaml --accelerate A.yaml")
     plan = plan_train(str(recipe or native_train), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root,
-                      tuned=choice, diagnose=local_doctor, topology=lambda: local_facts(probes=False),
+                      tuned=choice, host=ThisHost(diagnose=local_doctor, topology=lambda: local_facts(probes=False)),
                       waive=with_profile(waive, cpu_only), recipe=loaded, judge=judge_rendered)
     for w in plan.warnings:
         err_console.print(f"[yellow]warning:[/] {esc(w)}")
@@ -205,10 +205,10 @@ def serve(
         raise UsageError(f"{adapter} is not a converted adapter (no adapter_config.json)",
                          fix="run `ktdeploy convert OUTPUT_DIR -o ADAPTER_DIR` first")
     from ktdeploy.controller.local_host import local_threads
+    from ktdeploy.core.served import Served
 
-    cmd = build_serve_command(r, adapter, cpuinfer=cpuinfer, threadpools=threadpools,
-                              host_threads=local_threads, weights_dir=weights,
-                              kt_build=os.environ.get("KT_KERNEL_CPU_VARIANT") or None, merged_dir=merged)
+    cmd = build_serve_command(r, Served.one_of(adapter, weights, merged), cpuinfer=cpuinfer, threadpools=threadpools,
+                              host_threads=local_threads, kt_build=os.environ.get("KT_KERNEL_CPU_VARIANT") or None)
     if print_only:
         if as_json:
             print_json({"argv": cmd.redacted, "env": cmd.env})

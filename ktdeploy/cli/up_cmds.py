@@ -1,42 +1,38 @@
-"""`ktdeploy up`, `status`, `logs`, `down`: parse, call ktdeploy.controller.api, render."""
+"""`ktdeploy up`, `up-slurm`, `status`, `logs`, `down`: parse argv into one request, call the controller
+(controller/up_host.py, up_slurm.py, run_queries.py), render."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn, Optional
+from typing import NoReturn, Optional, TypeVar
 
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.output import console, print_json, wrap_words
-from ktdeploy.core.errors import StepError, UsageError
+from ktdeploy.cli.output import console, err_console, print_json, wrap_words
+from ktdeploy.core.command_requests import NativePair, SlurmUpRequest, SshOptions, UpRequest
+from ktdeploy.core.errors import EXIT_TERMINATED, StepError, Terminated, UsageError
 from ktdeploy.core.terminal_text import esc
 
+T = TypeVar("T")
 RUN_HELP = "A run id (or a unique prefix of one) or a run's --name; default: the latest run."
 SSH_KEY_HELP = "SSH private key (default: the agent, ~/.ssh)."
 KNOWN_HOSTS_HELP = "known_hosts file to check host keys against (default: ~/.ssh/known_hosts)."
 RECIPE_PANEL, CHECKS_PANEL, DATA_PANEL, TUNE_PANEL, SSH_PANEL = "Recipe", "Checks", "Data", "Tuning", "SSH"
 
 
-def _ssh(key: Optional[Path], known_hosts: Optional[Path], accept_new: bool) -> dict:
-    out: dict[str, str | bool] = {}
-    if key:
-        out["key"] = str(key)
-    if known_hosts:
-        out["known_hosts"] = str(known_hosts)
-    if accept_new:
-        out["accept_new_host_key"] = True
-    return out
+def _ssh(key: Optional[Path], known_hosts: Optional[Path], accept_new: bool) -> SshOptions:
+    return SshOptions(key=str(key) if key else None, known_hosts=str(known_hosts) if known_hosts else None,
+                      accept_new_host_key=True if accept_new else None)
 
 
 def _sigterm_raises() -> None:
     """SIGTERM (kill, systemd, a CI timeout) becomes core.errors.Terminated where `up` is: the run record says
     "stopped" or "detached" instead of staying "planned"; exit 143. Training on the host is never stopped by it."""
     import signal
-
-    from ktdeploy.core.errors import Terminated
 
     def _raise(signum: int, frame: FrameType | None) -> NoReturn:
         raise Terminated()
@@ -55,6 +51,7 @@ UP_HELP = ("Provision HOST and run the recipe there, stage by stage.\n\n"
 
 @app.command(help=UP_HELP)
 def up(
+    ctx: typer.Context,
     recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", show_default=False,
                                             help="Recipe YAML (default: the shipped tiny recipe)."),
     host: str = typer.Option("localhost", "--host", "-H", metavar="HOST", show_default=False,
@@ -95,54 +92,100 @@ def up(
                                                help="known_hosts to check host keys against."),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", rich_help_panel=SSH_PANEL,
                                              help="Record an unknown host key."),
-    slurm: Optional[str] = typer.Option(None, "--slurm", metavar="LOGIN", show_default=False,
-                                        help="Submit TRAIN and CONVERT as Slurm jobs on LOGIN."),
+    slurm: Optional[str] = typer.Option(None, "--slurm", metavar="LOGIN", hidden=True,
+                                        help="Deprecated: `ktdeploy up-slurm LOGIN RECIPE`."),
 ) -> None:
-    from ktdeploy.cli.events_view import EventView
-    from ktdeploy.controller import api
-
-    if slurm is not None:
-        from ktdeploy.core.errors import UsageError
-
-        if (host != "localhost" or tune or image_tar or facts or cpu_only or name or sync_model or sync_data
-                or train or accelerate or deploy):
-            raise UsageError("--slurm submits to a cluster: it takes no --host, --tune, --image-tar, --facts, "
-                             "--cpu-only, --name, --sync-model/--sync-data or --train/--accelerate/--deploy",
-                             key="--slurm", fix="ktdeploy up --slurm LOGIN_HOST RECIPE")
-        from ktdeploy.core.errors import EXIT_TERMINATED, Terminated
-
-        _sigterm_raises()   # as plain up: the record says so, the jobs this run submitted are cancelled; exit 143
-        try:
-            api.up_slurm(slurm, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, overrides=set_,
-                         ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), on_event=EventView(console))
-        except Terminated:
-            import sys
-
-            sys.stderr.write("terminated\n")
-            raise typer.Exit(EXIT_TERMINATED) from None
+    if slurm is not None:   # the former spelling of up-slurm: its options still work, the others are refused
+        _up_slurm_alias(ctx, SlurmUpRequest(login=slurm, recipe=recipe, overrides=tuple(set_), dry_run=dry_run,
+                                            resume=resume, detach=detach, waive=tuple(waive),
+                                            ssh=_ssh(ssh_key, known_hosts, accept_new_host_key)))
         return
-    _sigterm_raises()
+    request = UpRequest(host=host, recipe=recipe, overrides=tuple(set_), native=native_pair(recipe, train, accelerate,
+                                                                                              deploy),
+                        name=name, dry_run=dry_run, facts_file=str(facts) if facts else None, resume=resume,
+                        detach=detach, waive=tuple(waive), cpu_only=cpu_only,
+                        sync_model=str(sync_model) if sync_model else None,
+                        sync_data=str(sync_data) if sync_data else None,
+                        image_tar=str(image_tar) if image_tar else None, tune=tune, tune_budget_minutes=tune_budget,
+                        ssh=_ssh(ssh_key, known_hosts, accept_new_host_key))
+    from ktdeploy.cli.events_view import EventView
+    from ktdeploy.controller.up_host import up as run_up
+
     view = EventView(console, bar=not no_progress and console.is_terminal)
-    from ktdeploy.core.errors import EXIT_TERMINATED, Terminated
-
-    try:
-        res = api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
-                     tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
-                     image_tar=str(image_tar) if image_tar else None, overrides=set_,
-                     ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), on_event=view, cpu_only=cpu_only,
-                     native=native_pair(recipe, train, accelerate, deploy), name=name,
-                     sync_model=str(sync_model) if sync_model else None, sync_data=str(sync_data) if sync_data else None)
-    except Terminated:  # typer would turn it into Ctrl-C's 130; the record already says SIGTERM
-        import sys
-
-        sys.stderr.write("terminated\n")
-        raise typer.Exit(EXIT_TERMINATED) from None
+    res = _until_sigterm(lambda: run_up(request, on_event=view))
     if res.stops_at:   # a dry run whose plan stops: the code the real run would end with (a step fails: 4)
         raise typer.Exit(StepError.exit_code)
 
 
+def _until_sigterm(run: Callable[[], T]) -> T:
+    """SIGTERM where `up` or `up-slurm` runs: the record says so (the jobs an `up-slurm` submitted are cancelled);
+    exit 143 — typer would turn Terminated into Ctrl-C's 130."""
+    _sigterm_raises()
+    try:
+        return run()
+    except Terminated:
+        import sys
+
+        sys.stderr.write("terminated\n")
+        raise typer.Exit(EXIT_TERMINATED) from None
+
+
+# up's options that `up --slurm` (the former spelling of up-slurm) takes; any other one given is refused
+_SLURM_ALIAS_TAKES = {"recipe", "slurm", "dry_run", "resume", "detach", "set_", "waive", "no_progress", "ssh_key",
+                      "known_hosts", "accept_new_host_key"}
+
+
+def _up_slurm_alias(ctx: typer.Context, request: SlurmUpRequest) -> None:
+    given = [p.opts[0] for p in ctx.command.params if p.name not in _SLURM_ALIAS_TAKES   # typer's own click: by name
+             and getattr(ctx.get_parameter_source(p.name or ""), "name", None) == "COMMANDLINE"]
+    if given:
+        raise UsageError(f"up --slurm submits to a cluster: it takes no {', '.join(given)}", key="--slurm",
+                         fix="ktdeploy up-slurm LOGIN_HOST RECIPE (`up --slurm` is its former spelling)")
+    err_console.print("note: `ktdeploy up --slurm LOGIN` is now `ktdeploy up-slurm LOGIN RECIPE`", markup=False,
+                      highlight=False)
+    _run_up_slurm(request)
+
+
+def _run_up_slurm(request: SlurmUpRequest) -> None:
+    from ktdeploy.cli.events_view import EventView
+    from ktdeploy.controller.up_slurm import up_slurm as run_up_slurm
+
+    _until_sigterm(lambda: run_up_slurm(request, on_event=EventView(console)))
+
+
+UP_SLURM_HELP = ("Submit the recipe to the Slurm cluster behind LOGIN: the same record and stages as `up`, TRAIN "
+                 "and CONVERT as batch jobs.\n\nNothing is queued when no node can ever run the job (slurm.fit). "
+                 "Exit codes: README, \"Exit codes\".")
+
+
+@app.command("up-slurm", help=UP_SLURM_HELP)
+def up_slurm(
+    login: str = typer.Argument(..., metavar="LOGIN", show_default=False,
+                                help="The login node: host, user@host:port or ssh://…"),
+    recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", show_default=False,
+                                            help="Recipe YAML (default: the shipped tiny recipe)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the batch scripts' place; submit nothing."),
+    resume: Optional[str] = typer.Option(None, "--resume", metavar="auto|PATH",
+                                         help="Newest complete checkpoint, or this one."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Submit, then return."),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", rich_help_panel=RECIPE_PANEL,
+                                   help="Override a recipe value (repeatable)."),
+    waive: list[str] = typer.Option([], "--waive", metavar="CHECK", rich_help_panel=CHECKS_PANEL,
+                                    help="Let this failing check pass (recorded)."),
+    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", metavar="FILE", rich_help_panel=SSH_PANEL,
+                                           help="SSH private key."),
+    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", rich_help_panel=SSH_PANEL,
+                                               help="known_hosts to check host keys against."),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", rich_help_panel=SSH_PANEL,
+                                             help="Record an unknown host key."),
+) -> None:
+    _run_up_slurm(SlurmUpRequest(login=login, recipe=recipe, overrides=tuple(set_), dry_run=dry_run, resume=resume,
+                                 detach=detach, waive=tuple(waive),
+                                 ssh=_ssh(ssh_key, known_hosts, accept_new_host_key)))
+
+
 def native_pair(recipe: Optional[Path], train: Optional[Path], accelerate: Optional[Path],
-                deploy: Optional[Path]) -> tuple[str, str, str | None] | None:
+                deploy: Optional[Path]) -> NativePair | None:
     """--train/--accelerate[/--deploy] instead of a RECIPE (as `check` and `render` take them)."""
     if train is None and accelerate is None:
         if deploy is not None:
@@ -155,7 +198,7 @@ def native_pair(recipe: Optional[Path], train: Optional[Path], accelerate: Optio
     if train is None or accelerate is None:
         raise UsageError("--train and --accelerate go together", key="--train" if train is None else "--accelerate",
                          fix="ktdeploy up --host HOST --train T.yaml --accelerate A.yaml")
-    return str(train), str(accelerate), str(deploy) if deploy else None
+    return NativePair(str(train), str(accelerate), str(deploy) if deploy else None)
 
 
 @app.command()
@@ -168,7 +211,7 @@ def status(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
 ) -> None:
     """The latest run: how it ended (a failure's stage, error and fix), its containers and progress now."""
-    from ktdeploy.controller import api
+    from ktdeploy.controller.run_queries import status as run_status
     from ktdeploy.controller.runs import find_runs
 
     if all_:
@@ -178,7 +221,7 @@ def status(
             return
         _print_all(rows)
         return
-    st = api.status(host, run, ssh=_ssh(ssh_key, known_hosts, False))
+    st = run_status(host, run, ssh=_ssh(ssh_key, known_hosts, False))
     if as_json:
         print_json(st)
         return
@@ -262,9 +305,9 @@ def logs(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
 ) -> None:
     """The training container's log (docker logs) of the latest run."""
-    from ktdeploy.controller import api
+    from ktdeploy.controller.run_queries import logs as run_logs
 
-    api.logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
+    run_logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
              write=lambda line: console.print(_log_text(line), highlight=False, markup=False, soft_wrap=True))
 
 
@@ -285,8 +328,8 @@ def down(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
 ) -> None:
     """Stop and remove the latest run's containers; output, checkpoints and the record stay."""
-    from ktdeploy.controller import api
+    from ktdeploy.controller.run_queries import down as run_down
 
-    done = api.down(host, run, ssh=_ssh(ssh_key, known_hosts, False))
+    done = run_down(host, run, ssh=_ssh(ssh_key, known_hosts, False))
     for name, what in done.items():
         console.print(f"{esc(name)}: {esc(what)}", highlight=False)

@@ -216,7 +216,7 @@ class Executor:
         self.emit: ev.Sink = events.emit
         self.recipe, self.facts = recipe, facts
         self.poll_s = float(os.environ.get("KTDEPLOY_POLL_S", poll_s))
-        self.jobs: dict[str, str] = {}              # up --slurm: role -> Slurm job id
+        self.jobs: dict[str, str] = {}              # up-slurm: role -> Slurm job id
         self.submitted_at: dict[str, float] = {}
 
     # -- the loop -------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ class Executor:
         p = s.typed(ImageCheckParams)
         report = image_doctor(self.conn, p.image, recipe=self.recipe, gpus=list(p.gpus),
                               user=p.user or "", memlock=p.memlock, name=p.name,
-                              host_facts=self.facts, host_checks=False, replace_stale=bool(p.name))
+                              host_facts=self.facts, replace_stale=bool(p.name))
         report.waived = tuple(self.plan.waived)
         failed, waived = report.failed, report.waived_failures
         self.emit(ev.ImageChecked(image=p.image, summary=report.summary(), summary_text=report.summary_text(),

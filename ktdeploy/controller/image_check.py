@@ -54,15 +54,16 @@ def _fail(name: str, detail: str, fix: str) -> CheckResult:
 
 def image_doctor(connector: Connector, image: str, *, recipe: Recipe | None = None, gpus: list[int] | None = None, user: str | None = None,
                  memlock: bool = True, name: str | None = None, host_facts: HostFacts | None = None,
-                 host_checks: bool = True, replace_stale: bool = False, judge: bool = True) -> DoctorReport:
+                 replace_stale: bool = False, judge: bool = True) -> DoctorReport:
     """doctor on the host and inside ``image`` started there with the training flags. ``gpus``: the GPUs the
     training container gets (default: the recipe's deploy.gpus, else every GPU the host has); ``user``: uid:gid
-    it runs as (default: the connecting user's, as up does). ``host_checks=False`` (up's image.check, after its
-    PREFLIGHT doctor): only the container's checks, against ``host_facts``. ``replace_stale`` (up, which holds
+    it runs as (default: the connecting user's, as up does). Given ``host_facts`` (up's image.check, after its
+    PREFLIGHT doctor): only the container's checks, against them. ``replace_stale`` (up, which holds
     the job's lock, so no other check of this job runs): a container already named ``name`` is a leftover of a
     check that was killed, and is removed first (it made the next `up` fail once, with a fix about the image).
     With a recipe (and ``judge``), the stack in the image judges it there too (``stack.judge``,
     controller/stack_judge_runner.py)."""
+    host_checks = host_facts is None
     paths = list(dict.fromkeys(resources.recipe_paths(recipe).values())) if recipe is not None else []
     facts = host_facts if host_facts is not None else gather_facts(connector, paths=paths)
     dfacts = gather_data(connector, dict(recipe.train)) if recipe is not None and host_checks else None

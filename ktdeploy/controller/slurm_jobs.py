@@ -1,5 +1,5 @@
 """Slurm jobs through a connector to the login node: the cluster's nodes (sinfo), a job's state (scontrol, then
-sacct), its log, and the executor's SUBMIT / FOLLOW_JOB / WAIT_JOB actions for ``up --slurm``. Parsing is
+sacct), its log, and the executor's SUBMIT / FOLLOW_JOB / WAIT_JOB actions for ``up-slurm``. Parsing is
 core/sched/slurm.py's."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def cluster_nodes(conn: Connector) -> list[sl.ClusterNode]:
     if r.rc != 0:
         raise StepError(f"sinfo failed on {conn.name}: {(r.stderr or r.stdout).strip()[-300:] or f'exit {r.rc}'}",
                         step="preflight.cluster",
-                        fix="Run ktdeploy up --slurm against a Slurm login node (sinfo, sbatch, scontrol on PATH).")
+                        fix="Run ktdeploy up-slurm against a Slurm login node (sinfo, sbatch, scontrol on PATH).")
     return sl.parse_sinfo(r.stdout)
 
 
@@ -130,7 +130,7 @@ def _failed(ex: SlurmRun, stage: Stage, s: Step, info: sl.JobInfo, job_dir: str,
         what += "\n  last log lines:\n    " + "\n    ".join(lines)
     return StepError(f"{stage.name}: {what}", step=s.id, rc=info.exit_code,
                      fix=f"See the job's log ({log_path(job_dir, role, info.job_id)}); fix the cause, then "
-                         "ktdeploy up --slurm (same arguments): the job resumes from its newest complete checkpoint.")
+                         "ktdeploy up-slurm (same arguments): the job resumes from its newest complete checkpoint.")
 
 
 READ_MISSES = 3   # job reads in a row that may fail before a follow stops (detached: the job keeps running)
@@ -160,7 +160,7 @@ def _poll(ex: SlurmRun, stage: Stage, s: Step, p: FollowJobParams | WaitJobParam
         misses = 0
         if info is None:
             raise StepError(f"{stage.name}: Slurm no longer knows job {job_id} (neither scontrol nor sacct)",
-                            step=s.id, fix="See the job's log in the job folder; re-run ktdeploy up --slurm.")
+                            step=s.id, fix="See the job's log in the job folder; re-run ktdeploy up-slurm.")
         if info.state != last_state:
             last_state = info.state
             ex.emit(ev.SlurmJobState(role=role, job=info))

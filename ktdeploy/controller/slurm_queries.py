@@ -1,4 +1,4 @@
-"""status / logs / down of an ``up --slurm`` run, through Slurm on the login node: the run record holds the job
+"""status / logs / down of an ``up-slurm`` run, through Slurm on the login node: the run record holds the job
 ids (status.json ``slurm_jobs``); state from scontrol/sacct, progress from the trainer log on the shared output
 volume, the job's log file, ``scancel`` (the batch script's trap stops the job's container)."""
 
@@ -53,7 +53,7 @@ def logs(conn: Connector, rec: RunRecord, st: dict, *, follow: bool, tail: int, 
     jobs = recorded_jobs(rec, st)
     job_id = jobs.get("train")
     if not job_id:
-        raise StepError(f"run record {rec.id} holds no training job id", fix="ktdeploy up --slurm submits one.")
+        raise StepError(f"run record {rec.id} holds no training job id", fix="ktdeploy up-slurm submits one.")
     job_dir = rec.status_text("job_dir", st)
     shown = 0
     first = True

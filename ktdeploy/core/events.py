@@ -51,7 +51,7 @@ def size_text(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-# -- the run's setup: waivers, connection, uploads, doctor (controller/api.py, controller/sync.py) -----------------
+# -- the run's setup: waivers, connection, uploads, doctor (controller/up_host.py, up_phases.py, sync.py) ---------
 @dataclass(frozen=True)
 class WaiversRecorded(Event):
     """`up` runs with waived checks (``profile``: the --cpu-only profile's, ``also``: the ones named besides it)."""
@@ -160,7 +160,7 @@ class DoctorVerdict(Event):
 
 @dataclass(frozen=True)
 class SlurmFit(Event):
-    """up --slurm's PREFLIGHT: can a node of the cluster ever run the job."""
+    """up-slurm's PREFLIGHT: can a node of the cluster ever run the job."""
 
     KIND: ClassVar[str] = "slurm_fit"
     check: CheckResult
@@ -447,7 +447,7 @@ class Crashed(Event):
                 "last_lines": list(self.last_lines)}
 
 
-# -- up --slurm's jobs (controller/slurm_jobs.py) ------------------------------------------------------------------
+# -- up-slurm's jobs (controller/slurm_jobs.py) ------------------------------------------------------------------
 @dataclass(frozen=True)
 class SlurmSubmitted(Event):
     KIND: ClassVar[str] = "slurm_submitted"
@@ -529,7 +529,7 @@ class SlurmJobDone(Event):
     job_id: str
 
 
-# -- how the run ended (controller/api.py) ------------------------------------------------------------------------
+# -- how the run ended (controller/up_phases.py) -------------------------------------------------------------------
 @dataclass(frozen=True)
 class Detached(Event):
     """The controller stopped following (Ctrl-C, or ``terminated`` by SIGTERM); training keeps running."""
@@ -557,14 +557,14 @@ class Done(Event):
 
 @dataclass(frozen=True)
 class Cancelled(Event):
-    """SIGTERM during up --slurm: the jobs this run submitted, scancelled (job -> what scancel did)."""
+    """SIGTERM during up-slurm: the jobs this run submitted, scancelled (job -> what scancel did)."""
 
     KIND: ClassVar[str] = "cancelled"
     reason: str
     jobs: Mapping[str, str]
 
 
-# -- `ktdeploy down` (controller/api.py, controller/slurm_queries.py) ------------------------------------------------------
+# -- `ktdeploy down` (controller/run_queries.py, controller/slurm_queries.py) ---------------------------------------
 @dataclass(frozen=True)
 class ContainerRemoved(Event):
     KIND: ClassVar[str] = "down"

@@ -25,7 +25,7 @@ HISTORY = {"planner", "plan.model", "facts.model", "recipe.model", "checks.docto
            "core/plan/host_plan.py:_resume_target", "agent/train.py:resolve_resume", "agent/train._summarise",
            "core/checks/resources.recipe_requirements", "core/sizing/checks.plan_check_results",
            "agent_runs_base", "adapter_dir_for", "merged_dir_for", "agent/train.write_record",
-           "controller/images/build.commit_changes", "cli/image_entry.isa_gate"}
+           "controller/images/build.commit_changes", "cli/image_entry.isa_gate", "controller/api.py"}
 
 _TOKEN = re.compile(r"`([^`]+)`")
 _PATHISH = re.compile(r"^(?:ktdeploy/|tests/|tools/|docs/|bench/|docker/|ansible/)?"

@@ -15,10 +15,10 @@ import pytest
 from ruamel.yaml import YAML
 
 from ktdeploy.cli.events_view import plain_lines
-from ktdeploy.controller.api import check_run_name
 from ktdeploy.controller.connectors import LocalConnector
 from ktdeploy.controller.runs import RunRecord, latest_run
 from ktdeploy.controller.sync import PARTIAL, sync_folder
+from ktdeploy.controller.up_inputs import check_run_name
 from ktdeploy.core.errors import StepError, UsageError
 from ktdeploy.core.events import Synced, SyncPlanned, SyncUploading
 from tests.fakes.image import image_archive

@@ -33,6 +33,7 @@ from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.schema import Deploy, Volumes
 from ktdeploy.core.safeio import norm_path
+from ktdeploy.core.served import Served
 
 MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
@@ -298,6 +299,13 @@ class _Job:
     @property
     def user(self) -> str | None:
         return self.state.user or None
+
+
+def _served(j: _Job) -> Served:
+    """The merged model when the recipe merges, else a full fine-tune's model, else the converted adapter."""
+    if j.merged:
+        return Served("merged", j.merged)
+    return Served("weights", j.adapter) if j.full else Served("adapter", j.adapter)
 
 
 def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
@@ -573,11 +581,8 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
                            params=SecretParams(env=deploy.serve.api_key_env)))
         sv.append(Step("serve.create", f"create the serving container {serve_name}",
                        argv=tuple(dk.create_serve(name=serve_name, image=j.image, run_id=j.opts.run_id, volumes=j.vol,
-                                                  output_dir=j.out,
-                                                  adapter_dir=None if j.full or j.merged else j.adapter,
-                                                  weights_dir=j.adapter if j.full else None, gpus=j.gpus,
-                                                  memlock=j.memlock, user=j.user, env_file=env_file,
-                                                  merged_dir=j.merged)),
+                                                  output_dir=j.out, served=_served(j), gpus=j.gpus,
+                                                  memlock=j.memlock, user=j.user, env_file=env_file)),
                        probe=tuple(dk.exists_probe(serve_name)),
                        # a failed create must not leave the key behind: serve.unstage_key never runs then
                        params=RunParams(cleanup=("rm", "-f", "--", env_file)) if env_file else None))

@@ -16,7 +16,7 @@ P = TypeVar("P", bound=StepParams)
 
 
 class StageName(StrEnum):
-    """Every stage of `up` (and of `up --slurm`), in the order they run. A Stage's name is stored as the plain
+    """Every stage of `up` (and of `up-slurm`), in the order they run. A Stage's name is stored as the plain
     string, so plans, records and output read as before."""
 
     PREFLIGHT = "PREFLIGHT"   # connect, facts, doctor (api's phases record their failures here)
@@ -25,7 +25,7 @@ class StageName(StrEnum):
     IMAGE = "IMAGE"
     VOLUMES = "VOLUMES"
     TRAIN = "TRAIN"
-    SUBMIT = "SUBMIT"         # up --slurm: sbatch the batch scripts
+    SUBMIT = "SUBMIT"         # up-slurm: sbatch the batch scripts
     FOLLOW = "FOLLOW"
     CONVERT = "CONVERT"
     SERVE = "SERVE"
@@ -44,7 +44,7 @@ class StepAction(StrEnum):
     WAIT_RUNNING = "wait_running"  # the container is still running a few seconds after start
     WAIT_HTTP = "wait_http"        # poll a readiness probe
     IMAGE_CHECK = "image_check"    # doctor inside the image started with the training flags (controller/image_check)
-    SUBMIT = "submit"              # sbatch a batch script (`up --slurm`); the job id goes to the run record
+    SUBMIT = "submit"              # sbatch a batch script (`up-slurm`); the job id goes to the run record
     FOLLOW_JOB = "follow_job"      # follow a Slurm job (its state, the trainer log) until it ends
     WAIT_JOB = "wait_job"          # wait for a Slurm job to end
 

@@ -182,7 +182,7 @@ def train_script(recipe: Recipe, shipped: dict, *, image: str, run_id: str, requ
     recipe_b64 = base64.b64encode(dump_yaml(shipped).encode()).decode()
     lines = _header(name, "train", job_dir, time=request.time, mem_mib=request.mem_mib, cpus=request.cpus,
                     gpus=request.gpus, constraint=request.constraint, sched=recipe.require_deploy().scheduler, requeue=True)
-    lines += ["# Written by `ktdeploy up --slurm` / `ktdeploy render --slurm`: the recipe's training job.",
+    lines += ["# Written by `ktdeploy up-slurm` / `ktdeploy render --slurm`: the recipe's training job.",
               f"# submit by hand: mkdir -p {shlex.quote(job_dir)} && sbatch THIS_FILE", ""]
     lines += _prologue(name, gpus=not gpus_waived)
     lines += [f"out={shlex.quote(out)}",
@@ -209,7 +209,7 @@ def convert_script(recipe: Recipe, *, image: str, run_id: str, request: JobReque
     run = [*run[:3], DYNAMIC, *run[3:]]
     lines = _header(name, "convert", job_dir, time="02:00:00", mem_mib=4096, cpus=1, gpus=0,
                     constraint=request.constraint, sched=recipe.require_deploy().scheduler, requeue=False)
-    lines += ["# Written by `ktdeploy up --slurm`: converts the training output for sglang-kt.", ""]
+    lines += ["# Written by `ktdeploy up-slurm`: converts the training output for sglang-kt.", ""]
     lines += _prologue(f"{name}-convert", gpus=False)
     lines += [f"adapter={shlex.quote(adapter)}",
               'if [ -f "$adapter/ktdeploy_convert.json" ]; then echo "ktdeploy: already converted"; exit 0; fi',

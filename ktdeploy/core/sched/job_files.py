@@ -26,7 +26,7 @@ def image_and_variant(recipe: Recipe, variant: str | None) -> tuple[str, str | N
         if variant is None:
             raise UsageError("deploy.image is auto, and without a cluster there is no CPU to choose from",
                              key="--variant", fix=f"Name the variant the nodes run: --variant {'|'.join(LADDER)} "
-                                                  "(or set deploy.image; `ktdeploy up --slurm` chooses from sinfo).")
+                                                  "(or set deploy.image; `ktdeploy up-slurm` chooses from sinfo).")
         chosen = variant
     elif V.known(deploy.image):
         if variant is not None and variant != V.canonical(deploy.image):

@@ -1,4 +1,4 @@
-"""The plan of ``ktdeploy up --slurm`` (pure): the same record, stages and step semantics as ``up --host``, with
+"""The plan of ``ktdeploy up-slurm`` (pure): the same record, stages and step semantics as ``up --host``, with
 TRAIN and CONVERT submitted as batch jobs on the login node (CONVERT after TRAIN: ``--dependency=afterok``).
 
 A second ``up`` finds its jobs by name in the queue (or the output dir finished / the adapter converted) and

@@ -18,14 +18,14 @@ def tiny(*sets):
     return load_recipe(TINY, ["deploy.scheduler.cpus=4", *sets])
 
 
-# -- F5/F6: one run, one lock — up --slurm too, and every spelling of one output folder -------------------------------
+# -- F5/F6: one run, one lock — up-slurm too, and every spelling of one output folder -------------------------------
 def test_f5_up_slurm_takes_the_job_lock(tmp_path, monkeypatch):
     from ktdeploy.controller.runs import job_lock
     from ktdeploy.core.plan.host_plan import job_name
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     with job_lock("login01", job_name(tiny())):
-        rc, out, secs = invoke(["up", "--slurm", "login01", "--set", "deploy.scheduler.cpus=4", str(TINY)], cwd=tmp_path)
+        rc, out, secs = invoke(["up-slurm", "login01", "--set", "deploy.scheduler.cpus=4", str(TINY)], cwd=tmp_path)
     assert rc == 6 and "already working on the job" in " ".join(out.split()) and secs < 5, out
     assert not problems(rc, out)
     assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())

@@ -71,7 +71,7 @@ def test_f8_f12_forged_records_give_a_documented_exit(tmp_path, monkeypatch):
 def test_f16_a_name_that_is_or_starts_a_run_id_is_refused(tmp_path, monkeypatch):
     import json
 
-    from ktdeploy.controller.api import check_run_name
+    from ktdeploy.controller.up_inputs import check_run_name
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     rid = "20261204-204500-tiny-moe-lora-abc123"

@@ -13,13 +13,14 @@ REPO = Path(__file__).resolve().parents[3]
 TINY = REPO / "recipes" / "tiny-moe-lora.yaml"
 
 
-# -- F18: SIGTERM during up --slurm ----------------------------------------------------------------------------------
+# -- F18: SIGTERM during up-slurm ----------------------------------------------------------------------------------
 def test_f18_sigterm_while_following_cancels_the_jobs_it_submitted(tmp_path, monkeypatch):
     import json as _json
 
-    from ktdeploy.controller import api
     from ktdeploy.controller.runs import latest_run
+    from ktdeploy.controller.up_slurm import up_slurm
     from ktdeploy.core import markers
+    from ktdeploy.core.command_requests import SlurmUpRequest
     from ktdeploy.core.errors import Terminated
     from tests.fakes.connector import FakeConnector, ok
 
@@ -37,8 +38,8 @@ def test_f18_sigterm_while_following_cancels_the_jobs_it_submitted(tmp_path, mon
             .on(lambda argv: argv[:3] == ["sh", "-c", markers.JOB_SH], sigterm)
             .on(lambda argv: True, ok("")))
     with pytest.raises(Terminated):
-        api.up_slurm("login01", str(TINY), overrides=["deploy.scheduler.cpus=4", "deploy.image=amx"],
-                     connector=conn)
+        up_slurm(SlurmUpRequest(login="login01", recipe=str(TINY),
+                                overrides=("deploy.scheduler.cpus=4", "deploy.image=amx")), connector=conn)
     cancelled = [c.argv for c in conn.calls if c.argv[:1] == ["scancel"]]
     assert sorted(cancelled) == [["scancel", "--", "101"], ["scancel", "--", "102"]], cancelled
     st = latest_run().status()
@@ -47,13 +48,15 @@ def test_f18_sigterm_while_following_cancels_the_jobs_it_submitted(tmp_path, mon
     assert _json.dumps(st["down"])
 
 
-def test_f18_the_cli_maps_sigterm_of_up_slurm_to_143(tmp_path, monkeypatch):
-    from ktdeploy.controller import api
+@pytest.mark.parametrize("argv", [["up-slurm", "login01"], ["up", "--slurm", "login01"]],
+                         ids=["up-slurm", "the former up --slurm"])
+def test_f18_the_cli_maps_sigterm_of_up_slurm_to_143(tmp_path, monkeypatch, argv):
+    from ktdeploy.controller import up_slurm
     from ktdeploy.core.errors import Terminated
 
     def terminated(*a, **k):
         raise Terminated()
 
-    monkeypatch.setattr(api, "up_slurm", terminated)
-    rc, out, _ = invoke(["up", "--slurm", "login01", str(TINY)], cwd=tmp_path)
+    monkeypatch.setattr(up_slurm, "up_slurm", terminated)
+    rc, out, _ = invoke([*argv, str(TINY)], cwd=tmp_path)
     assert rc == 143 and not problems(rc, out), out

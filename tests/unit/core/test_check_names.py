@@ -79,8 +79,8 @@ def test_the_registry_holds_plain_unique_dotted_names():
 @pytest.mark.parametrize("facts_file", sorted((PKG.parent / "tests" / "golden").glob("*/facts.json")),
                          ids=lambda p: p.parent.name)
 def test_doctor_reports_only_registered_names(facts_file):
-    from ktdeploy.controller.api import load_facts_file
     from ktdeploy.controller.doctor import run_checks
+    from ktdeploy.controller.up_inputs import load_facts_file
     from ktdeploy.core.recipe import load_recipe
 
     facts = load_facts_file(facts_file)

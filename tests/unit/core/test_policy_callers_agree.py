@@ -169,7 +169,7 @@ def test_train_summary_uses_the_same_steady_rate(tmp_path):
 def test_controller_builds_no_docker_argv_by_hand():
     from ktdeploy.core.plan import docker_argv as dk
 
-    for mod in ("api.py", "executor.py"):
+    for mod in ("up_host.py", "up_slurm.py", "up_phases.py", "run_queries.py", "executor.py"):
         text = (ROOT / "ktdeploy" / "controller" / mod).read_text()
         assert '["docker"' not in text, f"controller/{mod} builds a docker argv by hand: use core/plan/docker_argv"
     assert dk.logs("c", tail=15) == ["docker", "logs", "--tail", "15", "--", "c"]
