@@ -51,11 +51,11 @@ class TrainPlan:
     accelerate_yaml: str
     launch_sh: str
     warnings: list[str] = field(default_factory=list)
-    doctor: dict | None = None
-    tuned: dict | None = None       # the `ktdeploy tune` choice applied to train.yaml (--tuned), with its source
+    doctor: dict[str, Any] | None = None
+    tuned: dict[str, Any] | None = None       # the `ktdeploy tune` choice applied to train.yaml (--tuned), with its source
     env_defaults: dict[str, str] = field(default_factory=dict)   # used where the environment does not set them
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -140,8 +140,8 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
     return str(path.resolve())
 
 
-def run_doctor(recipe: Recipe, skip: bool, diagnose: Callable | None = None,
-               topology: Callable | None = None, waive: Sequence[str] = ()) -> tuple[dict[str, Any], dict | None, list[str]]:
+def run_doctor(recipe: Recipe, skip: bool, diagnose: Callable[[Recipe], Any] | None = None,
+               topology: Callable[[], Any] | None = None, waive: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any] | None, list[str]]:
     """Doctor this host for the recipe; returns (derived kt_config values, report JSON, warnings).
 
     Derived values (kt_num_threads / kt_threadpool_count from physical cores and NUMA nodes) are
@@ -175,8 +175,8 @@ def run_doctor(recipe: Recipe, skip: bool, diagnose: Callable | None = None,
     return derived, data, warns
 
 
-def stack_judgement(recipe: Recipe, rendered: Rendered, judge: Callable, report: dict | None,
-                    waive: Sequence[str] = ()) -> dict | None:
+def stack_judgement(recipe: Recipe, rendered: Rendered, judge: Callable[[Rendered], Any], report: dict[str, Any] | None,
+                    waive: Sequence[str] = ()) -> dict[str, Any] | None:
     """The stack's verdict on the rendered files (stack.judge): a refusal is the recipe's error (RecipeError, with
     the stack's findings: what `ktdeploy check --stack` reports), no verdict a failed check (both pass when
     ``--waive stack.judge``, on the record); the verdict joins the doctor's report (agent_doctor.json)."""
@@ -228,8 +228,8 @@ class ThisHost:
 
 def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str | None = None,
                skip_doctor: bool = False, run_root: str | None = None, host: ThisHost = ThisHost(),
-               tuned: dict | None = None, waive: Sequence[str] = (), recipe: Recipe | None = None,
-               judge: Callable | None = None) -> TrainPlan:
+               tuned: dict[str, Any] | None = None, waive: Sequence[str] = (), recipe: Recipe | None = None,
+               judge: Callable[[Rendered], Any] | None = None) -> TrainPlan:
     """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge_payload.JudgeResult) let the
     stack judge exactly what will be launched; raises a KtdeployError with the fix when anything is wrong."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
@@ -295,7 +295,7 @@ def _put(run_dir: Path, name: str, text: str) -> None:
     write_file(run_dir, name, text, overwrite=True)
 
 
-def _summarise(run_dir: Path, outcome: RunOutcome, output_dir: Path) -> dict:
+def _summarise(run_dir: Path, outcome: RunOutcome, output_dir: Path) -> dict[str, Any]:
     steps, losses, peak_gpu, peak_reserved = [], [], 0, 0
     gc_frozen = None
     mp = run_dir / rr.METRICS
@@ -336,7 +336,7 @@ def _summarise(run_dir: Path, outcome: RunOutcome, output_dir: Path) -> dict:
 
 
 def finish_record(run_dir: Path, output_dir: Path, rc: int, wall_s: float, peak_rss_bytes: int,
-                  hwm_rss_bytes: int) -> dict:
+                  hwm_rss_bytes: int) -> dict[str, Any]:
     """Write rc, summary.json and status into a run record (both launch modes end here)."""
     from ktdeploy.agent.monitor import RunOutcome
 
@@ -382,7 +382,7 @@ def trainer_env(plan: TrainPlan) -> dict[str, str]:
     return env
 
 
-def execute(plan: TrainPlan, echo: IO[str] | None = sys.stdout, *, exec_launch: bool = False) -> dict:
+def execute(plan: TrainPlan, echo: IO[str] | None = sys.stdout, *, exec_launch: bool = False) -> dict[str, Any]:
     """Write the run record, launch, stream, record rc/status/summary; StepError on a non-zero exit.
     With ``exec_launch`` this process becomes the launcher instead (see exec_trainer) and never returns."""
     from ktdeploy.agent.monitor import run_streaming

@@ -15,6 +15,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json, wrap_words
 from ktdeploy.core.command_requests import NativePair, SlurmUpRequest, SshOptions, UpRequest
 from ktdeploy.core.errors import EXIT_TERMINATED, StepError, Terminated, UsageError
+from ktdeploy.core.run_record import LiveStatus, RunStatus
 from ktdeploy.core.terminal_text import esc
 
 T = TypeVar("T")
@@ -228,7 +229,7 @@ def status(
     _print_status(st)
 
 
-def _print_all(rows: list[dict]) -> None:
+def _print_all(rows: list[RunStatus]) -> None:
     from rich.table import Column, Table
 
     # run ids (what --run takes) and container names are printed whole, never folded or cut: a table when
@@ -257,10 +258,10 @@ def _line(text: str, first: str = "  ", rest: str = "    ", style: str = "") -> 
         console.print(Text(ln, style=style), soft_wrap=True, highlight=False)
 
 
-def _print_status(st: dict) -> None:
+def _print_status(st: RunStatus) -> None:
     from ktdeploy.core.trainer_log import LogEntry, describe
 
-    live: dict = st.get("live") or {}
+    live: LiveStatus = st.get("live") or {}
     name = f"  name {st['name']}" if st.get("name") else ""
     # a record may lack a key (written by an older ktdeploy, or edited): shown as '?', never a crash
     _line(f"{st.get('id') or '?'}{name}  host {st.get('host') or '?'}  recipe {st.get('recipe') or '?'}  "

@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 from collections.abc import Sequence
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.facts_probes import gather_probes
@@ -74,7 +75,7 @@ def gather_facts(connector: Connector, paths: Sequence[str] = (), *, probes: boo
 # -- golden folders ----------------------------------------------------------------------------
 def save_raw(raw: RawFacts, folder: str) -> None:
     """Write a golden folder (through the safe writer: a link planted there is never followed)."""
-    meta: dict = {"host": raw.host, "sections": {}, "probe_skips": raw.probe_skips}
+    meta: dict[str, Any] = {"host": raw.host, "sections": {}, "probe_skips": raw.probe_skips}
     for name, sec in raw.sections.items():
         if sec.stdout is not None:
             write_file(folder, f"{name}.txt", sec.stdout, overwrite=True)
@@ -89,7 +90,7 @@ def save_raw(raw: RawFacts, folder: str) -> None:
 def load_raw(folder: str) -> RawFacts:
     """Read a golden folder. Without meta.json (outputs captured by hand), a present file means exit 0
     and an absent one means the source was not captured."""
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     mp = os.path.join(folder, "meta.json")
     if os.path.exists(mp):
         with open(mp) as f:

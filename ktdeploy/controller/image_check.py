@@ -48,7 +48,7 @@ def stack_probe_checks(connector: Connector, gpus_asked: int) -> list[CheckResul
     return stack_checks(parse_stack_output(p.stdout, p.rc, p.stderr))
 
 
-def _fail(name: str, detail: str, fix: str) -> CheckResult:
+def _fail(name: CheckName, detail: str, fix: str) -> CheckResult:
     return CheckResult(name=name, status="fail", detail=detail, fix=fix, layer="container")
 
 

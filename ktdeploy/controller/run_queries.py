@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ktdeploy.controller import slurm_queries
 from ktdeploy.controller.connectors import Connector, connect
@@ -32,7 +31,7 @@ def _host_filter(host: str | None) -> str | None:
     return parse_host(host).redacted
 
 
-def _connect_for(rec: RunRecord, st: dict[str, Any], ssh: SshOptions) -> Connector:
+def _connect_for(rec: RunRecord, st: rr.RunStatus, ssh: SshOptions) -> Connector:
     host = rec.status_text("host", st, empty_ok=True)  # "" is this machine, as for `up`
     try:
         target = parse_host(host)
@@ -42,7 +41,7 @@ def _connect_for(rec: RunRecord, st: dict[str, Any], ssh: SshOptions) -> Connect
     return connect(target, **ssh.connect_kwargs())
 
 
-def _container(rec: RunRecord, st: dict[str, Any], key: str = "container") -> str:
+def _container(rec: RunRecord, st: rr.RunStatus, key: str = "container") -> str:
     name = rec.status_text(key, st)
     if not NAME.match(name):
         raise RunRecordError(f"run record {rec.id}: {key} {printable(name)} is not a container name",
@@ -51,9 +50,9 @@ def _container(rec: RunRecord, st: dict[str, Any], key: str = "container") -> st
 
 
 def status(host: str | None = None, run_id: str | None = None, *, ssh: SshOptions = NO_SSH,
-           live: bool = True) -> dict[str, Any]:
+           live: bool = True) -> rr.RunStatus:
     rec = latest_run(_host_filter(host), run_id=run_id)
-    st = dict(rec.status())
+    st = rec.status().copy()
     st["record"] = str(rec.path)
     if not live:
         return st
@@ -64,7 +63,7 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: SshOption
     return st
 
 
-def _slurm_live(rec: RunRecord, st: dict[str, Any], ssh: SshOptions) -> dict[str, Any]:
+def _slurm_live(rec: RunRecord, st: rr.RunStatus, ssh: SshOptions) -> rr.LiveStatus:
     conn = _connect_for(rec, st, ssh)
     try:
         return slurm_queries.status(conn, rec, st)
@@ -72,7 +71,7 @@ def _slurm_live(rec: RunRecord, st: dict[str, Any], ssh: SshOptions) -> dict[str
         conn.close()
 
 
-def _host_live(rec: RunRecord, st: dict[str, Any], ssh: SshOptions) -> dict[str, Any]:
+def _host_live(rec: RunRecord, st: rr.RunStatus, ssh: SshOptions) -> rr.LiveStatus:
     job, serve_job, log = _container(rec, st), _container(rec, st, "serve_container"), rec.status_text("output_dir", st)
     conn = _connect_for(rec, st, ssh)
     try:
@@ -155,7 +154,7 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: SshOptions 
         return _down_locked(rec, st, names, ssh)
 
 
-def _down_locked(rec: RunRecord, st: dict[str, Any], names: list[str], ssh: SshOptions) -> dict[str, str]:
+def _down_locked(rec: RunRecord, st: rr.RunStatus, names: list[str], ssh: SshOptions) -> dict[str, str]:
     conn = _connect_for(rec, st, ssh)
     done = {}
     try:

@@ -18,6 +18,7 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.core.errors import StepError, UsageError
@@ -49,7 +50,7 @@ class SyncResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 

@@ -50,7 +50,7 @@ def new_record(recipe: Recipe, host: str, request: UpRequest | SlurmUpRequest, w
     return events
 
 
-def fail(events: Emitter, state: str, err: KtdeployError, stage: str | None = None) -> KtdeployError:
+def fail(events: Emitter, state: str, err: KtdeployError, stage: StageName | None = None) -> KtdeployError:
     """Record a failure — the stage it happened in, the error, its fix, the failed checks, the exit code — in the
     event log and status.json (what `ktdeploy status` shows, and `down` keeps), and hand the error back."""
     record = events.record
@@ -63,10 +63,13 @@ def fail(events: Emitter, state: str, err: KtdeployError, stage: str | None = No
     return err
 
 
-def current_stage(record: RunRecord) -> str:
+def current_stage(record: RunRecord) -> StageName:
     """The stage the executor was in (status.json's "stage"), else PREFLIGHT (connect, doctor, planning)."""
     try:
         stage = record.status().get("stage")
     except RunRecordError:
         stage = None
-    return stage if isinstance(stage, str) and stage else StageName.PREFLIGHT
+    return StageName(stage) if isinstance(stage, str) and stage in _STAGES else StageName.PREFLIGHT
+
+
+_STAGES = {s.value for s in StageName}

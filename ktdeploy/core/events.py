@@ -200,7 +200,7 @@ class Failed(Event):
     """How a run failed (the CLI prints the error itself)."""
 
     KIND: ClassVar[str] = "failed"
-    stage: str
+    stage: StageName
     error: str
     message: str
     fix: str | None
@@ -217,20 +217,20 @@ class ResumeNote(Event):
 @dataclass(frozen=True)
 class StageSkipped(Event):
     KIND: ClassVar[str] = "stage_skipped"
-    stage: str
+    stage: StageName
     reason: str
 
 
 @dataclass(frozen=True)
 class StageStarted(Event):
     KIND: ClassVar[str] = "stage_start"
-    stage: str
+    stage: StageName
 
 
 @dataclass(frozen=True)
 class StageDone(Event):
     KIND: ClassVar[str] = "stage_done"
-    stage: str
+    stage: StageName
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ class StepSatisfied(Event):
     """Known satisfied when the plan was made (``why``)."""
 
     KIND: ClassVar[str] = "step_satisfied"
-    stage: str
+    stage: StageName
     step: str
     why: str
     title: str = shown_only()
@@ -249,7 +249,7 @@ class StepProbed(Event):
     """Satisfied: its probe exited 0."""
 
     KIND: ClassVar[str] = "step_satisfied"
-    stage: str
+    stage: StageName
     step: str
     probe: tuple[str, ...]
     title: str = shown_only()
@@ -261,7 +261,7 @@ class StepProbed(Event):
 @dataclass(frozen=True)
 class StepStarted(Event):
     KIND: ClassVar[str] = "step_start"
-    stage: str
+    stage: StageName
     step: str
     command: str | None
 
@@ -270,14 +270,14 @@ class StepStarted(Event):
 class StepRunning(Event):
     """A step that changes the host began (a command, an upload, a submission)."""
 
-    stage: str
+    stage: StageName
     title: str
 
 
 @dataclass(frozen=True)
 class StepDone(Event):
     KIND: ClassVar[str] = "step_done"
-    stage: str
+    stage: StageName
     step: str
     seconds: float
 
@@ -285,7 +285,7 @@ class StepDone(Event):
 @dataclass(frozen=True)
 class StepFailed(Event):
     KIND: ClassVar[str] = "step_failed"
-    stage: str
+    stage: StageName
     step: str
     message: str
     rc: int | None
@@ -314,7 +314,7 @@ class StackRefused(Event):
     """image.check: the stack in the image refuses the recipe."""
 
     KIND: ClassVar[str] = "step_failed"
-    stage: str
+    stage: StageName
     step: str
     message: str
     findings: tuple[Finding, ...]
@@ -329,7 +329,7 @@ class ImageNotReady(Event):
     """image.check: checks failed in the image."""
 
     KIND: ClassVar[str] = "step_failed"
-    stage: str
+    stage: StageName
     step: str
     message: str
 
@@ -349,19 +349,19 @@ class FetchRefused(Event):
     step: str
     remote: str | None
     why: str
-    stage: str = shown_only()
+    stage: StageName = shown_only()
 
 
 @dataclass(frozen=True)
 class Fetched(Event):
-    stage: str
+    stage: StageName
     name: str
     dest: str
 
 
 @dataclass(frozen=True)
 class ContainerRunning(Event):
-    stage: str
+    stage: StageName
     container: str
 
 
@@ -369,13 +369,13 @@ class ContainerRunning(Event):
 class StepWaiting(Event):
     """Waiting for a readiness probe to answer."""
 
-    stage: str
+    stage: StageName
     title: str
 
 
 @dataclass(frozen=True)
 class EndpointReady(Event):
-    stage: str
+    stage: StageName
     title: str
 
 
@@ -518,13 +518,13 @@ class SlurmTrainingFinished(Event):
 
 @dataclass(frozen=True)
 class SlurmWaiting(Event):
-    stage: str
+    stage: StageName
     role: str
 
 
 @dataclass(frozen=True)
 class SlurmJobDone(Event):
-    stage: str
+    stage: StageName
     title: str
     job_id: str
 

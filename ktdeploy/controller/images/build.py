@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import ktdeploy
 from ktdeploy.controller.images import docker_cli
@@ -197,7 +198,7 @@ def snapshot_context(src: Path, dest: Path) -> Path:
     return dest
 
 
-def _fail(what: str, proc: subprocess.CompletedProcess) -> ImageError:
+def _fail(what: str, proc: subprocess.CompletedProcess[Any]) -> ImageError:
     out = "\n".join((proc.stdout + "\n" + (proc.stderr or "")).strip().splitlines()[-25:])
     return ImageError(f"{what} failed (exit {proc.returncode}); last lines:\n{out}",
                       fix="Read the step that failed above. `verify_stack: FAILED` lists what is "

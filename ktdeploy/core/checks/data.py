@@ -92,7 +92,7 @@ def _start_files_check(train: Mapping[str, Any], facts: DataFacts) -> list[Check
     return []
 
 
-def dataset_info(train: Mapping[str, Any], facts: DataFacts) -> dict | None:
+def dataset_info(train: Mapping[str, Any], facts: DataFacts) -> dict[str, Any] | None:
     ddir = TrainKeys(train).dataset_dir
     if not isinstance(ddir, str):
         return None

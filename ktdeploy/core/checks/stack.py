@@ -22,7 +22,7 @@ LAYER = "container"
 REBUILD = "rebuild the image with `ktdeploy image build` (its base installs python3.11-dev)"
 
 
-def _c(name: str, status: Status, detail: str, fix: str = "", **data: Any) -> CheckResult:
+def _c(name: CheckName, status: Status, detail: str, fix: str = "", **data: Any) -> CheckResult:
     return CheckResult(name=name, status=status, detail=detail, fix=fix, layer=LAYER, data=data)
 
 

@@ -125,7 +125,7 @@ LSCPU_HYPERVISOR = FactSource(
     "lscpu_json", (LSCPU_JSON,),
     lambda js: cpu.parse_lscpu_json(js.stdout).get("hypervisor_vendor") if ok(js) else None, lambda: None)
 KERNEL = FactSource("uname", (UNAME,), lambda u: kernel.build_kernel(ok(u)), KernelFacts)
-OS = FactSource("os_release", (OS_RELEASE,), lambda o: kernel.parse_os_release(ok(o)), dict)
+OS: FactSource[dict[str, str]] = FactSource("os_release", (OS_RELEASE,), lambda o: kernel.parse_os_release(ok(o)), dict)
 MEMORY = FactSource("meminfo", (MEMINFO,), lambda m: memory.build_memory(ok(m)), MemoryFacts)
 GPU = FactSource("nvidia_smi", (NVIDIA_SMI, NVIDIA_DEVICES),
                  lambda smi, dev: gpu.build_gpu(smi.stdout, smi.rc, smi.stderr, ok(dev)), GpuFacts)

@@ -8,6 +8,7 @@ import hashlib
 import posixpath
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core import variants as V
@@ -81,7 +82,7 @@ class UpOptions:
     tune: bool = False                    # run `ktdeploy tune` before training and train with its choice
     tune_budget_minutes: float = 20.0
     local: bool = False                   # the host is this machine (no upload needed)
-    preflight: dict = field(default_factory=dict)   # summary of connect/facts/doctor for the plan text
+    preflight: dict[str, Any] = field(default_factory=dict)   # summary of connect/facts/doctor for the plan text
 
 
 def _slug(text: str) -> str:
@@ -122,7 +123,7 @@ def resolve_image(deploy: Deploy, facts: HostFacts | None) -> tuple[str, str | N
     return ref, variant, how
 
 
-def shipped_recipe(recipe: Recipe, resume_from: str | None) -> dict:
+def shipped_recipe(recipe: Recipe, resume_from: str | None) -> dict[str, Any]:
     """The recipe the container runs: GPUs renumbered as the container sees them (--gpus device=... makes the
     chosen GPUs 0..n-1 inside) and the checkpoint to resume from."""
     assert recipe.deploy is not None   # up's recipes have a deploy section (load_up_recipe)

@@ -19,6 +19,7 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
@@ -169,7 +170,7 @@ def _run_and_wait() -> list[str]:
             'exit "$rc"']
 
 
-def train_script(recipe: Recipe, shipped: dict, *, image: str, run_id: str, request: JobRequest, gpus_waived: bool = False,
+def train_script(recipe: Recipe, shipped: dict[str, Any], *, image: str, run_id: str, request: JobRequest, gpus_waived: bool = False,
                  memlock: bool = True) -> BatchJob:
     """The training job: ``docker create`` (up's argv, allocation added), recipe copied in, started attached."""
     sbatch_values(recipe)

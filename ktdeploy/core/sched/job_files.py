@@ -4,6 +4,7 @@ that submit by hand. Without a cluster to look at, ``deploy.image: auto`` needs 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ktdeploy.core import variants as V
 from ktdeploy.core.errors import UsageError
@@ -49,7 +50,7 @@ def slurm_scripts(recipe: Recipe, variant: str | None = None, run_id: str = "man
 NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")   # a DNS-1123 label, Kubernetes' namespace names
 
 
-def k8s_manifests(recipe: Recipe, variant: str | None = None, namespace: str = "default") -> list[dict]:
+def k8s_manifests(recipe: Recipe, variant: str | None = None, namespace: str = "default") -> list[dict[str, Any]]:
     if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
         raise UsageError(f"--namespace {terminal_safe(namespace)!r}: not a Kubernetes namespace name", key="--namespace",
                          fix="Lower-case letters, digits and '-', at most 63, starting and ending with a letter or "

@@ -175,7 +175,7 @@ def expert_format(train: Mapping[str, Any], arch: MoEArchitecture | None = None)
     return fmt if fmt in ("bf16", "fp8", "int8", "int4") else "bf16"
 
 
-def setup_from(train: Mapping[str, Any], accelerate: dict, gpus: int | None = None) -> Setup:
+def setup_from(train: Mapping[str, Any], accelerate: dict[str, Any], gpus: int | None = None) -> Setup:
     t = TrainKeys(train)
     kt = t.kt_config
     cutoff, batch, packing = t.cutoff_len, t.per_device_train_batch_size, t.packing
@@ -184,7 +184,7 @@ def setup_from(train: Mapping[str, Any], accelerate: dict, gpus: int | None = No
     nproc = gpus or as_int(accelerate.get("num_processes"), 1) or 1
     fsdp = str(accelerate.get("distributed_type", "")).upper() == "FSDP" or bool(accelerate.get("fsdp_config"))
     fcfg_raw = accelerate.get("fsdp_config")
-    fcfg: dict = fcfg_raw if isinstance(fcfg_raw, dict) else {}
+    fcfg: dict[str, Any] = fcfg_raw if isinstance(fcfg_raw, dict) else {}
     full = t.is_full
     tp_enabled = as_bool(kt.get("kt_tp_enabled"), False)
     return Setup(
@@ -241,7 +241,7 @@ def merges(recipe_or_dicts: PlanInput) -> bool:
     return False
 
 
-def _inputs(recipe_or_dicts: PlanInput) -> tuple[dict, dict]:
+def _inputs(recipe_or_dicts: PlanInput) -> tuple[dict[str, Any], dict[str, Any]]:
     if isinstance(recipe_or_dicts, tuple | list):
         train, accelerate = recipe_or_dicts
         return dict(train or {}), dict(accelerate or {})

@@ -2,12 +2,15 @@
 ktdeploy/, a check reported under a name outside CHECKS, or a waiver list naming an unknown check fails here."""
 
 import ast
+import json
 import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from ktdeploy.core.check_names import CHECKS, CheckName
+from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, CPU_ONLY_WAIVERS, RUNTIME_FIXABLE
 from ktdeploy.core.plan.host_plan import MEMLOCK_WAIVER
 from tests.unit.literals import name_literals
@@ -70,10 +73,15 @@ def test_waiver_lists_and_profiles_name_registered_checks():
     assert all(any(c.startswith(prefix) for c in CHECKS) for prefix in AGENT_DEFERRED)
 
 
-def test_the_registry_holds_plain_unique_dotted_names():
-    names = [v for k, v in vars(CheckName).items() if k.isupper()]
-    assert len(names) == len(set(names)) == len(CHECKS)
-    assert all(type(n) is str and n.count(".") >= 1 and n == n.lower() for n in names)
+def test_the_registry_holds_dotted_names_that_serialise_as_plain_strings():
+    assert set(CheckName) == CHECKS and all(n.count(".") >= 1 and n == n.lower() for n in CheckName)
+    assert json.dumps([CheckName.GPU_PRESENT]) == '["gpu.present"]' and f"{CheckName.GPU_PRESENT}" == "gpu.present"
+    assert CheckResult(name="gpu.present", status="pass").name is CheckName.GPU_PRESENT   # read back from JSON
+
+
+def test_a_check_outside_the_registry_cannot_be_made():
+    with pytest.raises(ValidationError):
+        CheckResult(name="gpu.presnet", status="fail")
 
 
 @pytest.mark.parametrize("facts_file", sorted((PKG.parent / "tests" / "golden").glob("*/facts.json")),

@@ -48,8 +48,11 @@ def test_the_scan_catches_each_form():
     assert stage_literals(src) == [1, 2, 3, 5, 6]
 
 
-def test_a_stage_keeps_the_plain_string_and_refuses_an_unknown_name():
+def test_a_stage_name_is_its_member_written_as_the_plain_string_and_an_unknown_one_is_refused():
     s = Stage(StageName.TRAIN, "training container")
-    assert type(s.name) is str and json.loads(json.dumps(s.to_json()))["name"] == "TRAIN"
+    assert s.name is StageName.TRAIN and json.dumps(s.to_json()) == json.dumps({"name": "TRAIN",
+                                                                                "title": "training container",
+                                                                                "steps": []})
+    assert Stage("TRAIN", "from a plan's JSON").name is StageName.TRAIN
     with pytest.raises(ValueError):
         Stage("TRIAN", "typo")
