@@ -94,7 +94,7 @@ def do_submit(ex: SlurmRun, stage: Stage, s: Step) -> None:
         dep = ex.jobs.get(after)
         if dep:
             argv = [*argv[:2], f"--dependency=afterok:{dep}", "--kill-on-invalid-dep=yes", *argv[2:]]
-    ex.emit(ev.StepRunning(stage=stage.name, title=s.title))
+    ex.emit(ev.Said(ev.Mark.GO, s.title, stage.name))
     r = ex.conn.run(argv, timeout=s.timeout or 120)
     job_id = sl.parse_sbatch(r.stdout) if r.rc == 0 else None
     if job_id is None:
@@ -193,15 +193,15 @@ def do_follow_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
     ex.emit(ev.SlurmTrainExited(job=info))
     if not info.succeeded:
         raise _failed(ex, stage, s, info, job_dir, role)
-    ex.emit(ev.SlurmTrainingFinished(job_id=info.job_id, nodes=info.nodes))
+    ex.emit(ev.Said(ev.Mark.OK, f"training job {info.job_id} finished on {info.nodes}"))
 
 
 def do_wait_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
     p = s.typed(WaitJobParams)
     role, job_dir = p.role, p.job_dir
-    ex.emit(ev.SlurmWaiting(stage=stage.name, role=role))
+    ex.emit(ev.Said(ev.Mark.GO, f"waiting for the {role} job", stage.name))
     info = _poll(ex, stage, s, p, "/dev/null")
     _fetch_job_log(ex, job_dir, role, info.job_id)
     if not info.succeeded:
         raise _failed(ex, stage, s, info, job_dir, role)
-    ex.emit(ev.SlurmJobDone(stage=stage.name, title=s.title, job_id=info.job_id))
+    ex.emit(ev.Said(ev.Mark.OK, f"{s.title} (job {info.job_id})", stage.name))

@@ -150,7 +150,8 @@ def _sync_phase(conn: Connector | None, run: _HostRun, events: Emitter) -> None:
                 f"--sync-{role} needs train.{key} to be an absolute host path, not {printable(target)}",
                 key=f"--sync-{role}", fix=f"Set train.{key} to the folder the upload goes to."), stage=StageName.SYNC)
         if conn is None:
-            events.emit(ev.SyncDeferred(local=local, target=target))
+            events.emit(ev.Said(ev.Mark.NOT, f"{local} -> {target} happens at the real run (not connected)",
+                                StageName.SYNC))
             continue
         from ktdeploy.controller.sync import sync_folder
 

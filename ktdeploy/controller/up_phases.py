@@ -73,11 +73,12 @@ def apply_phase(conn: Connector, plan: Plan, recipe: Recipe, report: DoctorRepor
     if detach:
         record.set_status("detached", note="--detach: training runs on the host")
         result.state = "detached"
-        events.emit(ev.StartedDetached(job=plan.job, host=host))
+        events.emit(ev.Said(ev.Mark.STARTED, f"Follow it: ktdeploy status --host {host}; ktdeploy logs -f --host {host}",
+                            lead=f"Training started in {plan.job} on {host}."))
     else:
         record.set_status("finished")
         result.state = "finished"
-        events.emit(ev.Done(adapter_dir=plan.adapter_dir, record_path=str(record.path)))
+        events.emit(ev.Said(ev.Mark.DONE, f"adapter {plan.adapter_dir}; run record {record.path}", lead="done:"))
     return result
 
 

@@ -1,17 +1,22 @@
-"""What a run of `up` tells (pure): one frozen dataclass per event, emitted by the controller, rendered by the CLI.
+"""What a run of `up` tells (pure): a frozen dataclass per kind of event, emitted by the controller, rendered by the
+CLI.
 
 The controller emits each event through ``controller/emitter.Emitter``, which writes the run record's event
 (``KIND`` and ``record()``: the names and fields `ktdeploy status`/`logs`, the tests and people read in
 ``events.jsonl``) and hands the event to the caller's sink. The CLI's sink (``cli/events_view.EventView``) turns
 it into the terminal's lines and the progress bar; nothing here knows about a terminal. An event whose ``KIND``
 is None is only shown; one that no sink shows is only recorded.
+
+What is only shown comes in three kinds: ``Said`` (one line: a mark, the stage, plain text — a new message is
+written once, where it is emitted), ``Following`` (the progress bar's start, status and end) and ``PlanText``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from enum import StrEnum
+from typing import Any, ClassVar, Literal
 
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.plan.state import ContainerState
@@ -51,6 +56,44 @@ def size_text(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
+def files_text(files: int, missing: int, missing_bytes: int) -> str:
+    """An upload's size as its lines say it: what is missing of how many files, or that none is."""
+    return f"{missing} of {files} file(s), {size_text(missing_bytes)}" if missing else \
+        f"all {files} file(s) already there"
+
+
+# -- what is only shown: a line, the followed container, the plan ---------------------------------------------------
+class Mark(StrEnum):
+    """What a shown line says happened (the renderer gives each its look)."""
+
+    OK = "ok"              # done, or already satisfied
+    GO = "go"              # starting, or waiting for it
+    NOT = "not"            # not done here: deferred to the real run, or only planned
+    DONE = "done"          # the run ended well: its lead stands out
+    STARTED = "started"    # training started and `up` returns: its lead stands out
+
+
+@dataclass(frozen=True)
+class Said(Event):
+    """One line of what the run is doing, shown and not recorded: its mark, the stage it belongs to, a lead (shown
+    in the mark's colour) and the rest. Plain text: the renderer styles it and escapes it whole."""
+
+    mark: Mark
+    text: str
+    stage: StageName | None = None
+    lead: str = ""
+
+
+@dataclass(frozen=True)
+class Following(Event):
+    """The followed training container: ``started`` (a progress bar may start), ``status`` (its docker status
+    changed: running, exited, missing), ``ended`` (the follow stopped: the bar ends)."""
+
+    phase: Literal["started", "status", "ended"]
+    container: str = ""
+    status: str = ""
+
+
 # -- the run's setup: waivers, connection, uploads, doctor (controller/up_host.py, up_phases.py, sync.py) ---------
 @dataclass(frozen=True)
 class WaiversRecorded(Event):
@@ -87,13 +130,6 @@ class Connected(Event):
     connector: str
 
 
-@dataclass(frozen=True)
-class SyncDeferred(Event):
-    """--sync-model/--sync-data while planning from recorded facts: the upload happens at the real run."""
-
-    local: str
-    target: str
-
 
 @dataclass(frozen=True)
 class SyncStarted(Event):
@@ -104,25 +140,6 @@ class SyncStarted(Event):
         return {"stage": StageName.SYNC.value, "role": self.role}
 
 
-@dataclass(frozen=True)
-class SyncPlanned(Event):
-    """A dry run's upload: what it would copy (``missing`` of ``files`` files, ``missing_bytes``)."""
-
-    local: str
-    remote: str
-    files: int
-    missing: int
-    missing_bytes: int
-
-
-@dataclass(frozen=True)
-class SyncUploading(Event):
-    local: str
-    remote: str
-    host: str
-    files: int
-    missing: int
-    missing_bytes: int
 
 
 @dataclass(frozen=True)
@@ -266,13 +283,6 @@ class StepStarted(Event):
     command: str | None
 
 
-@dataclass(frozen=True)
-class StepRunning(Event):
-    """A step that changes the host began (a command, an upload, a submission)."""
-
-    stage: StageName
-    title: str
-
 
 @dataclass(frozen=True)
 class StepDone(Event):
@@ -352,45 +362,10 @@ class FetchRefused(Event):
     stage: StageName = shown_only()
 
 
-@dataclass(frozen=True)
-class Fetched(Event):
-    stage: StageName
-    name: str
-    dest: str
 
 
-@dataclass(frozen=True)
-class ContainerRunning(Event):
-    stage: StageName
-    container: str
 
 
-@dataclass(frozen=True)
-class StepWaiting(Event):
-    """Waiting for a readiness probe to answer."""
-
-    stage: StageName
-    title: str
-
-
-@dataclass(frozen=True)
-class EndpointReady(Event):
-    stage: StageName
-    title: str
-
-
-@dataclass(frozen=True)
-class FollowStarted(Event):
-    """Following the training container: a progress bar may start."""
-
-    container: str
-
-
-@dataclass(frozen=True)
-class ContainerStatus(Event):
-    """The followed container's docker status changed ("running", "exited", "missing")."""
-
-    status: str
 
 
 @dataclass(frozen=True)
@@ -403,10 +378,6 @@ class Progress(Event):
     def record(self) -> dict[str, Any]:
         return self.entry.to_json()
 
-
-@dataclass(frozen=True)
-class FollowEnded(Event):
-    """The follow stopped (the container stopped, or the follow was interrupted): a progress bar ends."""
 
 
 @dataclass(frozen=True)
@@ -427,10 +398,6 @@ class AgentRecordRead(Event):
     rc: int | None
     steady_tokens_per_s: Any
 
-
-@dataclass(frozen=True)
-class TrainingFinished(Event):
-    entry: LogEntry | None
 
 
 @dataclass(frozen=True)
@@ -510,23 +477,7 @@ class SlurmJobFailed(Event):
         return {"role": self.role, "job": self.job.describe(), "last_lines": list(self.last_lines)}
 
 
-@dataclass(frozen=True)
-class SlurmTrainingFinished(Event):
-    job_id: str
-    nodes: str
 
-
-@dataclass(frozen=True)
-class SlurmWaiting(Event):
-    stage: StageName
-    role: str
-
-
-@dataclass(frozen=True)
-class SlurmJobDone(Event):
-    stage: StageName
-    title: str
-    job_id: str
 
 
 # -- how the run ended (controller/up_phases.py) -------------------------------------------------------------------
@@ -541,18 +492,6 @@ class Detached(Event):
     terminated: bool = shown_only()
 
 
-@dataclass(frozen=True)
-class StartedDetached(Event):
-    """--detach: training started, `up` returns."""
-
-    job: str
-    host: str
-
-
-@dataclass(frozen=True)
-class Done(Event):
-    adapter_dir: str
-    record_path: str
 
 
 @dataclass(frozen=True)
