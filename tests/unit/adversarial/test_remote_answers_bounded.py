@@ -1,6 +1,6 @@
 """What a host answers is read bounded and as data (Probe 3's F7, F9, F14): a newline or a header in a file's name
-or content forges no line of a listing, a planted link or a huge Slurm job log is never followed or read whole, and
-every remote command has a timeout."""
+or content forges no line of a listing, a planted link or a huge Slurm job log is never followed or read whole.
+(Every remote command has a timeout: the Connector protocol's ``timeout`` has no default, mypy holds it.)"""
 
 from __future__ import annotations
 
@@ -72,23 +72,6 @@ def test_f9_f7_a_planted_link_or_a_huge_job_log_is_never_followed_or_read_whole(
         assert "S3cr3tPW" not in out and markers.parse_job(out) is not None
     finally:
         os.environ["PATH"] = old
-
-
-def test_f7_every_remote_command_has_a_timeout():
-    """Each connector call in the controller names its timeout (testinfra's connector has its own default)."""
-    import ast
-
-    missing = []
-    for p in (REPO / "ktdeploy").rglob("*.py"):
-        if p.name == "testinfra.py":
-            continue
-        for n in ast.walk(ast.parse(p.read_text())):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("run", "run_shell"):
-                owner = ast.unparse(n.func.value)
-                if any(k in owner for k in ("conn", "connector", "self")) and "subprocess" not in owner \
-                        and not any(k.arg == "timeout" for k in n.keywords):
-                    missing.append(f"{p.relative_to(REPO)}:{n.lineno} {ast.unparse(n)[:80]}")
-    assert not missing, missing
 
 
 def test_f14_a_file_whose_content_or_name_reads_as_a_header_forges_nothing(tmp_path):
