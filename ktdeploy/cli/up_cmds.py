@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn, Optional, TypeVar
+from typing import Any, NoReturn, Optional, TypeVar
 
 import typer
 
@@ -44,6 +44,39 @@ def _sigterm_raises() -> None:
         pass
 
 
+# the options `up` and `up-slurm` share, made once (each command gets its own instance)
+def _recipe_argument() -> Any:
+    return typer.Argument(None, metavar="RECIPE", show_default=False,
+                          help="Recipe YAML (default: the shipped tiny recipe).")
+
+
+def _resume_option() -> Any:
+    return typer.Option(None, "--resume", metavar="auto|PATH", help="Newest complete checkpoint, or this one.")
+
+
+def _set_option() -> Any:
+    return typer.Option([], "--set", metavar="KEY=VALUE", rich_help_panel=RECIPE_PANEL,
+                        help="Override a recipe value (repeatable).")
+
+
+def _waive_option() -> Any:
+    return typer.Option([], "--waive", metavar="CHECK", rich_help_panel=CHECKS_PANEL,
+                        help="Let this failing check pass (recorded).")
+
+
+def _ssh_key_option() -> Any:
+    return typer.Option(None, "--ssh-key", metavar="FILE", rich_help_panel=SSH_PANEL, help="SSH private key.")
+
+
+def _known_hosts_option() -> Any:
+    return typer.Option(None, "--known-hosts", metavar="FILE", rich_help_panel=SSH_PANEL,
+                        help="known_hosts to check host keys against.")
+
+
+def _accept_new_host_key_option() -> Any:
+    return typer.Option(False, "--accept-new-host-key", rich_help_panel=SSH_PANEL, help="Record an unknown host key.")
+
+
 UP_HELP = ("Provision HOST and run the recipe there, stage by stage.\n\n"
            "PREFLIGHT (doctor) -> RUNTIME -> IMAGE -> VOLUMES -> TRAIN -> FOLLOW -> CONVERT -> SERVE; a stage that "
            "is already satisfied is skipped, so the same command again changes nothing. Ctrl-C stops following, "
@@ -53,20 +86,17 @@ UP_HELP = ("Provision HOST and run the recipe there, stage by stage.\n\n"
 @app.command(help=UP_HELP)
 def up(
     ctx: typer.Context,
-    recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", show_default=False,
-                                            help="Recipe YAML (default: the shipped tiny recipe)."),
+    recipe: Optional[Path] = _recipe_argument(),
     host: str = typer.Option("localhost", "--host", "-H", metavar="HOST", show_default=False,
                              help="localhost (default), host, user@host:port, ssh://…, docker://NAME."),
     name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="Name for --run of status/logs/down."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
     facts: Optional[Path] = typer.Option(None, "--facts", metavar="FILE",
                                          help="--dry-run from `doctor --json` output."),
-    resume: Optional[str] = typer.Option(None, "--resume", metavar="auto|PATH",
-                                         help="Newest complete checkpoint, or this one."),
+    resume: Optional[str] = _resume_option(),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start training, then return."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Progress lines, not a bar."),
-    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", rich_help_panel=RECIPE_PANEL,
-                                   help="Override a recipe value (repeatable)."),
+    set_: list[str] = _set_option(),
     train: Optional[Path] = typer.Option(None, "--train", metavar="FILE", rich_help_panel=RECIPE_PANEL,
                                          help="LlamaFactory training YAML (not RECIPE)."),
     accelerate: Optional[Path] = typer.Option(None, "--accelerate", metavar="FILE", rich_help_panel=RECIPE_PANEL,
@@ -75,8 +105,7 @@ def up(
                                           help="deploy: YAML for the pair (else derived)."),
     cpu_only: bool = typer.Option(False, "--cpu-only", rich_help_panel=CHECKS_PANEL,
                                   help="No-GPU test host: waive the GPU checks."),
-    waive: list[str] = typer.Option([], "--waive", metavar="CHECK", rich_help_panel=CHECKS_PANEL,
-                                    help="Let this failing check pass (recorded)."),
+    waive: list[str] = _waive_option(),
     sync_model: Optional[Path] = typer.Option(None, "--sync-model", metavar="DIR", rich_help_panel=DATA_PANEL,
                                               help="Upload DIR to train.model_name_or_path."),
     sync_data: Optional[Path] = typer.Option(None, "--sync-data", metavar="DIR", rich_help_panel=DATA_PANEL,
@@ -87,12 +116,9 @@ def up(
                               help="Measure CPU-expert settings first."),
     tune_budget: float = typer.Option(20.0, "--tune-budget-minutes", min=1, metavar="MIN", show_default=False,
                                       rich_help_panel=TUNE_PANEL, help="Budget of --tune (default 20)."),
-    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", metavar="FILE", rich_help_panel=SSH_PANEL,
-                                           help="SSH private key."),
-    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", rich_help_panel=SSH_PANEL,
-                                               help="known_hosts to check host keys against."),
-    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", rich_help_panel=SSH_PANEL,
-                                             help="Record an unknown host key."),
+    ssh_key: Optional[Path] = _ssh_key_option(),
+    known_hosts: Optional[Path] = _known_hosts_option(),
+    accept_new_host_key: bool = _accept_new_host_key_option(),
     slurm: Optional[str] = typer.Option(None, "--slurm", metavar="LOGIN", hidden=True,
                                         help="Deprecated: `ktdeploy up-slurm LOGIN RECIPE`."),
 ) -> None:
@@ -163,22 +189,15 @@ UP_SLURM_HELP = ("Submit the recipe to the Slurm cluster behind LOGIN: the same 
 def up_slurm(
     login: str = typer.Argument(..., metavar="LOGIN", show_default=False,
                                 help="The login node: host, user@host:port or ssh://…"),
-    recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", show_default=False,
-                                            help="Recipe YAML (default: the shipped tiny recipe)."),
+    recipe: Optional[Path] = _recipe_argument(),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the batch scripts' place; submit nothing."),
-    resume: Optional[str] = typer.Option(None, "--resume", metavar="auto|PATH",
-                                         help="Newest complete checkpoint, or this one."),
+    resume: Optional[str] = _resume_option(),
     detach: bool = typer.Option(False, "--detach", "-d", help="Submit, then return."),
-    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", rich_help_panel=RECIPE_PANEL,
-                                   help="Override a recipe value (repeatable)."),
-    waive: list[str] = typer.Option([], "--waive", metavar="CHECK", rich_help_panel=CHECKS_PANEL,
-                                    help="Let this failing check pass (recorded)."),
-    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", metavar="FILE", rich_help_panel=SSH_PANEL,
-                                           help="SSH private key."),
-    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", rich_help_panel=SSH_PANEL,
-                                               help="known_hosts to check host keys against."),
-    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", rich_help_panel=SSH_PANEL,
-                                             help="Record an unknown host key."),
+    set_: list[str] = _set_option(),
+    waive: list[str] = _waive_option(),
+    ssh_key: Optional[Path] = _ssh_key_option(),
+    known_hosts: Optional[Path] = _known_hosts_option(),
+    accept_new_host_key: bool = _accept_new_host_key_option(),
 ) -> None:
     _run_up_slurm(SlurmUpRequest(login=login, recipe=recipe, overrides=tuple(set_), dry_run=dry_run, resume=resume,
                                  detach=detach, waive=tuple(waive),

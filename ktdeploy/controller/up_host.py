@@ -25,14 +25,14 @@ from ktdeploy.controller.up_inputs import (
     load_up_recipe,
 )
 from ktdeploy.controller.up_phases import apply_phase, connect_phase, gather_job_state
-from ktdeploy.controller.up_record import UpResult, fail, new_record
+from ktdeploy.controller.up_record import UpResult, fail, interrupted, new_record
 from ktdeploy.core import events as ev
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.gate import RUNTIME_FIXABLE, gate, profile_hint, with_profile
 from ktdeploy.core.checks.threads import derived_kt_threads
 from ktdeploy.core.command_requests import UpRequest
-from ktdeploy.core.errors import CheckFailed, KtdeployError, Terminated, UsageError
+from ktdeploy.core.errors import CheckFailed, KtdeployError, UsageError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.plan import UpOptions, build_plan, job_name, output_dir_of, plan_text, resolve_image
@@ -115,9 +115,7 @@ def _up_locked(run: _HostRun, on_event: ev.Sink | None, connector: Connector | N
         # Ctrl-C or SIGTERM before the executor took over (it handles its own): nothing was started; say so in
         # the record (a SIGTERM used to leave it "planned")
         if events is not None and (events.record.path / rr.STATUS_JSON).exists():
-            how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
-            events.emit(ev.Interrupted(reason=f"{how} before anything started on the host"))
-            events.record.set_status("stopped", note=f"{how} during preflight/planning; nothing was started")
+            interrupted(events, stop, before="started on the host", nothing="started")
         raise
     finally:
         held.close()

@@ -12,7 +12,7 @@ from ktdeploy.core import events as ev
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.checks.gate import CPU_ONLY, with_profile
 from ktdeploy.core.command_requests import SlurmUpRequest, UpRequest
-from ktdeploy.core.errors import KtdeployError, RunRecordError
+from ktdeploy.core.errors import KtdeployError, RunRecordError, Terminated
 from ktdeploy.core.plan import job_name, output_dir_of
 from ktdeploy.core.plan.steps import Plan, StageName
 from ktdeploy.core.recipe.document import Recipe
@@ -61,6 +61,13 @@ def fail(events: Emitter, state: str, err: KtdeployError, stage: StageName | Non
     record.set_status(state, failed_stage=stage, error=err.message, error_type=type(err).__name__, fix=err.fix,
                       failed_checks=checks, exit_code=err.exit_code)
     return err
+
+
+def interrupted(events: Emitter, stop: KeyboardInterrupt, *, before: str, nothing: str) -> None:
+    """Ctrl-C or SIGTERM before anything started on the host (or was submitted): said, and the record "stopped"."""
+    how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+    events.emit(ev.Interrupted(reason=f"{how} before anything {before}"))
+    events.record.set_status("stopped", note=f"{how} during preflight/planning; nothing was {nothing}")
 
 
 def current_stage(record: RunRecord) -> StageName:

@@ -14,13 +14,13 @@ from ktdeploy.controller.runs import job_lock, output_lock
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.controller.up_inputs import check_up_arguments, load_up_recipe
 from ktdeploy.controller.up_phases import apply_phase, connect_phase, gather_job_state
-from ktdeploy.controller.up_record import UpResult, fail, new_record
+from ktdeploy.controller.up_record import UpResult, fail, interrupted, new_record
 from ktdeploy.core import events as ev
 from ktdeploy.core import run_record as rr
 from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.command_requests import SlurmUpRequest
-from ktdeploy.core.errors import CheckFailed, KtdeployError, RunRecordError, StepError, Terminated
+from ktdeploy.core.errors import CheckFailed, KtdeployError, RunRecordError, StepError
 from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.plan import UpOptions, job_name, output_dir_of, plan_text, resolve_image
 from ktdeploy.core.plan.host_plan import shipped_recipe
@@ -84,9 +84,7 @@ def up_slurm(request: SlurmUpRequest, *, on_event: ev.Sink | None = None,
         try:
             return _submit(run, conn, where, events)
         except KeyboardInterrupt as stop:
-            how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
-            events.emit(ev.Interrupted(reason=f"{how} before anything was submitted"))
-            events.record.set_status("stopped", note=f"{how} during preflight/planning; nothing was submitted")
+            interrupted(events, stop, before="was submitted", nothing="submitted")
             raise
         finally:
             conn.close()
