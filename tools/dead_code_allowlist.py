@@ -19,4 +19,6 @@ _.hugepages_total, _.hugepage_size_bytes, _.default_runtime, _.cgroup_driver, _.
 _.memlock_hard, _.shm_free_bytes, _.schema_version, _.finished_at, _.num_threads, _.elapsed_time
 # event fields (core/events.py) read through dataclasses.fields() into events.jsonl, or by the renderer's
 # templates (cli/events_view.py: "{e.status_file}")
-_.status_file, _.failed_checks, _.seconds_after_submit, _.record_path, _.slurm_job
+_.status_file, _.failed_checks, _.seconds_after_submit, _.slurm_job
+# status.json keys typed by core/run_record.RunStatus, read by their string key (st["stop_reason"], .get("schema"))
+_.serve_container, _.failed_stage, _.stop_reason, _.updated, _.schema, _.down_at, _.slurm_request

@@ -147,12 +147,13 @@ def cases(adapter: str = "/srv/out/run-sglang", weights: str = "/srv/out/run", u
     sys.path.insert(0, str(ROOT))
     from ktdeploy.agent.serve import build_serve_command
     from ktdeploy.core.recipe import builtin_recipe, load_recipe
+    from ktdeploy.core.served import Served
 
     out = []
     for name in RECIPES:
         r = load_recipe(builtin_recipe(name))
         full = r.train.get("finetuning_type") == "full"
-        cmd = build_serve_command(r, None if full else adapter, weights_dir=weights if full else None, cpuinfer=4,
+        cmd = build_serve_command(r, Served("weights", weights) if full else Served("adapter", adapter), cpuinfer=4,
                                   threadpools=1, environ={"HOME": "/tmp"}, uid=uid)
         out.append(Case(f"{name}: {'full fine-tune' if full else 'LoRA'}", name, not full, cmd.argv, cmd.env))
         if full:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The image readiness check's stack probe (ktdeploy/core/facts/stack.py:STACK_PROBE, exactly as `ktdeploy doctor
+"""The image readiness check's stack probe (ktdeploy/core/facts/stack_probe.py:STACK_PROBE, exactly as `ktdeploy doctor
 --image` runs it in the container) on the GPU machine outside any image: with Python's headers present, then with
 the include folder moved away (restored after), as bench/gpu/triton_headers.py does. Stdlib only (the probe's
 source is read from the module with ast, no pydantic needed). Writes $OUT/stack_probe.json and the two raw outputs

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from ktdeploy.core.facts.stack import TRITON_KERNEL  # noqa: E402  (the kernel the stack probe runs)
+from ktdeploy.core.facts.stack_probe import TRITON_KERNEL  # noqa: E402  (the kernel the stack probe runs)
 
 KERNEL = "import torch\n" + TRITON_KERNEL + """
 x = torch.randn(4096, device="cuda"); y = torch.randn_like(x); o = torch.empty_like(x)

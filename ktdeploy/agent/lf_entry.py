@@ -41,7 +41,7 @@ class GcClock:
         self.seconds, self.full = 0.0, 0
         self._t0: float | None = None
 
-    def __call__(self, phase: str, info: dict) -> None:
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._t0 = time.perf_counter()
         elif self._t0 is not None:
@@ -70,7 +70,7 @@ def freeze_heap() -> bool:
     return True
 
 
-def _callbacks() -> list:
+def _callbacks() -> list[Any]:
     import gc
 
     from transformers import TrainerCallback
@@ -108,11 +108,11 @@ def _callbacks() -> list:
                     row["loss"] = float(loss)
             self._write(row)
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> None:
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
             if logs and "loss" in logs:
                 self._write({"step": state.global_step, "loss": float(logs["loss"])})
 
-        def _write(self, row: dict) -> None:
+        def _write(self, row: dict[str, Any]) -> None:
             if _rank0():
                 with appending(self.path) as f:
                     f.write(rr.metrics_line(row))

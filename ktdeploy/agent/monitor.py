@@ -180,7 +180,7 @@ def _read_tail(path: Path, lines: int, max_bytes: int = 256 * 1024) -> list[str]
     return text.rstrip("\n").split("\n")[-lines:] if text.strip() else []
 
 
-def _exit_waiter(proc: subprocess.Popen) -> Callable[[float], None]:
+def _exit_waiter(proc: subprocess.Popen[Any]) -> Callable[[float], None]:
     """A wait(seconds) that returns early when the child exits: one blocking select on a pidfd (Linux >= 5.3),
     else a plain sleep. Popen.wait(timeout) would instead wake this process every 50 ms."""
     try:
@@ -198,7 +198,7 @@ def _exit_waiter(proc: subprocess.Popen) -> Callable[[float], None]:
     return wait
 
 
-def _kill_group(proc: subprocess.Popen, first: int, grace: float) -> int:
+def _kill_group(proc: subprocess.Popen[Any], first: int, grace: float) -> int:
     for sig in (first, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from ktdeploy.core.safeio import parse_json, writing
 
@@ -58,7 +58,7 @@ class Slice:
     shape: tuple[int, ...]
 
 
-def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Tensor index and ``__metadata__`` of a safetensors file; validates offsets against the file size."""
     path = Path(path)
     try:  # never through a link: a training output holds none, and one could publish a file from elsewhere
@@ -109,7 +109,7 @@ FLOAT_EXPONENT = {"BF16": (2, 0x7F80), "F16": (2, 0x7C00), "F32": (4, 0x7F800000
 SAMPLE_VALUES = 1 << 16   # values read per tensor by ``non_finite``: spread over the whole tensor
 
 
-def non_finite(path: str | os.PathLike, info: TensorInfo, sample: int = SAMPLE_VALUES) -> int:
+def non_finite(path: str | os.PathLike[str], info: TensorInfo, sample: int = SAMPLE_VALUES) -> int:
     """How many of up to ``sample`` values of a BF16/F16/F32 tensor, read in 16 runs spread over it, are NaN or
     Inf (exponent bits all ones). A trained LoRA holds none; a diverged run often holds nothing else. Constant
     memory and time, whatever the tensor's size."""
@@ -131,11 +131,11 @@ def non_finite(path: str | os.PathLike, info: TensorInfo, sample: int = SAMPLE_V
     return bad
 
 
-def whole(path: str | os.PathLike, info: TensorInfo) -> Slice:
+def whole(path: str | os.PathLike[str], info: TensorInfo) -> Slice:
     return Slice(str(path), info.begin, info.nbytes, info.dtype, info.shape)
 
 
-def split_first_axis(path: str | os.PathLike, info: TensorInfo) -> list[Slice]:
+def split_first_axis(path: str | os.PathLike[str], info: TensorInfo) -> list[Slice]:
     """One slice per index of the first axis (``[E, a, b]`` -> E tensors ``[a, b]``)."""
     if not info.shape:
         raise SafetensorsFormatError(f"{info.name}: cannot split a scalar")
@@ -157,14 +157,14 @@ def _copy(dst: IO[bytes], src: BinaryIO, offset: int, nbytes: int) -> None:
         left -= len(buf)
 
 
-def write(path: str | os.PathLike, tensors: Iterable[tuple[str, Slice]], metadata: dict[str, str] | None = None) -> int:
+def write(path: str | os.PathLike[str], tensors: Iterable[tuple[str, Slice]], metadata: dict[str, str] | None = None) -> int:
     """Write ``(name, slice)`` pairs (in the given order) as one safetensors file; returns bytes written."""
     items = list(tensors)
     names = [n for n, _ in items]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise SafetensorsFormatError(f"duplicate tensor names: {dup[:5]}")
-    header: dict = {}
+    header: dict[str, Any] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     pos = 0

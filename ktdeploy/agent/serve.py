@@ -24,6 +24,7 @@ from ktdeploy.core import variants as V
 from ktdeploy.core.checks.threads import serve_threads
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.recipe.document import Recipe
+from ktdeploy.core.served import Served
 
 LAUNCHER = "ktdeploy.agent.sglang_launch"
 
@@ -70,15 +71,14 @@ def _no_topology(_reserve_cores: int) -> tuple[int, int]:
                      "and no host topology was given", fix="set kt_num_threads and kt_threadpool_count in the recipe")
 
 
-def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *, cpuinfer: int | None = None,
+def build_serve_command(recipe: Recipe, served: Served, *, cpuinfer: int | None = None,
                         threadpools: int | None = None,
                         host_threads: Callable[[int], tuple[int, int]] = _no_topology,
-                        python: str = "python3", host: str | None = None, port: int | None = None,
-                        weights_dir: str | os.PathLike | None = None,
-                        environ: Mapping[str, str] | None = None, kt_build: str | None = None,
-                        uid: int | None = None, merged_dir: str | os.PathLike | None = None) -> ServeCommand:
-    """argv of sglang-kt's server for ``recipe`` serving ``adapter_dir`` (LoRA), ``weights_dir`` (full fine-tune)
-    or ``merged_dir`` (the base with the LoRA merged in by `ktdeploy merge`: a BF16 model, no LoRA).
+                        python: str = "python3", environ: Mapping[str, str] | None = None, kt_build: str | None = None,
+                        uid: int | None = None) -> ServeCommand:
+    """argv of sglang-kt's server for ``recipe`` serving ``served`` (core/served.py): a converted adapter (LoRA),
+    a full fine-tune's model (weights) or the base with the LoRA merged in by `ktdeploy merge` (a BF16 model, no
+    LoRA); the host and port are the recipe's deploy.serve.
 
     The server starts through ``ktdeploy.agent.sglang_launch`` (sglang's own launch, in-process) so that the
     API key is read from the environment and never appears in an argv.
@@ -97,17 +97,14 @@ def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *
     if not model:
         raise UsageError("train.model_name_or_path is not set", key="train.model_name_or_path",
                          fix="set it to the base model directory")
-    if sum(x is not None for x in (adapter_dir, weights_dir, merged_dir)) != 1:
-        raise UsageError("give exactly one of --adapter (LoRA run), --weights (full fine-tune) and --merged (merged "
-                         "LoRA)", fix="--adapter <output_dir>-sglang for a LoRA run, --weights <output_dir> for a full "
-                                      "fine-tune, --merged <output_dir>-merged for `ktdeploy merge`'s model")
-    whole = weights_dir if weights_dir is not None else merged_dir
+    adapter_dir = served.path if served.kind == "adapter" else None
+    whole = None if adapter_dir is not None else served.path
     if whole is not None:
-        model = str(whole)
+        model = whole
     if cpuinfer < 1 or threadpools < 1:
         raise UsageError(f"--kt-cpuinfer {cpuinfer} / --kt-threadpool-count {threadpools} must be >= 1",
                          fix="run on a host with CPU facts (ktdeploy doctor) or set kt_num_threads in the recipe")
-    method = kt_methods.require_serve_method(MERGED_SETUP if merged_dir is not None else recipe.weight_setup(),
+    method = kt_methods.require_serve_method(MERGED_SETUP if served.kind == "merged" else recipe.weight_setup(),
                                              lora=adapter_dir is not None)
     if adapter_dir is not None and kt_build and V.known(kt_build) and not V.get(kt_build).sft:
         raise UsageError(f"kt-kernel's {V.canonical(kt_build)} build (this image) has no SFT kernels: sglang-kt serves "
@@ -115,12 +112,12 @@ def build_serve_command(recipe: Recipe, adapter_dir: str | os.PathLike | None, *
                          key="deploy.image", fix=f"Serve the adapter on a CPU that runs {' or '.join(V.TRAINING)} "
                                                  "(docs/cpu-builds.md); this CPU can serve a full fine-tune.")
     weights = model if whole is not None else (keys.kt_weight_path or model)
-    served = s.served_model_name or Path(str(keys.model_name_or_path)).name
+    served_name = s.served_model_name or Path(str(keys.model_name_or_path)).name
     argv = [python, "-m", LAUNCHER,
             "--model-path", str(model),
-            "--served-model-name", served,
-            "--host", host or s.host,
-            "--port", str(port or s.port),
+            "--served-model-name", served_name,
+            "--host", s.host,
+            "--port", str(s.port),
             "--tp-size", str(len(recipe.deploy.gpus)),
             "--kt-weight-path", str(weights),
             "--kt-method", method,

@@ -1,6 +1,6 @@
 """The stack's own judgement of a rendered recipe, inside the image (the half that imports the ML stack).
 
-Reads ``{"train_yaml", "accelerate_yaml", "launch_argv", "env"}`` (``core/recipe/stack_judge.payload``) on stdin and
+Reads ``{"train_yaml", "accelerate_yaml", "launch_argv", "env"}`` (``core/recipe/stack_judge_payload.payload``) on stdin and
 runs, in order, what a training start runs before any weight is read:
 
 1. **accelerate-kt** (``accelerate launch``): ``launch_command_parser`` on the rendered launch argv,
@@ -58,7 +58,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from ktdeploy.core.recipe.stack_judge import (
+from ktdeploy.core.recipe.stack_judge_payload import (
     EXIT_ABSENT,
     EXIT_ACCEPTED,
     EXIT_BROKEN,

@@ -41,7 +41,7 @@ class TinySize:
     head_dim: int = 64
     vocab_size: int = 4096
 
-    def config_dict(self) -> dict:
+    def config_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(
             architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
@@ -67,7 +67,7 @@ class TinyResult:
     data_dir: str
     size: str
     format: str = "bf16"
-    config: dict = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
     num_samples: int = 0
     heldout: str = ""
 
@@ -77,7 +77,7 @@ _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo l
           "north south east west river stone cloud ember frost maple cedar").split()
 
 
-def _sample(rng: random.Random, lo: int = 3, hi: int = 12) -> dict:
+def _sample(rng: random.Random, lo: int = 3, hi: int = 12) -> dict[str, Any]:
     """One instruction/answer pair from a few deterministic tasks, so the loss has something to learn."""
     words = [rng.choice(_WORDS) for _ in range(rng.randint(lo, hi))]
     task = rng.randrange(4)
@@ -94,7 +94,7 @@ def _sample(rng: random.Random, lo: int = 3, hi: int = 12) -> dict:
 DATASET_FILES = (f"{DATASET_NAME}.json", f"{LONG_DATASET_NAME}.json", "heldout_prompts.json")
 
 
-def _dataset_info(data_dir: Path) -> dict:
+def _dataset_info(data_dir: Path) -> dict[str, Any]:
     """The folder's dataset_info.json (LlamaFactory's registry, which the tiny datasets are added to), or {}."""
     info_path = data_dir / "dataset_info.json"
     if not info_path.exists() and not info_path.is_symlink():
@@ -105,7 +105,7 @@ def _dataset_info(data_dir: Path) -> dict:
     return info
 
 
-def check_dataset_target(data_dir: Path, overwrite: bool) -> dict:
+def check_dataset_target(data_dir: Path, overwrite: bool) -> dict[str, Any]:
     """Before anything is built: the dataset files are new (or --overwrite) and dataset_info.json is readable;
     returns that registry (or {})."""
     for name in DATASET_FILES + ("dataset_info.json",):
@@ -164,7 +164,7 @@ def build_tokenizer(model_dir: Path, vocab_size: int, seed: int = 0) -> Any:
     return fast
 
 
-def build_model(model_dir: Path, size: TinySize, seed: int = 0, device: str | None = None) -> dict:
+def build_model(model_dir: Path, size: TinySize, seed: int = 0, device: str | None = None) -> dict[str, Any]:
     """Random-initialised Qwen3-MoE saved as bf16 safetensors; returns its config.json as a dict."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM

@@ -52,17 +52,19 @@ class TrainPlan:
     accelerate_yaml: str
     launch_sh: str
     warnings: list[str] = field(default_factory=list)
-    doctor: dict | None = None
-    tuned: dict | None = None       # the `ktdeploy tune` choice applied to train.yaml (--tuned), with its source
+    doctor: dict[str, Any] | None = None
+    tuned: dict[str, Any] | None = None       # the `ktdeploy tune` choice applied to train.yaml (--tuned), with its source
     env_defaults: dict[str, str] = field(default_factory=dict)   # used where the environment does not set them
     # kt-kernel's ephemeral INT8 root this run stages in /dev/shm just before the launch (prepare-weights --ephemeral)
     stage_weights: dict[str, Any] | None = None
+    holdout: dict[str, Any] | None = None   # deploy.eval.holdout: carve()'s arguments, written before the launch
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def checkpoints(output_dir: Path) -> list[Path]:
+def checkpoint_dirs(output_dir: Path) -> list[Path]:
+    """The checkpoint-N folders of a local output dir, oldest first (core/checkpoints.py reads a listing of them)."""
     if not output_dir.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := CHECKPOINT_RE.match(p.name))]
@@ -83,7 +85,7 @@ def _entries(ckpt: Path) -> list[str]:
 
 def _listing(output_dir: Path) -> dict[str, list[str]]:
     """{checkpoint-N: entries inside} for every checkpoint of an output dir."""
-    return {ck.name: _entries(ck) for ck in checkpoints(output_dir)}
+    return {ck.name: _entries(ck) for ck in checkpoint_dirs(output_dir)}
 
 
 def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) -> str | None:
@@ -93,7 +95,7 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
     LlamaFactory would otherwise resume silently (or refuse with a ValueError deep in its startup).
     """
     finished = finished_markers(p.name for p in output_dir.iterdir()) if output_dir.is_dir() else []
-    ckpts = checkpoints(output_dir)
+    ckpts = checkpoint_dirs(output_dir)
     if finished:
         raise RunRecordError(
             f"{output_dir} holds a finished run ({', '.join(finished)}); ktdeploy never overwrites a training output",
@@ -142,8 +144,8 @@ def resolve_resume(output_dir: Path, resume: str | None, world_size: int = 1) ->
     return str(path.resolve())
 
 
-def run_doctor(recipe: Recipe, skip: bool, diagnose: Callable | None = None,
-               topology: Callable | None = None, waive: Sequence[str] = ()) -> tuple[dict[str, Any], dict | None, list[str]]:
+def run_doctor(recipe: Recipe, skip: bool, diagnose: Callable[[Recipe], Any] | None = None,
+               topology: Callable[[], Any] | None = None, waive: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any] | None, list[str]]:
     """Doctor this host for the recipe; returns (derived kt_config values, report JSON, warnings).
 
     Derived values (kt_num_threads / kt_threadpool_count from physical cores and NUMA nodes) are
@@ -177,13 +179,13 @@ def run_doctor(recipe: Recipe, skip: bool, diagnose: Callable | None = None,
     return derived, data, warns
 
 
-def stack_judgement(recipe: Recipe, rendered: Rendered, judge: Callable, report: dict | None,
-                    waive: Sequence[str] = ()) -> dict | None:
+def stack_judgement(recipe: Recipe, rendered: Rendered, judge: Callable[[Rendered], Any], report: dict[str, Any] | None,
+                    waive: Sequence[str] = ()) -> dict[str, Any] | None:
     """The stack's verdict on the rendered files (stack.judge): a refusal is the recipe's error (RecipeError, with
     the stack's findings: what `ktdeploy check --stack` reports), no verdict a failed check (both pass when
     ``--waive stack.judge``, on the record); the verdict joins the doctor's report (agent_doctor.json)."""
     from ktdeploy.core.checks.stack import judge_check
-    from ktdeploy.core.recipe.stack_judge import findings
+    from ktdeploy.core.recipe.stack_judge_payload import findings
 
     result = judge(rendered)
     found = findings(result, recipe.train, recipe.accelerate, recipe.raw.source.where) \
@@ -216,14 +218,25 @@ def _run_dir(output_dir: Path, root: str | None) -> Path:
     return d
 
 
+@dataclass(frozen=True)
+class ThisHost:
+    """What ``ktdeploy train`` may ask of the host it trains on, handed in by the CLI (the agent never imports the
+    controller): ``diagnose`` (recipe -> this host's DoctorReport), ``topology`` (-> this host's facts without
+    probes: the threads when the doctor is skipped), or ``doctor`` in place of the whole doctor step (recipe,
+    skip -> (derived values, report JSON, warnings); tests)."""
+
+    diagnose: Callable[[Recipe], Any] | None = None
+    topology: Callable[[], Any] | None = None
+    doctor: Callable[[Recipe, bool], tuple[dict[str, Any], dict[str, Any] | None, list[str]]] | None = None
+
+
 def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str | None = None,
-               skip_doctor: bool = False, run_root: str | None = None,
-               doctor: Callable | None = None, tuned: dict | None = None,
-               diagnose: Callable | None = None, topology: Callable | None = None,
-               waive: Sequence[str] = (), recipe: Recipe | None = None, judge: Callable | None = None,
-               dry_run: bool = False) -> TrainPlan:
-    """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge.JudgeResult) let the
-    stack judge exactly what will be launched; raises a KtdeployError with the fix when anything is wrong."""
+               skip_doctor: bool = False, run_root: str | None = None, host: ThisHost = ThisHost(),
+               tuned: dict[str, Any] | None = None, waive: Sequence[str] = (), recipe: Recipe | None = None,
+               judge: Callable[[Rendered], Any] | None = None) -> TrainPlan:
+    """Validate, doctor, render and (``judge``: rendered files -> core.recipe.stack_judge_payload.JudgeResult) let the
+    stack judge exactly what will be launched; raises a KtdeployError with the fix when anything is wrong. Writes
+    nothing: the held-out split and ephemeral weights are made by ``execute`` just before the launch."""
     from ktdeploy.core.recipe import load_recipe, render, require_valid
 
     path = Path(recipe_path)
@@ -234,10 +247,10 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
         recipe = load_recipe(path, list(overrides))
     findings = require_valid(recipe)
     warnings = [f"{f.path}: {f.message}" for f in findings]
-    if doctor is None:
-        derived, report, warns = run_doctor(recipe, skip_doctor, diagnose, topology, waive)
+    if host.doctor is None:
+        derived, report, warns = run_doctor(recipe, skip_doctor, host.diagnose, host.topology, waive)
     else:
-        derived, report, warns = doctor(recipe, skip_doctor)
+        derived, report, warns = host.doctor(recipe, skip_doctor)
     warnings += warns
     output_dir = recipe.keys.output_dir
     if not isinstance(output_dir, str):   # require_valid refuses such a recipe: never reached
@@ -250,9 +263,9 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
     resume_from = resolve_resume(out_dir, resume, world if isinstance(world, int) else 1)
     if resume_from:
         derived["resume_from_checkpoint"] = resume_from
-    held = _carve_holdout(recipe, str(out_dir), write=not dry_run)
-    if held:   # the trainer reads the training rows less the held-out ones (deploy.eval.holdout)
-        recipe.train["dataset_dir"] = derived["dataset_dir"] = held
+    holdout = _holdout_args(recipe, str(out_dir))
+    if holdout:   # the trainer reads the training rows less the held-out ones (deploy.eval.holdout)
+        recipe.train["dataset_dir"] = derived["dataset_dir"] = carve_target(str(out_dir))
     rendered = render(recipe, derived=derived, header=f"rendered by ktdeploy train from {printable(path.name)}")
     if judge is not None and not skip_doctor:
         report = stack_judgement(recipe, rendered, judge, report, waive)
@@ -267,7 +280,8 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
     return TrainPlan(recipe_path=str(path.resolve()), output_dir=str(out_dir), run_dir=str(run_dir), argv=argv,
                      env=env, derived=derived, resume_from=resume_from, train_yaml=rendered.train_yaml,
                      accelerate_yaml=rendered.accelerate_yaml, launch_sh=rendered.launch_sh, warnings=warnings,
-                     doctor=report, tuned=tuned, env_defaults=dict(rendered.env_defaults), stage_weights=stage)
+                     doctor=report, tuned=tuned, env_defaults=dict(rendered.env_defaults), stage_weights=stage,
+                     holdout=holdout)
 
 
 def _derived_kt(derived: dict[str, Any]) -> dict[str, Any]:
@@ -289,16 +303,28 @@ def stage_ephemeral_weights(plan: TrainPlan, say: Callable[[str], None]) -> None
             ephemeral_run_id=str(w["ephemeral_run_id"]), say=say)
 
 
-def _carve_holdout(recipe: Recipe, output_dir: str, *, write: bool) -> str | None:
-    """deploy.eval.holdout: the folder of the split the trainer reads (agent/holdout.py), None without one."""
+def _holdout_args(recipe: Recipe, output_dir: str) -> dict[str, Any] | None:
+    """deploy.eval.holdout: what ``carve`` needs to make the split the trainer reads (agent/holdout.py), or None."""
     ev = recipe.deploy.eval if recipe.deploy is not None else None
     if ev is None or not ev.holdout:
         return None
-    from ktdeploy.agent.holdout import carve
     from ktdeploy.core.eval.dataset import names_of
 
-    return carve(str(recipe.train.get("dataset_dir")), names_of(recipe.train.get("dataset")), output_dir,
-                 ev.holdout, ev.seed, write=write)
+    return {"data_dir": str(recipe.train.get("dataset_dir")), "names": list(names_of(recipe.train.get("dataset"))),
+            "output_dir": output_dir, "holdout": ev.holdout, "seed": ev.seed}
+
+
+def carve_target(output_dir: str) -> str:
+    return JobLayout(output_dir).holdout_dir
+
+
+def carve_holdout(plan: TrainPlan) -> None:
+    """The held-out split, written (or the same one found) before the launch; a different one is refused."""
+    if plan.holdout:
+        from ktdeploy.agent.holdout import carve
+
+        h = plan.holdout
+        carve(h["data_dir"], h["names"], h["output_dir"], h["holdout"], h["seed"], write=True)
 
 
 def write_record(plan: TrainPlan) -> Path:
@@ -324,7 +350,7 @@ def _put(run_dir: Path, name: str, text: str) -> None:
     write_file(run_dir, name, text, overwrite=True)
 
 
-def _summarise(run_dir: Path, outcome: RunOutcome, output_dir: Path) -> dict:
+def _summarise(run_dir: Path, outcome: RunOutcome, output_dir: Path) -> dict[str, Any]:
     steps, losses, peak_gpu, peak_reserved = [], [], 0, 0
     gc_frozen = None
     mp = run_dir / rr.METRICS
@@ -365,7 +391,7 @@ def _summarise(run_dir: Path, outcome: RunOutcome, output_dir: Path) -> dict:
 
 
 def finish_record(run_dir: Path, output_dir: Path, rc: int, wall_s: float, peak_rss_bytes: int,
-                  hwm_rss_bytes: int) -> dict:
+                  hwm_rss_bytes: int) -> dict[str, Any]:
     """Write rc, summary.json and status into a run record (both launch modes end here)."""
     from ktdeploy.agent.monitor import RunOutcome
 
@@ -411,11 +437,12 @@ def trainer_env(plan: TrainPlan) -> dict[str, str]:
     return env
 
 
-def execute(plan: TrainPlan, echo: IO[str] | None = sys.stdout, *, exec_launch: bool = False) -> dict:
+def execute(plan: TrainPlan, echo: IO[str] | None = sys.stdout, *, exec_launch: bool = False) -> dict[str, Any]:
     """Write the run record, launch, stream, record rc/status/summary; StepError on a non-zero exit.
     With ``exec_launch`` this process becomes the launcher instead (see exec_trainer) and never returns."""
     from ktdeploy.agent.monitor import run_streaming
 
+    carve_holdout(plan)   # a refused split (other data under the same output) leaves no run record
     d = write_record(plan)
     env = trainer_env(plan)
     stage_ephemeral_weights(plan, lambda m: print(m, file=sys.stderr, flush=True))

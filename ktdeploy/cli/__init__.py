@@ -1,4 +1,4 @@
-"""The CLI: parse options, call ktdeploy.controller.api (or a core module), render. Nothing else.
+"""The CLI: parse options, call the controller (or a core module), render. Nothing else.
 
 Each command group lives in its own module and registers itself on ``app``.
 """
@@ -41,7 +41,7 @@ try:  # Ctrl-C while the CLI still starts up (typer's import alone takes ~50 ms)
         "doctor_cmds",   # doctor
         "agent_cmds",    # train, convert, serve, tiny-model
         "tune_cmds",     # tune
-        "up_cmds",       # up, status, logs, down
+        "up_cmds",       # up, up-slurm, status, logs, down
         "eval_cmds",     # eval, chat
     ]
 
@@ -188,7 +188,7 @@ def handle(err: BaseException) -> None:
         elif kind == "ClickException":
             import io
 
-            from ktdeploy.core.markup import terminal_safe
+            from ktdeploy.core.terminal_text import terminal_safe
 
             buf = io.StringIO()  # click quotes the argv it refuses: sanitized like every other print
             err.show(file=buf)  # type: ignore[attr-defined]  # a ClickException, matched by name: typer bundles its own click

@@ -15,7 +15,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.core.errors import UsageError
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 
 
 @app.command()
@@ -50,31 +50,31 @@ def train(
 ) -> None:
     """Fine-tune on this host: validate -> doctor -> render -> the stack judges the rendered files -> accelerate
     launch LlamaFactory with KT."""
-    from ktdeploy.agent.train import execute, plan_train
+    from ktdeploy.agent.train import ThisHost, execute, plan_train
 
     choice = None
     if tuned is not None:
-        from ktdeploy.agent.tune.api import tuned_choice, tuned_overrides
+        from ktdeploy.agent.tune.session import tuned_choice, tuned_overrides
 
         choice = tuned_choice(tuned)
         set_ = list(set_) + tuned_overrides(tuned)
 
     from ktdeploy.cli.up_cmds import native_pair
     from ktdeploy.controller.local_host import local_doctor, local_facts
-    from ktdeploy.controller.stack_judge import judge_rendered
+    from ktdeploy.controller.stack_judge_runner import judge_rendered
     from ktdeploy.core.checks.gate import with_profile
 
     pair = native_pair(recipe, native_train, native_accelerate, native_deploy)
     loaded = None
     if pair is not None:
-        from ktdeploy.controller.api import load_up_recipe
+        from ktdeploy.controller.up_inputs import load_up_recipe
 
         loaded = load_up_recipe(None, set_, pair)
     elif recipe is None:
         raise UsageError("no recipe given", key="RECIPE", fix="ktdeploy train RECIPE, or --train T.yaml --accelerate A.yaml")
     plan = plan_train(str(recipe or native_train), set_, resume=resume, skip_doctor=skip_doctor, run_root=run_root,
-                      tuned=choice, diagnose=local_doctor, topology=lambda: local_facts(probes=False),
-                      waive=with_profile(waive, cpu_only), recipe=loaded, judge=judge_rendered, dry_run=dry_run)
+                      tuned=choice, host=ThisHost(diagnose=local_doctor, topology=lambda: local_facts(probes=False)),
+                      waive=with_profile(waive, cpu_only), recipe=loaded, judge=judge_rendered)
     for w in plan.warnings:
         err_console.print(f"[yellow]warning:[/] {esc(w)}")
     if plan.derived:
@@ -282,10 +282,10 @@ def serve(
         raise UsageError(f"{adapter} is not a converted adapter (no adapter_config.json)",
                          fix="run `ktdeploy convert OUTPUT_DIR -o ADAPTER_DIR` first")
     from ktdeploy.controller.local_host import local_threads
+    from ktdeploy.core.served import Served
 
-    cmd = build_serve_command(r, adapter, cpuinfer=cpuinfer, threadpools=threadpools,
-                              host_threads=local_threads, weights_dir=weights,
-                              kt_build=os.environ.get("KT_KERNEL_CPU_VARIANT") or None, merged_dir=merged)
+    cmd = build_serve_command(r, Served.one_of(adapter, weights, merged), cpuinfer=cpuinfer, threadpools=threadpools,
+                              host_threads=local_threads, kt_build=os.environ.get("KT_KERNEL_CPU_VARIANT") or None)
     if print_only:
         if as_json:
             print_json({"argv": cmd.redacted, "env": cmd.env})

@@ -11,7 +11,8 @@ from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_doctor, print_json
 from ktdeploy.core import variants as V
 from ktdeploy.core.checks.gate import profile_hint
-from ktdeploy.core.markup import esc
+from ktdeploy.core.command_requests import DoctorRequest, SshOptions
+from ktdeploy.core.terminal_text import esc
 
 if TYPE_CHECKING:   # the CLI imports the controller lazily (a fast --help)
     from ktdeploy.controller.doctor import DoctorReport
@@ -65,12 +66,13 @@ def doctor_cmd(
 
     AMX/AVX512 really usable (a tile multiply is executed) through the VM and container layers, GPUs, NUMA
     threads, memory, /dev/shm, disk; with --recipe also the model, data and the planner's figures."""
-    from ktdeploy.controller.api import doctor
+    from ktdeploy.controller.doctor_host import doctor
 
-    ssh = {"key": str(ssh_key) if ssh_key else None, "known_hosts": str(known_hosts) if known_hosts else None,
-           "accept_new_host_key": accept_new_host_key or None}
-    report = doctor(host, recipe, set_, image=image, variant=variant, gpus=gpus, stack=stack, container=container,
-                    waive=waive, cpu_only=cpu_only, ssh=ssh)
+    ssh = SshOptions(key=str(ssh_key) if ssh_key else None, known_hosts=str(known_hosts) if known_hosts else None,
+                     accept_new_host_key=accept_new_host_key or None)
+    report = doctor(DoctorRequest(host=host, recipe=recipe, overrides=tuple(set_), image=image, variant=variant,
+                                  gpus=gpus, stack=stack, container=container, waive=tuple(waive), cpu_only=cpu_only,
+                                  ssh=ssh))
     if as_json:
         print_json(report.to_json())
     else:

@@ -12,7 +12,7 @@ import typer
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.core.errors import UsageError
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 
 RUN_ARG = "A run id (`ktdeploy status --all`); default: the latest run. Its endpoint, models and evaluation set."
 KEY_ENV_HELP = "Name of the environment variable holding the API key (default: the run recipe's api_key_env); " \

@@ -5,17 +5,21 @@ host's answer, a check's detail, a trainer log's field) is escaped here (``_fill
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
 from ktdeploy.core import events as ev
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 from ktdeploy.core.trainer_log import LogEntry, describe
 
 OK, NO, GO, NOT = "[green]✓[/green]", "[red]✗[/red]", "[cyan]→[/cyan]", "[yellow]-[/yellow]"
 WAIVED, TO_REPAIR = "  [yellow]waived[/yellow]", "  [yellow]to repair[/yellow]"
+# a Said line's look: its mark's sign, and the style of its lead
+SIGN = {ev.Mark.OK: OK, ev.Mark.GO: GO, ev.Mark.NOT: NOT, ev.Mark.DONE: "", ev.Mark.STARTED: ""}
+LEAD_STYLE = {ev.Mark.DONE: "green bold", ev.Mark.STARTED: "green"}
 
 
 class _Escaped:
@@ -33,111 +37,107 @@ def _fill(template: str, event: ev.Event | None = None, **values: Any) -> str:
     return template.format(e=_Escaped(event), **{k: esc(v) for k, v in values.items()})
 
 
-def _amount(files: int, missing: int, missing_bytes: int) -> str:
-    return f"{missing} of {files} file(s), {ev.size_text(missing_bytes)}" if missing else \
-        f"all {files} file(s) already there"
+def _said(e: ev.Said) -> list[str]:
+    sign = SIGN[e.mark]
+    head = (sign + " " if sign else "") + (f"{e.stage}: " if e.stage else "")
+    lead = f"[{LEAD_STYLE.get(e.mark, '')}]{esc(e.lead)}[/] " if e.lead else ""
+    return [head + lead + esc(e.text)]
 
 
-def lines(e: ev.Event) -> list[str]:
-    """The markup lines ``e`` shows as; none for an event that is only recorded (or drawn by the bar)."""
-    match e:
-        case ev.WaiversRecorded():
-            return ([_fill("[bold yellow]CPU-only test profile: the GPU checks are waived here and in the containers, "
-                           "which start without GPUs — recorded in {e.status_file}[/]", e)] if e.profile else []) + \
-                ([_fill("[bold yellow]WARNING: " + ("also " if e.profile else "") + "waiving checks {checks} — "
-                        "recorded in {e.status_file}[/]", e, checks=", ".join(e.also))] if e.also else [])
-        case ev.PlanningFromFacts():
-            return [_fill(NOT + " PREFLIGHT: not connecting to {e.host}; planning from the facts in {e.path}", e)]
-        case ev.Connected():
-            return [_fill(OK + " PREFLIGHT: connected to {e.connector}", e)]
-        case ev.SyncDeferred():
-            return [_fill(NOT + " SYNC: {e.local} -> {e.target} happens at the real run (not connected)", e)]
-        case ev.SyncPlanned():
-            return [_fill(NOT + " SYNC: would upload {what} from {e.local} to {e.remote} (dry run)", e,
-                          what=_amount(e.files, e.missing, e.missing_bytes))]
-        case ev.SyncUploading():
-            return [_fill(GO + " SYNC: upload {what} from {e.local} to {e.remote} on {e.host}", e,
-                          what=_amount(e.files, e.missing, e.missing_bytes))]
-        case ev.Synced(dry_run=False):
-            return [_fill(OK + " SYNC: {e.remote} holds the {e.files} file(s) of {e.local} ({size}), checked by size "
-                          "and SHA-256", e, size=ev.size_text(e.bytes))]
-        case ev.DoctorVerdict():
-            return [_fill((NO if e.blocking else OK) + " PREFLIGHT: doctor on {e.where}: {e.summary_text}", e)] + \
-                [_fill(WAIVED + " {name}: {detail}", name=c.name, detail=c.detail) for c in e.waived] + \
-                [_fill(TO_REPAIR + " {name}: {detail} -> the RUNTIME stage installs what is missing", name=c.name,
-                       detail=c.detail) for c in e.deferred]
-        case ev.SlurmFit():
-            return [_fill((NO if e.check.status == "fail" else OK) + " PREFLIGHT: {name}: {detail}",
-                          name=e.check.name, detail=e.check.detail)]
-        case ev.ResumeNote():
-            return [_fill("[yellow]note:[/yellow] {e.note}", e)]
-        case ev.StageSkipped():
-            return [_fill("[dim]- {e.stage}: skipped ({e.reason})[/dim]", e)]
-        case ev.StepSatisfied():
-            return [_fill(OK + " {e.stage}: {e.title} [dim](already satisfied: {e.why})[/dim]", e)]
-        case ev.StepProbed():
-            return [_fill(OK + " {e.stage}: {e.title} [dim](already satisfied)[/dim]", e)]
-        case ev.StepRunning():
-            return [_fill(GO + " {e.stage}: {e.title}", e)]
-        case ev.ImageChecked():
-            return [_fill(WAIVED + " {name} ({layer}): {detail}", name=c.name, layer=c.layer, detail=c.detail)
-                    for c in e.waived] + ([] if e.failed else [_fill("  image check: {e.summary_text}", e)])
-        case ev.FetchRefused():
-            return [_fill("[yellow]![/yellow] {e.stage}: not fetched: {e.remote} {e.why}", e)]
-        case ev.Fetched():
-            return [_fill(OK + " {e.stage}: fetched {e.name} -> {e.dest}", e)]
-        case ev.ContainerRunning():
-            return [_fill(OK + " {e.stage}: {e.container} is running", e)]
-        case ev.StepWaiting():
-            return [_fill(GO + " {e.stage}: waiting for {e.title}", e)]
-        case ev.EndpointReady():
-            return [_fill(OK + " {e.stage}: {e.title}", e)]
-        case ev.Progress():
-            return [_fill("  {line}", line=describe(e.entry))]
-        case ev.TrainingFinished():
-            return [_fill(OK + " training finished: {line}", line=describe(e.entry))]
-        case ev.SlurmSubmitted():
-            return [_fill("  submitted {e.role} job {e.job_id}", e)]
-        case ev.SlurmJobState():
-            return [_fill("  {line}", line=e.job.describe())]
-        case ev.SlurmTrainingFinished():
-            return [_fill(OK + " training job {e.job_id} finished on {e.nodes}", e)]
-        case ev.SlurmWaiting():
-            return [_fill(GO + " {e.stage}: waiting for the {e.role} job", e)]
-        case ev.SlurmJobDone():
-            return [_fill(OK + " {e.stage}: {e.title} (job {e.job_id})", e)]
-        case ev.EvalStarted():
-            return [_fill(GO + " EVAL: {e.samples} sample(s) from {e.source} against {e.url} (tuned {e.tuned}"
-                          + (", base {e.base})" if e.base else "; no base: {e.base_why})"), e)]
-        case ev.EvalProgressed():
-            eta = f", eta {e.eta_s:.0f} s" if e.eta_s is not None else ""
-            return [_fill("  eval {e.done}/{e.total}{eta}{failed}", e, eta=eta,
-                          failed=f", {e.failed} failed" if e.failed else "")]
-        case ev.EvalFinished():
-            return [_fill((NO if e.below else OK) + " EVAL: tuned {tuned}" + ("; base {base}" if e.base else "")
-                          + "{failed} -> {path}", e, tuned=_scores(e.tuned), path=e.summary_file,
-                          base=_scores(e.base or {}), failed=f" ({e.failed} failed)" if e.failed else "")] + \
-                ([_fill("[red]{e.below}[/red]; the server keeps running", e)] if e.below else [])
-        case ev.EvalNotRun():
-            return [_fill("[yellow]![/yellow] EVAL did not finish: {e.why} (the server keeps running)", e),
-                    _fill("  fix: {e.fix}", e)]
-        case ev.Detached(terminated=False):
-            return [_fill("[yellow]Stopped following; the training container {e.job} keeps running on {e.host}.[/]\n"
-                          "  ktdeploy status --host {e.host}   |   ktdeploy logs -f --host {e.host}   |   "
-                          "ktdeploy up (same args) to go on", e)]
-        case ev.StartedDetached():
-            return [_fill("[green]Training started in {e.job} on {e.host}.[/] Follow it: ktdeploy status --host "
-                          "{e.host}; ktdeploy logs -f --host {e.host}", e)]
-        case ev.Done():
-            return [_fill("[green bold]done:[/] adapter {e.adapter_dir}; run record {e.record_path}", e)]
-        case ev.Cancelled():
-            return [_fill("[yellow]Terminated: cancelled {jobs}.[/]", jobs=", ".join(f"{k}: {v}" for k, v in
-                                                                                     e.jobs.items()))]
-    return []
+def _waivers(e: ev.WaiversRecorded) -> list[str]:
+    profile = [_fill("[bold yellow]CPU-only test profile: the GPU checks are waived here and in the containers, "
+                     "which start without GPUs — recorded in {e.status_file}[/]", e)] if e.profile else []
+    also = [_fill("[bold yellow]WARNING: " + ("also " if e.profile else "") + "waiving checks {checks} — "
+                  "recorded in {e.status_file}[/]", e, checks=", ".join(e.also))] if e.also else []
+    return profile + also
+
+
+def _doctor(e: ev.DoctorVerdict) -> list[str]:
+    return [_fill((NO if e.blocking else OK) + " PREFLIGHT: doctor on {e.where}: {e.summary_text}", e)] + \
+        [_fill(WAIVED + " {name}: {detail}", name=c.name, detail=c.detail) for c in e.waived] + \
+        [_fill(TO_REPAIR + " {name}: {detail} -> the RUNTIME stage installs what is missing", name=c.name,
+               detail=c.detail) for c in e.deferred]
+
+
+def _image_checked(e: ev.ImageChecked) -> list[str]:
+    return [_fill(WAIVED + " {name} ({layer}): {detail}", name=c.name, layer=c.layer, detail=c.detail)
+            for c in e.waived] + ([] if e.failed else [_fill("  image check: {e.summary_text}", e)])
+
+
+def _synced(e: ev.Synced) -> list[str]:
+    if e.dry_run:
+        return []
+    return [_fill(OK + " SYNC: {e.remote} holds the {e.files} file(s) of {e.local} ({size}), checked by size and "
+                  "SHA-256", e, size=ev.size_text(e.bytes))]
+
+
+def _detached(e: ev.Detached) -> list[str]:
+    if e.terminated:
+        return []
+    return [_fill("[yellow]Stopped following; the training container {e.job} keeps running on {e.host}.[/]\n"
+                  "  ktdeploy status --host {e.host}   |   ktdeploy logs -f --host {e.host}   |   "
+                  "ktdeploy up (same args) to go on", e)]
 
 
 def _scores(metrics: Any) -> str:
     return " ".join(f"{k} {v:.1f}" for k, v in metrics.items()) or "no score"
+
+
+def _eval_started(e: ev.EvalStarted) -> list[str]:
+    return [_fill(GO + " EVAL: {e.samples} sample(s) from {e.source} against {e.url} (tuned {e.tuned}"
+                  + (", base {e.base})" if e.base else "; no base: {e.base_why})"), e)]
+
+
+def _eval_progressed(e: ev.EvalProgressed) -> list[str]:
+    eta = f", eta {e.eta_s:.0f} s" if e.eta_s is not None else ""
+    return [_fill("  eval {e.done}/{e.total}{eta}{failed}", e, eta=eta, failed=f", {e.failed} failed" if e.failed else "")]
+
+
+def _eval_finished(e: ev.EvalFinished) -> list[str]:
+    head = _fill((NO if e.below else OK) + " EVAL: tuned {tuned}" + ("; base {base}" if e.base else "")
+                 + "{failed} -> {path}", e, tuned=_scores(e.tuned), path=e.summary_file, base=_scores(e.base or {}),
+                 failed=f" ({e.failed} failed)" if e.failed else "")
+    return [head] + ([_fill("[red]{e.below}[/red]; the server keeps running", e)] if e.below else [])
+
+
+def _template(markup: str) -> Callable[[Any], list[str]]:
+    return lambda e: [_fill(markup, e)]
+
+
+# each shown event's line(s): a function of the event, or a template of its fields
+RENDER: dict[type[ev.Event], Callable[[Any], list[str]]] = {
+    ev.Said: _said,
+    ev.WaiversRecorded: _waivers,
+    ev.DoctorVerdict: _doctor,
+    ev.ImageChecked: _image_checked,
+    ev.Synced: _synced,
+    ev.Detached: _detached,
+    ev.PlanningFromFacts: _template(NOT + " PREFLIGHT: not connecting to {e.host}; planning from the facts in {e.path}"),
+    ev.Connected: _template(OK + " PREFLIGHT: connected to {e.connector}"),
+    ev.SlurmFit: lambda e: [_fill((NO if e.check.status == "fail" else OK) + " PREFLIGHT: {name}: {detail}",
+                                  name=e.check.name, detail=e.check.detail)],
+    ev.ResumeNote: _template("[yellow]note:[/yellow] {e.note}"),
+    ev.StageSkipped: _template("[dim]- {e.stage}: skipped ({e.reason})[/dim]"),
+    ev.StepSatisfied: _template(OK + " {e.stage}: {e.title} [dim](already satisfied: {e.why})[/dim]"),
+    ev.StepProbed: _template(OK + " {e.stage}: {e.title} [dim](already satisfied)[/dim]"),
+    ev.FetchRefused: _template("[yellow]![/yellow] {e.stage}: not fetched: {e.remote} {e.why}"),
+    ev.Progress: lambda e: [_fill("  {line}", line=describe(e.entry))],
+    ev.SlurmSubmitted: _template("  submitted {e.role} job {e.job_id}"),
+    ev.SlurmJobState: lambda e: [_fill("  {line}", line=e.job.describe())],
+    ev.Cancelled: lambda e: [_fill("[yellow]Terminated: cancelled {jobs}.[/]",
+                                   jobs=", ".join(f"{k}: {v}" for k, v in e.jobs.items()))],
+    ev.EvalStarted: _eval_started,
+    ev.EvalProgressed: _eval_progressed,
+    ev.EvalFinished: _eval_finished,
+    ev.EvalNotRun: lambda e: [_fill("[yellow]![/yellow] EVAL did not finish: {e.why} (the server keeps running)", e),
+                              _fill("  fix: {e.fix}", e)],
+}
+
+
+def lines(e: ev.Event) -> list[str]:
+    """The markup lines ``e`` shows as; none for an event that is only recorded (or drawn by the bar)."""
+    render = RENDER.get(type(e))
+    return render(e) if render is not None else []
 
 
 def plain_lines(e: ev.Event) -> list[str]:
@@ -208,17 +208,24 @@ class EventView:
         self._bar: ProgressBar | None = None
 
     def __call__(self, e: ev.Event) -> None:
-        if isinstance(e, ev.FollowStarted) and self.bar_wanted:
-            self._bar = ProgressBar(e.container, self.console)
-        elif isinstance(e, ev.FollowEnded) and self._bar is not None:
-            self._bar.stop()
-            self._bar = None
+        if isinstance(e, ev.Following):
+            self._follow(e)
         elif isinstance(e, ev.Progress) and self._bar is not None:
             self._bar.show_entry(e.entry)
-        elif isinstance(e, ev.ContainerStatus) and self._bar is not None:
-            self._bar.show_state(e.status)
         elif isinstance(e, ev.PlanText):
             self.console.print(e.text, highlight=False, markup=False, soft_wrap=True)
         else:
             for line in lines(e):
                 print_wrapped(line, self.console)
+
+    def _follow(self, e: ev.Following) -> None:
+        """The bar: made when following starts (on a terminal, without --no-progress), its status shown, ended."""
+        if e.phase == "started" and self.bar_wanted:
+            self._bar = ProgressBar(e.container, self.console)
+        elif self._bar is None:
+            return
+        elif e.phase == "status":
+            self._bar.show_state(e.status)
+        elif e.phase == "ended":
+            self._bar.stop()
+            self._bar = None

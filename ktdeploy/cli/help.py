@@ -6,11 +6,14 @@ command to it: each option described, no line past 80 columns, no `<type>` left.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Argument(TyperArgument):
@@ -32,7 +35,7 @@ def _default_metavar(param: TyperOption) -> str:
     return name
 
 
-def tidy(params: list) -> None:
+def tidy(params: list[Any]) -> None:
     for i, p in enumerate(params):
         if isinstance(p, TyperArgument) and not isinstance(p, _Argument):
             p.__class__ = _Argument
@@ -74,6 +77,7 @@ class App(typer.Typer):
         kwargs.setdefault("cls", Group)
         super().__init__(**kwargs)
 
-    def command(self, *args: Any, **kwargs: Any) -> Any:
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[F], F]:
         kwargs.setdefault("cls", Command)
-        return super().command(*args, **kwargs)
+        decorate: Callable[[F], F] = super().command(*args, **kwargs)
+        return decorate

@@ -10,7 +10,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.core import variants as V
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 
 ISA_HELP = (f"A kt-kernel CPU build ({', '.join(V.NAMES)}; docs/cpu-builds.md says which CPU needs which) or all. "
             + " ".join(f"The old {a} names the {b} build." for a, b in V.ALIASES.items()))
@@ -21,7 +21,7 @@ app.add_typer(image_app, name="image")
 
 
 def _tags(repo: str, isa: str) -> list[str]:
-    from ktdeploy.controller.images.variants import expand_isa, image_tag
+    from ktdeploy.controller.images.tags import expand_isa, image_tag
 
     return [image_tag(repo, v) for v in expand_isa(isa)]
 
@@ -49,7 +49,7 @@ def build_cmd(
     from dataclasses import asdict
 
     from ktdeploy.controller.images.build import BuildOptions, build, find_context
-    from ktdeploy.controller.images.variants import expand_isa
+    from ktdeploy.controller.images.tags import expand_isa
 
     opts = BuildOptions(context=find_context(context), isas=expand_isa(isa), stack=stack, repo=repo,
                         base_image=base_image, wheelhouse=wheelhouse, port=port, no_cache=no_cache,

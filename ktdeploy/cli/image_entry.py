@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 
 if TYPE_CHECKING:
     from ktdeploy.core.check_result import CheckResult

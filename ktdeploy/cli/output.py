@@ -1,7 +1,7 @@
 """Rendering helpers shared by every command: errors, findings, JSON.
 
 Everything the CLI prints goes through ``console``/``err_console`` (SafeConsole): every text segment passes
-``core.markup.terminal_safe`` on its way to the terminal, so a control character that came from a recipe, a
+``core.terminal_text.terminal_safe`` on its way to the terminal, so a control character that came from a recipe, a
 host, a tensor file or a record is shown as an escape, never acted on. rich's own styling is added after that,
 so colours stay. ``print_json`` escapes them itself (JSON's \u001b)."""
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ktdeploy.core.check_result import CheckResult
     from ktdeploy.core.errors import KtdeployError
     from ktdeploy.core.recipe.finding import Finding
-    from ktdeploy.core.recipe.stack_judge import JudgeResult
+    from ktdeploy.core.recipe.stack_judge_payload import JudgeResult
 
 
 class SafeConsole(Console):
@@ -30,7 +30,7 @@ class SafeConsole(Console):
     segments (cursor moves of a live progress bar) and styles pass; text from outside never carries one."""
 
     def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterator[Segment]:
-        from ktdeploy.core.markup import terminal_safe
+        from ktdeploy.core.terminal_text import terminal_safe
 
         for seg in super().render(renderable, options):
             if seg.control or not seg.text:

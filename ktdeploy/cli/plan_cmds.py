@@ -11,7 +11,7 @@ from rich.table import Table
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_json
 from ktdeploy.core.errors import UsageError
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 
 _TITLES = {"host": "host memory (peak RSS, rank 0 owns the experts)", "gpu": "GPU memory (peak, per GPU)",
            "disk": "disk (output volume)"}

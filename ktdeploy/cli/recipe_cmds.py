@@ -11,8 +11,8 @@ from ktdeploy.cli import app
 from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_findings, print_json, print_judgement
 from ktdeploy.core.errors import RecipeError, RunRecordError, UsageError
-from ktdeploy.core.markup import esc
 from ktdeploy.core.recipe import Recipe, errors, load_native, load_recipe, render, require_valid, validate
+from ktdeploy.core.terminal_text import esc
 
 SET_HELP = "Override a recipe value: SECTION.KEY=VALUE (VALUE parsed as YAML), repeatable."
 
@@ -58,8 +58,8 @@ def check(
         r = load_from_cli(recipe, train, accelerate, deploy, set_)
         findings = validate(r)
         if stack:
-            from ktdeploy.controller.stack_judge import check_with_stack
-            from ktdeploy.core.recipe.stack_judge import merge
+            from ktdeploy.controller.stack_judge_runner import check_with_stack
+            from ktdeploy.core.recipe.stack_judge_payload import merge
 
             stack_findings, judged, where = check_with_stack(r, image=image)
             findings = merge(findings, stack_findings)
@@ -134,8 +134,8 @@ def render_cmd(
 def _render_scheduler(r: Recipe, out: Optional[Path], *, slurm: bool, variant: Optional[str], namespace: str,
                       force: bool) -> None:
     from ktdeploy.core.safeio import write_file
+    from ktdeploy.core.sched.job_files import k8s_manifests, slurm_scripts
     from ktdeploy.core.sched.k8s import render_yaml
-    from ktdeploy.core.sched.render import k8s_manifests, slurm_scripts
 
     if slurm:
         files = {f"{j.role}.sbatch": j.script for j in slurm_scripts(r, variant)}
@@ -147,7 +147,7 @@ def _render_scheduler(r: Recipe, out: Optional[Path], *, slurm: bool, variant: O
 
         text = files["train.sbatch"] if slurm else render_yaml(k8s_manifests(r, variant, namespace))
         if sys.stdout.isatty():   # on a terminal, a recipe value's bidi override or escape is shown, never acted on
-            from ktdeploy.core.markup import terminal_safe
+            from ktdeploy.core.terminal_text import terminal_safe
 
             text = terminal_safe(text)
         sys.stdout.write(text)

@@ -23,7 +23,7 @@ def _scores(side: Any) -> str:
     return " ".join(f"{k} {v:.1f}" for k, v in metrics.items() if isinstance(v, int | float)) or "no score"
 
 
-def print_eval_and_curve(st: dict, line: Callable[..., None], *, plot: bool) -> None:
+def print_eval_and_curve(st: rr.RunStatus, line: Callable[..., None], *, plot: bool) -> None:
     e = st.get("eval")
     if isinstance(e, dict):
         if e.get("failed"):

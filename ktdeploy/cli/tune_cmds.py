@@ -11,7 +11,7 @@ from rich.table import Table
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
-from ktdeploy.core.markup import esc
+from ktdeploy.core.terminal_text import esc
 
 if TYPE_CHECKING:   # the CLI imports the agent lazily (a fast --help)
     from ktdeploy.agent.tune.select import Trial
@@ -31,7 +31,7 @@ def tune(
 
     kt_num_threads / kt_threadpool_count / kt_max_cache_depth / kt_cpu_activation; apply the choice with
     `ktdeploy train --tuned tune.json` (the recipe file is never rewritten)."""
-    from ktdeploy.agent.tune.api import tune as run_tune
+    from ktdeploy.agent.tune.session import tune as run_tune
     from ktdeploy.controller.local_host import local_facts
 
     def event(kind: str, trial: Trial | None) -> None:

@@ -1,42 +1,39 @@
-"""`ktdeploy up`, `status`, `logs`, `down`: parse, call ktdeploy.controller.api, render."""
+"""`ktdeploy up`, `up-slurm`, `status`, `logs`, `down`: parse argv into one request, call the controller
+(controller/up_host.py, up_slurm.py, run_queries.py), render."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn, Optional
+from typing import Any, NoReturn, Optional, TypeVar
 
 import typer
 
 from ktdeploy.cli import app
-from ktdeploy.cli.output import console, print_json, wrap_words
-from ktdeploy.core.errors import StepError, UsageError
-from ktdeploy.core.markup import esc
+from ktdeploy.cli.output import console, err_console, print_json, wrap_words
+from ktdeploy.core.command_requests import NativePair, SlurmUpRequest, SshOptions, UpRequest
+from ktdeploy.core.errors import EXIT_TERMINATED, StepError, Terminated, UsageError
+from ktdeploy.core.run_record import LiveStatus, RunStatus
+from ktdeploy.core.terminal_text import esc
 
+T = TypeVar("T")
 RUN_HELP = "A run id (or a unique prefix of one) or a run's --name; default: the latest run."
 SSH_KEY_HELP = "SSH private key (default: the agent, ~/.ssh)."
 KNOWN_HOSTS_HELP = "known_hosts file to check host keys against (default: ~/.ssh/known_hosts)."
 RECIPE_PANEL, CHECKS_PANEL, DATA_PANEL, TUNE_PANEL, SSH_PANEL = "Recipe", "Checks", "Data", "Tuning", "SSH"
 
 
-def _ssh(key: Optional[Path], known_hosts: Optional[Path], accept_new: bool) -> dict:
-    out: dict[str, str | bool] = {}
-    if key:
-        out["key"] = str(key)
-    if known_hosts:
-        out["known_hosts"] = str(known_hosts)
-    if accept_new:
-        out["accept_new_host_key"] = True
-    return out
+def _ssh(key: Optional[Path], known_hosts: Optional[Path], accept_new: bool) -> SshOptions:
+    return SshOptions(key=str(key) if key else None, known_hosts=str(known_hosts) if known_hosts else None,
+                      accept_new_host_key=True if accept_new else None)
 
 
 def _sigterm_raises() -> None:
     """SIGTERM (kill, systemd, a CI timeout) becomes core.errors.Terminated where `up` is: the run record says
     "stopped" or "detached" instead of staying "planned"; exit 143. Training on the host is never stopped by it."""
     import signal
-
-    from ktdeploy.core.errors import Terminated
 
     def _raise(signum: int, frame: FrameType | None) -> NoReturn:
         raise Terminated()
@@ -47,6 +44,39 @@ def _sigterm_raises() -> None:
         pass
 
 
+# the options `up` and `up-slurm` share, made once (each command gets its own instance)
+def _recipe_argument() -> Any:
+    return typer.Argument(None, metavar="RECIPE", show_default=False,
+                          help="Recipe YAML (default: the shipped tiny recipe).")
+
+
+def _resume_option() -> Any:
+    return typer.Option(None, "--resume", metavar="auto|PATH", help="Newest complete checkpoint, or this one.")
+
+
+def _set_option() -> Any:
+    return typer.Option([], "--set", metavar="KEY=VALUE", rich_help_panel=RECIPE_PANEL,
+                        help="Override a recipe value (repeatable).")
+
+
+def _waive_option() -> Any:
+    return typer.Option([], "--waive", metavar="CHECK", rich_help_panel=CHECKS_PANEL,
+                        help="Let this failing check pass (recorded).")
+
+
+def _ssh_key_option() -> Any:
+    return typer.Option(None, "--ssh-key", metavar="FILE", rich_help_panel=SSH_PANEL, help="SSH private key.")
+
+
+def _known_hosts_option() -> Any:
+    return typer.Option(None, "--known-hosts", metavar="FILE", rich_help_panel=SSH_PANEL,
+                        help="known_hosts to check host keys against.")
+
+
+def _accept_new_host_key_option() -> Any:
+    return typer.Option(False, "--accept-new-host-key", rich_help_panel=SSH_PANEL, help="Record an unknown host key.")
+
+
 UP_HELP = ("Provision HOST and run the recipe there, stage by stage.\n\n"
            "PREFLIGHT (doctor) -> RUNTIME -> IMAGE -> VOLUMES -> TRAIN -> FOLLOW -> CONVERT -> SERVE; a stage that "
            "is already satisfied is skipped, so the same command again changes nothing. Ctrl-C stops following, "
@@ -55,20 +85,18 @@ UP_HELP = ("Provision HOST and run the recipe there, stage by stage.\n\n"
 
 @app.command(help=UP_HELP)
 def up(
-    recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", show_default=False,
-                                            help="Recipe YAML (default: the shipped tiny recipe)."),
+    ctx: typer.Context,
+    recipe: Optional[Path] = _recipe_argument(),
     host: str = typer.Option("localhost", "--host", "-H", metavar="HOST", show_default=False,
                              help="localhost (default), host, user@host:port, ssh://…, docker://NAME."),
     name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="Name for --run of status/logs/down."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
     facts: Optional[Path] = typer.Option(None, "--facts", metavar="FILE",
                                          help="--dry-run from `doctor --json` output."),
-    resume: Optional[str] = typer.Option(None, "--resume", metavar="auto|PATH",
-                                         help="Newest complete checkpoint, or this one."),
+    resume: Optional[str] = _resume_option(),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start training, then return."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Progress lines, not a bar."),
-    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", rich_help_panel=RECIPE_PANEL,
-                                   help="Override a recipe value (repeatable)."),
+    set_: list[str] = _set_option(),
     train: Optional[Path] = typer.Option(None, "--train", metavar="FILE", rich_help_panel=RECIPE_PANEL,
                                          help="LlamaFactory training YAML (not RECIPE)."),
     accelerate: Optional[Path] = typer.Option(None, "--accelerate", metavar="FILE", rich_help_panel=RECIPE_PANEL,
@@ -77,8 +105,7 @@ def up(
                                           help="deploy: YAML for the pair (else derived)."),
     cpu_only: bool = typer.Option(False, "--cpu-only", rich_help_panel=CHECKS_PANEL,
                                   help="No-GPU test host: waive the GPU checks."),
-    waive: list[str] = typer.Option([], "--waive", metavar="CHECK", rich_help_panel=CHECKS_PANEL,
-                                    help="Let this failing check pass (recorded)."),
+    waive: list[str] = _waive_option(),
     sync_model: Optional[Path] = typer.Option(None, "--sync-model", metavar="DIR", rich_help_panel=DATA_PANEL,
                                               help="Upload DIR to train.model_name_or_path."),
     sync_data: Optional[Path] = typer.Option(None, "--sync-data", metavar="DIR", rich_help_panel=DATA_PANEL,
@@ -89,60 +116,96 @@ def up(
                               help="Measure CPU-expert settings first."),
     tune_budget: float = typer.Option(20.0, "--tune-budget-minutes", min=1, metavar="MIN", show_default=False,
                                       rich_help_panel=TUNE_PANEL, help="Budget of --tune (default 20)."),
-    ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", metavar="FILE", rich_help_panel=SSH_PANEL,
-                                           help="SSH private key."),
-    known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", rich_help_panel=SSH_PANEL,
-                                               help="known_hosts to check host keys against."),
-    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", rich_help_panel=SSH_PANEL,
-                                             help="Record an unknown host key."),
-    slurm: Optional[str] = typer.Option(None, "--slurm", metavar="LOGIN", show_default=False,
-                                        help="Submit TRAIN and CONVERT as Slurm jobs on LOGIN."),
+    ssh_key: Optional[Path] = _ssh_key_option(),
+    known_hosts: Optional[Path] = _known_hosts_option(),
+    accept_new_host_key: bool = _accept_new_host_key_option(),
+    slurm: Optional[str] = typer.Option(None, "--slurm", metavar="LOGIN", hidden=True,
+                                        help="Deprecated: `ktdeploy up-slurm LOGIN RECIPE`."),
 ) -> None:
-    from ktdeploy.cli.events_view import EventView
-    from ktdeploy.controller import api
-
-    if slurm is not None:
-        from ktdeploy.core.errors import UsageError
-
-        if (host != "localhost" or tune or image_tar or facts or cpu_only or name or sync_model or sync_data
-                or train or accelerate or deploy):
-            raise UsageError("--slurm submits to a cluster: it takes no --host, --tune, --image-tar, --facts, "
-                             "--cpu-only, --name, --sync-model/--sync-data or --train/--accelerate/--deploy",
-                             key="--slurm", fix="ktdeploy up --slurm LOGIN_HOST RECIPE")
-        from ktdeploy.core.errors import EXIT_TERMINATED, Terminated
-
-        _sigterm_raises()   # as plain up: the record says so, the jobs this run submitted are cancelled; exit 143
-        try:
-            api.up_slurm(slurm, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, overrides=set_,
-                         ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), on_event=EventView(console))
-        except Terminated:
-            import sys
-
-            sys.stderr.write("terminated\n")
-            raise typer.Exit(EXIT_TERMINATED) from None
+    if slurm is not None:   # the former spelling of up-slurm: its options still work, the others are refused
+        _up_slurm_alias(ctx, SlurmUpRequest(login=slurm, recipe=recipe, overrides=tuple(set_), dry_run=dry_run,
+                                            resume=resume, detach=detach, waive=tuple(waive),
+                                            ssh=_ssh(ssh_key, known_hosts, accept_new_host_key)))
         return
-    _sigterm_raises()
+    request = UpRequest(host=host, recipe=recipe, overrides=tuple(set_), native=native_pair(recipe, train, accelerate,
+                                                                                              deploy),
+                        name=name, dry_run=dry_run, facts_file=str(facts) if facts else None, resume=resume,
+                        detach=detach, waive=tuple(waive), cpu_only=cpu_only,
+                        sync_model=str(sync_model) if sync_model else None,
+                        sync_data=str(sync_data) if sync_data else None,
+                        image_tar=str(image_tar) if image_tar else None, tune=tune, tune_budget_minutes=tune_budget,
+                        ssh=_ssh(ssh_key, known_hosts, accept_new_host_key))
+    from ktdeploy.cli.events_view import EventView
+    from ktdeploy.controller.up_host import up as run_up
+
     view = EventView(console, bar=not no_progress and console.is_terminal)
-    from ktdeploy.core.errors import EXIT_TERMINATED, Terminated
-
-    try:
-        res = api.up(host, recipe, dry_run=dry_run, resume=resume, detach=detach, waive=waive, tune=tune,
-                     tune_budget_minutes=tune_budget, facts_file=str(facts) if facts else None,
-                     image_tar=str(image_tar) if image_tar else None, overrides=set_,
-                     ssh=_ssh(ssh_key, known_hosts, accept_new_host_key), on_event=view, cpu_only=cpu_only,
-                     native=native_pair(recipe, train, accelerate, deploy), name=name,
-                     sync_model=str(sync_model) if sync_model else None, sync_data=str(sync_data) if sync_data else None)
-    except Terminated:  # typer would turn it into Ctrl-C's 130; the record already says SIGTERM
-        import sys
-
-        sys.stderr.write("terminated\n")
-        raise typer.Exit(EXIT_TERMINATED) from None
+    res = _until_sigterm(lambda: run_up(request, on_event=view))
     if res.stops_at:   # a dry run whose plan stops: the code the real run would end with (a step fails: 4)
         raise typer.Exit(StepError.exit_code)
 
 
+def _until_sigterm(run: Callable[[], T]) -> T:
+    """SIGTERM where `up` or `up-slurm` runs: the record says so (the jobs an `up-slurm` submitted are cancelled);
+    exit 143 — typer would turn Terminated into Ctrl-C's 130."""
+    _sigterm_raises()
+    try:
+        return run()
+    except Terminated:
+        import sys
+
+        sys.stderr.write("terminated\n")
+        raise typer.Exit(EXIT_TERMINATED) from None
+
+
+# up's options that `up --slurm` (the former spelling of up-slurm) takes; any other one given is refused
+_SLURM_ALIAS_TAKES = {"recipe", "slurm", "dry_run", "resume", "detach", "set_", "waive", "no_progress", "ssh_key",
+                      "known_hosts", "accept_new_host_key"}
+
+
+def _up_slurm_alias(ctx: typer.Context, request: SlurmUpRequest) -> None:
+    given = [p.opts[0] for p in ctx.command.params if p.name not in _SLURM_ALIAS_TAKES   # typer's own click: by name
+             and getattr(ctx.get_parameter_source(p.name or ""), "name", None) == "COMMANDLINE"]
+    if given:
+        raise UsageError(f"up --slurm submits to a cluster: it takes no {', '.join(given)}", key="--slurm",
+                         fix="ktdeploy up-slurm LOGIN_HOST RECIPE (`up --slurm` is its former spelling)")
+    err_console.print("note: `ktdeploy up --slurm LOGIN` is now `ktdeploy up-slurm LOGIN RECIPE`", markup=False,
+                      highlight=False)
+    _run_up_slurm(request)
+
+
+def _run_up_slurm(request: SlurmUpRequest) -> None:
+    from ktdeploy.cli.events_view import EventView
+    from ktdeploy.controller.up_slurm import up_slurm as run_up_slurm
+
+    _until_sigterm(lambda: run_up_slurm(request, on_event=EventView(console)))
+
+
+UP_SLURM_HELP = ("Submit the recipe to the Slurm cluster behind LOGIN: the same record and stages as `up`, TRAIN "
+                 "and CONVERT as batch jobs.\n\nNothing is queued when no node can ever run the job (slurm.fit). "
+                 "Exit codes: README, \"Exit codes\".")
+
+
+@app.command("up-slurm", help=UP_SLURM_HELP)
+def up_slurm(
+    login: str = typer.Argument(..., metavar="LOGIN", show_default=False,
+                                help="The login node: host, user@host:port or ssh://…"),
+    recipe: Optional[Path] = _recipe_argument(),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the batch scripts' place; submit nothing."),
+    resume: Optional[str] = _resume_option(),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Submit, then return."),
+    set_: list[str] = _set_option(),
+    waive: list[str] = _waive_option(),
+    ssh_key: Optional[Path] = _ssh_key_option(),
+    known_hosts: Optional[Path] = _known_hosts_option(),
+    accept_new_host_key: bool = _accept_new_host_key_option(),
+) -> None:
+    _run_up_slurm(SlurmUpRequest(login=login, recipe=recipe, overrides=tuple(set_), dry_run=dry_run, resume=resume,
+                                 detach=detach, waive=tuple(waive),
+                                 ssh=_ssh(ssh_key, known_hosts, accept_new_host_key)))
+
+
 def native_pair(recipe: Optional[Path], train: Optional[Path], accelerate: Optional[Path],
-                deploy: Optional[Path]) -> tuple[str, str, str | None] | None:
+                deploy: Optional[Path]) -> NativePair | None:
     """--train/--accelerate[/--deploy] instead of a RECIPE (as `check` and `render` take them)."""
     if train is None and accelerate is None:
         if deploy is not None:
@@ -155,7 +218,7 @@ def native_pair(recipe: Optional[Path], train: Optional[Path], accelerate: Optio
     if train is None or accelerate is None:
         raise UsageError("--train and --accelerate go together", key="--train" if train is None else "--accelerate",
                          fix="ktdeploy up --host HOST --train T.yaml --accelerate A.yaml")
-    return str(train), str(accelerate), str(deploy) if deploy else None
+    return NativePair(str(train), str(accelerate), str(deploy) if deploy else None)
 
 
 @app.command()
@@ -171,7 +234,7 @@ def status(
 ) -> None:
     """The latest run: how it ended (a failure's stage, error and fix), its containers and progress now, its
     evaluation and loss curve."""
-    from ktdeploy.controller import api
+    from ktdeploy.controller.run_queries import status as run_status
     from ktdeploy.controller.runs import find_runs
 
     if all_:
@@ -181,7 +244,7 @@ def status(
             return
         _print_all(rows)
         return
-    st = api.status(host, run, ssh=_ssh(ssh_key, known_hosts, False))
+    st = run_status(host, run, ssh=_ssh(ssh_key, known_hosts, False))
     if as_json:
         print_json(st)
         return
@@ -191,7 +254,7 @@ def status(
     print_eval_and_curve(st, _line, plot=plot)
 
 
-def _print_all(rows: list[dict]) -> None:
+def _print_all(rows: list[RunStatus]) -> None:
     from rich.table import Column, Table
 
     # run ids (what --run takes) and container names are printed whole, never folded or cut: a table when
@@ -220,10 +283,10 @@ def _line(text: str, first: str = "  ", rest: str = "    ", style: str = "") -> 
         console.print(Text(ln, style=style), soft_wrap=True, highlight=False)
 
 
-def _print_status(st: dict) -> None:
+def _print_status(st: RunStatus) -> None:
     from ktdeploy.core.trainer_log import LogEntry, describe
 
-    live: dict = st.get("live") or {}
+    live: LiveStatus = st.get("live") or {}
     name = f"  name {st['name']}" if st.get("name") else ""
     # a record may lack a key (written by an older ktdeploy, or edited): shown as '?', never a crash
     _line(f"{st.get('id') or '?'}{name}  host {st.get('host') or '?'}  recipe {st.get('recipe') or '?'}  "
@@ -268,9 +331,9 @@ def logs(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
 ) -> None:
     """The training container's log (docker logs) of the latest run."""
-    from ktdeploy.controller import api
+    from ktdeploy.controller.run_queries import logs as run_logs
 
-    api.logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
+    run_logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
              write=lambda line: console.print(_log_text(line), highlight=False, markup=False, soft_wrap=True))
 
 
@@ -291,8 +354,8 @@ def down(
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
 ) -> None:
     """Stop and remove the latest run's containers; output, checkpoints and the record stay."""
-    from ktdeploy.controller import api
+    from ktdeploy.controller.run_queries import down as run_down
 
-    done = api.down(host, run, ssh=_ssh(ssh_key, known_hosts, False))
+    done = run_down(host, run, ssh=_ssh(ssh_key, known_hosts, False))
     for name, what in done.items():
         console.print(f"{esc(name)}: {esc(what)}", highlight=False)

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
-from ktdeploy.controller.facts_gather import RawFacts, gather_facts
+from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import amx, data, isa, layers, resources, threads
 from ktdeploy.core.checks.gate import gate
 from ktdeploy.core.checks.readable import readable_checks
 from ktdeploy.core.checks.resources import Requirements
-from ktdeploy.core.facts.data import DataFacts
+from ktdeploy.core.facts.assemble import RawFacts
+from ktdeploy.core.facts.data_listing import DataFacts
 from ktdeploy.core.facts.host import SCHEMA_VERSION, HostFacts
 from ktdeploy.core.facts.sources import DATA
 from ktdeploy.core.recipe.document import Recipe
@@ -104,7 +105,7 @@ def run_checks(facts: HostFacts, recipe: Recipe | None = None, container_facts: 
     return out
 
 
-def gather_data(connector: Connector, train: dict) -> DataFacts:
+def gather_data(connector: Connector, train: dict[str, Any]) -> DataFacts:
     """Two bounded reads through ``connector``: dataset_info/config/weights listing, then the dataset files."""
     facts = DataFacts()
     for first_round in (True, False):
@@ -159,7 +160,7 @@ class DoctorReport:
     def check(self, name: str, layer: str | None = None) -> CheckResult | None:
         return next((c for c in self.checks if c.name == name and (layer is None or c.layer == layer)), None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "host": self.facts.host,

@@ -45,7 +45,7 @@ from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.safeio import read_text, write_file
-from ktdeploy.core.trainer_log import LogEntry, latest
+from ktdeploy.core.trainer_log import LogEntry, describe, latest
 
 # The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
 # script ends with '@@end', so output cut short (the connection dropped mid-command) is told apart from a
@@ -217,7 +217,7 @@ class Executor:
         self.emit: ev.Sink = events.emit
         self.recipe, self.facts = recipe, facts
         self.poll_s = float(os.environ.get("KTDEPLOY_POLL_S", poll_s))
-        self.jobs: dict[str, str] = {}              # up --slurm: role -> Slurm job id
+        self.jobs: dict[str, str] = {}              # up-slurm: role -> Slurm job id
         self.submitted_at: dict[str, float] = {}
 
     # -- the loop -------------------------------------------------------------------------------
@@ -262,7 +262,7 @@ class Executor:
         p = s.typed(ImageCheckParams)
         report = image_doctor(self.conn, p.image, recipe=self.recipe, gpus=list(p.gpus),
                               user=p.user or "", memlock=p.memlock, name=p.name,
-                              host_facts=self.facts, host_checks=False, replace_stale=bool(p.name))
+                              host_facts=self.facts, replace_stale=bool(p.name))
         report.waived = tuple(self.plan.waived)
         failed, waived = report.failed, report.waived_failures
         self.emit(ev.ImageChecked(image=p.image, summary=report.summary(), summary_text=report.summary_text(),
@@ -314,7 +314,7 @@ class Executor:
         return p
 
     def _do_run(self, stage: Stage, s: Step) -> None:
-        self.emit(ev.StepRunning(stage=stage.name, title=s.title))
+        self.emit(ev.Said(ev.Mark.GO, s.title, stage.name))
         r = self.conn.run(self._argv(s), timeout=s.timeout or 600)
         if r.rc != 0:
             # what the failed step leaves behind (the serving key file), removed first
@@ -341,7 +341,7 @@ class Executor:
         if not src.is_file():  # a FIFO or device would hang the upload
             raise StepError(f"{stage.name}: {src} does not exist on this machine or is not a plain file", step=s.id,
                             fix="Pass an existing file (e.g. the tarball `ktdeploy image save` wrote).")
-        self.emit(ev.StepRunning(stage=stage.name, title=s.title))
+        self.emit(ev.Said(ev.Mark.GO, s.title, stage.name))
         self.conn.put_file(str(src), self._path(s, "remote"))
 
     def _do_put_secret(self, stage: Stage, s: Step) -> None:
@@ -350,7 +350,7 @@ class Executor:
         if not value:
             raise StepError(f"{stage.name}: deploy.serve.api_key_env names {name}, which is not set here", step=s.id,
                             fix=f"export {name}=<key> in the shell that runs ktdeploy up")
-        self.emit(ev.StepRunning(stage=stage.name, title=s.title))
+        self.emit(ev.Said(ev.Mark.GO, s.title, stage.name))
         remote = self._path(s, "remote")
         fd, tmp = tempfile.mkstemp(prefix="ktdeploy-key-")
         try:
@@ -368,11 +368,11 @@ class Executor:
     def _do_wait_http(self, stage: Stage, s: Step) -> None:
         """Poll the readiness probe until it answers, the container dies, or the timeout passes."""
         name = s.typed(WaitHttpParams).container
-        self.emit(ev.StepWaiting(stage=stage.name, title=s.title))
+        self.emit(ev.Said(ev.Mark.GO, f"waiting for {s.title}", stage.name))
         deadline = time.monotonic() + (s.timeout or 1800)
         while True:
             if self.conn.run(self._argv(s), timeout=60).rc == 0:
-                self.emit(ev.EndpointReady(stage=stage.name, title=s.title))
+                self.emit(ev.Said(ev.Mark.OK, s.title, stage.name))
                 return
             snap = snapshot(self.conn, name, "/dev/null")
             if snap.state is None or not snap.state.running:
@@ -400,11 +400,11 @@ class Executor:
                 self.emit(ev.FetchRefused(step=s.id, remote=s.remote, why=why, stage=stage.name))
                 return
             raise StepError(f"{stage.name}: {s.remote} {why} on the host", step=s.id)
-        self.emit(ev.Fetched(stage=stage.name, name=os.path.basename(self._path(s, "remote")), dest=str(dst)))
+        self.emit(ev.Said(ev.Mark.OK, f"fetched {os.path.basename(self._path(s, 'remote'))} -> {dst}", stage.name))
         if dst.name == TRAINER_LOG:   # the run record's loss curve (artifacts/loss.png; matplotlib: the plot extra)
             png = write_loss_png(dst.parent, curve(read_text(dst, MAX_FETCH, TRAINER_LOG)), self.plan.job)
             if png is not None:
-                self.emit(ev.Fetched(stage=stage.name, name=png.name, dest=str(png)))
+                self.emit(ev.Said(ev.Mark.OK, f"fetched {png.name} -> {png}", stage.name))
 
     def _fetch_agent_record(self, output_dir: str) -> None:
         """Best effort: the agent's own record of the run (state, rc, summary) into the run record."""
@@ -429,14 +429,14 @@ class Executor:
         if snap.state is None or not snap.state.running:
             what, advice = self._crash_details(name, role="serve")
             raise StepError(f"{stage.name}: {what}", step=s.id, fix=advice)
-        self.emit(ev.ContainerRunning(stage=stage.name, container=name))
+        self.emit(ev.Said(ev.Mark.OK, f"{name} is running", stage.name))
 
     def _do_follow(self, stage: Stage, s: Step) -> None:
         follow = s.typed(FollowParams)
         name, log = follow.container, follow.log
         self.record.set_status("training", stage=stage.name)
         last_step, last_status = None, None
-        self.emit(ev.FollowStarted(container=name))
+        self.emit(ev.Following("started", container=name))
         try:
             while True:
                 snap = snapshot(self.conn, name, log)
@@ -448,12 +448,12 @@ class Executor:
                 status = st.status if st else "missing"
                 if status != last_status:
                     last_status = status
-                    self.emit(ev.ContainerStatus(status=status))
+                    self.emit(ev.Following("status", status=status))
                 if st is None or not st.running:
                     break
                 time.sleep(self.poll_s)
         finally:
-            self.emit(ev.FollowEnded())
+            self.emit(ev.Following("ended"))
         if st is None:
             raise StepError(f"FOLLOW: the training container {name} disappeared", step=s.id,
                             fix="Someone removed it (docker rm); re-run ktdeploy up --resume auto.")
@@ -464,7 +464,7 @@ class Executor:
         if not st.succeeded:
             what, advice = self._crash_details(name, st, progressed=last_step is not None)
             raise StepError(f"FOLLOW: {what}", step=s.id, rc=st.exit_code, fix=advice)
-        self.emit(ev.TrainingFinished(entry=snap.entry))
+        self.emit(ev.Said(ev.Mark.OK, f"training finished: {describe(snap.entry)}"))
 
     def _crash_details(self, name: str, st: ContainerState | None = None, *, progressed: bool | None = None,
                        role: str = "train") -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """Gather HostFacts through a connector: one fixed script of every command in core/facts/sources.py, the probes,
 the paths.
 
-``gather_raw`` returns the raw outputs (what golden files record), ``build_facts`` (core/facts/build.py) turns
+``gather_raw`` returns the raw outputs (what golden files record), ``build_facts`` (core/facts/assemble.py) turns
 raw outputs into HostFacts (pure), ``gather_facts`` does both. ``save_raw``/``load_raw`` read and write a golden
 folder: ``<section>.txt`` per source (raw stdout), ``meta.json`` (exit codes, stderr),
 ``amx_probe.json``/``numa_probe.json`` (probe lines) and ``paths.txt``.
@@ -13,10 +13,11 @@ import json
 import os
 import shlex
 from collections.abc import Sequence
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.facts_probes import gather_probes
-from ktdeploy.core.facts.build import RawFacts, build_facts, value_of
+from ktdeploy.core.facts.assemble import RawFacts, build_facts, value_of
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.facts.sources import COMMANDS, GATHER_TIMEOUT_S, KERNEL, PATHS, PROBE_SOURCES, FactCommand
 from ktdeploy.core.markers import SECTION_SH, Section, parse_sections
@@ -74,7 +75,7 @@ def gather_facts(connector: Connector, paths: Sequence[str] = (), *, probes: boo
 # -- golden folders ----------------------------------------------------------------------------
 def save_raw(raw: RawFacts, folder: str) -> None:
     """Write a golden folder (through the safe writer: a link planted there is never followed)."""
-    meta: dict = {"host": raw.host, "sections": {}, "probe_skips": raw.probe_skips}
+    meta: dict[str, Any] = {"host": raw.host, "sections": {}, "probe_skips": raw.probe_skips}
     for name, sec in raw.sections.items():
         if sec.stdout is not None:
             write_file(folder, f"{name}.txt", sec.stdout, overwrite=True)
@@ -89,7 +90,7 @@ def save_raw(raw: RawFacts, folder: str) -> None:
 def load_raw(folder: str) -> RawFacts:
     """Read a golden folder. Without meta.json (outputs captured by hand), a present file means exit 0
     and an absent one means the source was not captured."""
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     mp = os.path.join(folder, "meta.json")
     if os.path.exists(mp):
         with open(mp) as f:

@@ -32,7 +32,7 @@ from importlib import resources
 from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector, Result
-from ktdeploy.core.facts.build import probes_from
+from ktdeploy.core.facts.assemble import probes_from
 from ktdeploy.core.facts.host import Probes
 from ktdeploy.core.facts.sources import PROBE_SOURCES, ProbeSource
 

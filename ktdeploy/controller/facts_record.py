@@ -11,7 +11,8 @@ import argparse
 import json
 
 from ktdeploy.controller.connectors import connect
-from ktdeploy.controller.facts_gather import build_facts, gather_raw, save_raw
+from ktdeploy.controller.facts_gather import gather_raw, save_raw
+from ktdeploy.core.facts.assemble import build_facts
 from ktdeploy.core.safeio import write_file
 
 

@@ -15,20 +15,20 @@ import re
 import secrets
 
 from ktdeploy.controller.connectors.base import Connector
-from ktdeploy.controller.connectors.docker import DockerExecConnector
+from ktdeploy.controller.connectors.docker_exec import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.controller.doctor import DoctorReport, container_checks, gather_data, run_checks
 from ktdeploy.controller.facts_gather import gather_facts
-from ktdeploy.controller.stack_judge import stack_judge_check
+from ktdeploy.controller.stack_judge_runner import stack_judge_check
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks import resources
 from ktdeploy.core.checks.stack import stack_checks
 from ktdeploy.core.errors import ConnectError
 from ktdeploy.core.facts.host import HostFacts
-from ktdeploy.core.facts.stack import TRITON_TIMEOUT_S, parse_stack_output, probe_argv
+from ktdeploy.core.facts.stack_probe import TRITON_TIMEOUT_S, parse_stack_output, probe_argv
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+from ktdeploy.core.plan.host_plan import MEMLOCK_WAIVER
 from ktdeploy.core.recipe.document import Recipe
 
 RUN_TIMEOUT_S = 120          # docker run --detach (the image is already on the host)
@@ -48,21 +48,22 @@ def stack_probe_checks(connector: Connector, gpus_asked: int) -> list[CheckResul
     return stack_checks(parse_stack_output(p.stdout, p.rc, p.stderr))
 
 
-def _fail(name: str, detail: str, fix: str) -> CheckResult:
+def _fail(name: CheckName, detail: str, fix: str) -> CheckResult:
     return CheckResult(name=name, status="fail", detail=detail, fix=fix, layer="container")
 
 
 def image_doctor(connector: Connector, image: str, *, recipe: Recipe | None = None, gpus: list[int] | None = None, user: str | None = None,
                  memlock: bool = True, name: str | None = None, host_facts: HostFacts | None = None,
-                 host_checks: bool = True, replace_stale: bool = False, judge: bool = True) -> DoctorReport:
+                 replace_stale: bool = False, judge: bool = True) -> DoctorReport:
     """doctor on the host and inside ``image`` started there with the training flags. ``gpus``: the GPUs the
     training container gets (default: the recipe's deploy.gpus, else every GPU the host has); ``user``: uid:gid
-    it runs as (default: the connecting user's, as up does). ``host_checks=False`` (up's image.check, after its
-    PREFLIGHT doctor): only the container's checks, against ``host_facts``. ``replace_stale`` (up, which holds
+    it runs as (default: the connecting user's, as up does). Given ``host_facts`` (up's image.check, after its
+    PREFLIGHT doctor): only the container's checks, against them. ``replace_stale`` (up, which holds
     the job's lock, so no other check of this job runs): a container already named ``name`` is a leftover of a
     check that was killed, and is removed first (it made the next `up` fail once, with a fix about the image).
     With a recipe (and ``judge``), the stack in the image judges it there too (``stack.judge``,
-    controller/stack_judge.py)."""
+    controller/stack_judge_runner.py)."""
+    host_checks = host_facts is None
     paths = list(dict.fromkeys(resources.recipe_paths(recipe).values())) if recipe is not None else []
     facts = host_facts if host_facts is not None else gather_facts(connector, paths=paths)
     dfacts = gather_data(connector, dict(recipe.train)) if recipe is not None and host_checks else None

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from ktdeploy.controller.connectors import LocalConnector
 from ktdeploy.controller.doctor import DoctorReport, doctor
-from ktdeploy.controller.facts_gather import RawFacts, add_probes, build_facts, gather_raw
+from ktdeploy.controller.facts_gather import add_probes, gather_raw
 from ktdeploy.core.checks.threads import derive_threads
+from ktdeploy.core.facts.assemble import RawFacts, build_facts
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe.document import Recipe
 

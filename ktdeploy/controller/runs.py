@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,16 +114,16 @@ class RunRecord:
         _dump(p, data)
         return p
 
-    def event(self, kind: str, **data: Any) -> dict:
+    def event(self, kind: str, **data: Any) -> dict[str, Any]:
         ev = rr.event(kind, time.time(), **data)
         append_line(self.path / rr.EVENTS, json.dumps(redact(ev), default=str))
         return ev
 
-    def set_status(self, state: str, **data: Any) -> dict:
+    def set_status(self, state: str, **data: Any) -> dict[str, Any]:
         if state not in STATES:
             raise ValueError(f"unknown run state {state!r}")
-        cur = self.status() if (self.path / rr.STATUS_JSON).exists() else {}
-        cur = rr.status_update(cur, state, self.id, time.time(), **data)
+        old: Mapping[str, Any] = self.status() if (self.path / rr.STATUS_JSON).exists() else {}
+        cur = rr.status_update(old, state, self.id, time.time(), **data)
         _dump(self.path / rr.STATUS_JSON, cur)
         return cur
 
@@ -150,10 +151,15 @@ class RunRecord:
             raise RunRecordError(f"run record {self.id}: {name} is not valid ({printable(e)})",
                                  fix=f"Inspect or remove {self.path}.") from None
 
-    def status(self) -> dict:
-        return self.read_json(rr.STATUS_JSON)
+    def status(self) -> rr.RunStatus:
+        raw = self._read(rr.STATUS_JSON)
+        try:
+            return rr.parse_status_json(raw)
+        except ValueError as e:
+            raise RunRecordError(f"run record {self.id}: {rr.STATUS_JSON} is not valid ({printable(e)})",
+                                 fix=f"Inspect or remove {self.path}.") from None
 
-    def status_text(self, key: str, status: dict | None = None, *, empty_ok: bool = False) -> str:
+    def status_text(self, key: str, status: Mapping[str, object] | None = None, *, empty_ok: bool = False) -> str:
         """A key the commands act on (host, container, output_dir, ...) of ``status`` (read when not given): text,
         or a RunRecordError naming it."""
         value = (self.status() if status is None else status).get(key)
@@ -162,7 +168,7 @@ class RunRecord:
                                  fix=f"Inspect or remove {self.path}; `ktdeploy status --all` lists the others.")
         return value
 
-    def events(self) -> list[dict]:
+    def events(self) -> list[dict[str, Any]]:
         if not os.path.lexists(self.path / rr.EVENTS):
             return []
         # a torn last line from a killed controller: left out

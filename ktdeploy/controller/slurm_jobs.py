@@ -1,5 +1,5 @@
 """Slurm jobs through a connector to the login node: the cluster's nodes (sinfo), a job's state (scontrol, then
-sacct), its log, and the executor's SUBMIT / FOLLOW_JOB / WAIT_JOB actions for ``up --slurm``. Parsing is
+sacct), its log, and the executor's SUBMIT / FOLLOW_JOB / WAIT_JOB actions for ``up-slurm``. Parsing is
 core/sched/slurm.py's."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ktdeploy.core.plan.params import FollowJobParams, SubmitAfterParams, Submit
 from ktdeploy.core.plan.steps import Plan, Stage, Step
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.sched import slurm as sl
-from ktdeploy.core.sched.plan import log_path
+from ktdeploy.core.sched.slurm_plan import log_path
 from ktdeploy.core.trainer_log import LogEntry, latest
 
 
@@ -39,7 +39,7 @@ def cluster_nodes(conn: Connector) -> list[sl.ClusterNode]:
     if r.rc != 0:
         raise StepError(f"sinfo failed on {conn.name}: {(r.stderr or r.stdout).strip()[-300:] or f'exit {r.rc}'}",
                         step="preflight.cluster",
-                        fix="Run ktdeploy up --slurm against a Slurm login node (sinfo, sbatch, scontrol on PATH).")
+                        fix="Run ktdeploy up-slurm against a Slurm login node (sinfo, sbatch, scontrol on PATH).")
     return sl.parse_sinfo(r.stdout)
 
 
@@ -94,7 +94,7 @@ def do_submit(ex: SlurmRun, stage: Stage, s: Step) -> None:
         dep = ex.jobs.get(after)
         if dep:
             argv = [*argv[:2], f"--dependency=afterok:{dep}", "--kill-on-invalid-dep=yes", *argv[2:]]
-    ex.emit(ev.StepRunning(stage=stage.name, title=s.title))
+    ex.emit(ev.Said(ev.Mark.GO, s.title, stage.name))
     r = ex.conn.run(argv, timeout=s.timeout or 120)
     job_id = sl.parse_sbatch(r.stdout) if r.rc == 0 else None
     if job_id is None:
@@ -130,7 +130,7 @@ def _failed(ex: SlurmRun, stage: Stage, s: Step, info: sl.JobInfo, job_dir: str,
         what += "\n  last log lines:\n    " + "\n    ".join(lines)
     return StepError(f"{stage.name}: {what}", step=s.id, rc=info.exit_code,
                      fix=f"See the job's log ({log_path(job_dir, role, info.job_id)}); fix the cause, then "
-                         "ktdeploy up --slurm (same arguments): the job resumes from its newest complete checkpoint.")
+                         "ktdeploy up-slurm (same arguments): the job resumes from its newest complete checkpoint.")
 
 
 READ_MISSES = 3   # job reads in a row that may fail before a follow stops (detached: the job keeps running)
@@ -160,7 +160,7 @@ def _poll(ex: SlurmRun, stage: Stage, s: Step, p: FollowJobParams | WaitJobParam
         misses = 0
         if info is None:
             raise StepError(f"{stage.name}: Slurm no longer knows job {job_id} (neither scontrol nor sacct)",
-                            step=s.id, fix="See the job's log in the job folder; re-run ktdeploy up --slurm.")
+                            step=s.id, fix="See the job's log in the job folder; re-run ktdeploy up-slurm.")
         if info.state != last_state:
             last_state = info.state
             ex.emit(ev.SlurmJobState(role=role, job=info))
@@ -193,15 +193,15 @@ def do_follow_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
     ex.emit(ev.SlurmTrainExited(job=info))
     if not info.succeeded:
         raise _failed(ex, stage, s, info, job_dir, role)
-    ex.emit(ev.SlurmTrainingFinished(job_id=info.job_id, nodes=info.nodes))
+    ex.emit(ev.Said(ev.Mark.OK, f"training job {info.job_id} finished on {info.nodes}"))
 
 
 def do_wait_job(ex: SlurmRun, stage: Stage, s: Step) -> None:
     p = s.typed(WaitJobParams)
     role, job_dir = p.role, p.job_dir
-    ex.emit(ev.SlurmWaiting(stage=stage.name, role=role))
+    ex.emit(ev.Said(ev.Mark.GO, f"waiting for the {role} job", stage.name))
     info = _poll(ex, stage, s, p, "/dev/null")
     _fetch_job_log(ex, job_dir, role, info.job_id)
     if not info.succeeded:
         raise _failed(ex, stage, s, info, job_dir, role)
-    ex.emit(ev.SlurmJobDone(stage=stage.name, title=s.title, job_id=info.job_id))
+    ex.emit(ev.Said(ev.Mark.OK, f"{s.title} (job {info.job_id})", stage.name))

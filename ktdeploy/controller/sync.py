@@ -18,11 +18,13 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.core.errors import StepError, UsageError
-from ktdeploy.core.events import Sink, Synced, SyncPlanned, SyncUploading, ignore, size_text
+from ktdeploy.core.events import Mark, Said, Sink, Synced, files_text, ignore, size_text
 from ktdeploy.core.markers import marker, sh_block
+from ktdeploy.core.plan.steps import StageName
 from ktdeploy.core.safeio import printable
 
 PARTIAL = ".ktdeploy-partial"
@@ -49,7 +51,7 @@ class SyncResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -171,13 +173,14 @@ def sync_folder(conn: Connector, local_dir: str, remote: str, *, role: str, dry_
     res.copied = len(missing)
     need = sum(here[n] for n in missing)
     if dry_run:
-        emit(SyncPlanned(local=str(src), remote=remote, files=len(here), missing=len(missing), missing_bytes=need))
+        emit(Said(Mark.NOT, f"would upload {files_text(len(here), len(missing), need)} from {src} to {remote} (dry run)",
+                  StageName.SYNC))
         emit(_synced(res, dry_run=True))
         return res
     t0 = time.monotonic()
     if missing:
-        emit(SyncUploading(local=str(src), remote=remote, host=conn.name, files=len(here), missing=len(missing),
-                           missing_bytes=need))
+        emit(Said(Mark.GO, f"upload {files_text(len(here), len(missing), need)} from {src} to {remote} on {conn.name}",
+                  StageName.SYNC))
         free = free_bytes(conn, remote)
         if free is not None and free < need + SPACE_MARGIN:
             raise StepError(f"the host's {remote} has {size_text(free)} free, the upload needs {size_text(need)} (and "

@@ -6,11 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ktdeploy.core.check_names import CheckName
+
 Status = Literal["pass", "warn", "fail", "skip"]
 
 
 class CheckResult(BaseModel):
-    name: str = Field(description="Stable dotted id of the check, e.g. 'cpu.amx.tile_exec'.")
+    name: CheckName = Field(description="Stable dotted id of the check, e.g. 'cpu.amx.tile_exec'.")
     status: Status
     detail: str = Field("", description="What was found, in one or two sentences.")
     fix: str = Field("", description="What to do about it (empty when passing).")

@@ -142,7 +142,7 @@ class ResumeChoice:
 
 
 def choose_resume(listing: dict[str, list[str]], resume: str, world_size: int) -> ResumeChoice:
-    """The one resume policy of ``ktdeploy up`` (core/plan/build.py) and ``ktdeploy train`` (agent/train.py):
+    """The one resume policy of ``ktdeploy up`` (core/plan/host_plan.py) and ``ktdeploy train`` (agent/train.py):
     ``resume`` is ``auto`` (the newest complete checkpoint) or a ``checkpoint-N`` name in ``listing``."""
     if resume == "auto":
         chosen = newest_complete(listing)

@@ -1,17 +1,22 @@
-"""What a run of `up` tells (pure): one frozen dataclass per event, emitted by the controller, rendered by the CLI.
+"""What a run of `up` tells (pure): a frozen dataclass per kind of event, emitted by the controller, rendered by the
+CLI.
 
 The controller emits each event through ``controller/emitter.Emitter``, which writes the run record's event
 (``KIND`` and ``record()``: the names and fields `ktdeploy status`/`logs`, the tests and people read in
 ``events.jsonl``) and hands the event to the caller's sink. The CLI's sink (``cli/events_view.EventView``) turns
 it into the terminal's lines and the progress bar; nothing here knows about a terminal. An event whose ``KIND``
 is None is only shown; one that no sink shows is only recorded.
+
+What is only shown comes in three kinds: ``Said`` (one line: a mark, the stage, plain text — a new message is
+written once, where it is emitted), ``Following`` (the progress bar's start, status and end) and ``PlanText``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from enum import StrEnum
+from typing import Any, ClassVar, Literal
 
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.plan.state import ContainerState
@@ -51,7 +56,45 @@ def size_text(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-# -- the run's setup: waivers, connection, uploads, doctor (controller/api.py, controller/sync.py) -----------------
+def files_text(files: int, missing: int, missing_bytes: int) -> str:
+    """An upload's size as its lines say it: what is missing of how many files, or that none is."""
+    return f"{missing} of {files} file(s), {size_text(missing_bytes)}" if missing else \
+        f"all {files} file(s) already there"
+
+
+# -- what is only shown: a line, the followed container, the plan ---------------------------------------------------
+class Mark(StrEnum):
+    """What a shown line says happened (the renderer gives each its look)."""
+
+    OK = "ok"              # done, or already satisfied
+    GO = "go"              # starting, or waiting for it
+    NOT = "not"            # not done here: deferred to the real run, or only planned
+    DONE = "done"          # the run ended well: its lead stands out
+    STARTED = "started"    # training started and `up` returns: its lead stands out
+
+
+@dataclass(frozen=True)
+class Said(Event):
+    """One line of what the run is doing, shown and not recorded: its mark, the stage it belongs to, a lead (shown
+    in the mark's colour) and the rest. Plain text: the renderer styles it and escapes it whole."""
+
+    mark: Mark
+    text: str
+    stage: StageName | None = None
+    lead: str = ""
+
+
+@dataclass(frozen=True)
+class Following(Event):
+    """The followed training container: ``started`` (a progress bar may start), ``status`` (its docker status
+    changed: running, exited, missing), ``ended`` (the follow stopped: the bar ends)."""
+
+    phase: Literal["started", "status", "ended"]
+    container: str = ""
+    status: str = ""
+
+
+# -- the run's setup: waivers, connection, uploads, doctor (controller/up_host.py, up_phases.py, sync.py) ---------
 @dataclass(frozen=True)
 class WaiversRecorded(Event):
     """`up` runs with waived checks (``profile``: the --cpu-only profile's, ``also``: the ones named besides it)."""
@@ -87,13 +130,6 @@ class Connected(Event):
     connector: str
 
 
-@dataclass(frozen=True)
-class SyncDeferred(Event):
-    """--sync-model/--sync-data while planning from recorded facts: the upload happens at the real run."""
-
-    local: str
-    target: str
-
 
 @dataclass(frozen=True)
 class SyncStarted(Event):
@@ -104,25 +140,6 @@ class SyncStarted(Event):
         return {"stage": StageName.SYNC.value, "role": self.role}
 
 
-@dataclass(frozen=True)
-class SyncPlanned(Event):
-    """A dry run's upload: what it would copy (``missing`` of ``files`` files, ``missing_bytes``)."""
-
-    local: str
-    remote: str
-    files: int
-    missing: int
-    missing_bytes: int
-
-
-@dataclass(frozen=True)
-class SyncUploading(Event):
-    local: str
-    remote: str
-    host: str
-    files: int
-    missing: int
-    missing_bytes: int
 
 
 @dataclass(frozen=True)
@@ -160,7 +177,7 @@ class DoctorVerdict(Event):
 
 @dataclass(frozen=True)
 class SlurmFit(Event):
-    """up --slurm's PREFLIGHT: can a node of the cluster ever run the job."""
+    """up-slurm's PREFLIGHT: can a node of the cluster ever run the job."""
 
     KIND: ClassVar[str] = "slurm_fit"
     check: CheckResult
@@ -200,7 +217,7 @@ class Failed(Event):
     """How a run failed (the CLI prints the error itself)."""
 
     KIND: ClassVar[str] = "failed"
-    stage: str
+    stage: StageName
     error: str
     message: str
     fix: str | None
@@ -217,20 +234,20 @@ class ResumeNote(Event):
 @dataclass(frozen=True)
 class StageSkipped(Event):
     KIND: ClassVar[str] = "stage_skipped"
-    stage: str
+    stage: StageName
     reason: str
 
 
 @dataclass(frozen=True)
 class StageStarted(Event):
     KIND: ClassVar[str] = "stage_start"
-    stage: str
+    stage: StageName
 
 
 @dataclass(frozen=True)
 class StageDone(Event):
     KIND: ClassVar[str] = "stage_done"
-    stage: str
+    stage: StageName
 
 
 @dataclass(frozen=True)
@@ -238,7 +255,7 @@ class StepSatisfied(Event):
     """Known satisfied when the plan was made (``why``)."""
 
     KIND: ClassVar[str] = "step_satisfied"
-    stage: str
+    stage: StageName
     step: str
     why: str
     title: str = shown_only()
@@ -249,7 +266,7 @@ class StepProbed(Event):
     """Satisfied: its probe exited 0."""
 
     KIND: ClassVar[str] = "step_satisfied"
-    stage: str
+    stage: StageName
     step: str
     probe: tuple[str, ...]
     title: str = shown_only()
@@ -261,23 +278,16 @@ class StepProbed(Event):
 @dataclass(frozen=True)
 class StepStarted(Event):
     KIND: ClassVar[str] = "step_start"
-    stage: str
+    stage: StageName
     step: str
     command: str | None
 
-
-@dataclass(frozen=True)
-class StepRunning(Event):
-    """A step that changes the host began (a command, an upload, a submission)."""
-
-    stage: str
-    title: str
 
 
 @dataclass(frozen=True)
 class StepDone(Event):
     KIND: ClassVar[str] = "step_done"
-    stage: str
+    stage: StageName
     step: str
     seconds: float
 
@@ -285,7 +295,7 @@ class StepDone(Event):
 @dataclass(frozen=True)
 class StepFailed(Event):
     KIND: ClassVar[str] = "step_failed"
-    stage: str
+    stage: StageName
     step: str
     message: str
     rc: int | None
@@ -314,7 +324,7 @@ class StackRefused(Event):
     """image.check: the stack in the image refuses the recipe."""
 
     KIND: ClassVar[str] = "step_failed"
-    stage: str
+    stage: StageName
     step: str
     message: str
     findings: tuple[Finding, ...]
@@ -329,7 +339,7 @@ class ImageNotReady(Event):
     """image.check: checks failed in the image."""
 
     KIND: ClassVar[str] = "step_failed"
-    stage: str
+    stage: StageName
     step: str
     message: str
 
@@ -349,48 +359,13 @@ class FetchRefused(Event):
     step: str
     remote: str | None
     why: str
-    stage: str = shown_only()
+    stage: StageName = shown_only()
 
 
-@dataclass(frozen=True)
-class Fetched(Event):
-    stage: str
-    name: str
-    dest: str
 
 
-@dataclass(frozen=True)
-class ContainerRunning(Event):
-    stage: str
-    container: str
 
 
-@dataclass(frozen=True)
-class StepWaiting(Event):
-    """Waiting for a readiness probe to answer."""
-
-    stage: str
-    title: str
-
-
-@dataclass(frozen=True)
-class EndpointReady(Event):
-    stage: str
-    title: str
-
-
-@dataclass(frozen=True)
-class FollowStarted(Event):
-    """Following the training container: a progress bar may start."""
-
-    container: str
-
-
-@dataclass(frozen=True)
-class ContainerStatus(Event):
-    """The followed container's docker status changed ("running", "exited", "missing")."""
-
-    status: str
 
 
 @dataclass(frozen=True)
@@ -403,10 +378,6 @@ class Progress(Event):
     def record(self) -> dict[str, Any]:
         return self.entry.to_json()
 
-
-@dataclass(frozen=True)
-class FollowEnded(Event):
-    """The follow stopped (the container stopped, or the follow was interrupted): a progress bar ends."""
 
 
 @dataclass(frozen=True)
@@ -428,10 +399,6 @@ class AgentRecordRead(Event):
     steady_tokens_per_s: Any
 
 
-@dataclass(frozen=True)
-class TrainingFinished(Event):
-    entry: LogEntry | None
-
 
 @dataclass(frozen=True)
 class Crashed(Event):
@@ -447,7 +414,7 @@ class Crashed(Event):
                 "last_lines": list(self.last_lines)}
 
 
-# -- up --slurm's jobs (controller/slurm_jobs.py) ------------------------------------------------------------------
+# -- up-slurm's jobs (controller/slurm_jobs.py) ------------------------------------------------------------------
 @dataclass(frozen=True)
 class SlurmSubmitted(Event):
     KIND: ClassVar[str] = "slurm_submitted"
@@ -510,26 +477,9 @@ class SlurmJobFailed(Event):
         return {"role": self.role, "job": self.job.describe(), "last_lines": list(self.last_lines)}
 
 
-@dataclass(frozen=True)
-class SlurmTrainingFinished(Event):
-    job_id: str
-    nodes: str
 
 
-@dataclass(frozen=True)
-class SlurmWaiting(Event):
-    stage: str
-    role: str
 
-
-@dataclass(frozen=True)
-class SlurmJobDone(Event):
-    stage: str
-    title: str
-    job_id: str
-
-
-# -- how the run ended (controller/api.py) ------------------------------------------------------------------------
 # -- EVAL: the served model scored (controller/eval_stage.py) ------------------------------------------------------
 @dataclass(frozen=True)
 class EvalStarted(Event):
@@ -572,6 +522,7 @@ class EvalNotRun(Event):
     fix: str
 
 
+# -- how the run ended (controller/up_phases.py) -------------------------------------------------------------------
 @dataclass(frozen=True)
 class Detached(Event):
     """The controller stopped following (Ctrl-C, or ``terminated`` by SIGTERM); training keeps running."""
@@ -583,30 +534,18 @@ class Detached(Event):
     terminated: bool = shown_only()
 
 
-@dataclass(frozen=True)
-class StartedDetached(Event):
-    """--detach: training started, `up` returns."""
-
-    job: str
-    host: str
-
-
-@dataclass(frozen=True)
-class Done(Event):
-    adapter_dir: str
-    record_path: str
 
 
 @dataclass(frozen=True)
 class Cancelled(Event):
-    """SIGTERM during up --slurm: the jobs this run submitted, scancelled (job -> what scancel did)."""
+    """SIGTERM during up-slurm: the jobs this run submitted, scancelled (job -> what scancel did)."""
 
     KIND: ClassVar[str] = "cancelled"
     reason: str
     jobs: Mapping[str, str]
 
 
-# -- `ktdeploy down` (controller/api.py, controller/slurm.py) ------------------------------------------------------
+# -- `ktdeploy down` (controller/run_queries.py, controller/slurm_queries.py) ---------------------------------------
 @dataclass(frozen=True)
 class ContainerRemoved(Event):
     KIND: ClassVar[str] = "down"

@@ -23,8 +23,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ktdeploy.core import variants as V
-from ktdeploy.core.plan.build import MEMLOCK_WAIVER
 from ktdeploy.core.plan.docker_argv import doctor_in_image
+from ktdeploy.core.plan.host_plan import MEMLOCK_WAIVER
 
 VOLUMES = ("model", "data", "output")
 

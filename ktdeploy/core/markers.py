@@ -5,7 +5,7 @@ with one (they are command output after a marker line, or follow a tab).
 - sections (fact gathering, ``controller/facts_gather.py``): ``@@KTD-BEGIN NAME`` / stdout /
   ``@@KTD-RC NAME RC`` / stderr / ``@@KTD-END NAME``;
 - fields (job state, ``core/plan/state.py``): ``@@KEY<TAB>VALUE`` lines and ``@@BLOCK`` ... ``@@end`` blocks;
-- records (path facts, ``core/facts/disk.py``; data/weights reads, ``core/facts/data.py``): a
+- records (path facts, ``core/facts/disk.py``; data/weights reads, ``core/facts/data_listing.py``): a
   ``@@KEY<TAB>F1<TAB>F2...`` header line, then the lines of its body up to the next header
   (``sh_fields`` prints one, ``field_values`` reads it back);
 - the follow snapshot (``controller/executor.snapshot``): ``FOLLOW_SH`` prints ``@@inspect<TAB>RC``, docker

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ktdeploy.core.safeio import parse_json
 
@@ -42,7 +42,63 @@ RENDERED = "rendered"
 ARTIFACTS = "artifacts"
 
 
-def status_update(current: Mapping[str, Any], state: str, run_id: str, now: float, **data: Any) -> dict:
+class LiveStatus(TypedDict, total=False):
+    """What `ktdeploy status` reads from the host (or the cluster) now, never from the record; ``error`` when the
+    host could not be asked."""
+
+    error: str
+    container: dict[str, Any] | None     # the training container's state (core/plan/state.ContainerState)
+    progress: dict[str, Any] | None      # the trainer log's newest entry (core/trainer_log.LogEntry)
+    serve: dict[str, Any] | None         # the serving container's state
+    jobs: dict[str, dict[str, Any]]      # an up-slurm run: role -> its job's state
+
+
+class RunStatus(TypedDict, total=False):
+    """status.json as `parse_status_json` hands it on (the controller -> `status`, `logs`, `down`, the CLI): the
+    keys it checks are typed as checked (text, a map of text, a list of text); the others are what the file
+    holds (``object``: a record may be old or forged). `status` adds ``record`` (its folder) and ``live``."""
+
+    id: str
+    name: str | None
+    state: str
+    host: str
+    recipe: str
+    container: str
+    serve_container: str
+    output_dir: str
+    error: str | None
+    fix: str | None
+    failed_stage: str | None
+    stage: str | None
+    stops_at: str | None
+    stop_reason: str | None
+    scheduler: str | None
+    job_dir: str | None
+    down: dict[str, str]
+    failed_checks: list[str]
+    recipe_path: object
+    created: object
+    updated: object
+    schema: object
+    waived: object
+    dry_run: object
+    profile: object
+    facts_file: object
+    error_type: object
+    exit_code: object
+    down_at: object
+    note: object
+    image: object
+    adapter_dir: object
+    resume_from: object
+    slurm_jobs: object
+    slurm_request: object
+    eval: object   # the EVAL stage's summary (controller/eval_stage.py)
+    record: str
+    live: LiveStatus
+
+
+def status_update(current: Mapping[str, Any], state: str, run_id: str, now: float, **data: Any) -> dict[str, Any]:
     """The next status.json object: ``current`` updated with ``data``, then state / updated / id / schema."""
     if state not in RUN_STATES:
         raise ValueError(f"unknown run state {state!r}")
@@ -57,7 +113,7 @@ STATUS_OPTIONAL_TEXT = ("name", "error", "fix", "failed_stage", "stage", "stops_
                         "job_dir")
 
 
-def parse_status_json(text: str | bytes) -> dict:
+def parse_status_json(text: str | bytes) -> RunStatus:
     """status.json -> its object, passwords dropped from its strings (a record written before they were
     redacted on write still never shows one); ValueError when it is not a JSON object or a key the commands
     act on (``STATUS_TEXT_KEYS``) holds something other than text."""
@@ -81,14 +137,15 @@ def parse_status_json(text: str | bytes) -> dict:
     if checks is not None and not (isinstance(checks, list) and all(isinstance(c, str) for c in checks)):
         raise ValueError("'failed_checks' is not a list of check names")
     data.pop("live", None)   # computed by `status` from the host, never taken from the file
-    return redact(data)
+    status: RunStatus = redact(data)
+    return status
 
 
-def event(kind: str, now: float, **data: Any) -> dict:
+def event(kind: str, now: float, **data: Any) -> dict[str, Any]:
     return {"ts": round(now, 3), "event": kind, **data}
 
 
-def parse_events(text: str) -> list[dict]:
+def parse_events(text: str) -> list[dict[str, Any]]:
     """events.jsonl -> its events; a torn or unreadable line (a controller killed mid-write) is left out."""
     out = []
     for line in text.splitlines():
@@ -144,7 +201,7 @@ def rank_line(rank: int, rc: int, hwm_bytes: int) -> str:
     return json.dumps({"rank": rank, "rc": rc, "hwm_bytes": hwm_bytes}) + "\n"
 
 
-def parse_ranks(text: str) -> list[dict]:
+def parse_ranks(text: str) -> list[dict[str, Any]]:
     """ranks.jsonl -> one {"rank", "rc", "hwm_bytes"} per finished rank (torn lines left out)."""
     return [r for r in parse_events(text) if "rank" in r]
 
@@ -153,7 +210,7 @@ def metrics_line(row: Mapping[str, Any]) -> str:
     return json.dumps(dict(row)) + "\n"
 
 
-def parse_metrics(text: str) -> list[dict]:
+def parse_metrics(text: str) -> list[dict[str, Any]]:
     """metrics.jsonl -> its rows (torn lines left out)."""
     return parse_events(text)
 
@@ -164,9 +221,9 @@ class AgentRecord:
 
     state: str | None = None
     rc: int | None = None
-    summary: dict = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
     launch_mode: str | None = None
-    ranks: list[dict] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:

@@ -57,7 +57,7 @@ def norm_path(p: str) -> str:
     return ("/" if p.startswith("/") else "") + "/".join(parts) or "."
 
 
-def host_path(p: str | os.PathLike) -> str:
+def host_path(p: str | os.PathLike[str]) -> str:
     """The real path on this machine (symlinks resolved, missing tails kept)."""
     return norm_path(os.path.realpath(os.fspath(p)))
 
@@ -94,7 +94,7 @@ def _open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def read_bytes(path: str | os.PathLike, limit: int = MAX_TEXT, what: str = "file") -> bytes:
+def read_bytes(path: str | os.PathLike[str], limit: int = MAX_TEXT, what: str = "file") -> bytes:
     path = Path(path)
     fd, st = _open_regular(path, what)
     try:
@@ -112,7 +112,7 @@ def read_bytes(path: str | os.PathLike, limit: int = MAX_TEXT, what: str = "file
     return data
 
 
-def read_text(path: str | os.PathLike, limit: int = MAX_TEXT, what: str = "file") -> str:
+def read_text(path: str | os.PathLike[str], limit: int = MAX_TEXT, what: str = "file") -> str:
     data = read_bytes(path, limit, what)
     try:
         return data.decode("utf-8")
@@ -132,7 +132,7 @@ def parse_json(text: str | bytes) -> Any:
         raise ValueError(str(err)[:200] or type(err).__name__) from None
 
 
-def load_json(path: str | os.PathLike, limit: int = MAX_JSON, what: str = "JSON file") -> Any:
+def load_json(path: str | os.PathLike[str], limit: int = MAX_JSON, what: str = "JSON file") -> Any:
     text = read_text(path, limit, what)
     try:
         return parse_json(text)
@@ -142,7 +142,7 @@ def load_json(path: str | os.PathLike, limit: int = MAX_JSON, what: str = "JSON 
 
 # ---------------------------------------------------------------- writing
 
-def _target_dir(directory: str | os.PathLike) -> Path:
+def _target_dir(directory: str | os.PathLike[str]) -> Path:
     if directory is None or os.fspath(directory) == "":
         raise UsageError("the output folder is empty", fix="give a folder, e.g. -o out/")
     d = Path(directory)
@@ -198,7 +198,7 @@ def _check_name(name: str) -> None:
 
 
 @contextmanager
-def writing(directory: str | os.PathLike, name: str, *, mode: int = 0o644, overwrite: bool = False,
+def writing(directory: str | os.PathLike[str], name: str, *, mode: int = 0o644, overwrite: bool = False,
             binary: bool = True) -> Iterator[IO[Any]]:
     """``with writing(folder, name) as f: ...``: a streaming write with write_file's guarantees. ``f`` is a new
     temp file in ``folder`` (O_EXCL, O_NOFOLLOW); when the block ends without an exception it becomes
@@ -244,7 +244,7 @@ def _publish(dfd: int, d: Path, tmp: str, name: str, overwrite: bool) -> None:
         raise UsageError(f"{d / name}: cannot write: {err.strerror}", fix="choose a writable folder") from None
 
 
-def write_file(directory: str | os.PathLike, name: str, data: bytes | str, *, mode: int = 0o644,
+def write_file(directory: str | os.PathLike[str], name: str, data: bytes | str, *, mode: int = 0o644,
                overwrite: bool = False) -> Path:
     """Write ``directory/name`` atomically. ``name`` is one path component. A symlink at the target (even a
     dangling one) is refused; an existing file is refused unless ``overwrite``; the rename replaces the entry
@@ -256,13 +256,13 @@ def write_file(directory: str | os.PathLike, name: str, data: bytes | str, *, mo
     return Path(directory) / name
 
 
-def write_path(path: str | os.PathLike, data: bytes | str, *, mode: int = 0o644, overwrite: bool = False) -> Path:
+def write_path(path: str | os.PathLike[str], data: bytes | str, *, mode: int = 0o644, overwrite: bool = False) -> Path:
     """write_file for a whole path (its folder is made when missing)."""
     p = Path(path)
     return write_file(p.parent, p.name, data, mode=mode, overwrite=overwrite)
 
 
-def creating(directory: str | os.PathLike, name: str, *, overwrite: bool = False, binary: bool = True,
+def creating(directory: str | os.PathLike[str], name: str, *, overwrite: bool = False, binary: bool = True,
              mode: int = 0o644) -> IO[Any]:
     """A new file opened for writing that others may read while it grows (a trial's log): created with O_EXCL and
     O_NOFOLLOW in ``directory``; an existing plain file there is removed first when ``overwrite`` (a link, a FIFO
@@ -289,7 +289,7 @@ def creating(directory: str | os.PathLike, name: str, *, overwrite: bool = False
     return _fdopen(fd, binary, "w")
 
 
-def appending(path: str | os.PathLike, *, binary: bool = False) -> IO[Any]:
+def appending(path: str | os.PathLike[str], *, binary: bool = False) -> IO[Any]:
     """A log or record file opened for appending (created when missing): never through a symlink (the file or its
     folder), only a regular file (a FIFO or device is refused without blocking). The caller closes it."""
     p = Path(path)
@@ -314,7 +314,7 @@ def appending(path: str | os.PathLike, *, binary: bool = False) -> IO[Any]:
     return _fdopen(fd, binary, "a")
 
 
-def staging_dir(parent: str | os.PathLike, prefix: str) -> Path:
+def staging_dir(parent: str | os.PathLike[str], prefix: str) -> Path:
     """A new temp folder in ``parent`` to build an output in before one rename publishes it; its mode is what a
     plain mkdir gives (mkdtemp's 0700 would hide a published model or adapter from the training/serving user)."""
     import tempfile
@@ -350,7 +350,7 @@ def _trusted_ancestors(path: Path) -> None:
                                  fix=f"chmod go-w {cur}, or set HOME to a folder of this user")
 
 
-def private_dir(path: str | os.PathLike, owned_from: str | os.PathLike) -> Path:
+def private_dir(path: str | os.PathLike[str], owned_from: str | os.PathLike[str]) -> Path:
     """``mkdir -p path`` where every folder from ``owned_from`` down is this uid's own, mode 0700, and no link:
     a cache another user could write into (and so plant files the server reads) is refused."""
     p, top = Path(path), Path(owned_from)
@@ -385,14 +385,14 @@ def private_dir(path: str | os.PathLike, owned_from: str | os.PathLike) -> Path:
     return p
 
 
-def append_line(path: str | os.PathLike, line: str) -> None:
+def append_line(path: str | os.PathLike[str], line: str) -> None:
     """Append one line to a log/record file; refuses to follow a symlink."""
     with appending(path) as f:
         f.write(line.rstrip("\n") + "\n")
 
 
 @contextmanager
-def run_lock(lock_dir: str | os.PathLike, key: str, what: str) -> Iterator[None]:
+def run_lock(lock_dir: str | os.PathLike[str], key: str, what: str) -> Iterator[None]:
     """Hold the lock named ``key`` (any text; hashed into a file name) in ``lock_dir`` for the block, or raise a
     RunRecordError naming ``what`` holds it. flock on an open file: a process that dies (SIGKILL included)
     frees its lock, so a stale lock never blocks the next run."""

@@ -43,7 +43,7 @@ class LogEntry:
             return None
         return self.total_tokens / self.throughput
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 

@@ -71,7 +71,7 @@ def run_doctor(host, config) -> dict:
         # the one container readiness check (`ktdeploy doctor --image`, up's image.check, ansible's ktsft_image):
         # the image started with the training container's flags (core/plan/docker_argv.image_check)
         from ktdeploy.controller.image_check import image_doctor
-        from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+        from ktdeploy.core.plan.host_plan import MEMLOCK_WAIVER
 
         rep = image_doctor(conn, image, recipe=rec, gpus=list(settings.gpus) or None,
                            memlock=MEMLOCK_WAIVER not in settings.waive)

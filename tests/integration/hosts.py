@@ -7,7 +7,7 @@ Use through the session fixture ``host_pool`` (defined here; tests/integration/c
         h = host_pool.start("gpu01")          # -> TestHost
         h.target                              # "ssh://root@172.18.0.3:22" (or 127.0.0.1:<published port>)
         h.connect()                           # a ktdeploy SSHConnector (key + known_hosts of this session)
-        host_pool.ssh_options()               # {"key": path, "known_hosts": path} for connect()/api.up(ssh=...)
+        host_pool.ssh_options()               # {"key": path, "known_hosts": path} for connect() and SshOptions(**...) of up/up-slurm
         host_pool.known_hosts, host_pool.key  # the files themselves (public key: key + ".pub")
 
 ``start(name, *, shared=(), extra=(), docker_socket=True, record_key=True, hide_flags=(), cpuinfo=None,

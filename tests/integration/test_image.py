@@ -353,9 +353,10 @@ def test_the_serving_container_starts_as_a_uid_absent_from_passwd(images, tmp_pa
 
     from ktdeploy.agent.convert import convert
     from ktdeploy.core.plan import docker_argv as dk
-    from ktdeploy.core.plan.build import shipped_recipe
+    from ktdeploy.core.plan.host_plan import shipped_recipe
     from ktdeploy.core.recipe import builtin_recipe, load_recipe
     from ktdeploy.core.recipe.render import dump_yaml
+    from ktdeploy.core.served import Served
     from tests.fakes.kt_layout import write_lora_adapter
 
     models, data, outputs, job, report = (tmp_path / n for n in ("models", "data", "out", "job", "report"))
@@ -377,7 +378,8 @@ def test_the_serving_container_starts_as_a_uid_absent_from_passwd(images, tmp_pa
     assert yaml.safe_load((job / "recipe.yaml").read_text())["deploy"]["volumes"]["output"] == str(outputs)
     name = f"ktd-serveisa-uid-{os.getpid()}"
     argv = dk.create_serve(name=name, image=images[host_best()], run_id="uid-test", volumes=recipe.deploy.volumes,
-                           output_dir=str(raw), adapter_dir=str(outputs / "run-sglang"), gpus=None, memlock=False,
+                           output_dir=str(raw), served=Served("adapter", str(outputs / "run-sglang")), gpus=None,
+                           memlock=False,
                            user="4242:4242")
     assert argv[argv.index("--user") + 1] == "4242:4242"
     i = argv.index("--restart")

@@ -16,6 +16,7 @@ import pytest
 
 from ktdeploy.agent.serve import build_serve_command
 from ktdeploy.core.recipe import load_recipe
+from ktdeploy.core.served import Served
 from tests.integration.full_image import full_image_or_skip
 
 pytestmark = pytest.mark.docker
@@ -53,7 +54,7 @@ def parse_in_image(image: str, argv: list[str]) -> dict:
 
 def test_sglang_kt_parses_our_serve_command(full_image, tmp_path, monkeypatch):
     recipe = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml")
-    cmd = build_serve_command(recipe, "/srv/ktdeploy/output/tiny-moe-lora-sglang", cpuinfer=14, threadpools=1)
+    cmd = build_serve_command(recipe, Served("adapter", "/srv/ktdeploy/output/tiny-moe-lora-sglang"), cpuinfer=14, threadpools=1)
     got = parse_in_image(full_image, cmd.argv)
     assert got["model_path"] == recipe.train["model_name_or_path"]
     assert got["host"] == "127.0.0.1" and got["port"] == 30000
@@ -70,7 +71,7 @@ def test_api_key_and_extra_args_parse(full_image, monkeypatch):
     recipe = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml",
                          ["deploy.serve.api_key_env=KTDEPLOY_TEST_KEY", "deploy.serve.host=0.0.0.0",
                           "deploy.serve.extra_args=['--context-length', '4096']"])
-    cmd = build_serve_command(recipe, "/a", cpuinfer=8, threadpools=2)
+    cmd = build_serve_command(recipe, Served("adapter", "/a"), cpuinfer=8, threadpools=2)
     got = parse_in_image(full_image, cmd.argv)
     # the key is not in the argv: the launcher sets ServerArgs.api_key from $KTDEPLOY_TEST_KEY (named by the env)
     assert got["api_key"] is None and got["host"] == "0.0.0.0" and got["kt_method"] == "AMXBF16"   # a LoRA
@@ -82,7 +83,7 @@ def test_sglang_kt_parses_the_merged_model_command(full_image):
     method for plain BF16 experts), no LoRA flags; sglang-kt's own parser reads it back so."""
     recipe = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.merge=true"])
     merged = "/srv/ktdeploy/output/tiny-moe-lora-merged"
-    cmd = build_serve_command(recipe, None, merged_dir=merged, cpuinfer=14, threadpools=1)
+    cmd = build_serve_command(recipe, Served("merged", str(merged)), cpuinfer=14, threadpools=1)
     got = parse_in_image(full_image, cmd.argv)
     assert got["model_path"] == merged == got["kt_weight_path"]
     assert got["kt_method"] == "BF16" and got["kt_num_gpu_experts"] == 0

@@ -1,4 +1,4 @@
-"""`ktdeploy up --slurm` against a real Slurm cluster (tests/integration/slurm_cluster.py): placement on the CPU
+"""`ktdeploy up-slurm` against a real Slurm cluster (tests/integration/slurm_cluster.py): placement on the CPU
 features doctor proved, refusal before anything is queued, a tiny fine-tune end to end (submit, follow, convert),
 `down` (scancel) leaving no container, a requeued job resuming from its checkpoint.
 
@@ -21,10 +21,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from ktdeploy.agent.tiny import build_dataset  # noqa: E402
-from ktdeploy.controller import api  # noqa: E402
+from ktdeploy.controller.up_slurm import up_slurm  # noqa: E402
 from ktdeploy.core import variants as V  # noqa: E402
+from ktdeploy.core.command_requests import SlurmUpRequest, SshOptions  # noqa: E402
 from ktdeploy.core.errors import CheckFailed  # noqa: E402
-from ktdeploy.core.plan.build import job_name  # noqa: E402
+from ktdeploy.core.plan.host_plan import job_name  # noqa: E402
 from ktdeploy.core.recipe import load_recipe  # noqa: E402
 from ktdeploy.core.sched.features import LADDER, WEIGHTS  # noqa: E402
 from tests.fakes.image import build_fake_image  # noqa: E402
@@ -68,9 +69,9 @@ def sets(env, out: str, *extra) -> list[str]:
             "deploy.scheduler.cpus=1", "train.max_steps=20", "train.save_steps=5", "train.logging_steps=2", *extra]
 
 
-def up(env, out: str, *extra, **kw):
-    return api.up_slurm(env["c"].login.target, None, waive=WAIVE, overrides=sets(env, out, *extra),
-                        ssh=env["pool"].ssh_options(), **kw)
+def up(env, out: str, *extra, on_event=None, **kw):
+    return up_slurm(SlurmUpRequest(login=env["c"].login.target, waive=WAIVE, overrides=tuple(sets(env, out, *extra)),
+                                   ssh=SshOptions(**env["pool"].ssh_options()), **kw), on_event=on_event)
 
 
 def cli(env, *args) -> subprocess.CompletedProcess:
@@ -126,7 +127,7 @@ def test_amx_never_on_a_non_amx_node_and_avx512_prefers_the_non_amx_one(cluster,
 
 def test_impossible_request_is_refused_before_anything_is_queued(cluster):
     c, root = cluster["c"], cluster["c"].root
-    r = cli(cluster, "up", "--slurm", c.login.target, *[a for w in WAIVE for a in ("--waive", w)],
+    r = cli(cluster, "up-slurm", c.login.target, *[a for w in WAIVE for a in ("--waive", w)],
             *[a for s in sets(cluster, f"{root}/out/big", "deploy.gpus=[0,1,2,3]", "accelerate.num_processes=4",
                                "deploy.image=amx", "deploy.scheduler.mem_gib=4") for a in ("--set", s)])
     assert r.returncode == 1, (r.stdout, r.stderr)
@@ -184,7 +185,7 @@ def test_tiny_finetune_end_to_end_submit_follow_convert(cluster):
     assert lg.returncode == 0 and "training finished" in lg.stdout, lg.stderr
     res2 = up(cluster, out, resume="auto")
     assert not [e for e in res2.record.events() if e["event"] == "slurm_submitted"]
-    print(f"\nup --slurm end to end {total:.1f} s, submit-to-start {latency:.2f} s")
+    print(f"\nup-slurm end to end {total:.1f} s, submit-to-start {latency:.2f} s")
 
 
 @pytest.mark.parametrize("attempt", REPEAT)

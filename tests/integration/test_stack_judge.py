@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.controller.stack_judge import check_with_stack
+from ktdeploy.controller.stack_judge_runner import check_with_stack
 from ktdeploy.core.recipe import load_recipe, validate
 from ktdeploy.core.recipe.finding import errors
 

@@ -21,8 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # tests.fakes / tests.integration.hosts, whatever pytest's import mode
 
 from ktdeploy.agent.tiny import build_dataset  # noqa: E402 (after the sys.path insert)
-from ktdeploy.controller import api  # noqa: E402 (after the sys.path insert)
+from ktdeploy.controller import up_host  # noqa: E402 (after the sys.path insert)
 from ktdeploy.controller.runs import RunRecord  # noqa: E402 (after the sys.path insert)
+from ktdeploy.core.command_requests import SshOptions, UpRequest  # noqa: E402 (after the sys.path insert)
 from ktdeploy.core.errors import StepError  # noqa: E402 (after the sys.path insert)
 from tests.fakes import kt_layout  # noqa: E402 (after the sys.path insert)
 from tests.fakes.image import build_fake_image  # noqa: E402 (after the sys.path insert)
@@ -36,6 +37,12 @@ SHM = ["--shm-size", "2g"]  # a training host's /dev/shm (doctor's memory.shm wa
 # stack.judge: nor LlamaFactory/kt-kernel (nor ktdeploy's judge), so the stack's judgement of the recipe cannot run
 WAIVE = ("gpu.present", "gpu.count_vs_recipe", "docker.nvidia_runtime", "docker.memlock", "stack.torch",
          "stack.judge")
+
+
+def up(target: str, recipe, *, ssh: dict, overrides=(), on_event=None, **request):
+    """`up` of ``recipe`` on a test host, through the SSH options of the host pool."""
+    return up_host.up(UpRequest(host=target, recipe=recipe, overrides=tuple(overrides), ssh=SshOptions(**ssh),
+                                **request), on_event=on_event)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +115,7 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     os.environ["KTDEPLOY_TEST_API_KEY"] = secret      # served with an API key taken from the controller's environment
     overrides = [*sets(env, out), "deploy.serve.api_key_env=KTDEPLOY_TEST_API_KEY"]
     t0 = time.monotonic()
-    res = api.up(host.target, recipe_file, waive=WAIVE, overrides=overrides,
+    res = up(host.target, recipe_file, waive=WAIVE, overrides=overrides,
                  ssh=env["pool"].ssh_options(), on_event=said.append)
     first_s = time.monotonic() - t0
     assert res.state == "finished", said
@@ -170,7 +177,7 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
 
     # second up: nothing changes
     t0 = time.monotonic()
-    res2 = api.up(host.target, recipe_file, waive=WAIVE, overrides=overrides, ssh=env["pool"].ssh_options(),
+    res2 = up(host.target, recipe_file, waive=WAIVE, overrides=overrides, ssh=env["pool"].ssh_options(),
                   on_event=said.append)
     second_s = time.monotonic() - t0
     assert res2.state == "finished"
@@ -278,7 +285,7 @@ def test_killed_container_reported_then_resumed_from_newest_complete_checkpoint(
     ssh = env["pool"].ssh_options()
     (env["root"] / "data" / "fake_step_seconds").write_text("0.15")
     try:
-        res = api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, "train.max_steps=40", port=31001),
+        res = up(host.target, None, waive=WAIVE, overrides=sets(env, out, "train.max_steps=40", port=31001),
                      ssh=ssh, detach=True)
         assert res.state == "detached"
         job = res.plan.job
@@ -303,7 +310,7 @@ def test_killed_container_reported_then_resumed_from_newest_complete_checkpoint(
     assert "exit code 137" in r.stderr.replace("\n", " ") or "exit code: 137" in r.stderr, r.stderr
     assert "--resume auto" in r.stderr and "last log lines" in r.stderr
 
-    res = api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, "train.max_steps=40", port=31001),
+    res = up(host.target, None, waive=WAIVE, overrides=sets(env, out, "train.max_steps=40", port=31001),
                  ssh=ssh, resume="auto")
     assert res.state == "finished"
     assert res.plan.resume_from == f"{out}/checkpoint-{done}"
@@ -327,7 +334,7 @@ def test_crash_at_step_is_reported_with_log_lines(env):
     (data / "fake_crash_at_step").write_text("7")
     try:
         with pytest.raises(StepError) as ei:
-            api.up(host.target, None, waive=WAIVE, overrides=sets(env, out, "deploy.serve.enabled=false", port=31002),
+            up(host.target, None, waive=WAIVE, overrides=sets(env, out, "deploy.serve.enabled=false", port=31002),
                    ssh=env["pool"].ssh_options())
     finally:
         (data / "fake_crash_at_step").unlink()
@@ -388,7 +395,7 @@ def test_full_finetune_is_regrouped_and_served_as_weights(env):
     text = (REPO / "recipes" / "tiny-moe-lora.yaml").read_text().replace("finetuning_type: lora", "finetuning_type: full")
     recipe_file.write_text("\n".join(x for x in text.splitlines() if not x.startswith("  lora_")) + "\n")
     said: list = []
-    res = api.up(host.target, recipe_file, waive=WAIVE, overrides=[*sets(env, out, port=31002), "train.save_steps=10"],
+    res = up(host.target, recipe_file, waive=WAIVE, overrides=[*sets(env, out, port=31002), "train.save_steps=10"],
                  ssh=env["pool"].ssh_options(), on_event=said.append)
     assert res.state == "finished", said
     rec = res.record
@@ -419,7 +426,7 @@ def test_merge_true_merges_the_lora_and_serves_the_merged_model(env):
     overrides = [*sets(env, out, port=31003), "deploy.serve.merge=true", f"train.model_name_or_path={base}",
                  "train.save_steps=10"]
     said: list = []
-    res = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
+    res = up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
                  ssh=env["pool"].ssh_options(), on_event=said.append)
     assert res.state == "finished", said
     rec = res.record
@@ -443,7 +450,7 @@ def test_merge_true_merges_the_lora_and_serves_the_merged_model(env):
     assert serve["Args"][-3:] == ["/ktdeploy-job/recipe.yaml", "--merged", str(merged)]
     assert any(n.endswith("(model=tiny-base)") for n in plan["notes"]), plan["notes"]   # no :lora suffix
     # second up: nothing runs again
-    res2 = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
+    res2 = up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
                   ssh=env["pool"].ssh_options(), on_event=said.append)
     assert res2.state == "finished"
     assert not {e["step"] for e in events(res2.record, "step_start")} & {"convert.merge", "convert.adapter", "serve.create"}
@@ -476,7 +483,7 @@ def test_eval_stage_scores_the_served_model_on_rows_held_out_before_training(env
     overrides = [*sets(env, out, port=31006), "deploy.eval.holdout=8", "deploy.eval.seed=3",
                  f"deploy.serve.host={gateway}", "deploy.eval.max_tokens=32"]
     said: list = []
-    res = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
+    res = up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, overrides=overrides,
                  ssh=env["pool"].ssh_options(), on_event=said.append)
     assert res.state == "finished", said
     held = Path(f"{out}-holdout")
@@ -573,10 +580,10 @@ def test_image_missing_then_shipped_as_tarball_and_loaded(env, tmp_path):
     over = sets(env, out, f"deploy.image={tag}")
     try:
         with pytest.raises(StepError) as ei:
-            api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options())
+            up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options())
         assert "not on the host" in ei.value.message and "--image-tar" in ei.value.fix
         assert not Path(out).exists()
-        res = api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(),
+        res = up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(),
                      image_tar=str(tar), detach=True)
         assert res.state == "detached"
         done = {e["step"] for e in events(res.record, "step_done")}
@@ -584,7 +591,7 @@ def test_image_missing_then_shipped_as_tarball_and_loaded(env, tmp_path):
         assert docker("image", "inspect", tag, check=False).returncode == 0
         assert host.exec("test", "-e", f"{res.plan.job_dir}/image.tar", check=False).returncode == 1
         # a second up finds the image present: nothing shipped again
-        res2 = api.up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(),
+        res2 = up(host.target, None, waive=WAIVE, overrides=over, ssh=env["pool"].ssh_options(),
                       image_tar=str(tar), detach=True)
         assert not {e["step"] for e in events(res2.record, "step_start")} & {"image.ship", "image.load"}
     finally:
@@ -611,7 +618,7 @@ def test_readme_first_command_stops_at_doctor_on_a_host_that_cannot_train(tmp_pa
 def test_tune_runs_in_the_image_then_training_uses_its_choice(env):
     root, host = env["root"], env["hosts"]["second"]
     out = f"{root}/out/tuned-run"
-    res = api.up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, detach=True, tune=True,
+    res = up(host.target, REPO / "recipes" / "tiny-moe-lora.yaml", waive=WAIVE, detach=True, tune=True,
                  tune_budget_minutes=2, overrides=sets(env, out, port=31007), ssh=env["pool"].ssh_options())
     assert res.state in ("detached", "started", "running", "finished"), res.state
     done = {e["step"] for e in events(res.record, "step_done")}

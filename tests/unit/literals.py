@@ -1,4 +1,4 @@
-"""The registry tests' one scan: where a name that has a single home is written as a string literal elsewhere."""
+"""The fact-source registry test's scan: where a name that has a single home is written as a string literal elsewhere."""
 
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.agent.train import run_doctor
-from ktdeploy.controller.api import load_facts_file
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.runs import all_runs
+from ktdeploy.controller.up_inputs import load_facts_file
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.gate import CPU_ONLY_WAIVERS, profile_hint, with_profile
 from ktdeploy.core.errors import CheckFailed

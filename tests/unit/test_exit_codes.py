@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.controller.api import load_facts_file, planned_user
+from ktdeploy.controller.up_host import planned_user
+from ktdeploy.controller.up_inputs import load_facts_file
 from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.plan import UpOptions, build_plan
 from ktdeploy.core.plan.state import JobState

@@ -131,7 +131,7 @@ def test_a_trainer_crash_after_steps_is_advised_to_resume_one_before_any_step_is
 
 
 def test_resume_auto_without_a_checkpoint_says_it_starts_fresh():
-    from ktdeploy.controller.api import load_facts_file
+    from ktdeploy.controller.up_inputs import load_facts_file
     from ktdeploy.core.plan import UpOptions, build_plan
     from ktdeploy.core.plan.state import JobState
     from ktdeploy.core.recipe import load_recipe

@@ -120,10 +120,10 @@ def test_every_module_is_in_a_layer():
 def test_the_checker_sees_lazy_relative_and_dynamic_imports():
     """The checker is not blind: imports inside functions, relative and importlib ones are all found."""
     src = ("def f():\n    from ktdeploy.cli.output import console\n"
-           "    import ktdeploy.controller.api\n"
+           "    import ktdeploy.controller.up_host\n"
            "    from ..agent import train\n"
            "    importlib.import_module(f'ktdeploy.controller.{name}')\n")
     found = imports_in(src, "ktdeploy.core.x", is_package=False)
-    assert {"ktdeploy.cli.output", "ktdeploy.controller.api", "ktdeploy.agent.train",
+    assert {"ktdeploy.cli.output", "ktdeploy.controller.up_host", "ktdeploy.agent.train",
             "ktdeploy.controller"} <= found
     assert {layer_of(m) for m in found} == {"cli", "controller", "agent"}

@@ -15,12 +15,12 @@ import pytest
 from ruamel.yaml import YAML
 
 from ktdeploy.cli.events_view import plain_lines
-from ktdeploy.controller.api import check_run_name
 from ktdeploy.controller.connectors import LocalConnector
 from ktdeploy.controller.runs import RunRecord, latest_run
 from ktdeploy.controller.sync import PARTIAL, sync_folder
+from ktdeploy.controller.up_inputs import check_run_name
 from ktdeploy.core.errors import StepError, UsageError
-from ktdeploy.core.events import Synced, SyncPlanned, SyncUploading
+from ktdeploy.core.events import Mark, Said, Synced
 from tests.fakes.image import image_archive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,7 +117,7 @@ def test_sync_uploads_checks_and_skips_what_is_there(tmp_path):
     for name, data in MODEL.items():
         assert (target / name).read_bytes() == data
     assert not (target / PARTIAL).exists()
-    assert [type(e) for e in said] == [SyncUploading, Synced] and said[-1].record() == {**res.to_json(), "dry_run": False}
+    assert [type(e) for e in said] == [Said, Synced] and said[0].mark is Mark.GO and said[-1].record() == {**res.to_json(), "dry_run": False}
     assert plain_lines(said[-1])[0].endswith("checked by size and SHA-256")
     said.clear()
     again = sync_folder(LocalConnector(), str(src), str(target), role="model", emit=said.append)
@@ -162,7 +162,7 @@ def test_sync_in_a_dry_run_copies_nothing(tmp_path):
     src = _folder(tmp_path / "local", MODEL)
     said: list = []
     sync_folder(LocalConnector(), str(src), str(tmp_path / "host"), role="model", dry_run=True, emit=said.append)
-    assert [type(e) for e in said] == [SyncPlanned, Synced] and said[-1].dry_run and plain_lines(said[-1]) == []
+    assert [type(e) for e in said] == [Said, Synced] and said[0].mark is Mark.NOT and said[-1].dry_run and plain_lines(said[-1]) == []
     assert not (tmp_path / "host").exists() and "would upload 4 of 4 file(s)" in plain_lines(said[0])[0]
 
 

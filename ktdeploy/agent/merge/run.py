@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from ktdeploy import __version__
 from ktdeploy.agent import safetensors_io as st
@@ -452,14 +453,27 @@ def _merge(output_dir: Path, base_dir: Path, merged: str | os.PathLike, base_roo
         f"{mapping.expert_tensors} expert + {mapping.nonexpert_tensors} other tensors, {len(plans)} shard(s)")
     stage = _Staging(dst, _plan_id(adapter, base, fp8), say)
     try:
-        return _run(adapter, base, plans, mapping, scales, block, stage, dst, workers, say, t0)
+        return _run(adapter, base, plans, mapping, _Fp8Scales(scales, block), stage, dst, workers, say, t0)
     finally:
         stage.close()
 
 
-def _run(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: layout.Mapping, scales: dict[str, tuple[Path, st.TensorInfo]],
-         block: list[int] | None, stage: _Staging, dst: Path, workers: int | None, say: Callable[[str], None],
-         t0: float) -> MergeSummary:
+class _Fp8Scales(NamedTuple):
+    """An FP8 base's dequantization: each weight's scale tensor, and the block it scales."""
+
+    scales: dict[str, tuple[Path, st.TensorInfo]]
+    block: list[int] | None
+
+
+class _Counts(NamedTuple):
+    kept: int          # shards kept from an interrupted merge
+    bytes_in: int
+    bytes_out: int
+
+
+def _run(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: layout.Mapping, fp8_scales: _Fp8Scales,
+         stage: _Staging, dst: Path, workers: int | None, say: Callable[[str], None], t0: float) -> MergeSummary:
+    scales, block = fp8_scales
     fp8 = bool(mapping.dropped)
     kept = 0
     todo = []
@@ -505,11 +519,12 @@ def _run(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: layout
                 f"({p.file_size / 1e9 / max(dt, 1e-9):.2f} GB/s)")
     finally:
         cache.close()
-    return _publish(adapter, base, plans, mapping, stage, dst, fp8, kept, bytes_in, bytes_out, t0, say)
+    return _publish(adapter, base, plans, mapping, stage, dst, fp8, _Counts(kept, bytes_in, bytes_out), t0, say)
 
 
-def _publish(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: layout.Mapping, stage: _Staging, dst: Path, fp8: bool, kept: int, bytes_in: int,
-             bytes_out: int, t0: float, say: Callable[[str], None]) -> MergeSummary:
+def _publish(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: layout.Mapping, stage: _Staging, dst: Path,
+             fp8: bool, counts: _Counts, t0: float, say: Callable[[str], None]) -> MergeSummary:
+    kept, bytes_in, bytes_out = counts
     out_files: dict[str, dict] = {p.name: {"size": stage.done[p.name]["size"], "sha256": stage.done[p.name]["sha256"]}
                                   for p in plans}
     base_files: dict[str, dict] = {p.name: {"size": p.file_size, "sha256": stage.done[p.name]["input_sha256"]}

@@ -8,6 +8,7 @@ thread count sits well below "all physical cores" and depends on the host and th
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, order=True)
@@ -35,7 +36,7 @@ class Candidate:
             parts.append(f"act={self.kt_cpu_activation}")
         return " ".join(parts)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.agent.monitor import tree_rss_bytes
 from ktdeploy.agent.tune.candidates import Candidate
@@ -124,7 +125,7 @@ def _read(p: Path) -> str:
         return ""
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen[Any]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ktdeploy.agent.tune.candidates import Candidate
 
@@ -17,9 +18,9 @@ class Trial:
     status: str = "pending"        # ok | stopped-early | failed | skipped-budget
     note: str = ""
     steps: int = 0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"setting": self.candidate.to_json(), "label": self.candidate.label(), "tokens_per_s": self.tokens_per_s,
                 "peak_host_rss_gib": self.peak_host_rss_gib, "peak_gpu_gib": self.peak_gpu_gib,
                 "seconds": round(self.seconds, 1), "status": self.status, "note": self.note, "steps": self.steps}

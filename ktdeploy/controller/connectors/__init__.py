@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector, Result, quote_argv
-from ktdeploy.controller.connectors.docker import DockerExecConnector
+from ktdeploy.controller.connectors.docker_exec import DockerExecConnector
 from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.host_target import FORMS, HostTarget, parse_host

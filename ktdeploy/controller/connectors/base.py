@@ -27,12 +27,15 @@ class Result:
 
 @runtime_checkable
 class Connector(Protocol):
+    """What the controller uses of a host. ``timeout`` has no default here: every remote command names its bound
+    (a call without one is a mypy error; the connectors' own defaults serve their direct users, tests)."""
+
     name: str
 
-    def run(self, argv: list[str], *, timeout: float | None = None, check: bool = False,
+    def run(self, argv: list[str], *, timeout: float | None, check: bool = False,
             env: dict[str, str] | None = None, input: str | bytes | None = None) -> Result: ...
 
-    def run_shell(self, script: str, *, timeout: float | None = None, check: bool = False) -> Result: ...
+    def run_shell(self, script: str, *, timeout: float | None, check: bool = False) -> Result: ...
 
     def put_file(self, local: str, remote: str, mode: int | None = None) -> None: ...
 

@@ -7,6 +7,6 @@ build     -- build the variants, tag them, and report per-stage timings and the 
 """
 
 from ktdeploy.controller.images.lockfile import Lock, read_lock
-from ktdeploy.controller.images.variants import ISA_VARIANTS, STACKS, image_tag
+from ktdeploy.controller.images.tags import ISA_VARIANTS, STACKS, image_tag
 
 __all__ = ["ISA_VARIANTS", "STACKS", "Lock", "image_tag", "read_lock"]

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import ktdeploy
 from ktdeploy.controller.images import docker_cli
@@ -42,7 +43,7 @@ from ktdeploy.controller.images.layer_load import (
     write_layer,
 )
 from ktdeploy.controller.images.lockfile import Lock, read_lock
-from ktdeploy.controller.images.variants import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag, image_tags
+from ktdeploy.controller.images.tags import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag, image_tags
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
 from ktdeploy.core import variants as V
 from ktdeploy.core.errors import ImageError, UsageError
@@ -197,7 +198,7 @@ def snapshot_context(src: Path, dest: Path) -> Path:
     return dest
 
 
-def _fail(what: str, proc: subprocess.CompletedProcess) -> ImageError:
+def _fail(what: str, proc: subprocess.CompletedProcess[Any]) -> ImageError:
     out = "\n".join((proc.stdout + "\n" + (proc.stderr or "")).strip().splitlines()[-25:])
     return ImageError(f"{what} failed (exit {proc.returncode}); last lines:\n{out}",
                       fix="Read the step that failed above. `verify_stack: FAILED` lists what is "
@@ -439,7 +440,7 @@ def load(archive: Path, repo: str = DEFAULT_REPO["full"]) -> list[str]:
     name is one of ktdeploy's images (``repo``:<variant>) is loaded; the .images.json beside it is not asked (it
     comes with the archive, from the same hands)."""
     from ktdeploy.controller.images.archive import require_only
-    from ktdeploy.controller.images.variants import ISA_VARIANTS
+    from ktdeploy.controller.images.tags import ISA_VARIANTS
 
     if not archive.is_file():
         raise UsageError(f"{archive} does not exist", key="ARCHIVE", fix="Pass the file `ktdeploy image save` wrote.")

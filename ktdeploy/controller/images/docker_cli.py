@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
+from typing import Any
 
 from ktdeploy.core.errors import ImageError
 from ktdeploy.core.safeio import parse_json
@@ -22,8 +23,8 @@ def docker_bin() -> str:
     return path
 
 
-def run(argv: list[str], *, env: dict | None = None, capture: bool = True, timeout: float | None = None,
-        on_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+def run(argv: list[str], *, env: dict[str, Any] | None = None, capture: bool = True, timeout: float | None = None,
+        on_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess[str]:
     """Run `docker …`. With on_line, stream merged output line by line (and keep it for errors)."""
     full = [docker_bin(), *argv]
     environ = {**os.environ, **(env or {})}
@@ -41,7 +42,7 @@ def run(argv: list[str], *, env: dict | None = None, capture: bool = True, timeo
     return subprocess.CompletedProcess(full, rc, "\n".join(lines), "")
 
 
-def inspect_image(ref: str) -> dict | None:
+def inspect_image(ref: str) -> dict[str, Any] | None:
     proc = run(["image", "inspect", ref])
     if proc.returncode != 0:
         return None

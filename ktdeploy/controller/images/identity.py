@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.hashing import sha256_file
@@ -17,13 +18,13 @@ def sidecar(archive: Path) -> Path:
     return archive.with_name(archive.name + ".images.json")
 
 
-def write_sidecar(archive: Path, images: dict[str, str]) -> dict:
+def write_sidecar(archive: Path, images: dict[str, str]) -> dict[str, Any]:
     data = {"images": dict(sorted(images.items())), "sha256": sha256_file(archive), "size": archive.stat().st_size}
     write_path(sidecar(archive), json.dumps(data, indent=2) + "\n")  # new, never through a link
     return data
 
 
-def read_sidecar(archive: Path) -> dict | None:
+def read_sidecar(archive: Path) -> dict[str, Any] | None:
     p = sidecar(archive)
     if not p.is_file():
         return None

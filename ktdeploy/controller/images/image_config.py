@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
-from ktdeploy.controller.images.variants import ISA_VARIANTS
+from ktdeploy.controller.images.tags import ISA_VARIANTS
 from ktdeploy.core import variants as V
 
 ENTRYPOINT = ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "ktdeploy.cli.image_entry"]
@@ -75,7 +76,7 @@ _METADATA_ONLY = ("ENV", "LABEL", "ARG", "CMD", "ENTRYPOINT", "USER", "EXPOSE", 
                   "HEALTHCHECK", "ONBUILD", "MAINTAINER")
 
 
-def _is_empty(row: dict) -> bool:
+def _is_empty(row: dict[str, Any]) -> bool:
     created_by = str(row.get("CreatedBy") or "")
     if "#(nop)" in created_by:
         instruction = created_by.split("#(nop)", 1)[1].strip().split(" ", 1)[0].upper()
@@ -83,14 +84,14 @@ def _is_empty(row: dict) -> bool:
     return False
 
 
-def _size(row: dict) -> int:
+def _size(row: dict[str, Any]) -> int:
     try:
         return int(row.get("Size") or 0)
     except (TypeError, ValueError):
         return 0
 
 
-def history_entries(rows: list[dict], n_layers: int) -> list[dict]:
+def history_entries(rows: list[dict[str, Any]], n_layers: int) -> list[dict[str, Any]]:
     """The image config's history from `docker history --no-trunc --human=false --format '{{json .}}'` rows
     (newest first) of an image with ``n_layers`` filesystem layers, oldest first, each marked empty_layer or not.
 
@@ -100,7 +101,7 @@ def history_entries(rows: list[dict], n_layers: int) -> list[dict]:
     the rows are not guessed at: one anonymous entry per layer instead, as a `docker import` has."""
     entries, maybe = [], []
     for row in reversed(rows):
-        e: dict = {"created": str(row.get("CreatedAt") or "1970-01-01T00:00:00Z"),
+        e: dict[str, Any] = {"created": str(row.get("CreatedAt") or "1970-01-01T00:00:00Z"),
                    "created_by": str(row.get("CreatedBy") or "")}
         if row.get("Comment"):
             e["comment"] = str(row["Comment"])
@@ -119,8 +120,8 @@ def history_entries(rows: list[dict], n_layers: int) -> list[dict]:
     return entries
 
 
-def image_config(base: dict, history: list[dict], diff_id: str, created: str,
-                 settings: VariantSettings | None = None) -> dict:
+def image_config(base: dict[str, Any], history: list[dict[str, Any]], diff_id: str, created: str,
+                 settings: VariantSettings | None = None) -> dict[str, Any]:
     """The configuration of ``base`` (its `docker image inspect`) with one more layer ``diff_id`` and, for a
     variant, its settings. Without settings: the base's own config (the image the verification runs in)."""
     cfg = dict(base.get("Config") or {})
@@ -131,7 +132,7 @@ def image_config(base: dict, history: list[dict], diff_id: str, created: str,
         cfg["Entrypoint"] = list(settings.entrypoint)
         cfg["Cmd"] = list(settings.cmd)
         cfg["Labels"] = {**(cfg.get("Labels") or {}), **settings.labels}
-    config: dict = {
+    config: dict[str, Any] = {
         "architecture": base.get("Architecture") or "amd64",
         "os": base.get("Os") or "linux",
         "created": created,

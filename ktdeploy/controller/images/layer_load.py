@@ -71,7 +71,7 @@ def restage(src: tarfile.TarFile, dst: tarfile.TarFile) -> list[str]:
 
 
 @contextmanager
-def stage_stream(light_id: str) -> Iterator[subprocess.Popen]:
+def stage_stream(light_id: str) -> Iterator[subprocess.Popen[bytes]]:
     """The `docker cp CONTAINER:/stage -` process of a container of ``light_id`` (removed afterwards)."""
     ctr = docker_cli.run(["create", light_id]).stdout.strip()
     if not ctr:
@@ -96,7 +96,7 @@ def write_layer(light_id: str, dest: Path) -> LayerFile:
     return LayerFile(dest, "sha256:" + w.h.hexdigest(), copied)
 
 
-def write_archive(dest: Path, layer: LayerFile, images: list[tuple[dict, list[str]]]) -> list[str]:
+def write_archive(dest: Path, layer: LayerFile, images: list[tuple[dict[str, Any], list[str]]]) -> list[str]:
     """A `docker load` archive (docker save's layout) of ``images`` — (config, tags) pairs that all end in
     ``layer`` — carrying only that layer's file. Returns each image's ID (sha256 of its config)."""
     new_dir = layer.diff_id.split(":")[-1]
@@ -136,7 +136,7 @@ def load_archive(archive: Path) -> None:
         raise ImageError(f"docker load of the built image failed: {err}", fix="Check free disk space and `docker info`.")
 
 
-def history_rows(image: str) -> list[dict]:
+def history_rows(image: str) -> list[dict[str, Any]]:
     proc = docker_cli.run(["history", "--no-trunc", "--human=false", "--format", "{{json .}}", image])
     if proc.returncode != 0:
         return []

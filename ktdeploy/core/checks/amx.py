@@ -7,9 +7,11 @@ unusable" (a failure: kt-kernel would pick its AMX library from the flags and di
 
 from __future__ import annotations
 
+from typing import Any
+
 from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
-from ktdeploy.core.check_result import CheckResult
+from ktdeploy.core.check_result import CheckResult, Status
 from ktdeploy.core.checks.isa import AMX_FLAGS, best_variant
 from ktdeploy.core.facts.host import HostFacts
 
@@ -38,7 +40,7 @@ def kernel_check(facts: HostFacts) -> CheckResult:
     if v >= (5, 16, 0):
         return CheckResult(name=CheckName.KERNEL_VERSION, status="pass", detail=f"{text} (>= 5.16: AMX tile state supported)",
                            layer=facts.layer)
-    status = "fail" if facts.cpu.has(*AMX_FLAGS) else "warn"
+    status: Status = "fail" if facts.cpu.has(*AMX_FLAGS) else "warn"
     return CheckResult(name=CheckName.KERNEL_VERSION, status=status, layer=facts.layer,
                        detail=f"{text} is older than 5.16: the kernel refuses AMX tile state (ARCH_REQ_XCOMP_PERM)",
                        fix="Upgrade the host kernel to >= 5.16 (containers share the host kernel).")
@@ -119,7 +121,7 @@ def amx_checks(facts: HostFacts) -> list[CheckResult]:
     return out
 
 
-def _bf16_tile_check(facts: HostFacts, fallback: str, data: dict) -> CheckResult:
+def _bf16_tile_check(facts: HostFacts, fallback: str, data: dict[str, Any]) -> CheckResult:
     """cpu.amx.bf16_exec: kt-kernel's amx build trains BF16 experts with tdpbf16ps (AMXBF16_SFT): prove that too."""
     p, layer = facts.probes.amx, facts.layer
     if p.amx_bf16_exec and p.amx_bf16_correct:

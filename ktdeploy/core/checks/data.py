@@ -1,4 +1,4 @@
-"""Doctor checks on a recipe's data and weights (host facts from core/facts/data.py). Pure.
+"""Doctor checks on a recipe's data and weights (host facts from core/facts/data_listing.py). Pure.
 
 - data.dataset_placeholder: a shipped recipe's `dataset: your_dataset` is a placeholder to fill in.
 - data.dataset_info: each `dataset` name exists in dataset_dir/dataset_info.json (LlamaFactory
@@ -27,7 +27,7 @@ from typing import Any
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.checks.model import model_checks, model_requests
-from ktdeploy.core.facts.data import READ_LIMIT, DataFacts, first_rows
+from ktdeploy.core.facts.data_listing import READ_LIMIT, DataFacts, first_rows
 from ktdeploy.core.kt_weights import needed_by
 from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.safeio import parse_json
@@ -93,7 +93,7 @@ def _start_files_check(train: Mapping[str, Any], facts: DataFacts) -> list[Check
     return []
 
 
-def dataset_info(train: Mapping[str, Any], facts: DataFacts) -> dict | None:
+def dataset_info(train: Mapping[str, Any], facts: DataFacts) -> dict[str, Any] | None:
     ddir = TrainKeys(train).dataset_dir
     if not isinstance(ddir, str):
         return None

@@ -1,4 +1,4 @@
-"""Doctor checks on the model a run will load (pure; the host's answers come from core/facts/data.py).
+"""Doctor checks on the model a run will load (pure; the host's answers come from core/facts/data_listing.py).
 
 An empty or half-copied model folder used to pass doctor (``path.model_exists`` only tests the volume) and fail
 an hour later in the training container. These read what LlamaFactory/transformers will open:
@@ -27,7 +27,7 @@ from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult
 from ktdeploy.core.errors import KtdeployError
-from ktdeploy.core.facts.data import DataFacts, file_sizes, index_shards
+from ktdeploy.core.facts.data_listing import DataFacts, file_sizes, index_shards
 from ktdeploy.core.recipe.train_keys import TrainKeys
 
 INDEX = "model.safetensors.index.json"
@@ -62,7 +62,7 @@ def how_to_get(train: Mapping[str, Any]) -> str:
             f"{model}`), or upload a local copy: ktdeploy up --sync-model LOCAL_DIR ...")
 
 
-def _config(model: str, facts: DataFacts) -> tuple[dict | None, str]:
+def _config(model: str, facts: DataFacts) -> tuple[dict[str, Any] | None, str]:
     e = facts.get("read", posixpath.join(model, "config.json"))
     if e is None or not e.ok:
         return None, "missing"
@@ -73,7 +73,7 @@ def _config(model: str, facts: DataFacts) -> tuple[dict | None, str]:
     return (cfg, "") if isinstance(cfg, dict) else (None, "not a JSON object")
 
 
-def _expected_bytes(cfg: dict) -> tuple[float, str] | None:
+def _expected_bytes(cfg: dict[str, Any]) -> tuple[float, str] | None:
     """(bytes the checkpoint should hold, how that was reckoned) from config.json, or None when the planner does
     not know the architecture."""
     from ktdeploy.core.sizing.model_config import parse_model_config
@@ -135,7 +135,7 @@ def _tokenizer_check(model: str, files: dict[str, int], train: Mapping[str, Any]
                        detail=f"tokenizer_config.json + {' + '.join(vocab)}")
 
 
-def _weights_check(model: str, files: dict[str, int], facts: DataFacts, cfg: dict | None,
+def _weights_check(model: str, files: dict[str, int], facts: DataFacts, cfg: dict[str, Any] | None,
                    train: Mapping[str, Any]) -> CheckResult:
     name, fix = CheckName.MODEL_WEIGHTS, f"Copy the missing weights: {how_to_get(train)}."
     index = index_shards(facts.get("shards", posixpath.join(model, INDEX)))

@@ -1,7 +1,7 @@
 """The image's stack in the training container (pure): Python headers, torch, CUDA, one Triton kernel, and the
 stack's own judgement of the recipe (``stack.judge``).
 
-Judges ``StackFacts`` (``core/facts/stack.py``). The driver-vs-CUDA check is ``gpu.driver`` on the container's
+Judges ``StackFacts`` (``core/facts/stack_probe.py``). The driver-vs-CUDA check is ``gpu.driver`` on the container's
 nvidia-smi facts (``resources.gpu_driver_check``), not repeated here. Without a GPU the CUDA and Triton checks
 fail with that reason (waive them on a CPU-only box like ``gpu.present``).
 """
@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult, Status
-from ktdeploy.core.facts.stack import StackFacts
+from ktdeploy.core.facts.stack_probe import StackFacts
 
 if TYPE_CHECKING:
     from ktdeploy.core.recipe.finding import Finding
-    from ktdeploy.core.recipe.stack_judge import JudgeResult
+    from ktdeploy.core.recipe.stack_judge_payload import JudgeResult
 
 LAYER = "container"
 REBUILD = "rebuild the image with `ktdeploy image build` (its base installs python3.11-dev)"
 
 
-def _c(name: str, status: Status, detail: str, fix: str = "", **data: Any) -> CheckResult:
+def _c(name: CheckName, status: Status, detail: str, fix: str = "", **data: Any) -> CheckResult:
     return CheckResult(name=name, status=status, detail=detail, fix=fix, layer=LAYER, data=data)
 
 
@@ -109,8 +109,8 @@ JUDGE = CheckName.STACK_JUDGE
 
 
 def judge_check(result: JudgeResult, findings: list[Finding]) -> CheckResult:
-    """``stack.judge``: the stack's own verdict on the recipe (core/recipe/stack_judge.py JudgeResult), with the
-    findings (``core/recipe/stack_judge.findings``) of a refusal in ``data["findings"]``: up and train refuse with
+    """``stack.judge``: the stack's own verdict on the recipe (core/recipe/stack_judge_payload.py JudgeResult), with the
+    findings (``core/recipe/stack_judge_payload.findings``) of a refusal in ``data["findings"]``: up and train refuse with
     exactly those (RecipeError), the same report as ``ktdeploy check --stack``."""
     data: dict[str, Any] = {"verdict": result.status, "stages": result.stages, "bypassed": result.bypassed,
                             "versions": result.versions, "seconds": result.seconds}

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ktdeploy.core.check_names import CheckName
-from ktdeploy.core.check_result import CheckResult
+from ktdeploy.core.check_result import CheckResult, Status
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe.train_keys import TrainKeys
 
@@ -97,7 +97,7 @@ def mempolicy_check(facts: HostFacts) -> CheckResult:
     if p.ok:
         return CheckResult(name=CheckName.NUMA_MEMPOLICY, status="pass", layer=facts.layer,
                            detail=f"set_mempolicy(MPOL_BIND) works ({nodes} NUMA node(s))")
-    status = "fail" if nodes > 1 else "warn"
+    status: Status = "fail" if nodes > 1 else "warn"
     return CheckResult(name=CheckName.NUMA_MEMPOLICY, status=status, layer=facts.layer,
                        detail=f"{p.error or 'set_mempolicy failed'}: kt-kernel cannot bind expert memory to NUMA "
                               f"nodes and runs slower ({nodes} node(s); ktransformers #350)",

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ktdeploy.core.facts.host import CpuFacts, NumaNode
 from ktdeploy.core.facts.total import PARSE_ERRORS
@@ -37,7 +38,7 @@ def _cpu(text: str) -> int:
     return int(text)
 
 
-def parse_cpuinfo(text: str) -> dict:
+def parse_cpuinfo(text: str) -> dict[str, Any]:
     """Parse /proc/cpuinfo: vendor, model, flags of the first processor, processor count and topology ids."""
     blocks = [b for b in re.split(r"\n\s*\n", text.strip()) if b.strip()]
     procs = []
@@ -52,7 +53,7 @@ def parse_cpuinfo(text: str) -> dict:
     if not procs:
         return {"logical_cpus": 0, "flags": []}
     first = procs[0]
-    out: dict = {
+    out: dict[str, Any] = {
         "vendor": first.get("vendor_id"),
         "model_name": first.get("model name"),
         "family": _int(first.get("cpu family")),
@@ -67,7 +68,7 @@ def parse_cpuinfo(text: str) -> dict:
     return out
 
 
-def parse_lscpu_json(text: str) -> dict:
+def parse_lscpu_json(text: str) -> dict[str, Any]:
     """Parse `lscpu -J` (util-linux >= 2.30; newer versions nest entries under 'children'). Entries of another
     shape (a number for 'children', a list for 'data') are skipped; text that is not such JSON is a ValueError."""
     data = parse_json(text)
@@ -87,7 +88,7 @@ def parse_lscpu_json(text: str) -> dict:
         if isinstance(children, list):
             todo.extend(reversed(children))
 
-    out: dict = {
+    out: dict[str, Any] = {
         "vendor": fields.get("Vendor ID"),
         "model_name": fields.get("Model name"),
         "sockets": _int(fields.get("Socket(s)")),

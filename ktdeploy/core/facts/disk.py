@@ -5,6 +5,8 @@ The paths are user input: they travel as argv items to a fixed script (never spl
 
 from __future__ import annotations
 
+from typing import Any
+
 from ktdeploy.core.facts.host import PathFacts
 from ktdeploy.core.facts.limits import parse_df_line
 from ktdeploy.core.markers import field_values, sh_fields
@@ -40,7 +42,7 @@ def real_path(path: str, checked: str, checked_real: str) -> str:
 
 def parse_paths(text: str) -> list[PathFacts]:
     out: list[PathFacts] = []
-    cur: dict | None = None
+    cur: dict[str, Any] | None = None
     df_lines: list[str] = []
 
     def flush() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ktdeploy.core.facts.host import DockerFacts
 from ktdeploy.core.safeio import parse_json
 
 
-def parse_docker_info(text: str) -> dict:
+def parse_docker_info(text: str) -> dict[str, Any]:
     """The JSON object printed by `docker info --format '{{json .}}'` (first JSON line; warnings ignored)."""
     for line in text.splitlines():
         line = line.strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ktdeploy.core.facts.host import LimitsFacts
 
@@ -10,7 +11,7 @@ from ktdeploy.core.facts.host import LimitsFacts
 _V1_UNLIMITED = 1 << 60
 
 
-def parse_proc_limits(text: str) -> dict[str, tuple]:
+def parse_proc_limits(text: str) -> dict[str, tuple[Any, ...]]:
     """/proc/self/limits -> {'Max locked memory': (soft, hard)} with ints or 'unlimited'."""
     out = {}
     for line in text.splitlines()[1:]:
@@ -23,7 +24,7 @@ def parse_proc_limits(text: str) -> dict[str, tuple]:
     return out
 
 
-def parse_cgroup(text: str) -> dict:
+def parse_cgroup(text: str) -> dict[str, Any]:
     kv = {}
     for line in (text or "").splitlines():
         if "=" in line:
@@ -53,7 +54,7 @@ def parse_cgroup(text: str) -> dict:
     return {"version": version, "memory_limit": limit, "cpu_quota": quota}
 
 
-def parse_df_line(text: str) -> dict | None:
+def parse_df_line(text: str) -> dict[str, Any] | None:
     """Last data line of `df -Pk PATH` -> total/free bytes and mount point."""
     lines = [ln for ln in (text or "").splitlines() if ln.strip() and not ln.startswith("Filesystem")]
     if not lines:

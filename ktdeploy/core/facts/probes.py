@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ktdeploy.core.facts.host import AmxProbe, MempolicyProbe
 from ktdeploy.core.safeio import parse_json
@@ -11,7 +11,7 @@ from ktdeploy.core.safeio import parse_json
 ProbeFacts = TypeVar("ProbeFacts", AmxProbe, MempolicyProbe)
 
 
-def parse_probe_output(text: str) -> dict:
+def parse_probe_output(text: str) -> dict[str, Any]:
     """The last JSON line a probe printed."""
     for line in reversed((text or "").strip().splitlines()):
         line = line.strip()

@@ -1,6 +1,6 @@
 """Every fact source in one place (pure): what fact gathering runs on a host, within which bounds, and the pure
 function that reads each answer. The controller (``controller/facts_gather.py``, ``facts_probes.py``,
-``doctor.gather_data``) iterates these tuples and runs the commands through a connector; ``core/facts/build.py``
+``doctor.gather_data``) iterates these tuples and runs the commands through a connector; ``core/facts/assemble.py``
 hands the answers to the parse functions. A source is named by its constant here, never by a string
 (``tests/unit/core/facts/test_fact_sources.py``).
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ktdeploy.core.facts import container, cpu, data, disk, docker, gpu, kernel, limits, memory, probes, virt
+from ktdeploy.core.facts import container, cpu, data_listing, disk, docker, gpu, kernel, limits, memory, probes, virt
 from ktdeploy.core.facts.host import (
     AmxProbe,
     ContainerFacts,
@@ -125,7 +125,7 @@ LSCPU_HYPERVISOR = FactSource(
     "lscpu_json", (LSCPU_JSON,),
     lambda js: cpu.parse_lscpu_json(js.stdout).get("hypervisor_vendor") if ok(js) else None, lambda: None)
 KERNEL = FactSource("uname", (UNAME,), lambda u: kernel.build_kernel(ok(u)), KernelFacts)
-OS = FactSource("os_release", (OS_RELEASE,), lambda o: kernel.parse_os_release(ok(o)), dict)
+OS: FactSource[dict[str, str]] = FactSource("os_release", (OS_RELEASE,), lambda o: kernel.parse_os_release(ok(o)), dict)
 MEMORY = FactSource("meminfo", (MEMINFO,), lambda m: memory.build_memory(ok(m)), MemoryFacts)
 GPU = FactSource("nvidia_smi", (NVIDIA_SMI, NVIDIA_DEVICES),
                  lambda smi, dev: gpu.build_gpu(smi.stdout, smi.rc, smi.stderr, ok(dev)), GpuFacts)
@@ -163,7 +163,7 @@ class ScriptSource(Generic[T]):
 # the recipe's paths: existence, writability, free space (du of a folder bounded by `timeout 20` in the script)
 PATHS = ScriptSource("paths", disk.PATHS_SCRIPT, 120, disk.parse_paths, env=(("KTD_DU", "1"),))
 # a recipe's data and weights: every read bounded by `head -c` / `head -n` in the script
-DATA = ScriptSource("data", data.DATA_SCRIPT, 60, data.parse_data_output)
+DATA = ScriptSource("data", data_listing.DATA_SCRIPT, 60, data_listing.parse_data_output)
 
 
 @dataclass(frozen=True, eq=False)

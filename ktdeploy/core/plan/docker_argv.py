@@ -8,6 +8,7 @@ import io
 from collections.abc import Iterable
 
 from ktdeploy.core.recipe.schema import Volumes
+from ktdeploy.core.served import Served
 
 JOB_MOUNT = "/ktdeploy-job"        # where the shipped recipe lands in the container (docker cp)
 CONTAINER_RECIPE = f"{JOB_MOUNT}/recipe.yaml"
@@ -109,7 +110,7 @@ JUDGE_SOURCE = "/opt/ktdeploy-judge"
 
 
 def stack_judge(image: str, *, name: str, bootstrap: str, source: str | None = None) -> list[str]:
-    """``docker run --rm -i`` of the stack judge (``core/recipe/stack_judge.BOOTSTRAP``) with the image's own
+    """``docker run --rm -i`` of the stack judge (``core/recipe/stack_judge_payload.BOOTSTRAP``) with the image's own
     ``python3``: no network, bounded memory and processes, no capability; the rendered recipe comes on stdin.
     ``source``: a ktdeploy source folder mounted read-only and put first on PYTHONPATH (benchmarks and tests that
     judge with a working tree against an image built earlier)."""
@@ -152,16 +153,14 @@ def run_merge(*, name: str, image: str, run_id: str, volumes: Volumes, output_di
             "--", image, "merge", output_dir, "--base", base, "--base-root", volumes.model, "-o", merged_dir]
 
 
-def create_serve(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, adapter_dir: str | None,
-                 weights_dir: str | None = None, gpus: list[int] | None, memlock: bool = True, user: str | None = None,
-                 env_file: str | None = None, merged_dir: str | None = None) -> list[str]:
+def create_serve(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, served: Served,
+                 gpus: list[int] | None, memlock: bool = True, user: str | None = None,
+                 env_file: str | None = None) -> list[str]:
     secret = ["--env-file", env_file] if env_file else []
-    served = (["--merged", merged_dir] if merged_dir else ["--weights", weights_dir] if weights_dir
-              else ["--adapter", adapter_dir])
     return ["docker", "create", "--name", name, *labels(name, run_id, "serve", output_dir), *user_flags(user), *secret,
             "--network", "host", "--restart", "unless-stopped", *gpu_flags(gpus), *runtime_flags(memlock),
             *mount(volumes.model, readonly=True), *mount(volumes.output, readonly=True),
-            "--", image, "serve", CONTAINER_RECIPE, *served]
+            "--", image, "serve", CONTAINER_RECIPE, *served.flags]
 
 
 def copy_job(job_dir: str, name: str) -> list[str]:

@@ -89,7 +89,7 @@ class WaitHttpParams(StepParams):
 
 @dataclass(frozen=True)
 class SubmitParams(StepParams):
-    """SUBMIT (`up --slurm`): the job's role (train, convert); ``job_id``: its job already in the queue."""
+    """SUBMIT (`up-slurm`): the job's role (train, convert); ``job_id``: its job already in the queue."""
 
     role: str
     job_id: str | None = field(default=None, metadata=_OPTIONAL)

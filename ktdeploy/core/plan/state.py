@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core.markers import parse_fields, sh_block, sh_fields
@@ -92,7 +93,7 @@ class JobState:
     def checkpoints(self) -> list[ckpt.Checkpoint]:
         return ckpt.checkpoints(self.listing)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"home": self.home, "user": self.user, "container": self.container.__dict__ if self.container else None,
                 "serve": self.serve.__dict__ if self.serve else None, "image_id": self.image_id,
                 "output_exists": self.output_exists, "adapter_present": self.adapter_present,

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ktdeploy.core.errors import StepError
 from ktdeploy.core.plan.params import StepParams
@@ -16,16 +16,16 @@ P = TypeVar("P", bound=StepParams)
 
 
 class StageName(StrEnum):
-    """Every stage of `up` (and of `up --slurm`), in the order they run. A Stage's name is stored as the plain
-    string, so plans, records and output read as before."""
+    """Every stage of `up` (and of `up-slurm`), in the order they run. A StrEnum: plans, records and output
+    carry the plain string, as before; code names a stage by its member (mypy refuses a string there)."""
 
-    PREFLIGHT = "PREFLIGHT"   # connect, facts, doctor (api's phases record their failures here)
-    SYNC = "SYNC"             # --sync-model / --sync-data (api, before doctor)
+    PREFLIGHT = "PREFLIGHT"   # connect, facts, doctor (up's phases record their failures here)
+    SYNC = "SYNC"             # --sync-model / --sync-data (up_host, before doctor)
     RUNTIME = "RUNTIME"
     IMAGE = "IMAGE"
     VOLUMES = "VOLUMES"
     TRAIN = "TRAIN"
-    SUBMIT = "SUBMIT"         # up --slurm: sbatch the batch scripts
+    SUBMIT = "SUBMIT"         # up-slurm: sbatch the batch scripts
     FOLLOW = "FOLLOW"
     CONVERT = "CONVERT"
     SERVE = "SERVE"
@@ -45,7 +45,7 @@ class StepAction(StrEnum):
     WAIT_RUNNING = "wait_running"  # the container is still running a few seconds after start
     WAIT_HTTP = "wait_http"        # poll a readiness probe
     IMAGE_CHECK = "image_check"    # doctor inside the image started with the training flags (controller/image_check)
-    SUBMIT = "submit"              # sbatch a batch script (`up --slurm`); the job id goes to the run record
+    SUBMIT = "submit"              # sbatch a batch script (`up-slurm`); the job id goes to the run record
     FOLLOW_JOB = "follow_job"      # follow a Slurm job (its state, the trainer log) until it ends
     WAIT_JOB = "wait_job"          # wait for a Slurm job to end
     EVAL = "eval"                  # score the served model through its API (controller/eval_stage.py)
@@ -84,7 +84,7 @@ class Step:
             return " ".join(shlex.quote(a) for a in self.argv)
         return None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["params"] = self.params.to_json() if self.params is not None else None
         d["command"] = self.command()
@@ -93,15 +93,15 @@ class Step:
 
 @dataclass(frozen=True)
 class Stage:
-    name: str
+    name: StageName
     title: str
     steps: tuple[Step, ...] = ()
     skipped: str | None = None                # why the whole stage does not run
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "name", StageName(self.name).value)   # ValueError for a stage not in StageName
+        object.__setattr__(self, "name", StageName(self.name))   # ValueError for a stage not in StageName
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = {"name": self.name, "title": self.title, "steps": [s.to_json() for s in self.steps]}
         if self.skipped:
             d["skipped"] = self.skipped
@@ -124,7 +124,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     rendered: dict[str, str] = field(default_factory=dict)   # name -> controller path (filled by the executor)
 
-    def stage(self, name: str) -> Stage:
+    def stage(self, name: StageName) -> Stage:
         return next(s for s in self.stages if s.name == name)
 
     def steps(self) -> Iterator[tuple[Stage, Step]]:
@@ -137,7 +137,7 @@ class Plan:
         return next(((st, s) for st, s in self.steps() if s.action == "fail" and not s.probe and not s.satisfied),
                     None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "recipe": self.recipe, "job": self.job, "image": self.image,
                 "variant": self.variant, "output_dir": self.output_dir, "adapter_dir": self.adapter_dir,
                 "job_dir": self.job_dir, "resume_from": self.resume_from, "waived": list(self.waived),

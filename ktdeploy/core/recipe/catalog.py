@@ -5,13 +5,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from ktdeploy.core.recipe.catalog_data import (  # noqa: F401 (rules.py reads cat.TEMPLATES)
-    ACCELERATE_KEYS,
-    KT_FIELDS,
-    LIST_ARGS,
-    TEMPLATES,
-    TRAIN_KEYS,
-)
+from ktdeploy.core.recipe.catalog_data import ACCELERATE_KEYS, KT_FIELDS, TRAIN_KEYS
+from ktdeploy.core.recipe.catalog_data import LIST_ARGS as LIST_ARGS  # rules.py reads cat.LIST_ARGS, cat.TEMPLATES
+from ktdeploy.core.recipe.catalog_data import TEMPLATES as TEMPLATES
 
 # Keys of the flat `kt_config` mapping inside the training YAML (kt-facts.md, "Inside kt_config").
 KT_CONFIG_KEYS = (

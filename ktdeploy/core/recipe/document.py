@@ -20,7 +20,7 @@ from ktdeploy.core.recipe.train_keys import TrainKeys
 class Recipe:
     raw: RawRecipe
     deploy: Deploy | None                      # None when the section is absent or invalid
-    deploy_errors: list[dict] = field(default_factory=list)  # pydantic errors, turned into findings by validate()
+    deploy_errors: list[dict[str, Any]] = field(default_factory=list)  # pydantic errors, turned into findings by validate()
 
     @property
     def train(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def _folder_of(value: Any, *, itself: bool = False) -> str | None:
     return p if itself else (posixpath.dirname(p) or "/")
 
 
-def derive_deploy(train: dict, accelerate: dict) -> dict[str, Any]:
+def derive_deploy(train: dict[str, Any], accelerate: dict[str, Any]) -> dict[str, Any]:
     """ktdeploy's deploy: section for a LlamaFactory run (volumes from its paths, one GPU per process)."""
     t = TrainKeys(train if isinstance(train, dict) else {})
     a = accelerate if isinstance(accelerate, dict) else {}
@@ -48,14 +48,14 @@ def derive_deploy(train: dict, accelerate: dict) -> dict[str, Any]:
     return {"image": "auto", "gpus": list(range(n)), "volumes": volumes}
 
 
-def recipe_document(train: dict, accelerate: dict | None) -> dict[str, Any]:
+def recipe_document(train: dict[str, Any], accelerate: dict[str, Any] | None) -> dict[str, Any]:
     """The three sections of a recipe: the training YAML as given, its Accelerate YAML (the cookbook's FSDP2
     block when none is given) and the derived deploy section."""
     acc = copy.deepcopy(accelerate) if isinstance(accelerate, dict) else copy.deepcopy(DEFAULT_ACCELERATE)
     return {"train": copy.deepcopy(train), "accelerate": acc, "deploy": derive_deploy(train, acc)}
 
 
-def unresolved(train: dict) -> list[str]:
+def unresolved(train: dict[str, Any]) -> list[str]:
     """The training keys whose relative (or missing) paths left a default volume in the derived deploy."""
     t = TrainKeys(train if isinstance(train, dict) else {})
     return [k for k, v in (("model_name_or_path", t.model_name_or_path), ("dataset_dir", t.dataset_dir),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ktdeploy.core.recipe.expert_format import expert_setup
 from ktdeploy.core.recipe.rules_base import Ctx, RuleSet
@@ -47,7 +47,7 @@ def api_key_env(ctx: Ctx) -> None:
     """The variable up uploads to the host is one the operator made for it: KTDEPLOY_ and a name holding KEY.
 
     Cookbook: — (ktdeploy's promise, docs/security.md: a recipe from someone else never moves the operator's secrets).
-    Code: ktdeploy/core/plan/build.py serve.key (PUT_SECRET uploads the variable's value); ktdeploy/agent/serve.py.
+    Code: ktdeploy/core/plan/host_plan.py serve.key (PUT_SECRET uploads the variable's value); ktdeploy/agent/serve.py.
     """
     d = ctx.recipe.deploy
     name = d.serve.api_key_env if d is not None else None
@@ -176,7 +176,7 @@ def fp8_tp_slices(ctx: Ctx) -> None:
                   f"threadpool_count={pools}')", f"use one pool per NUMA node among {', '.join(map(str, fits))}")
 
 
-def model_arch(train: dict) -> MoEArchitecture | None:
+def model_arch(train: dict[str, Any]) -> MoEArchitecture | None:
     """The recipe's model architecture by the config.json the planner would use, or None when none is known here."""
     try:
         from ktdeploy.core.sizing.model_config import resolve_model_config
@@ -187,7 +187,7 @@ def model_arch(train: dict) -> MoEArchitecture | None:
     return arch
 
 
-def model_native_format(train: dict) -> str | None:
+def model_native_format(train: dict[str, Any]) -> str | None:
     """How the recipe's model stores its routed experts (bf16 | fp8 | int4) by the config.json the planner would
     use, or None when none is known here (the host's doctor then reads the real one)."""
     arch = model_arch(train)

@@ -1,6 +1,6 @@
 """Rules that catch, without the stack, what the stack's own argument checks refuse (issue #36).
 
-``ktdeploy check --stack`` runs the real code (core/recipe/stack_judge.py); these rules make plain ``check``
+``ktdeploy check --stack`` runs the real code (core/recipe/stack_judge_payload.py); these rules make plain ``check``
 never looser on the same classes. Values the stack takes from a closed set are generated from its definitions
 (catalog_data: ENUM_CHOICES, FEATURE_PACKAGES, QUANTIZATION_PACKAGES, LOCKED, REPORT_INTEGRATIONS, TRAIN_DEFAULTS,
 LAUNCH_DEFAULTS, DISTRIBUTED_TYPES, FSDP_*; tools/gen_key_catalog.py); the checks that live in code (conditions
@@ -33,7 +33,7 @@ def _v(ctx: Ctx, key: str) -> Any:
     return ctx.t[key] if key in ctx.t else cd.TRAIN_DEFAULTS.get(key)
 
 
-def _mapping(v: Any) -> dict:
+def _mapping(v: Any) -> dict[str, Any]:
     """A section the recipe should hold as a mapping: itself, else empty (the type rule reports the value)."""
     return v if isinstance(v, dict) else {}
 
@@ -292,7 +292,7 @@ def lf_packages(ctx: Ctx) -> None:
                       "use report_to: none (the run record keeps trainer_log.jsonl and the loss plot)")
 
 
-def _report_names(ctx: Ctx, names: list) -> None:
+def _report_names(ctx: Ctx, names: list[Any]) -> None:
     """transformers' TrainingArguments keeps report_to 'all'/'none' (alone) as keywords and wraps any other single
     value in a list; the Trainer then refuses every entry that is not an integration name, spelled exactly
     ('X is not supported, only azure_ml, ... are supported.'): a module name, 'none' beside another entry, true."""
@@ -471,7 +471,7 @@ def _fsdp_choices(ctx: Ctx, version: int | None) -> None:
                       f"FSDP1 takes a sharding strategy ({', '.join(cd.FSDP_SHARDING_STRATEGY)})", "use fsdp_version: 2")
 
 
-def _fsdp_policy(ctx: Ctx, fsdp: dict) -> None:
+def _fsdp_policy(ctx: Ctx, fsdp: dict[str, Any]) -> None:
     """launch exports fsdp_auto_wrap_policy (unless null) as str(value); the plugin refuses any text whose upper case
     is not a policy name ('Invalid auto wrap policy: ... Must be one of [...]'): no numbers, no lists, no booleans."""
     if fsdp.get("fsdp_auto_wrap_policy") is None:
@@ -484,7 +484,7 @@ def _fsdp_policy(ctx: Ctx, fsdp: dict) -> None:
                   "write fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP (cookbook A.2)")
 
 
-def _fsdp_state_dict(ctx: Ctx, fsdp: dict, version: int | None) -> None:
+def _fsdp_state_dict(ctx: Ctx, fsdp: dict[str, Any], version: int | None) -> None:
     """launch exports fsdp_state_dict_type (unless null) as str(value); set_state_dict_type takes a number as
     StateDictType(int(text)) and anything else as StateDictType[text.upper()] (KeyError for a list, true/false or an
     unknown name); FSDP2 then refuses LOCAL_STATE_DICT."""
@@ -511,7 +511,7 @@ def _fsdp_state_dict(ctx: Ctx, fsdp: dict, version: int | None) -> None:
                   "`FULL_STATE_DICT`.')", fix)
 
 
-def _fsdp_prefetch(ctx: Ctx, fsdp: dict) -> None:
+def _fsdp_prefetch(ctx: Ctx, fsdp: dict[str, Any]) -> None:
     """launch exports fsdp_backward_prefetch (unless null) as str(value); the plugin turns NO_PREFETCH into None, a
     known name or a number into BackwardPrefetch, and looks anything else up as BackwardPrefetch[text.upper()]
     (KeyError) -- before FSDP2 drops the setting."""
@@ -527,7 +527,7 @@ def _fsdp_prefetch(ctx: Ctx, fsdp: dict) -> None:
               "remove fsdp_backward_prefetch (FSDP2 does not use it) or write NO_PREFETCH")
 
 
-def _fsdp_switches(ctx: Ctx, fsdp: dict, version: int | None) -> None:
+def _fsdp_switches(ctx: Ctx, fsdp: dict[str, Any], version: int | None) -> None:
     """launch exports each switch as str(value).lower() and the plugin reads it with accelerate's str_to_bool, which
     takes only y/yes/t/true/on/1 and n/no/f/false/off/0 ('invalid truth value ...'): null, '', lists and other numbers
     are refused. FSDP2 does not read use_orig_params, sync_module_states or forward_prefetch; it reads

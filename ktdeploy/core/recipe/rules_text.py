@@ -45,7 +45,7 @@ def control_chars(ctx: Ctx) -> None:
     """No control character in a host path of the training YAML or in a value of the deploy section.
 
     Cookbook: — (ktdeploy: no user text enters a generated file unquoted; a newline cannot be quoted in a
-    ``#SBATCH`` line). Code: ktdeploy/core/sched/batch.py sbatch_line; ktdeploy/core/markup.py terminal_safe.
+    ``#SBATCH`` line). Code: ktdeploy/core/sched/batch.py sbatch_line; ktdeploy/core/terminal_text.py terminal_safe.
     """
     found = []
     for key in TRAIN_PATHS:
@@ -72,7 +72,7 @@ def image_spelling(ctx: Ctx) -> None:
     """deploy.image is auto, a build's exact name, or a docker reference that is not one of ktdeploy's own images.
 
     Cookbook: — (ktdeploy: one spelling per image; a second spelling resolved to another image, or bypassed the
-    build's CPU checks). Code: ktdeploy/core/variants.py known/canonical; ktdeploy/core/plan/build.py resolve_image;
+    build's CPU checks). Code: ktdeploy/core/variants.py known/canonical; ktdeploy/core/plan/host_plan.py resolve_image;
     docker distribution/reference grammar.
     """
     d = ctx.recipe.deploy

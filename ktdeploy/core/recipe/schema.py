@@ -113,7 +113,7 @@ SCHED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
 class Scheduler(_Strict):
-    """What a batch scheduler needs that a host would tell (`up --slurm`, `render --slurm`, `render --k8s`)."""
+    """What a batch scheduler needs that a host would tell (`up-slurm`, `render --slurm`, `render --k8s`)."""
 
     time: str = Field("1-00:00:00", pattern=SLURM_TIME,
                       description="Wall-clock limit of the training job (Slurm --time: D-HH:MM:SS, HH:MM:SS or MM).")

@@ -6,4 +6,6 @@ doctor, the planner's memory upper edge, the thread plan, the image variant's CP
     slurm.py      slurm.conf node lines and gres.conf from host facts; sinfo/squeue/scontrol parsers; fit check
     batch.py      the sbatch script (header from the request, body the same container command as `up --host`)
     k8s.py        Kubernetes Job (training) and Deployment + Service (serving) manifests
+    slurm_plan.py the plan of `up-slurm` (the stages of `up --host`, TRAIN and CONVERT submitted as jobs)
+    job_files.py  `render --slurm | --k8s`: the batch scripts and manifests of a recipe
 """

@@ -19,10 +19,11 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
-from ktdeploy.core.plan.build import job_name, output_dir_of
+from ktdeploy.core.plan.host_plan import job_name, output_dir_of
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.recipe.schema import Scheduler
@@ -87,7 +88,7 @@ def sbatch_values(recipe: Recipe) -> None:
     """Refuse (RecipeError naming the key) what no ``#SBATCH`` line can carry as is: a backslash in the output
     volume (sbatch reads it as an escape and Slurm's filename patterns as "no patterns"), a control character."""
     from ktdeploy.core.errors import RecipeError
-    from ktdeploy.core.markup import terminal_safe
+    from ktdeploy.core.terminal_text import terminal_safe
 
     deploy = recipe.require_deploy()
     for key, value in (("deploy.volumes.output", deploy.volumes.output),
@@ -169,7 +170,7 @@ def _run_and_wait() -> list[str]:
             'exit "$rc"']
 
 
-def train_script(recipe: Recipe, shipped: dict, *, image: str, run_id: str, request: JobRequest, gpus_waived: bool = False,
+def train_script(recipe: Recipe, shipped: dict[str, Any], *, image: str, run_id: str, request: JobRequest, gpus_waived: bool = False,
                  memlock: bool = True) -> BatchJob:
     """The training job: ``docker create`` (up's argv, allocation added), recipe copied in, started attached."""
     sbatch_values(recipe)
@@ -182,7 +183,7 @@ def train_script(recipe: Recipe, shipped: dict, *, image: str, run_id: str, requ
     recipe_b64 = base64.b64encode(dump_yaml(shipped).encode()).decode()
     lines = _header(name, "train", job_dir, time=request.time, mem_mib=request.mem_mib, cpus=request.cpus,
                     gpus=request.gpus, constraint=request.constraint, sched=recipe.require_deploy().scheduler, requeue=True)
-    lines += ["# Written by `ktdeploy up --slurm` / `ktdeploy render --slurm`: the recipe's training job.",
+    lines += ["# Written by `ktdeploy up-slurm` / `ktdeploy render --slurm`: the recipe's training job.",
               f"# submit by hand: mkdir -p {shlex.quote(job_dir)} && sbatch THIS_FILE", ""]
     lines += _prologue(name, gpus=not gpus_waived)
     lines += [f"out={shlex.quote(out)}",
@@ -209,7 +210,7 @@ def convert_script(recipe: Recipe, *, image: str, run_id: str, request: JobReque
     run = [*run[:3], DYNAMIC, *run[3:]]
     lines = _header(name, "convert", job_dir, time="02:00:00", mem_mib=4096, cpus=1, gpus=0,
                     constraint=request.constraint, sched=recipe.require_deploy().scheduler, requeue=False)
-    lines += ["# Written by `ktdeploy up --slurm`: converts the training output for sglang-kt.", ""]
+    lines += ["# Written by `ktdeploy up-slurm`: converts the training output for sglang-kt.", ""]
     lines += _prologue(f"{name}-convert", gpus=False)
     lines += [f"adapter={shlex.quote(adapter)}",
               'if [ -f "$adapter/ktdeploy_convert.json" ]; then echo "ktdeploy: already converted"; exit 0; fi',

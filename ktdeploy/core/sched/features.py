@@ -16,7 +16,7 @@ from ktdeploy.core import variants as V
 from ktdeploy.core.checks.isa import AVX2_FLAGS, amx_usable
 from ktdeploy.core.facts.host import HostFacts
 
-# The builds, lowest first (controller/images/variants.py builds one image per name).
+# The builds, lowest first (controller/images/tags.py builds one image per name).
 LADDER = tuple(reversed(V.NAMES))
 WEIGHTS = {v.name: (100 if v.name == V.AMX else 1 + 10 * v.level) for v in V.LADDER}
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from ktdeploy.core.checks.resources import MIN_SHM
 from ktdeploy.core.job_layout import JobLayout
-from ktdeploy.core.plan.build import job_name, output_dir_of, shipped_recipe
 from ktdeploy.core.plan.docker_argv import CONTAINER_RECIPE, JOB_MOUNT
+from ktdeploy.core.plan.host_plan import job_name, output_dir_of, shipped_recipe
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.sched.features import variant_flags
@@ -41,7 +41,7 @@ def _labels(name: str, component: str) -> dict[str, str]:
             "app.kubernetes.io/component": component}
 
 
-def _volumes(recipe: Recipe, name: str, *, output_readonly: bool, shm_bytes: int) -> tuple[list[dict], list[dict]]:
+def _volumes(recipe: Recipe, name: str, *, output_readonly: bool, shm_bytes: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     vol = recipe.require_deploy().volumes
     volumes: list[dict[str, Any]] = [{"name": "recipe", "configMap": {"name": f"{name}-recipe"}},
                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{max(1, shm_bytes >> 20)}Mi"}}]
@@ -53,8 +53,8 @@ def _volumes(recipe: Recipe, name: str, *, output_readonly: bool, shm_bytes: int
     return volumes, mounts
 
 
-def _container(name: str, image: str, args: list[str], request: JobRequest, mounts: list[dict],
-               env: list[dict]) -> dict[str, Any]:
+def _container(name: str, image: str, args: list[str], request: JobRequest, mounts: list[dict[str, Any]],
+               env: list[dict[str, Any]]) -> dict[str, Any]:
     res = {"cpu": str(request.cpus), "memory": f"{request.mem_mib}Mi"}
     if request.gpus:
         res["nvidia.com/gpu"] = str(request.gpus)
@@ -67,7 +67,7 @@ def _container(name: str, image: str, args: list[str], request: JobRequest, moun
 
 
 def manifests(recipe: Recipe, *, image: str, variant: str | None, request: JobRequest, namespace: str = "default",
-              shm_bytes: int = MIN_SHM) -> list[dict]:
+              shm_bytes: int = MIN_SHM) -> list[dict[str, Any]]:
     """ConfigMap, Job, Deployment, Service for ``recipe`` (in that order)."""
     name = job_name(recipe)
     out = output_dir_of(recipe)
@@ -115,5 +115,5 @@ def manifests(recipe: Recipe, *, image: str, variant: str | None, request: JobRe
     return [cm, job, dep, svc]
 
 
-def render_yaml(docs: list[dict]) -> str:
+def render_yaml(docs: list[dict[str, Any]]) -> str:
     return "---\n".join(dump_yaml(d) for d in docs)

@@ -18,7 +18,7 @@ from ktdeploy.core.sizing.calibration import upper_edges
 from ktdeploy.core.sizing.estimate import GIB, ResourcePlan, estimate, setup_from
 from ktdeploy.core.sizing.model_config import MoEArchitecture
 
-Dicts = tuple[dict, dict]
+Dicts = tuple[dict[str, Any], dict[str, Any]]
 # Plan terms that come from the deploy section (no train/accelerate knob changes them): the advice adds them as is.
 DEPLOY_TERMS = ("merged model",)
 
@@ -36,24 +36,24 @@ class Advice:
         return f"{self.change} (saves {self.saves_gib:.1f} GiB -> {self.new_gib:.1f} GiB)"
 
 
-def _kt(train: dict) -> dict:
+def _kt(train: dict[str, Any]) -> dict[str, Any]:
     """train's kt_config mapping, to edit: a new one in its place when it is absent or not a mapping."""
     kt = train["kt_config"] = TrainKeys(train).kt_config
     return kt
 
 
-def _edit(d: Dicts, fn: Callable[[dict, dict], object]) -> Dicts:
+def _edit(d: Dicts, fn: Callable[[dict[str, Any], dict[str, Any]], object]) -> Dicts:
     t, a = copy.deepcopy(d[0]), copy.deepcopy(d[1])
     fn(t, a)
     return t, a
 
 
-def _set_train(**kw: Any) -> Callable[[dict, dict], object]:
+def _set_train(**kw: Any) -> Callable[[dict[str, Any], dict[str, Any]], object]:
     """An edit that sets train keys (a closure over kw, so a loop variable is bound now, not at call time)."""
     return lambda t, a: t.update(kw)
 
 
-def _set_acc(**kw: Any) -> Callable[[dict, dict], object]:
+def _set_acc(**kw: Any) -> Callable[[dict[str, Any], dict[str, Any]], object]:
     """An edit that sets accelerate keys."""
     return lambda t, a: a.update(kw)
 
@@ -64,7 +64,7 @@ def _candidates(d: Dicts, arch: MoEArchitecture, resource: str) -> list[tuple[st
     s = setup_from(train, acc)
     out: list[tuple[str, str, Dicts, int | None]] = []
 
-    def add(knob: str, change: str, fn: Callable[[dict, dict], object], gpus: int | None = None) -> None:
+    def add(knob: str, change: str, fn: Callable[[dict[str, Any], dict[str, Any]], object], gpus: int | None = None) -> None:
         out.append((knob, change, _edit(d, fn), gpus))
 
     if resource in ("host", "gpu"):

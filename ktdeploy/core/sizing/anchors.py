@@ -17,8 +17,8 @@ from ktdeploy.core.sizing.model_config import MoEArchitecture, load_model_config
 class Anchor:
     name: str
     model_config: Path
-    train: dict
-    accelerate: dict
+    train: dict[str, Any]
+    accelerate: dict[str, Any]
     peak_host_rss_gib: float | None
     peak_gpu_mem_gib: float | None
     source: str
@@ -60,7 +60,7 @@ ANCHORS = [COOKBOOK_QWEN3_235B]
 # Held out (never fitted): the KT release notes' rounded host figures for DeepSeek-V3.1 LoRA (kt-facts.md:
 # "native-FP8 LoRA about 800 GB host vs about 1.4 TB BF16"). Their YAML is not published; the A.1/A.2 pair with
 # the DeepSeek dimensions stands in, so these rows test the order of magnitude and the FP8/BF16 ratio only.
-def _deepseek(fmt: str) -> dict:
+def _deepseek(fmt: str) -> dict[str, Any]:
     t = {**_A1_TRAIN, "model_name_or_path": "/data/models/DeepSeek-V3",
          "kt_config": {**_A1_TRAIN["kt_config"], "kt_expert_weight_format": fmt}}
     return t

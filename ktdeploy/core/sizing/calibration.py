@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.core.recipe.train_keys import TrainKeys
 from ktdeploy.core.sizing.anchors import ANCHORS
@@ -35,8 +36,8 @@ RESOURCES = ("host", "gpu")
 class Point:
     name: str
     arch: MoEArchitecture
-    train: dict
-    accelerate: dict
+    train: dict[str, Any]
+    accelerate: dict[str, Any]
     host_gib: float | None
     gpu_gib: float | None          # nvidia-smi memory.used above idle where measured (includes the CUDA context)
     source: str
@@ -56,7 +57,7 @@ def setting(num_processes: int) -> str:
     return "multi-GPU" if (num_processes or 1) > 1 else "single-GPU"
 
 
-def gpu_peak_points(data: dict) -> list[Point]:
+def gpu_peak_points(data: dict[str, Any]) -> list[Point]:
     """The GPU machine's runs from a gpu_peaks.json document."""
     out = []
     for r in data.get("runs", []):

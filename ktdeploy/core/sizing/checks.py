@@ -22,7 +22,7 @@ from ktdeploy.core.sizing.estimate import estimate
 from ktdeploy.core.sizing.model_config import MoEArchitecture, resolve_model_config
 
 
-def _dicts(recipe: RecipeSections) -> tuple[dict, dict]:
+def _dicts(recipe: RecipeSections) -> tuple[dict[str, Any], dict[str, Any]]:
     return dict(getattr(recipe, "train", None) or {}), dict(getattr(recipe, "accelerate", None) or {})
 
 

@@ -95,7 +95,7 @@ class MoEArchitecture:
 
 # ---- attention shapes ---------------------------------------------------------------------------------
 
-def _gqa_params(c: dict, gated_q: bool = False) -> tuple[float, float]:
+def _gqa_params(c: dict[str, Any], gated_q: bool = False) -> tuple[float, float]:
     h = c["hidden_size"]
     heads = c["num_attention_heads"]
     kv = c.get("num_key_value_heads") or heads
@@ -105,7 +105,7 @@ def _gqa_params(c: dict, gated_q: bool = False) -> tuple[float, float]:
             float((h + q_out) + 2 * (h + kv * hd) + (heads * hd + h)))
 
 
-def _mla_params(c: dict) -> tuple[float, float]:
+def _mla_params(c: dict[str, Any]) -> tuple[float, float]:
     """DeepSeek Multi-head Latent Attention (also Kimi-K2, GLM-5); GLM-5 adds the DSA indexer."""
     h = c["hidden_size"]
     heads = c["num_attention_heads"]
@@ -124,7 +124,7 @@ def _mla_params(c: dict) -> tuple[float, float]:
     return float(q + kv + o + indexer), float(io)
 
 
-def _gated_deltanet_params(c: dict) -> tuple[float, float]:
+def _gated_deltanet_params(c: dict[str, Any]) -> tuple[float, float]:
     """Qwen3.5 / Qwen3-Next linear-attention layer: fused qkvz + ba projections, depthwise conv, output."""
     h = c["hidden_size"]
     nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
@@ -134,7 +134,7 @@ def _gated_deltanet_params(c: dict) -> tuple[float, float]:
             float((h + 2 * nk * dk + 2 * nv * dv) + (h + 2 * nv) + (nv * dv + h)))
 
 
-def _vision_params(v: dict | None) -> float:
+def _vision_params(v: dict[str, Any] | None) -> float:
     """A ViT tower: depth x (attention 4h^2 + MLP 2h*i) plus the patch merger into the text width."""
     if not isinstance(v, dict):
         return 0.0
@@ -148,13 +148,13 @@ def _vision_params(v: dict | None) -> float:
 
 # ---- quantization --------------------------------------------------------------------------------------
 
-def native_format(cfg: dict) -> str:
+def native_format(cfg: dict[str, Any]) -> str:
     """bf16 | fp8 | int4: how config.json (a dict) says the checkpoint stores its routed experts."""
     tc = cfg.get("text_config")
     return _native_format(cfg, tc if isinstance(tc, dict) else cfg)[0]
 
 
-def _native_format(cfg: dict, text: dict) -> tuple[str, tuple[int, int] | None]:
+def _native_format(cfg: dict[str, Any], text: dict[str, Any]) -> tuple[str, tuple[int, int] | None]:
     q = text.get("quantization_config") or cfg.get("quantization_config")
     if not isinstance(q, dict):
         return "bf16", None
@@ -175,7 +175,7 @@ def _native_format(cfg: dict, text: dict) -> tuple[str, tuple[int, int] | None]:
 
 # ---- families ------------------------------------------------------------------------------------------
 
-def _need(c: dict, names: tuple[str, ...], family: str, where: str) -> None:
+def _need(c: dict[str, Any], names: tuple[str, ...], family: str, where: str) -> None:
     missing = [n for n in names if c.get(n) in (None, "")]
     if missing:
         raise RecipeError(
@@ -184,14 +184,14 @@ def _need(c: dict, names: tuple[str, ...], family: str, where: str) -> None:
             fix="use the model's own config.json (or one of recipes/models/*.json) with these fields set")
 
 
-def _experts_alias(c: dict) -> dict:
+def _experts_alias(c: dict[str, Any]) -> dict[str, Any]:
     """transformers 5 writes Qwen MoE configs with ``num_local_experts`` where 4.x wrote ``num_experts``."""
     if c.get("num_experts") in (None, "") and c.get("num_local_experts") not in (None, ""):
         return {**c, "num_experts": c["num_local_experts"]}
     return c
 
 
-def _qwen3_moe(c: dict, where: str) -> dict:
+def _qwen3_moe(c: dict[str, Any], where: str) -> dict[str, Any]:
     c = _experts_alias(c)
     _need(c, _COMMON + ("num_experts", "num_attention_heads"), "qwen3_moe", where)
     mlp_only = set(c.get("mlp_only_layers") or [])
@@ -204,11 +204,11 @@ def _qwen3_moe(c: dict, where: str) -> dict:
                 **_attn(_gqa_params(c)))
 
 
-def _attn(pair: tuple[float, float]) -> dict:
+def _attn(pair: tuple[float, float]) -> dict[str, Any]:
     return {"attention_params_per_layer": pair[0], "attention_linear_io": pair[1]}
 
 
-def _qwen3_5_moe(c: dict, where: str) -> dict:
+def _qwen3_5_moe(c: dict[str, Any], where: str) -> dict[str, Any]:
     c = _experts_alias(c)
     _need(c, _COMMON + ("num_experts", "num_attention_heads", "linear_num_key_heads", "linear_num_value_heads",
                         "linear_key_head_dim", "linear_value_head_dim"), "qwen3_5_moe", where)
@@ -225,7 +225,7 @@ def _qwen3_5_moe(c: dict, where: str) -> dict:
                 **_attn(attn))
 
 
-def _deepseek(c: dict, where: str) -> dict:
+def _deepseek(c: dict[str, Any], where: str) -> dict[str, Any]:
     _need(c, _COMMON + ("n_routed_experts", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
                         "qk_rope_head_dim", "v_head_dim", "intermediate_size"), "deepseek_v3", where)
     n = c["num_hidden_layers"]
@@ -237,7 +237,7 @@ def _deepseek(c: dict, where: str) -> dict:
                 dense_intermediate_size=c["intermediate_size"], **_attn(_mla_params(c)))
 
 
-def _glm4_moe(c: dict, where: str) -> dict:
+def _glm4_moe(c: dict[str, Any], where: str) -> dict[str, Any]:
     _need(c, _COMMON + ("n_routed_experts", "num_attention_heads", "intermediate_size"), "glm4_moe", where)
     n = c["num_hidden_layers"]
     first_dense = int(c.get("first_k_dense_replace") or 0)
@@ -246,7 +246,7 @@ def _glm4_moe(c: dict, where: str) -> dict:
                 dense_intermediate_size=c["intermediate_size"], **_attn(_gqa_params(c)))
 
 
-def _glm_moe_dsa(c: dict, where: str) -> dict:
+def _glm_moe_dsa(c: dict[str, Any], where: str) -> dict[str, Any]:
     d = _deepseek(c, where)
     d["family"] = "glm_moe_dsa"
     types = c.get("mlp_layer_types")
@@ -256,7 +256,7 @@ def _glm_moe_dsa(c: dict, where: str) -> dict:
 
 
 # model_type (or an architectures[] substring) -> family parser
-_FAMILIES: list[tuple[tuple[str, ...], Callable[[dict, str], dict]]] = [
+_FAMILIES: list[tuple[tuple[str, ...], Callable[[dict[str, Any], str], dict[str, Any]]]] = [
     (("qwen3_5_moe", "Qwen3_5Moe", "qwen3_next", "Qwen3Next"), _qwen3_5_moe),
     (("qwen3_moe", "Qwen3Moe", "qwen3_vl_moe", "Qwen3VLMoe", "qwen2_moe", "Qwen2Moe"), _qwen3_moe),
     (("glm_moe_dsa", "GlmMoeDsa"), _glm_moe_dsa),
@@ -268,7 +268,7 @@ _FAMILIES: list[tuple[tuple[str, ...], Callable[[dict, str], dict]]] = [
 SUPPORTED = "Qwen3-MoE, Qwen3.5-MoE, DeepSeek-V3/V4, Kimi-K2.x, GLM-4.5 (Glm4Moe), GLM-5 (GlmMoeDsa)"
 
 
-def _family_of(cfg: dict, text: dict) -> Callable[[dict, str], dict] | None:
+def _family_of(cfg: dict[str, Any], text: dict[str, Any]) -> Callable[[dict[str, Any], str], dict[str, Any]] | None:
     names = [str(text.get("model_type", "")), str(cfg.get("model_type", ""))]
     for archs in (cfg.get("architectures"), text.get("architectures")):   # a list, as published; anything else: text
         names += [str(a) for a in archs] if isinstance(archs, (list, tuple)) else ([str(archs)] if archs else [])
@@ -297,7 +297,7 @@ _POSITIVE = ("num_hidden_layers", "hidden_size", "moe_intermediate_size", "num_e
              "num_attention_heads", "num_experts", "n_routed_experts", "num_local_experts", "decoder_sparse_step")
 
 
-def _check_bounds(c: dict, where: str, prefix: str = "") -> None:
+def _check_bounds(c: dict[str, Any], where: str, prefix: str = "") -> None:
     for key, limit in _BOUNDS.items():
         if key not in c or c[key] is None:
             continue
@@ -316,7 +316,7 @@ def _check_bounds(c: dict, where: str, prefix: str = "") -> None:
                               key="model_config", fix="use the model's own config.json")
 
 
-def parse_model_config(cfg: dict, source: str = "") -> MoEArchitecture:
+def parse_model_config(cfg: dict[str, Any], source: str = "") -> MoEArchitecture:
     """config.json (a dict) -> MoEArchitecture. Multimodal configs keep the language model under text_config."""
     if not isinstance(cfg, dict):
         raise RecipeError("config.json is not a JSON object", key="model_config", fix="point at the model's config.json")
@@ -330,7 +330,7 @@ def parse_model_config(cfg: dict, source: str = "") -> MoEArchitecture:
         _check_bounds(cfg["vision_config"], where, "vision_config.")
     _check_bounds(cfg, where)
     tc = cfg.get("text_config")
-    text: dict = tc if isinstance(tc, dict) else cfg
+    text: dict[str, Any] = tc if isinstance(tc, dict) else cfg
     parser = _family_of(cfg, text)
     if parser is None:
         # Say which fields a MoE model needs so a user can tell "wrong file" from "unsupported family".

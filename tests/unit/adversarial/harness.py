@@ -3,7 +3,7 @@
 Invariants (docs/security.md): the exit code is a documented one (README "Exit codes") and never 70; no
 traceback or "internal error" in the output; the call ends within DEADLINE_S; nothing is written outside the
 intended target (the sandbox tree is compared before/after); no secret appears in any output or record; no
-terminal control character (C0/C1, ESC, DEL, bidi overrides: core.markup.CONTROL) appears in the output — the
+terminal control character (C0/C1, ESC, DEL, bidi overrides: core.terminal_text.CONTROL) appears in the output — the
 calls run without a terminal, so rich adds no styling and any such character came from the input (issue 35).
 
 Each class counts how many generated inputs ran and how many broke an invariant (TALLY); set
@@ -110,7 +110,7 @@ def problems(rc, output: str, *, secrets: tuple[str, ...] = (SECRET,), records: 
         bad.append("traceback in output")
     if "internal error" in output:
         bad.append("internal error")
-    from ktdeploy.core.markup import CONTROL
+    from ktdeploy.core.terminal_text import CONTROL
 
     controls = sorted({repr(c) for c in CONTROL.findall(output)})
     if controls:

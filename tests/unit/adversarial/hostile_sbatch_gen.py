@@ -418,11 +418,11 @@ def _load(case: Case, tmp: Path) -> Any:
 def judge_case(case: Case, report: Report, tmp: Path) -> None:
     from ktdeploy.core.errors import KtdeployError
     from ktdeploy.core.plan import docker_argv as dk
-    from ktdeploy.core.plan.build import job_name, output_dir_of, shipped_recipe
+    from ktdeploy.core.plan.host_plan import job_name, output_dir_of, shipped_recipe
     from ktdeploy.core.recipe.validate import require_valid
     from ktdeploy.core.sched.batch import job_dir_of
+    from ktdeploy.core.sched.job_files import image_and_variant, k8s_manifests, slurm_scripts
     from ktdeploy.core.sched.k8s import render_yaml
-    from ktdeploy.core.sched.render import image_and_variant, k8s_manifests, slurm_scripts
 
     t, v = case.target, case.value
     try:

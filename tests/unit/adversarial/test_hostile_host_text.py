@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from ktdeploy.controller.doctor import DoctorReport, run_checks
 from ktdeploy.controller.facts_gather import build_facts, load_raw
 from ktdeploy.core.facts.sources import PROBE_SOURCES
-from ktdeploy.core.facts.stack import MARKER, parse_stack_output
+from ktdeploy.core.facts.stack_probe import MARKER, parse_stack_output
 from ktdeploy.core.markers import Section
 from ktdeploy.core.recipe import load_recipe
 from tests.unit.adversarial.harness import invoke, problems

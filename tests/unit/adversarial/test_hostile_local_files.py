@@ -218,7 +218,7 @@ def test_tiny_dataset_never_replaces_or_writes_through_existing_files(tmp_path):
 
 
 def test_a_deeply_nested_dataset_row_is_a_problem_not_a_crash():
-    from ktdeploy.core.facts.data import first_rows
+    from ktdeploy.core.facts.data_listing import first_rows
 
     for name in ("d.jsonl", "d.json"):
         rows, why = first_rows("[" * 30_000 + "]" * 30_000, True, name)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.core.errors import KtdeployError, UsageError
-from ktdeploy.core.markup import CONTROL
+from ktdeploy.core.terminal_text import CONTROL
 from tests.unit.adversarial.harness import invoke, problems, snapshot
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -262,8 +262,8 @@ def test_check_refuses_fp8_without_a_format_against_a_bf16_model(tmp_path):
 
 def test_doctor_judges_fp8_against_the_hosts_model_config():
     from ktdeploy.core.checks.data import data_checks
-    from ktdeploy.core.facts.data import DataFacts
-    from ktdeploy.core.facts.data import Entry as DataEntry
+    from ktdeploy.core.facts.data_listing import DataFacts
+    from ktdeploy.core.facts.data_listing import Entry as DataEntry
 
     cfg = json.loads((ROOT / "recipes" / "models" / "tiny-qwen3-moe.json").read_text())
     facts = DataFacts()

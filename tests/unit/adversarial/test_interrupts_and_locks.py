@@ -196,9 +196,10 @@ def test_a_dry_run_takes_no_lock(silent_host, tmp_path):
 
 
 def test_the_lock_is_per_job_in_process(tmp_path, monkeypatch):
-    """In one process too (flock is per open file): a second api.up of the job is refused at once, while a
+    """In one process too (flock is per open file): a second up of the job is refused at once, while a
     first one waits in its doctor phase; an up of another job is not."""
-    from ktdeploy.controller import api
+    from ktdeploy.controller.up_host import up
+    from ktdeploy.core.command_requests import UpRequest
     from ktdeploy.core.errors import RunRecordError
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
@@ -214,7 +215,7 @@ def test_the_lock_is_per_job_in_process(tmp_path, monkeypatch):
 
     def first():
         try:
-            api.up("gpu01", RECIPE, connector=conn)
+            up(UpRequest(host="gpu01", recipe=RECIPE), connector=conn)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
@@ -224,11 +225,11 @@ def test_the_lock_is_per_job_in_process(tmp_path, monkeypatch):
         assert inside.wait(30)
         t0 = time.monotonic()
         with pytest.raises(RunRecordError, match="already working on the job"):
-            api.up("gpu01", RECIPE, connector=FakeConnector(name="gpu01"))
+            up(UpRequest(host="gpu01", recipe=RECIPE), connector=FakeConnector(name="gpu01"))
         assert time.monotonic() - t0 < 5
         other = FakeConnector(name="gpu02").on(lambda argv: True, fail(255, "host gone"))
         with pytest.raises(Exception) as e:   # another host: not refused by the lock (it fails on the host)
-            api.up("gpu02", RECIPE, connector=other)
+            up(UpRequest(host="gpu02", recipe=RECIPE), connector=other)
         assert "already working" not in str(e.value)
     finally:
         release.set()
@@ -281,6 +282,6 @@ def test_a_leftover_check_container_is_removed_before_the_next_check(tmp_path):
             .on(("docker", "run"), fail(125, "Conflict. The container name is already in use"))
             .on(lambda argv: True, ok("")))
     image_doctor(conn, "ktsft:amx", gpus=[0], user="1000:1000", name="ktd-job-imgcheck", host_facts=HostFacts(),
-                 host_checks=False, replace_stale=True)
+                 replace_stale=True)
     docker = [c.argv[:2] for c in conn.calls if c.argv[:1] == ["docker"]]
     assert docker[:2] == [["docker", "rm"], ["docker", "run"]], docker

@@ -161,7 +161,7 @@ def test_records_never_hold_a_password(tmp_path):
 
 def test_interrupted_up_leaves_a_consistent_record(tmp_path, monkeypatch):
     """Ctrl-C during preflight: the record says 'stopped' (not a stale 'planned'), and the CLI exits 130."""
-    import ktdeploy.controller.api
+    import ktdeploy.controller.up_host
     from ktdeploy.cli import main
     from ktdeploy.controller.runs import all_runs
     from tests.unit.core.recipe.conftest import RECIPES
@@ -169,7 +169,7 @@ def test_interrupted_up_leaves_a_consistent_record(tmp_path, monkeypatch):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ktdeploy.controller.api, "run_doctor", interrupted)   # up's facts + doctor phase
+    monkeypatch.setattr(ktdeploy.controller.up_host, "run_doctor", interrupted)   # up's facts + doctor phase
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
     with pytest.raises(SystemExit) as exc:
         main(["up", "--dry-run", "--host", "localhost", str(RECIPES / "tiny-moe-lora.yaml")])

@@ -13,6 +13,7 @@ from ktdeploy.agent.serve import build_serve_command
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.kt_methods import require_serve_method as kt_method
 from ktdeploy.core.recipe import load_recipe
+from ktdeploy.core.served import Served
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -23,7 +24,8 @@ def flag(argv, name):
 
 def test_tiny_recipe_command():
     r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml")
-    c = build_serve_command(r, "/out/tiny-sglang", cpuinfer=14, threadpools=1, environ={"HOME": "/tmp"}, uid=4242)
+    c = build_serve_command(r, Served("adapter", "/out/tiny-sglang"), cpuinfer=14, threadpools=1,
+                            environ={"HOME": "/tmp"}, uid=4242)
     a = c.argv
     assert a[:3] == ["python3", "-m", "ktdeploy.agent.sglang_launch"]
     assert flag(a, "--model-path") == r.train["model_name_or_path"] == flag(a, "--kt-weight-path")
@@ -64,14 +66,14 @@ def test_cache_env_never_needs_the_user_name():
 def test_a_lora_is_not_served_by_a_build_without_sft_kernels():
     r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml")
     with pytest.raises(UsageError, match="no SFT kernels") as ei:
-        build_serve_command(r, "/a", cpuinfer=4, threadpools=1, kt_build="avx512_vnni")
+        build_serve_command(r, Served("adapter", "/a"), cpuinfer=4, threadpools=1, kt_build="avx512_vnni")
     assert ei.value.key == "deploy.image"
-    assert build_serve_command(r, "/a", cpuinfer=4, threadpools=1, kt_build="avx512_bf16").argv
+    assert build_serve_command(r, Served("adapter", "/a"), cpuinfer=4, threadpools=1, kt_build="avx512_bf16").argv
 
 
 def test_int8_recipe_uses_converted_weights():
     r = load_recipe(ROOT / "recipes/qwen3-235b-int8-lora.yaml")
-    c = build_serve_command(r, "/a", cpuinfer=60, threadpools=2)
+    c = build_serve_command(r, Served("adapter", "/a"), cpuinfer=60, threadpools=2)
     assert flag(c.argv, "--kt-weight-path") == r.train["kt_weight_path"]
     assert flag(c.argv, "--kt-method") == "AMXINT8" and flag(c.argv, "--kt-threadpool-count") == "2"
 
@@ -79,9 +81,9 @@ def test_int8_recipe_uses_converted_weights():
 def test_api_key_from_env_is_redacted(monkeypatch):
     r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=KTDEPLOY_MY_KEY"])
     with pytest.raises(UsageError, match="KTDEPLOY_MY_KEY"):
-        build_serve_command(r, "/a", cpuinfer=4, threadpools=1)
+        build_serve_command(r, Served("adapter", "/a"), cpuinfer=4, threadpools=1)
     monkeypatch.setenv("KTDEPLOY_MY_KEY", "top secret; rm -rf /")
-    c = build_serve_command(r, "/a", cpuinfer=4, threadpools=1)
+    c = build_serve_command(r, Served("adapter", "/a"), cpuinfer=4, threadpools=1)
     assert "--api-key" not in c.argv and not any("top secret" in a for a in c.argv)  # never in an argv
     assert c.env["KTDEPLOY_API_KEY_ENV"] == "KTDEPLOY_MY_KEY" and "top secret" not in repr(c.env)
     assert "top secret" not in c.shell()
@@ -98,7 +100,7 @@ def _run_launcher(tmp_path, monkeypatch, argv_env_key=True):
     r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.api_key_env=KTDEPLOY_TEST_KEY"])
     monkeypatch.setenv("KTDEPLOY_TEST_KEY", secret)
     # HOME: this test's folder, where the launcher makes its cache folders (never the session's home)
-    c = build_serve_command(r, "/out/tiny-sglang", cpuinfer=2, threadpools=1, python=sys.executable,
+    c = build_serve_command(r, Served("adapter", "/out/tiny-sglang"), cpuinfer=2, threadpools=1, python=sys.executable,
                             environ={**os.environ, "HOME": str(tmp_path)})
     report = tmp_path / "report.json"
     env = {**os.environ, **c.env, "FAKE_SGLANG_SECRET": secret, "FAKE_SGLANG_REPORT": str(report),
@@ -145,19 +147,19 @@ def test_launcher_refuses_a_named_but_unset_key(monkeypatch):
 
 def test_full_finetune_serves_the_weights_without_lora():
     r = load_recipe(ROOT / "recipes/glm-4.5-air-bf16-full.yaml")
-    c = build_serve_command(r, None, weights_dir="/data/output/glm-full", cpuinfer=60, threadpools=2,
+    c = build_serve_command(r, Served("weights", "/data/output/glm-full"), cpuinfer=60, threadpools=2,
                             kt_build="avx512_vnni")   # a full fine-tune is served in inference mode: any build
     assert flag(c.argv, "--model-path") == "/data/output/glm-full" == flag(c.argv, "--kt-weight-path")
     # without a LoRA sglang-kt hands --kt-method to KTMoEWrapper(mode="inference"): BF16, never AMXBF16
     assert flag(c.argv, "--kt-method") == "BF16"
     assert not {"--enable-lora", "--lora-paths", "--lora-backend", "--max-loras-per-batch"} & set(c.argv)
     with pytest.raises(UsageError):
-        build_serve_command(r, "/a", weights_dir="/w", cpuinfer=4, threadpools=1)
+        build_serve_command(r, Served.one_of("/a", weights="/w"), cpuinfer=4, threadpools=1)
 
 
 def test_extra_args_and_paths_stay_single_items():
     r = load_recipe(ROOT / "recipes/tiny-moe-lora.yaml", ["deploy.serve.extra_args=['--context-length', '4096']"])
-    c = build_serve_command(r, "/dir with space/a'b", cpuinfer=4, threadpools=1)
+    c = build_serve_command(r, Served("adapter", "/dir with space/a'b"), cpuinfer=4, threadpools=1)
     assert c.argv[-2:] == ["--context-length", "4096"]
     assert flag(c.argv, "--lora-paths") == "tiny-lora=/dir with space/a'b"
 
@@ -183,12 +185,12 @@ def test_merged_model_is_served_as_bf16_without_lora():
     plain BF16 experts) even for an AMXINT4 recipe on an AMX host, model and KT weights from the merged folder."""
     for name in ("tiny-moe-lora.yaml", "qwen35-397b-amxint4-lora.yaml", "deepseek-v3-fp8-lora.yaml"):
         r = load_recipe(ROOT / "recipes" / name)
-        c = build_serve_command(r, None, merged_dir="/out/run-merged", cpuinfer=14, threadpools=1)
+        c = build_serve_command(r, Served("merged", "/out/run-merged"), cpuinfer=14, threadpools=1)
         assert flag(c.argv, "--model-path") == "/out/run-merged" == flag(c.argv, "--kt-weight-path"), name
         assert flag(c.argv, "--kt-method") == "BF16", name
         assert not {"--enable-lora", "--lora-paths", "--lora-backend", "--max-loras-per-batch"} & set(c.argv)
     with pytest.raises(UsageError, match="exactly one"):
-        build_serve_command(r, "/a", merged_dir="/m", cpuinfer=4, threadpools=1)
+        build_serve_command(r, Served.one_of("/a", merged="/m"), cpuinfer=4, threadpools=1)
 
 
 def test_cli_merged_needs_a_published_merge(tmp_path):

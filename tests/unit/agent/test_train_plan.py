@@ -31,7 +31,7 @@ def fake_doctor(recipe, skip):
 
 def test_plan_renders_entry_and_derived_threads(tmp_path):
     recipe, out = _recipe_copy(tmp_path)
-    plan = T.plan_train(str(recipe), doctor=fake_doctor)
+    plan = T.plan_train(str(recipe), host=T.ThisHost(doctor=fake_doctor))
     assert plan.argv[1:4] == ["-m", "accelerate.commands.launch", "--main_process_port"]
     assert plan.argv[-3:-1] == ["-m", "ktdeploy.agent.lf_entry"]
     assert "kt_num_threads: 12" in plan.train_yaml and "kt_threadpool_count: 1" in plan.train_yaml
@@ -42,7 +42,7 @@ def test_plan_renders_entry_and_derived_threads(tmp_path):
 
 def test_recipe_values_win_over_derived(tmp_path):
     recipe, _ = _recipe_copy(tmp_path)
-    plan = T.plan_train(str(recipe), ["train.kt_config.kt_num_threads=6"], doctor=fake_doctor)
+    plan = T.plan_train(str(recipe), ["train.kt_config.kt_num_threads=6"], host=T.ThisHost(doctor=fake_doctor))
     assert "kt_num_threads: 6" in plan.train_yaml and "kt_num_threads: 12" not in plan.train_yaml
 
 
@@ -51,9 +51,9 @@ def test_finished_output_is_never_overwritten(tmp_path):
     out.mkdir(parents=True)
     (out / "train_results.json").write_text("{}")
     with pytest.raises(RunRecordError, match="finished run"):
-        T.plan_train(str(recipe), doctor=fake_doctor)
+        T.plan_train(str(recipe), host=T.ThisHost(doctor=fake_doctor))
     with pytest.raises(RunRecordError, match="finished run"):
-        T.plan_train(str(recipe), resume="auto", doctor=fake_doctor)
+        T.plan_train(str(recipe), resume="auto", host=T.ThisHost(doctor=fake_doctor))
 
 
 def test_checkpoints_need_explicit_resume(tmp_path):
@@ -61,15 +61,15 @@ def test_checkpoints_need_explicit_resume(tmp_path):
     for n in (5, 40, 10):
         _checkpoint(out / f"checkpoint-{n}")
     with pytest.raises(RunRecordError, match="checkpoint-40") as ei:
-        T.plan_train(str(recipe), doctor=fake_doctor)
+        T.plan_train(str(recipe), host=T.ThisHost(doctor=fake_doctor))
     assert "--resume auto" in ei.value.fix and ei.value.key == "train.output_dir"
-    plan = T.plan_train(str(recipe), resume="auto", doctor=fake_doctor)
+    plan = T.plan_train(str(recipe), resume="auto", host=T.ThisHost(doctor=fake_doctor))
     assert plan.resume_from.endswith("checkpoint-40")
     assert f"resume_from_checkpoint: {out}/checkpoint-40" in plan.train_yaml
-    plan = T.plan_train(str(recipe), resume=str(out / "checkpoint-10"), doctor=fake_doctor)
+    plan = T.plan_train(str(recipe), resume=str(out / "checkpoint-10"), host=T.ThisHost(doctor=fake_doctor))
     assert plan.resume_from.endswith("checkpoint-10")
     with pytest.raises(UsageError):
-        T.plan_train(str(recipe), resume=str(out), doctor=fake_doctor)
+        T.plan_train(str(recipe), resume=str(out), host=T.ThisHost(doctor=fake_doctor))
 
 
 def _checkpoint(d, ranks=1, skip=()):
@@ -86,7 +86,7 @@ def test_auto_resume_skips_a_checkpoint_cut_off_mid_save(tmp_path):
     recipe, out = _recipe_copy(tmp_path)
     _checkpoint(out / "checkpoint-10")
     _checkpoint(out / "checkpoint-20", skip=("trainer_state.json",))   # killed while saving
-    plan = T.plan_train(str(recipe), resume="auto", doctor=fake_doctor)
+    plan = T.plan_train(str(recipe), resume="auto", host=T.ThisHost(doctor=fake_doctor))
     assert plan.resume_from.endswith("checkpoint-10")
 
 
@@ -95,10 +95,10 @@ def test_resume_refuses_another_world_size_before_loading(tmp_path):
     recipe, out = _recipe_copy(tmp_path)
     _checkpoint(out / "checkpoint-50", ranks=2)
     with pytest.raises(RunRecordError, match="saved by 2 process") as ei:
-        T.plan_train(str(recipe), resume="auto", doctor=fake_doctor)
+        T.plan_train(str(recipe), resume="auto", host=T.ThisHost(doctor=fake_doctor))
     assert ei.value.key == "accelerate.num_processes" and "num_processes: 2" in ei.value.fix
     plan = T.plan_train(str(recipe), ["accelerate.num_processes=2", "deploy.gpus=[0,1]"], resume="auto",
-                        doctor=fake_doctor)
+                        host=T.ThisHost(doctor=fake_doctor))
     assert plan.resume_from.endswith("checkpoint-50")
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1"
 
@@ -107,12 +107,12 @@ def test_incomplete_checkpoint_refused(tmp_path):
     recipe, out = _recipe_copy(tmp_path)
     (out / "checkpoint-3").mkdir(parents=True)
     with pytest.raises(RunRecordError, match="incomplete"):
-        T.plan_train(str(recipe), resume=str(out / "checkpoint-3"), doctor=fake_doctor)
+        T.plan_train(str(recipe), resume=str(out / "checkpoint-3"), host=T.ThisHost(doctor=fake_doctor))
 
 
 def test_execute_records_a_failed_run(tmp_path):
     recipe, out = _recipe_copy(tmp_path)
-    plan = T.plan_train(str(recipe), doctor=fake_doctor)
+    plan = T.plan_train(str(recipe), host=T.ThisHost(doctor=fake_doctor))
     plan.argv = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
     from ktdeploy.core.errors import StepError
 
@@ -128,7 +128,7 @@ def test_execute_records_a_failed_run(tmp_path):
 
 def test_execute_success_summary(tmp_path):
     recipe, out = _recipe_copy(tmp_path)
-    plan = T.plan_train(str(recipe), doctor=fake_doctor)
+    plan = T.plan_train(str(recipe), host=T.ThisHost(doctor=fake_doctor))
     metrics = Path(plan.run_dir) / "metrics.jsonl"
     script = (f"import json,pathlib; p=pathlib.Path({str(metrics)!r}); o=pathlib.Path({str(out)!r}); "
               "o.mkdir(parents=True); f=p.open('a')\n"
@@ -168,7 +168,8 @@ def test_skip_doctor_still_derives_threads_from_the_topology(tmp_path):
                       memory=MemoryFacts(total_bytes=128 << 30, available_bytes=120 << 30))
     recipe, _ = _recipe_copy(tmp_path)
     seen = []
-    plan = T.plan_train(str(recipe), skip_doctor=True, topology=lambda: seen.append(1) or facts)
+    plan = T.plan_train(str(recipe), skip_doctor=True,
+                        host=T.ThisHost(topology=lambda: seen.append(1) or facts))
     assert seen == [1] and plan.doctor is None
     assert plan.derived == {"kt_config.kt_num_threads": 14, "kt_config.kt_threadpool_count": 1}
     assert "kt_num_threads: 14" in plan.train_yaml
@@ -176,7 +177,8 @@ def test_skip_doctor_still_derives_threads_from_the_topology(tmp_path):
     # the recipe's own value still wins, and then the topology is not even read
     seen.clear()
     plan = T.plan_train(str(recipe), ["train.kt_config.kt_num_threads=6", "train.kt_config.kt_threadpool_count=2"],
-                        skip_doctor=True, topology=lambda: seen.append(1) or facts)
+                        skip_doctor=True,
+                        host=T.ThisHost(topology=lambda: seen.append(1) or facts))
     assert seen == [] and plan.derived == {} and "kt_num_threads: 6" in plan.train_yaml
     # without a topology (a caller that cannot read the host) the warning says what happens
     plan = T.plan_train(str(recipe), skip_doctor=True)
@@ -194,7 +196,7 @@ def test_cli_bad_recipe_is_one_screen(tmp_path):
 def test_the_trainer_gets_expandable_segments_unless_the_environment_chooses(tmp_path, monkeypatch):
     """Issue 32: the planner's GPU figures assume PyTorch's expandable segments; a user's setting is kept."""
     recipe, _ = _recipe_copy(tmp_path)
-    plan = T.plan_train(str(recipe), doctor=fake_doctor)
+    plan = T.plan_train(str(recipe), host=T.ThisHost(doctor=fake_doctor))
     assert plan.env_defaults == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     assert 'export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF-expandable_segments:True}"' in plan.launch_sh
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
@@ -210,7 +212,7 @@ def test_the_trainer_gets_expandable_segments_unless_the_environment_chooses(tmp
 def _judge(answer: dict, seen: list):
     """A stand-in for the stack (the real one runs in tests/integration/test_stack_judge.py): records what train
     hands it and answers as ktdeploy.agent.stack_judge does."""
-    from ktdeploy.core.recipe.stack_judge import MARKER, parse_output
+    from ktdeploy.core.recipe.stack_judge_payload import MARKER, parse_output
 
     def judge(rendered):
         seen.append(rendered)
@@ -221,7 +223,7 @@ def _judge(answer: dict, seen: list):
 def test_train_lets_the_stack_judge_exactly_what_it_launches(tmp_path):
     recipe, _ = _recipe_copy(tmp_path)
     seen: list = []
-    plan = T.plan_train(str(recipe), doctor=fake_doctor,
+    plan = T.plan_train(str(recipe), host=T.ThisHost(doctor=fake_doctor),
                         judge=_judge({"status": "accepted", "versions": {"kt-kernel": "0.7.2"}}, seen))
     assert seen and seen[0].train_yaml == plan.train_yaml and "kt_num_threads: 12" in seen[0].train_yaml
     (check,) = [c for c in plan.doctor["checks"] if c["name"] == "stack.judge"]
@@ -235,7 +237,7 @@ def test_a_stack_refusal_stops_train_with_the_stacks_findings(tmp_path):
     refusal = {"stage": "kt-kernel", "error_type": "ValueError",
                "message": "kt_max_cache_depth must be at least the number of in-flight micro-batches"}
     with pytest.raises(RecipeError) as e:
-        T.plan_train(str(recipe), doctor=fake_doctor, judge=_judge({"status": "refused", "refusals": [refusal]}, []))
+        T.plan_train(str(recipe), host=T.ThisHost(doctor=fake_doctor), judge=_judge({"status": "refused", "refusals": [refusal]}, []))
     assert e.value.exit_code == 2 and e.value.key == "stack.judge"
     (f,) = e.value.findings
     assert f.path == "train.kt_config.kt_max_cache_depth" and f.rule == "stack.kt-kernel" and f.file == str(recipe)
@@ -248,8 +250,8 @@ def test_no_stack_to_judge_with_is_a_failed_check_and_skip_doctor_skips_the_judg
     recipe, _ = _recipe_copy(tmp_path)
     absent = _judge({"status": "absent", "missing": ["torch", "llamafactory"]}, [])
     with pytest.raises(CheckFailed) as e:
-        T.plan_train(str(recipe), doctor=fake_doctor, judge=absent)
+        T.plan_train(str(recipe), host=T.ThisHost(doctor=fake_doctor), judge=absent)
     assert e.value.results[0].name == "stack.judge" and "torch, llamafactory" in e.value.message
     seen: list = []
-    T.plan_train(str(recipe), skip_doctor=True, doctor=fake_doctor, judge=_judge({"status": "absent"}, seen))
+    T.plan_train(str(recipe), skip_doctor=True, host=T.ThisHost(doctor=fake_doctor), judge=_judge({"status": "absent"}, seen))
     assert seen == []

@@ -14,8 +14,8 @@ from pathlib import Path
 from rich.console import Console
 
 from ktdeploy.cli.output import print_checks
-from ktdeploy.controller.api import load_facts_file
 from ktdeploy.controller.doctor import DoctorReport, run_checks
+from ktdeploy.controller.up_inputs import load_facts_file
 from ktdeploy.core.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[3]

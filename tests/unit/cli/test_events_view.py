@@ -8,7 +8,7 @@ import io
 from ktdeploy.cli.events_view import EventView, lines, plain_lines
 from ktdeploy.cli.output import SafeConsole
 from ktdeploy.core import events as ev
-from ktdeploy.core.trainer_log import LogEntry
+from ktdeploy.core.trainer_log import LogEntry, describe
 from tests.unit.core.test_events import CASES
 
 
@@ -19,14 +19,14 @@ def test_each_event_shows_as_its_line():
 
 
 def test_outside_values_are_escaped_once_in_the_renderer():
-    e = ev.Fetched(stage="FOLLOW", name="[bold]x[/bold]", dest="/r/[/]")
+    e = ev.Said(ev.Mark.OK, "fetched [bold]x[/bold] -> /r/[/]", ev.StageName.FOLLOW)
     assert lines(e) == [r"[green]✓[/green] FOLLOW: fetched \[bold]x\[/bold] -> /r/\[/]"]
     assert plain_lines(e) == ["✓ FOLLOW: fetched [bold]x[/bold] -> /r/[/]"]
 
 
 def test_every_event_is_recorded_or_shown():
     for event, kind, _fields, shown in CASES:
-        assert kind or shown or isinstance(event, (ev.PlanText, ev.FollowStarted, ev.ContainerStatus, ev.FollowEnded)), \
+        assert kind or shown or isinstance(event, (ev.PlanText, ev.Following)), \
             type(event).__name__
 
 
@@ -35,13 +35,13 @@ def _console(terminal: bool = False) -> SafeConsole:
 
 
 def _follow(view: EventView) -> None:
-    view(ev.FollowStarted(container="job"))
-    view(ev.ContainerStatus(status="running"))
+    view(ev.Following("started", container="job"))
+    view(ev.Following("status", status="running"))
     for step in (1, 2, 3):
         view(ev.Progress(entry=LogEntry(current_steps=step, total_steps=3, loss=1 / step, remaining_time="0:00:00")))
-    view(ev.ContainerStatus(status="exited"))
-    view(ev.FollowEnded())
-    view(ev.TrainingFinished(entry=LogEntry(current_steps=3, total_steps=3, loss=1 / 3)))
+    view(ev.Following("status", status="exited"))
+    view(ev.Following("ended"))
+    view(ev.Said(ev.Mark.OK, f"training finished: {describe(LogEntry(current_steps=3, total_steps=3, loss=1 / 3))}"))
 
 
 def test_without_a_bar_progress_is_lines():
@@ -63,7 +63,7 @@ def test_with_a_bar_progress_is_the_bar():
 def test_long_lines_wrap_at_spaces_with_their_continuation_indented():
     con = _console()
     view = EventView(con)
-    view(ev.Done(adapter_dir="/out/" + "a" * 40, record_path="/r/" + "b" * 90))
+    view(ev.Said(ev.Mark.DONE, f"adapter {'/out/' + 'a' * 40}; run record {'/r/' + 'b' * 90}", lead="done:"))
     view(ev.PlanText(text="[red]plan[/red] " + "word " * 30))
     *done, plan = con.file.getvalue().splitlines()
     assert done == ["done: adapter /out/" + "a" * 40 + "; run record", "    /r/" + "b" * 90]   # a path stays whole

@@ -32,7 +32,7 @@ def test_the_controller_holds_no_markup_no_esc_and_no_rich():
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            bad += [f"{path.name}: imports {n}" for n in names if n == "rich" or n.startswith(("rich.", "ktdeploy.core.markup"))]
+            bad += [f"{path.name}: imports {n}" for n in names if n == "rich" or n.startswith(("rich.", "ktdeploy.core.terminal_text"))]
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "esc":
                 bad.append(f"{path.name}:{node.lineno}: esc()")
         bad += [f"{path.name}: markup {m.group()!r} in {s[:60]!r}" for s in _strings(tree) for m in TAG.finditer(s)]
@@ -40,7 +40,7 @@ def test_the_controller_holds_no_markup_no_esc_and_no_rich():
 
 
 def test_the_markup_check_sees_what_the_controller_used_to_hold():
-    old = ast.parse('from ktdeploy.core.markup import esc\nsay(f"[green]✓[/green] {esc(x)} [dim](y)[/dim]")\n'
+    old = ast.parse('from ktdeploy.core.terminal_text import esc\nsay(f"[green]✓[/green] {esc(x)} [dim](y)[/dim]")\n'
                     'say(f"[bold yellow]WARNING: z[/]")')
     assert [m.group() for s in _strings(old) for m in TAG.finditer(s)] == ["[green]", "[/green]", "[dim]", "[/dim]",
                                                                          "[bold yellow]", "[/]"]

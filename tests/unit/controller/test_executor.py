@@ -177,7 +177,7 @@ def test_world_size_mismatch_stops_before_anything_changes(tmp_path):
 
 
 def test_runtime_stage_installs_docker_only_when_its_probe_fails(tmp_path):
-    from ktdeploy.core.plan.build import _runtime_stage
+    from ktdeploy.core.plan.host_plan import _runtime_stage
 
     stage = _runtime_stage(HostFacts(docker=DockerFacts(present=False)), nvidia_waived=True)
     assert [s.id for s in stage.steps] == ["runtime.docker", "runtime.nvidia"]
@@ -190,8 +190,8 @@ def test_runtime_stage_installs_docker_only_when_its_probe_fails(tmp_path):
 
 
 def test_up_doctor_phase_blocks_waives_and_defers(tmp_path):
-    from ktdeploy.controller.api import doctor_phase
     from ktdeploy.controller.doctor import DoctorReport
+    from ktdeploy.controller.up_host import doctor_phase
     from ktdeploy.core.check_result import CheckResult
 
     checks = [CheckResult(name=n, status="fail", detail=n) for n in ("gpu.present", "docker.present", "disk.output")]
@@ -214,7 +214,7 @@ def _golden_host(folder: str) -> FakeConnector:
     from ktdeploy.controller import facts_probes
     from ktdeploy.controller.facts_gather import gather_script, load_raw
     from ktdeploy.core.facts import disk
-    from ktdeploy.core.facts.data import DATA_SCRIPT
+    from ktdeploy.core.facts.data_listing import DATA_SCRIPT
 
     raw = load_raw(str(Path(__file__).resolve().parents[2] / "golden" / folder))
     text = "".join(f"@@KTD-BEGIN {n}\n{sec.stdout or ''}\n@@KTD-RC {n} {sec.rc if sec.rc is not None else 1}\n"
@@ -231,28 +231,30 @@ def _golden_host(folder: str) -> FakeConnector:
 
 
 def test_up_on_a_host_that_fails_the_doctor_starts_nothing(tmp_path, monkeypatch):
-    from ktdeploy.controller import api
+    from ktdeploy.controller.up_host import up
+    from ktdeploy.core.command_requests import UpRequest
     from ktdeploy.core.errors import CheckFailed
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     conn = _golden_host("haswell-avx2-qemu")
     with pytest.raises(CheckFailed) as e:
-        api.up("gpu01", connector=conn)
+        up(UpRequest(host="gpu01"), connector=conn)
     assert e.value.results                                          # the blocking checks are named
     assert not any(c.argv[:2] in (["docker", "create"], ["docker", "start"]) for c in conn.calls)
 
 
 def test_up_dry_run_on_the_gpu_golden_host_plans_and_changes_nothing(tmp_path, monkeypatch, capsys):
     """`up --dry-run` end to end on the H200 machine's recorded facts (no docker there: RUNTIME installs it)."""
-    from ktdeploy.controller import api
+    from ktdeploy.controller.up_host import up
     from ktdeploy.core import events as ev
+    from ktdeploy.core.command_requests import UpRequest
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     conn = _golden_host("gpu-h200-vm")
     said: list = []
     # the golden folder holds no dataset and no model (its data files answer "missing"): those checks are waived
-    res = api.up("gpu01", connector=conn, dry_run=True, waive=("data.dataset_info", "model.config"),
-                 on_event=said.append)
+    res = up(UpRequest(host="gpu01", dry_run=True, waive=("data.dataset_info", "model.config")), connector=conn,
+             on_event=said.append)
     assert res.state == "dry-run" and res.plan is not None
     assert [type(e) for e in said] == [ev.WaiversRecorded, ev.ConnectStarted, ev.Connected, ev.DoctorVerdict,
                                        ev.DryRun, ev.PlanText] and said[-1].text == res.text

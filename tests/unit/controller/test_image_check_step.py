@@ -59,7 +59,7 @@ def test_failed_check_stops_up_with_the_checks(monkeypatch, tmp_path):
 def test_waived_checks_pass_and_the_step_parameters_are_the_training_containers(monkeypatch, tmp_path):
     ex, seen = _run(monkeypatch, tmp_path, FAILING, waived=("gpu.present", "stack.python_headers"))
     assert seen["image"] == "ktsft:amx" and seen["gpus"] == [2, 3] and seen["user"] == "1000:1000"
-    assert seen["memlock"] is False and seen["name"] == "job1-imgcheck" and seen["host_checks"] is False
+    assert seen["memlock"] is False and seen["name"] == "job1-imgcheck" and seen["host_facts"] is not None
     ev = [e for e in ex.record.events() if e.get("event") == "image_check"]
     assert ev and ev[0]["failed"] == [] and set(ev[0]["waived"]) == {"gpu.present", "stack.python_headers"}
 
@@ -68,7 +68,7 @@ def test_plan_argv_is_what_image_doctor_runs():
     """The dry-run plan shows the docker run that image_doctor starts: both from docker_argv.image_check."""
     from ktdeploy.core.plan import UpOptions, build_plan
     from ktdeploy.core.plan import docker_argv as dk
-    from tests.unit.core.plan.test_build import facts, recipe, state
+    from tests.unit.core.plan.test_host_plan import facts, recipe, state
 
     p = build_plan(recipe(), facts(), state(), UpOptions())
     s = {st.id: st for _, st in p.steps()}["image.check"]

@@ -33,7 +33,7 @@ def test_dry_runs_are_not_latest(tmp_path, monkeypatch):
 
 
 def test_a_dry_run_is_never_latest_however_it_ended(tmp_path, monkeypatch):
-    """api.up records a dry run with dry_run=True from the start; one that stopped early (doctor failed,
+    """up records a dry run with dry_run=True from the start; one that stopped early (doctor failed,
     host unreachable, controller killed) keeps state failed/planned, and is still not the latest run."""
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
     a = runs.RunRecord.create("r")

@@ -1,4 +1,4 @@
-"""up --slurm's WAIT_JOB / FOLLOW_JOB through the real executor: a job read cut short (an SSH hiccup, a slow
+"""up-slurm's WAIT_JOB / FOLLOW_JOB through the real executor: a job read cut short (an SSH hiccup, a slow
 scontrol on a busy login node) is recorded and the follow goes on; READ_MISSES in a row end it with the
 ConnectError that leaves the job running (detached). The login node's answers are JOB_SH run for real under sh,
 with scontrol/sacct stand-ins on PATH, so the framing the follow parses is the script's own."""

@@ -71,7 +71,7 @@ def test_preflight_in_image_mode_runs_doctor_with_the_training_containers_flags(
     """ansible's preflight (image mode) starts the image's doctor with the flags `up` gives the training
     container: the same GPUs, IPC, SYS_NICE and memlock (dropped only when docker.memlock is waived, as up does)."""
     from ktdeploy.core.plan import docker_argv as dk
-    from ktdeploy.core.plan.build import MEMLOCK_WAIVER
+    from ktdeploy.core.plan.host_plan import MEMLOCK_WAIVER
 
     for waive, memlock in (([], True), ([MEMLOCK_WAIVER], False)):
         s = HostSettings(gpus=[0, 2], waive=waive)

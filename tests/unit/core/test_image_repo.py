@@ -50,7 +50,7 @@ def test_the_scan_can_fail(tmp_path):
 
 
 def test_the_defaults_are_the_home():
-    from ktdeploy.controller.images.variants import DEFAULT_REPO
+    from ktdeploy.controller.images.tags import DEFAULT_REPO
     from ktdeploy.core.recipe.schema import Deploy
 
     assert DEFAULT_REPO == {"full": "ktsft", "reduced": "ktsft-reduced"}

@@ -14,7 +14,7 @@ import pytest
 from ktdeploy.controller.executor import FOLLOW_SCRIPT, parse_snapshot
 from ktdeploy.core import markers
 from ktdeploy.core.errors import ConnectError
-from ktdeploy.core.facts.data import DATA_SCRIPT, parse_data_output
+from ktdeploy.core.facts.data_listing import DATA_SCRIPT, parse_data_output
 from ktdeploy.core.facts.disk import PATHS_SCRIPT, parse_paths
 from ktdeploy.core.plan.state import STATE_SCRIPT, parse_state
 

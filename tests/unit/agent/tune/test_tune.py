@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.agent.monitor import PAGE, tree_rss_bytes
-from ktdeploy.agent.tune import api
+from ktdeploy.agent.tune import session as api
 from ktdeploy.agent.tune.candidates import Candidate, stage_one, stage_two, thread_ladder
 from ktdeploy.agent.tune.measure import parse_log
 from ktdeploy.agent.tune.runner import TrialSpec, run_trial, trial_argv, trial_out_dir

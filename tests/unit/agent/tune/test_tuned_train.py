@@ -29,7 +29,7 @@ def test_train_applies_tune_record_without_touching_the_recipe(tmp_path):
 
 def test_the_run_record_says_which_tune_choice_it_trained_with(tmp_path):
     from ktdeploy.agent.train import plan_train, write_record
-    from ktdeploy.agent.tune.api import tuned_choice, tuned_overrides
+    from ktdeploy.agent.tune.session import tuned_choice, tuned_overrides
 
     record = tmp_path / "tune.json"
     record.write_text(json.dumps({"chosen": {"kt_num_threads": 12, "kt_threadpool_count": 1},

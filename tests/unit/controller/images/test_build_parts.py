@@ -17,7 +17,7 @@ from ktdeploy.controller.images.build import (
     stage_argv,
 )
 from ktdeploy.controller.images.lockfile import read_lock
-from ktdeploy.controller.images.variants import expand_isa, image_tags
+from ktdeploy.controller.images.tags import expand_isa, image_tags
 from ktdeploy.controller.images.wheelhouse import check_wheelhouse, missing_wheels, serve
 from ktdeploy.core.errors import ImageError, UsageError
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.controller.images.lockfile import parse_lock, read_lock
-from ktdeploy.controller.images.variants import ISA_VARIANTS
+from ktdeploy.controller.images.tags import ISA_VARIANTS
 
 ROOT = Path(__file__).resolve().parents[4]
 STACK = tomllib.loads((ROOT / "docker" / "stack.toml").read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ktdeploy.core.checks.data import data_checks, data_requests, file_requests
-from ktdeploy.core.facts.data import first_rows, parse_data_output
+from ktdeploy.core.facts.data_listing import first_rows, parse_data_output
 
 TRAIN = {"dataset": "demo,bad", "dataset_dir": "/d", "model_name_or_path": "/m/M", "template": "qwen3_5",
          "kt_weight_path": "/m/W"}

@@ -1,4 +1,4 @@
-"""The image stack probe (core/facts/stack.py) and its checks (core/checks/stack.py), from recorded outputs.
+"""The image stack probe (core/facts/stack_probe.py) and its checks (core/checks/stack.py), from recorded outputs.
 
 base-headers-no-torch.txt and ktsft-no-gpu.txt are the probe's real output on this machine (ktdeploy/base:bookworm,
 ktsft:amx without a GPU); the GPU outcomes (gpu-*.txt, cuda-*.txt, triton-*.txt) are in the probe's format with
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.core.checks.stack import stack_checks
-from ktdeploy.core.facts.stack import MARKER, STACK_PROBE, parse_stack_output, probe_argv
+from ktdeploy.core.facts.stack_probe import MARKER, STACK_PROBE, parse_stack_output, probe_argv
 
 DATA = Path(__file__).resolve().parent / "data" / "stack"
 

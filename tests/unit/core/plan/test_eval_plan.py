@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ktdeploy.core.plan import UpOptions, build_plan
 from ktdeploy.core.plan.params import EvalParams
-from tests.unit.core.plan.test_build import facts, recipe, state
+from tests.unit.core.plan.test_host_plan import facts, recipe, state
 
 
 def test_no_deploy_eval_no_stage_and_the_stage_is_last_with_it():

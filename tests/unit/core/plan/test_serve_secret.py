@@ -18,7 +18,7 @@ from ktdeploy.core.errors import StepError
 from ktdeploy.core.plan import UpOptions, build_plan
 from ktdeploy.core.plan.params import SecretParams
 from ktdeploy.core.plan.steps import Stage, Step
-from tests.unit.core.plan.test_build import facts, recipe, state, steps
+from tests.unit.core.plan.test_host_plan import facts, recipe, state, steps
 
 SECRET = "sk-test-0123456789"
 
@@ -131,11 +131,13 @@ def test_a_server_bound_to_one_address_is_asked_there():
 
 
 def test_up_refuses_before_anything_when_the_key_variable_is_missing(monkeypatch):
-    from ktdeploy.controller import api
+    from ktdeploy.controller import up_record
+    from ktdeploy.controller.up_host import up
+    from ktdeploy.core.command_requests import UpRequest
     from ktdeploy.core.errors import UsageError
     from ktdeploy.core.recipe import builtin_recipe
 
     monkeypatch.delenv("KTDEPLOY_API_KEY", raising=False)
-    monkeypatch.setattr(api, "RunRecord", None)  # nothing may be recorded or started before the refusal
+    monkeypatch.setattr(up_record, "RunRecord", None)  # nothing may be recorded or started before the refusal
     with pytest.raises(UsageError, match="KTDEPLOY_API_KEY"):
-        api.up("gpu01", str(builtin_recipe()), overrides=["deploy.serve.api_key_env=KTDEPLOY_API_KEY"])
+        up(UpRequest(host="gpu01", recipe=str(builtin_recipe()), overrides=("deploy.serve.api_key_env=KTDEPLOY_API_KEY",)))

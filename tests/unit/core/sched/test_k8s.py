@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from ktdeploy.core.recipe import load_recipe
+from ktdeploy.core.sched.job_files import k8s_manifests
 from ktdeploy.core.sched.k8s import nfd_labels
-from ktdeploy.core.sched.render import k8s_manifests
 from ktdeploy.core.sched.request import request_for
 
 REPO = Path(__file__).resolve().parents[4]

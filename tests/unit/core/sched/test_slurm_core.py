@@ -13,7 +13,7 @@ import pytest
 
 from ktdeploy.core import markers
 from ktdeploy.core.facts.host import HostFacts
-from ktdeploy.core.plan.build import shipped_recipe
+from ktdeploy.core.plan.host_plan import shipped_recipe
 from ktdeploy.core.recipe import load_recipe
 from ktdeploy.core.sched import slurm as sl
 from ktdeploy.core.sched.batch import convert_script, train_script

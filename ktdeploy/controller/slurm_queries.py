@@ -1,4 +1,4 @@
-"""status / logs / down of an ``up --slurm`` run, through Slurm on the login node: the run record holds the job
+"""status / logs / down of an ``up-slurm`` run, through Slurm on the login node: the run record holds the job
 ids (status.json ``slurm_jobs``); state from scontrol/sacct, progress from the trainer log on the shared output
 volume, the job's log file, ``scancel`` (the batch script's trap stops the job's container)."""
 
@@ -16,17 +16,17 @@ from ktdeploy.core.errors import RunRecordError, StepError
 from ktdeploy.core.events import SlurmJobStopped
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.safeio import redact, write_file
-from ktdeploy.core.sched.plan import log_path
+from ktdeploy.core.sched.slurm_plan import log_path
 
 ROLES = ("train", "convert")
 DOWN_WAIT_S = 90      # scancel -> the job ended (its trap stopped the container): bounded
 
 
-def is_slurm(st: dict) -> bool:
+def is_slurm(st: rr.RunStatus) -> bool:
     return st.get("scheduler") == "slurm"
 
 
-def recorded_jobs(rec: RunRecord, st: dict) -> dict[str, str]:
+def recorded_jobs(rec: RunRecord, st: rr.RunStatus) -> dict[str, str]:
     jobs = st.get("slurm_jobs") or {}
     if not isinstance(jobs, dict) or not all(isinstance(v, str) and v.isdigit() for v in jobs.values()):
         raise RunRecordError(f"run record {rec.id}: slurm_jobs is not a map of job ids",
@@ -34,10 +34,10 @@ def recorded_jobs(rec: RunRecord, st: dict) -> dict[str, str]:
     return {k: v for k, v in jobs.items() if k in ROLES}
 
 
-def status(conn: Connector, rec: RunRecord, st: dict) -> dict:
+def status(conn: Connector, rec: RunRecord, st: rr.RunStatus) -> rr.LiveStatus:
     jobs = recorded_jobs(rec, st)
     log = JobLayout(rec.status_text('output_dir', st)).trainer_log
-    live: dict = {"jobs": {}}
+    live: rr.LiveStatus = {"jobs": {}}
     for role, job_id in jobs.items():
         info, entry = job_state(conn, job_id, log if role == "train" else "/dev/null")
         live["jobs"][role] = info.__dict__ | {"describe": info.describe()} if info else {"job_id": job_id,
@@ -47,13 +47,13 @@ def status(conn: Connector, rec: RunRecord, st: dict) -> dict:
     return live
 
 
-def logs(conn: Connector, rec: RunRecord, st: dict, *, follow: bool, tail: int, write: Callable[[str], None],
+def logs(conn: Connector, rec: RunRecord, st: rr.RunStatus, *, follow: bool, tail: int, write: Callable[[str], None],
          poll_s: float) -> None:
     """The training job's log file (appended by every run of a requeued job); -f until the job ends."""
     jobs = recorded_jobs(rec, st)
     job_id = jobs.get("train")
     if not job_id:
-        raise StepError(f"run record {rec.id} holds no training job id", fix="ktdeploy up --slurm submits one.")
+        raise StepError(f"run record {rec.id} holds no training job id", fix="ktdeploy up-slurm submits one.")
     job_dir = rec.status_text("job_dir", st)
     shown = 0
     first = True
@@ -70,7 +70,7 @@ def logs(conn: Connector, rec: RunRecord, st: dict, *, follow: bool, tail: int, 
         time.sleep(poll_s)
 
 
-def down(conn: Connector, rec: RunRecord, st: dict) -> dict:
+def down(conn: Connector, rec: RunRecord, st: rr.RunStatus) -> dict[str, str]:
     """scancel every recorded job that has not ended, wait (bounded) until Slurm says it ended, keep its log."""
     jobs = recorded_jobs(rec, st)
     job_dir = rec.status_text("job_dir", st)

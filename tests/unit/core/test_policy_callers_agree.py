@@ -31,14 +31,14 @@ def _facts(cores=24, nodes=2) -> HostFacts:
 
 
 def _checks(*failing: str) -> list[CheckResult]:
-    return [CheckResult(name="cpu.isa", status="pass", detail="ok")] + [
+    return [CheckResult(name="cpu.isa.avx2", status="pass", detail="ok")] + [
         CheckResult(name=n, status="fail", detail=f"{n} failed", fix="fix it") for n in failing]
 
 
 # -- which failed checks block a run ------------------------------------------------------------------
 @pytest.mark.parametrize("failing,waive", [
     ((), ()), (("gpu.present",), ()), (("gpu.present",), ("gpu.present",)),
-    (("docker.present", "docker.nvidia_runtime"), ()), (("docker.memlock", "gpu.count"), ("gpu.count",)),
+    (("docker.present", "docker.nvidia_runtime"), ()), (("docker.memlock", "gpu.count_vs_recipe"), ("gpu.count_vs_recipe",)),
 ])
 def test_doctor_report_and_gate_agree(failing, waive):
     report = DoctorReport(facts=_facts(), checks=_checks(*failing), waived=tuple(waive))
@@ -169,7 +169,7 @@ def test_train_summary_uses_the_same_steady_rate(tmp_path):
 def test_controller_builds_no_docker_argv_by_hand():
     from ktdeploy.core.plan import docker_argv as dk
 
-    for mod in ("api.py", "executor.py"):
+    for mod in ("up_host.py", "up_slurm.py", "up_phases.py", "run_queries.py", "executor.py"):
         text = (ROOT / "ktdeploy" / "controller" / mod).read_text()
         assert '["docker"' not in text, f"controller/{mod} builds a docker argv by hand: use core/plan/docker_argv"
     assert dk.logs("c", tail=15) == ["docker", "logs", "--tail", "15", "--", "c"]

@@ -1,5 +1,5 @@
 """PROBE 4 FINDINGS (outside review of `render --slurm` / `render --k8s` after round three). Written from the
-renderers and from sbatch's source, not from test_probe3_findings.py.
+renderers and from sbatch's source, not from probe 3's tests (test_batch_files_quote_values.py).
 
 Every test named test_p4_escape_* failed on the code this probe reviewed (main at 2600041): each is one class of
 escape, reproduced by one minimal value that `ktdeploy check` accepted. Fixed after the probe (the probe did not fix
@@ -62,7 +62,7 @@ def test_p4_escape_hetjob_word_in_a_directive_line_splits_the_job(tmp_path):
     the one it meant (minimal: a recipe file named ``hetjob.yaml`` -> ``#SBATCH --job-name=ktd-hetjob-…``: the
     options before it (none) are component 0, all the others component 1, and the job name loses the word).
     Expected: check refuses such a value naming the key (or the renderer never writes the word into a directive)."""
-    from ktdeploy.core.sched.render import slurm_scripts
+    from ktdeploy.core.sched.job_files import slurm_scripts
 
     escapes = []
     for what, stem, keys in SPLITTING:
@@ -85,7 +85,7 @@ def test_p4_escape_nel_in_a_recipe_value_changes_the_recipe_the_container_runs(t
     therefore not the recipe check accepted: 'a\\x85b' arrives as 'a b'.
     Expected: dump_yaml escapes it (double-quoted \\N), or check refuses it naming the key."""
     from ktdeploy.core.recipe.loader import parse_recipe_text
-    from ktdeploy.core.sched.render import k8s_manifests, slurm_scripts
+    from ktdeploy.core.sched.job_files import k8s_manifests, slurm_scripts
 
     value = "a\x85b"
     r = _recipe(tmp_path, train__run_name=value)

@@ -4,16 +4,17 @@ that submit by hand. Without a cluster to look at, ``deploy.image: auto`` needs 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ktdeploy.core import variants as V
 from ktdeploy.core.errors import UsageError
-from ktdeploy.core.markup import terminal_safe
-from ktdeploy.core.plan.build import resolve_image, shipped_recipe
+from ktdeploy.core.plan.host_plan import resolve_image, shipped_recipe
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.sched import k8s
 from ktdeploy.core.sched.batch import BatchJob, convert_script, train_script
 from ktdeploy.core.sched.features import LADDER
 from ktdeploy.core.sched.request import request_for
+from ktdeploy.core.terminal_text import terminal_safe
 
 
 def image_and_variant(recipe: Recipe, variant: str | None) -> tuple[str, str | None]:
@@ -26,7 +27,7 @@ def image_and_variant(recipe: Recipe, variant: str | None) -> tuple[str, str | N
         if variant is None:
             raise UsageError("deploy.image is auto, and without a cluster there is no CPU to choose from",
                              key="--variant", fix=f"Name the variant the nodes run: --variant {'|'.join(LADDER)} "
-                                                  "(or set deploy.image; `ktdeploy up --slurm` chooses from sinfo).")
+                                                  "(or set deploy.image; `ktdeploy up-slurm` chooses from sinfo).")
         chosen = variant
     elif V.known(deploy.image):
         if variant is not None and variant != V.canonical(deploy.image):
@@ -49,7 +50,7 @@ def slurm_scripts(recipe: Recipe, variant: str | None = None, run_id: str = "man
 NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")   # a DNS-1123 label, Kubernetes' namespace names
 
 
-def k8s_manifests(recipe: Recipe, variant: str | None = None, namespace: str = "default") -> list[dict]:
+def k8s_manifests(recipe: Recipe, variant: str | None = None, namespace: str = "default") -> list[dict[str, Any]]:
     if not isinstance(namespace, str) or not NAMESPACE.match(namespace):
         raise UsageError(f"--namespace {terminal_safe(namespace)!r}: not a Kubernetes namespace name", key="--namespace",
                          fix="Lower-case letters, digits and '-', at most 63, starting and ending with a letter or "

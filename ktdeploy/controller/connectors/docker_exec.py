@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector, Result, checked, to_text
 from ktdeploy.core.errors import ConnectError
@@ -49,7 +50,7 @@ class DockerExecConnector:
                                fix=f"Start it: docker start {self.container}")
 
     def _docker(self, argv: list[str], *, input: str | bytes | None = None, timeout: float | None = None,
-                text: bool = True) -> subprocess.CompletedProcess:
+                text: bool = True) -> subprocess.CompletedProcess[Any]:
         """Run a docker CLI command here or through ``via``; returns a CompletedProcess-like object."""
         if self.via is not None:
             r = self.via.run(argv, input=input, timeout=timeout)

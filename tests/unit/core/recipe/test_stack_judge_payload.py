@@ -14,11 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.controller import stack_judge as runner
+from ktdeploy.controller import stack_judge_runner as runner
 from ktdeploy.core.checks.stack import judge_check
 from ktdeploy.core.errors import ConnectError, StackUnavailable
 from ktdeploy.core.recipe import load_recipe, render
-from ktdeploy.core.recipe.stack_judge import BOOTSTRAP, MARKER, Refusal, findings, key_of, merge, parse_output, payload
+from ktdeploy.core.recipe.stack_judge_payload import (
+    BOOTSTRAP,
+    MARKER,
+    Refusal,
+    findings,
+    key_of,
+    merge,
+    parse_output,
+    payload,
+)
 from tests.fakes.connector import FakeConnector, fail, ok
 
 ROOT = Path(__file__).resolve().parents[4]

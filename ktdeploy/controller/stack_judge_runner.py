@@ -1,4 +1,4 @@
-"""Run the stack's own judgement of a recipe (``core/recipe/stack_judge.py``) where the stack is: in an image on
+"""Run the stack's own judgement of a recipe (``core/recipe/stack_judge_payload.py``) where the stack is: in an image on
 this machine (``ktdeploy check --stack``), inside a running container through its connector (up's image check,
 ``doctor --image``), or in this very Python when it has the stack (``train`` and ``doctor`` inside the image).
 
@@ -26,7 +26,7 @@ from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.render import Rendered, render
-from ktdeploy.core.recipe.stack_judge import BOOTSTRAP, JUDGE_SECONDS, JudgeResult, parse_output, payload
+from ktdeploy.core.recipe.stack_judge_payload import BOOTSTRAP, JUDGE_SECONDS, JudgeResult, parse_output, payload
 
 JUDGE_TIMEOUT_S = JUDGE_SECONDS + 90   # + starting the container / the interpreter
 
@@ -135,7 +135,7 @@ def require_judged(result: JudgeResult, where: str) -> JudgeResult:
 
 def stack_findings(recipe: Recipe, result: JudgeResult) -> list[Finding]:
     """The stack's refusals as findings on the recipe's keys (file and line from the recipe)."""
-    from ktdeploy.core.recipe.stack_judge import findings
+    from ktdeploy.core.recipe.stack_judge_payload import findings
 
     return findings(result, recipe.train, recipe.accelerate, recipe.raw.source.where)
 

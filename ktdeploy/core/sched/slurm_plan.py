@@ -1,4 +1,4 @@
-"""The plan of ``ktdeploy up --slurm`` (pure): the same record, stages and step semantics as ``up --host``, with
+"""The plan of ``ktdeploy up-slurm`` (pure): the same record, stages and step semantics as ``up --host``, with
 TRAIN and CONVERT submitted as batch jobs on the login node (CONVERT after TRAIN: ``--dependency=afterok``).
 
 A second ``up`` finds its jobs by name in the queue (or the output dir finished / the adapter converted) and
@@ -12,7 +12,7 @@ import posixpath
 
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.job_layout import JobLayout
-from ktdeploy.core.plan.build import ARTIFACTS, UpOptions, _volumes_stage, job_name, output_dir_of
+from ktdeploy.core.plan.host_plan import ARTIFACTS, UpOptions, _volumes_stage, job_name, output_dir_of
 from ktdeploy.core.plan.params import FollowJobParams, SubmitAfterParams, SubmitParams, WaitJobParams
 from ktdeploy.core.plan.state import JobState
 from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction

@@ -8,6 +8,7 @@ import hashlib
 import posixpath
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ktdeploy.core import checkpoints as ckpt
 from ktdeploy.core import variants as V
@@ -36,6 +37,7 @@ from ktdeploy.core.plan.steps import Plan, Stage, StageName, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.schema import Deploy, Evaluation, Volumes
 from ktdeploy.core.safeio import norm_path
+from ktdeploy.core.served import Served
 
 MEMLOCK_WAIVER = CheckName.DOCKER_MEMLOCK
 START_FIX = ("If docker says 'error setting rlimit type 8', the daemon may not raise RLIMIT_MEMLOCK (rootless or nested "
@@ -83,7 +85,7 @@ class UpOptions:
     tune: bool = False                    # run `ktdeploy tune` before training and train with its choice
     tune_budget_minutes: float = 20.0
     local: bool = False                   # the host is this machine (no upload needed)
-    preflight: dict = field(default_factory=dict)   # summary of connect/facts/doctor for the plan text
+    preflight: dict[str, Any] = field(default_factory=dict)   # summary of connect/facts/doctor for the plan text
 
 
 def _slug(text: str) -> str:
@@ -124,7 +126,7 @@ def resolve_image(deploy: Deploy, facts: HostFacts | None) -> tuple[str, str | N
     return ref, variant, how
 
 
-def shipped_recipe(recipe: Recipe, resume_from: str | None) -> dict:
+def shipped_recipe(recipe: Recipe, resume_from: str | None) -> dict[str, Any]:
     """The recipe the container runs: GPUs renumbered as the container sees them (--gpus device=... makes the
     chosen GPUs 0..n-1 inside) and the checkpoint to resume from."""
     assert recipe.deploy is not None   # up's recipes have a deploy section (load_up_recipe)
@@ -301,6 +303,13 @@ class _Job:
     @property
     def user(self) -> str | None:
         return self.state.user or None
+
+
+def _served(j: _Job) -> Served:
+    """The merged model when the recipe merges, else a full fine-tune's model, else the converted adapter."""
+    if j.merged:
+        return Served("merged", j.merged)
+    return Served("weights", j.adapter) if j.full else Served("adapter", j.adapter)
 
 
 def _job(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOptions) -> _Job:
@@ -578,11 +587,8 @@ def _serve_stage(j: _Job) -> tuple[Stage, str | None]:
                            params=SecretParams(env=deploy.serve.api_key_env)))
         sv.append(Step("serve.create", f"create the serving container {serve_name}",
                        argv=tuple(dk.create_serve(name=serve_name, image=j.image, run_id=j.opts.run_id, volumes=j.vol,
-                                                  output_dir=j.out,
-                                                  adapter_dir=None if j.full or j.merged else j.adapter,
-                                                  weights_dir=j.adapter if j.full else None, gpus=j.gpus,
-                                                  memlock=j.memlock, user=j.user, env_file=env_file,
-                                                  merged_dir=j.merged)),
+                                                  output_dir=j.out, served=_served(j), gpus=j.gpus,
+                                                  memlock=j.memlock, user=j.user, env_file=env_file)),
                        probe=tuple(dk.exists_probe(serve_name)),
                        # a failed create must not leave the key behind: serve.unstage_key never runs then
                        params=RunParams(cleanup=("rm", "-f", "--", env_file)) if env_file else None))

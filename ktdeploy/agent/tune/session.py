@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ktdeploy.agent.tune.candidates import Candidate, stage_one, stage_two
 from ktdeploy.agent.tune.runner import TrialSpec, run_trial, trial_out_dir, trial_sets
@@ -15,7 +16,7 @@ from ktdeploy.agent.tune.select import Trial, choose
 from ktdeploy.core.errors import StepError, UsageError
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe import load_recipe, require_valid
-from ktdeploy.core.recipe.rules import inside
+from ktdeploy.core.recipe.rules_base import inside
 
 GIB = 1024 ** 3
 
@@ -23,19 +24,19 @@ GIB = 1024 ** 3
 @dataclass
 class TuneResult:
     recipe: str
-    host: dict
+    host: dict[str, Any]
     trials: list[Trial] = field(default_factory=list)
     chosen: Trial | None = None
     baseline: Trial | None = None       # the cookbook's setting: all physical cores, one pool per NUMA node
     budget_s: float = 0.0
     spent_s: float = 0.0
 
-    def chosen_values(self) -> dict:
+    def chosen_values(self) -> dict[str, Any]:
         if not self.chosen:
             return {}
         return {k: v for k, v in self.chosen.candidate.to_json().items() if v is not None}
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         speedup = None
         if self.chosen and self.baseline and self.baseline.tokens_per_s and self.chosen.tokens_per_s:
             speedup = round(self.chosen.tokens_per_s / self.baseline.tokens_per_s, 3)
@@ -118,7 +119,7 @@ def tune(recipe_path: str, overrides: Sequence[str] = (), *, budget_minutes: flo
     return result
 
 
-def _read_record(tune_json: str | Path) -> dict:
+def _read_record(tune_json: str | Path) -> dict[str, Any]:
     from ktdeploy.core.safeio import parse_json, read_bytes
 
     try:
@@ -130,7 +131,7 @@ def _read_record(tune_json: str | Path) -> dict:
     return data
 
 
-def tuned_choice(tune_json: str | Path) -> dict:
+def tuned_choice(tune_json: str | Path) -> dict[str, Any]:
     """What a training run records about the tune choice it applies (its run record's tuned.json)."""
     data = _read_record(tune_json)
     return {"source": str(Path(tune_json).resolve()), "chosen": data["chosen"],

@@ -17,7 +17,7 @@ from typing import Any
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def _shown(m: re.Match) -> str:
+def _shown(m: re.Match[str]) -> str:
     o = ord(m.group())
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 

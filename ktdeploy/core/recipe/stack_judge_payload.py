@@ -127,8 +127,8 @@ def parse_output(stdout: str, rc: int, stderr: str = "") -> JudgeResult:
         v = data.get(key)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-    stages: dict = data["stages"] if isinstance(data.get("stages"), dict) else {}
-    versions: dict = data["versions"] if isinstance(data.get("versions"), dict) else {}
+    stages: dict[str, Any] = data["stages"] if isinstance(data.get("stages"), dict) else {}
+    versions: dict[str, Any] = data["versions"] if isinstance(data.get("versions"), dict) else {}
     return JudgeResult(status, refusals, {str(k)[:40]: _text(v, 40) for k, v in stages.items()}, _strs("bypassed"),
                        {str(k)[:60]: _text(v, 60) for k, v in versions.items()}, _strs("missing"),
                        _text(data.get("detail"), 600), _num("seconds"), _num("peak_rss_mib"))
@@ -173,7 +173,7 @@ def key_of(refusal: Refusal, train: dict[str, Any], accelerate: dict[str, Any]) 
     if m and _listed(m.group(1)):
         return f"accelerate.{_listed(m.group(1))[0]}"
     kt = TrainKeys(train).kt_config
-    fsdp: dict = accelerate["fsdp_config"] if isinstance(accelerate.get("fsdp_config"), dict) else {}
+    fsdp: dict[str, Any] = accelerate["fsdp_config"] if isinstance(accelerate.get("fsdp_config"), dict) else {}
     named: list[str] = []
     for word in _WORD.findall(msg):
         word = word.strip(".")

@@ -203,7 +203,7 @@ def test_tune_runs_in_the_image_before_training_and_training_uses_its_choice():
 
 def test_merge_true_adds_the_merge_step_and_serves_the_merged_model():
     from ktdeploy.core.facts.host import PathFacts
-    from ktdeploy.core.plan.build import MERGE_MIN_TIMEOUT_S, merge_timeout
+    from ktdeploy.core.plan.host_plan import MERGE_MIN_TIMEOUT_S, merge_timeout
 
     r = recipe("deploy.serve.merge=true")
     base = r.train["model_name_or_path"]
