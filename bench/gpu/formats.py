@@ -130,7 +130,11 @@ def one(name: str, work: Path, res: dict, left: float = 1e9) -> dict:
     gb.say(f"{name}: convert rc={c.returncode}")
     if c.returncode == 0:
         opt = ["--adapter", str(conv)] if merge_base is not None else ["--weights", str(gb.OUTPUT / name)]
-        s = gb.sh([gb.PY, "-m", "ktdeploy", "serve", str(recipe), *_sets(sets), *opt, "--print", "--json"],
+        serve_sets = sets
+        if name == "int8-lora-ephemeral":   # its /dev/shm tree is gone: sglang-kt serves from the persistent one
+            serve_sets = [*sets, f"train.kt_weight_path={gb.MODELS / 'tiny-qwen3-moe-INT8'}",
+                          "train.kt_config.kt_weight_lifecycle=persistent"]
+        s = gb.sh([gb.PY, "-m", "ktdeploy", "serve", str(recipe), *_sets(serve_sets), *opt, "--print", "--json"],
                   timeout=120)
         row["serve"] = {"rc": s.returncode, "argv": (_json_of(s) or {}).get("argv"), "stderr": s.stderr[-1500:]}
     if merge_base is not None and left > 150:   # a merge and its GPU check: ~20 s on the tiny model

@@ -23,6 +23,7 @@ from ktdeploy.core import kt_methods
 from ktdeploy.core import variants as V
 from ktdeploy.core.checks.threads import serve_threads
 from ktdeploy.core.errors import UsageError
+from ktdeploy.core.kt_weights import EPHEMERAL_ROOT
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.served import Served
 
@@ -112,6 +113,11 @@ def build_serve_command(recipe: Recipe, served: Served, *, cpuinfer: int | None 
                          key="deploy.image", fix=f"Serve the adapter on a CPU that runs {' or '.join(V.TRAINING)} "
                                                  "(docs/cpu-builds.md); this CPU can serve a full fine-tune.")
     weights = model if whole is not None else (keys.kt_weight_path or model)
+    if whole is None and isinstance(weights, str) and EPHEMERAL_ROOT.fullmatch(weights):
+        raise UsageError(f"kt_weight_path {weights} is an ephemeral INT8 root: kt-kernel deleted it layer by layer "
+                         "while training loaded it, and sglang-kt reads a persistent tree", key="train.kt_weight_path",
+                         fix="make a persistent tree (ktdeploy prepare-weights MODEL --format int8 -o DIR) and serve "
+                             "with --set train.kt_weight_path=DIR, or serve the merged model (deploy.serve.merge: true)")
     served_name = s.served_model_name or Path(str(keys.model_name_or_path)).name
     argv = [python, "-m", LAUNCHER,
             "--model-path", str(model),
