@@ -22,3 +22,7 @@ _.memlock_hard, _.shm_free_bytes, _.schema_version, _.finished_at, _.num_threads
 _.status_file, _.failed_checks, _.seconds_after_submit, _.slurm_job
 # status.json keys typed by core/run_record.RunStatus, read by their string key (st["stop_reason"], .get("schema"))
 _.serve_container, _.failed_stage, _.stop_reason, _.updated, _.schema, _.down_at, _.slurm_request
+# kt-kernel's C++ config objects (agent/prepare_weights.py): pybind11 fields the quantizer reads when it runs
+_.subpool_count, _.subpool_numa_map, _.subpool_thread_count, _.layer_idx, _.max_len, _.gate_proj, _.up_proj
+# prepare-weights' summary fields: written by --json and read by people and bench/gpu/formats.py
+_.source_format

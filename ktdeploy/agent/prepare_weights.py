@@ -423,7 +423,7 @@ def stdout_to_stderr() -> Iterator[None]:
     try:
         yield
     finally:
-        sys.stdout = io.TextIOWrapper(os.fdopen(saved, "wb", buffering=0), write_through=True)
+        sys.stdout = io.TextIOWrapper(io.FileIO(saved, "w"), write_through=True)   # our own stdout, dup()ed
 
 
 def prepare(model_dir: str | os.PathLike, out: str | os.PathLike | None, fmt: str, *, pools: int, threads: int,

@@ -195,7 +195,8 @@ def build_all(model_dir: str | Path, data_dir: str | Path, size: str = "small", 
     if fmt == "fp8":
         from ktdeploy.agent.tiny_fp8 import check_fp8_shape
 
-        check_fp8_shape(SIZES[size])
+        spec = SIZES[size]
+        check_fp8_shape(spec.hidden_size, spec.moe_intermediate_size, spec.head_dim * spec.num_key_value_heads)
     model_dir, data_dir = Path(model_dir), Path(data_dir)
     if (model_dir / "config.json").exists() and not overwrite:
         raise UsageError(f"{model_dir} already holds a model", fix="choose another directory or pass --overwrite")

@@ -18,13 +18,10 @@ import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.safeio import MAX_JSON, load_json, write_file
-
-if TYPE_CHECKING:
-    from ktdeploy.agent.tiny import TinySize
 
 BLOCK = 128
 INDEX = "model.safetensors.index.json"
@@ -32,11 +29,12 @@ INDEX = "model.safetensors.index.json"
 _QUANTIZED = re.compile(r"\.(self_attn\.(q|k|v|o)_proj|mlp\.(experts\.\d+|shared_expert)\.(gate|up|down)_proj)\.weight$")
 
 
-def check_fp8_shape(size: TinySize, threadpools: int = 2) -> None:
-    """Refuse a tiny shape kt-kernel's FP8 SFT cannot run with up to ``threadpools`` pools."""
-    dims = {"hidden_size": size.hidden_size, "moe_intermediate_size": size.moe_intermediate_size,
-            f"moe_intermediate_size / {threadpools} thread pools": size.moe_intermediate_size // threadpools,
-            "q/k/v heads x head_dim": size.head_dim * size.num_key_value_heads}
+def check_fp8_shape(hidden: int, intermediate: int, kv_width: int, threadpools: int = 2) -> None:
+    """Refuse a tiny shape kt-kernel's FP8 SFT cannot run with up to ``threadpools`` pools (``kv_width``: key/value
+    heads x head_dim, the narrowest attention projection)."""
+    dims = {"hidden_size": hidden, "moe_intermediate_size": intermediate,
+            f"moe_intermediate_size / {threadpools} thread pools": intermediate // threadpools,
+            "key/value heads x head_dim": kv_width}
     bad = [f"{name} = {value}" for name, value in dims.items() if value % BLOCK]
     if bad:
         raise UsageError(f"this tiny size cannot be a block-FP8 checkpoint: {', '.join(bad)} not divisible by {BLOCK}",

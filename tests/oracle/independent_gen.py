@@ -133,9 +133,16 @@ def _bases_frozen() -> tuple[tuple[str, str], ...]:
 
     yaml = YAML(typ="safe", pure=True)
     out = []
-    for p in sorted((REPO / "recipes").glob("*.yaml")):
+    for name in BASES:
+        p = REPO / "recipes" / f"{name}.yaml"
         out.append((p.stem, json.dumps(yaml.load(p.read_text()))))
     return tuple(out)
+
+
+# The shipped recipes the recorded seeds were drawn from (the generator mutates these; a recipe shipped later joins
+# only with a new recording, so seed 20261204 keeps making the recorded cases).
+BASES = ("deepseek-v3-fp8-lora", "glm-4.5-air-bf16-full", "qwen3-235b-int8-lora", "qwen35-397b-amxint4-lora",
+         "qwen35-397b-bf16-lora", "tiny-moe-lora")
 
 
 def base_recipes() -> dict[str, dict]:

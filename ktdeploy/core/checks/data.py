@@ -279,8 +279,11 @@ def _weights_check(keys: TrainKeys, setup: str, facts: DataFacts) -> list[CheckR
         what = (f"no INT8 manifest ({' or '.join(INT8_MANIFESTS)}) with _layer_N folders" if not manifests or not layers
                 else f"{len(manifests)} manifests (kt-kernel requires exactly one)")
     else:
-        ok = any(n.endswith((".kt", ".safetensors")) for n in names) and "config.json" not in names
-        what = "no converted AMXINT4 expert files"
+        # kt-kernel's AMXINT4 loader reads _layer_N/_numa_M/*.kt (sft/amx.py _load_base_weights_from_file), the tree
+        # prepare-weights writes; a flat folder of .kt/.safetensors is the older converter's merged layout
+        layers = [n for n in names if n.startswith("_layer_")]
+        ok = (bool(layers) or any(n.endswith((".kt", ".safetensors")) for n in names)) and "config.json" not in names
+        what = "no converted AMXINT4 expert files (_layer_N/_numa_M/*.kt)"
     if ok:
         detail = f"{wp} holds converted {setup.upper()} weights"
         if setup == "int8":

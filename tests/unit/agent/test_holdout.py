@@ -67,17 +67,24 @@ def test_a_dry_run_writes_nothing_and_a_folder_dataset_is_refused(tmp_path):
 
 
 def test_train_points_the_trainer_at_the_split(tmp_path):
-    from ktdeploy.agent.train import _carve_holdout
-    from ktdeploy.core.recipe import load_recipe
+    """plan_train names the split (and writes nothing: a dry run leaves no folder); execute's carve writes it."""
+    from ktdeploy.agent.train import ThisHost, carve_holdout, plan_train
 
     d, _ = _data(tmp_path)
     out = tmp_path / "out" / "run"
-    r = load_recipe("recipes/tiny-moe-lora.yaml", [f"train.dataset_dir={d}", "train.dataset=s",
-                                                   f"train.output_dir={out}", "deploy.eval.holdout=5"])
-    assert _carve_holdout(r, str(out), write=True) == f"{out}-holdout"
+    sets = [f"train.dataset_dir={d}", "train.dataset=s", f"train.output_dir={out}", f"deploy.volumes.data={d}",
+            f"deploy.volumes.output={tmp_path / 'out'}"]
+    plan = plan_train("recipes/tiny-moe-lora.yaml", [*sets, "deploy.eval.holdout=5"], host=ThisHost(doctor=_no_doctor))
+    assert f"dataset_dir: {out}-holdout" in plan.train_yaml and plan.holdout is not None
+    assert not (tmp_path / "out").exists()
+    carve_holdout(plan)
     assert len(json.loads((tmp_path / "out" / "run-holdout" / "s.holdout.json").read_text())) == 5
-    plain = load_recipe("recipes/tiny-moe-lora.yaml")
-    assert _carve_holdout(plain, str(out), write=True) is None
+    plain = plan_train("recipes/tiny-moe-lora.yaml", sets, host=ThisHost(doctor=_no_doctor))
+    assert plain.holdout is None and f"dataset_dir: {d}" in plain.train_yaml
+
+
+def _no_doctor(recipe, skip):
+    return {}, None, []
 
 
 def test_the_gpu_proofs_task_splits_into_540_training_and_60_held_out_rows(tmp_path):

@@ -128,3 +128,19 @@ def test_start_files_the_stack_opens_are_on_the_host():
     # without KT LlamaFactory hands the adapter to PEFT (a hub id works): not a start file; a relative path is check's
     assert data_requests({**train, "use_kt": False, "new_special_tokens_config": "t.yaml"}) == data_requests(TRAIN)
     assert "data.start_files" not in _checks()[0]
+
+
+@pytest.mark.parametrize("listing, ok", [
+    ("_layer_0\n_layer_1\nktdeploy-weights.json", True),     # what prepare-weights writes (kt-kernel's loader layout)
+    ("model.kt\n", True),                                    # the older converter's flat layout
+    ("config.json\nmodel.safetensors", False),               # the original checkpoint
+    ("", False),
+])
+def test_amxint4_tree_is_recognised(listing, ok):
+    """Found on the GPU machine: an AMXINT4 tree from `prepare-weights` (_layer_N/_numa_M/*.kt) was called 'no
+    converted files' because only top-level .kt names counted (bench/results/formats/gpu_formats_results.json)."""
+    text = _out(("read", "ok", len(INFO), "/d/dataset_info.json", INFO),
+                ("read", "ok", 30, "/m/M/config.json", '{"model_type": "qwen3_5_moe"}'),
+                ("ls", "ok", 0, "/m/W", listing))
+    c = {c.name: c for c in data_checks(TRAIN, "int4", parse_data_output(text))}
+    assert (c["weights.converted"].status == "pass") is ok, c["weights.converted"].detail
