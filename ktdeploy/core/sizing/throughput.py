@@ -244,9 +244,8 @@ def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]
               f"{m} x {c['step_fixed_s'].value:.3g} s [{c['step_fixed_s'].source}]{over}"),
         _secs("optimizer", opt,
               f"{sh.trainable_cpu_params:.3g} CPU + {sh.trainable_gpu_params:.3g} GPU trainable params x "
-              f"{opt_bytes:g} B [{c['optimizer_bytes_per_param'].source}] at "
-              f"{c['cpu_bytes_s'].value / 1e9:g} / {c['gpu_bytes_s'].value / 1e9:g} GB/s [{c['cpu_bytes_s'].source}; "
-              f"{c['gpu_bytes_s'].source}]"),
+              f"{opt_bytes:g} B (AdamW) at {c['cpu_bytes_s'].value / 1e9:g} / {c['gpu_bytes_s'].value / 1e9:g} GB/s "
+              "(derived, not measured: TIME_CONSTANTS says from what)"),
     ]
 
 
@@ -315,3 +314,31 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
         notes.append(f"the {s.expert_format} GEMM rate is {FORMAT_SOURCE}")
     return ThroughputPlan(tps, step, steps, wall, band_for(s, host, measured_tokens_per_s is not None), terms,
                           tokens, notes, measured_tokens_per_s, predicted)
+
+
+# ---- the host, from doctor's facts and tune's record (pure: parsed dicts in) ------------------------------
+
+def host_from_facts(facts: Mapping[str, Any]) -> HostCPU:
+    """doctor's facts (`ktdeploy doctor --json`'s facts, or a run record's doctor.json): physical cores, NUMA nodes,
+    and the kt-kernel build the CPU flags allow (AMX, else AVX512, else AVX2)."""
+    if isinstance(facts.get("facts"), Mapping):
+        facts = facts["facts"]
+    cpu = facts.get("cpu") if isinstance(facts.get("cpu"), Mapping) else {}
+    assert isinstance(cpu, Mapping)
+    cores = as_int(cpu.get("physical_cores"), 0) or as_int(cpu.get("logical_cpus"), 0) or 0
+    if cores <= 0:
+        raise ValueError("the facts name no physical_cores or logical_cpus")
+    nodes = cpu.get("numa_nodes")
+    flags = set(cpu.get("flags") or [])
+    build = "amx" if "amx_bf16" in flags else "avx512" if "avx512f" in flags else "avx2"
+    return HostCPU(cores, len(nodes) if isinstance(nodes, list) and nodes else 1, build,
+                   f"doctor's facts: {cores} physical cores, {build} build")
+
+
+def tuned_rate(tune: Mapping[str, Any]) -> tuple[float, dict[str, Any]] | None:
+    """(measured tokens/s of the chosen setting, that setting) from a tune record (tune.json), if it has one."""
+    tps = tune.get("chosen_tokens_per_s")
+    chosen = tune.get("chosen")
+    if not isinstance(tps, int | float) or tps <= 0 or not isinstance(chosen, Mapping):
+        return None
+    return float(tps), dict(chosen)
