@@ -34,7 +34,7 @@ from ktdeploy.core.sizing.setup import Setup
 from ktdeploy.core.sizing.terms import Measured, Term
 
 CALIBRATION = "bench/results/throughput-calibration.md"
-_FIT = f"fitted on the GPU machine's steady runs ({CALIBRATION}; bench/throughput_calibration.py --fit)"
+_FIT = f"fitted on the GPU machine's committed runs ({CALIBRATION}; bench/throughput_calibration.py --fit)"
 
 TIME_CONSTANTS: dict[str, Measured] = {
     # ---- fitted (16-vCPU AMX Xeon VM, kt-kernel 0.7.2, H200; see the calibration table) ----
