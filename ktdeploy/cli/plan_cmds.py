@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_json
@@ -36,7 +35,7 @@ def plan_cmd(
                                                 help="Mean tokens per sample (default: samples fill cutoff_len)."),
 ) -> None:
     """Predict peak host RSS, GPU memory per GPU and disk before downloading any weights."""
-    from ktdeploy.cli.plan_time import host_of, print_time_plan, time_json, time_plan
+    from ktdeploy.cli.plan_time import host_of, print_time_plan, terms_table, time_json, time_plan
     from ktdeploy.core.recipe import load_recipe, require_valid
     from ktdeploy.core.sizing import plan_recipe
     from ktdeploy.core.sizing.calibration import band, setting, upper_edge
@@ -74,13 +73,7 @@ def plan_cmd(
         if b is not None:
             title += (f" ± {b * 100:.1f} % ({setting(s['num_processes'])} calibration band; "
                       f"upper edge {upper_edge(total, resource, s['num_processes']):.1f} GiB is what doctor gates on)")
-        t = Table(title=title, title_justify="left", expand=False)
-        t.add_column("term", style="bold", no_wrap=True)
-        t.add_column("GiB", justify="right", no_wrap=True)
-        t.add_column("why", overflow="fold")
-        for term in plan.terms(resource):
-            t.add_row(esc(term.name), f"{term.gib:.2f}", esc(term.explanation))
-        console.print(t)
+        console.print(terms_table(title, "GiB", plan.terms(resource), "{:.2f}"))
     for n in plan.notes:
         console.print(f"[yellow]note[/yellow] {esc(n)}")
     print_time_plan(tp, host)

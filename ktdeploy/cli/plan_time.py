@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.safeio import load_json
 from ktdeploy.core.sizing.model_config import MoEArchitecture
 from ktdeploy.core.sizing.setup import setup_from
+from ktdeploy.core.sizing.terms import Term
 from ktdeploy.core.sizing.throughput import (
     CALIBRATION,
     REFERENCE_HOST,
@@ -94,19 +96,24 @@ def _hms(s: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
 
 
+def terms_table(title: str, unit: str, terms: Sequence[Term], fmt: str) -> Table:
+    """A plan's terms as a table: name, value in ``unit``, the formula with its figures and sources."""
+    t = Table(title=title, title_justify="left", expand=False)
+    t.add_column("term", style="bold", no_wrap=True)
+    t.add_column(unit, justify="right", no_wrap=True)
+    t.add_column("why", overflow="fold")
+    for term in terms:
+        t.add_row(esc(term.name), fmt.format(term.value), esc(term.explanation))
+    return t
+
+
 def print_time_plan(tp: ThroughputPlan, host: HostCPU) -> None:
     band = f"± {tp.band * 100:.0f} %"
     title = f"time: {tp.tokens_per_s:.1f} tokens/s {band}, {tp.step_s:.2f} s per step"
     if tp.wall_time_s is not None:
         title += (f", {tp.steps} steps: {_hms(tp.wall_time_s)} ({_hms(tp.wall_time_s / (1 + tp.band))}"
                   f"-{_hms(tp.wall_time_s / (1 - tp.band))})")
-    t = Table(title=title, title_justify="left", expand=False)
-    t.add_column("term", style="bold", no_wrap=True)
-    t.add_column("s", justify="right", no_wrap=True)
-    t.add_column("why", overflow="fold")
-    for term in tp.terms:
-        t.add_row(esc(term.name), f"{term.value:.3g}", esc(term.explanation))
-    console.print(t)
+    console.print(terms_table(title, "s", tp.terms, "{:.3g}"))
     console.print(f"host: {esc(host.source)}; band: calibration in {CALIBRATION}")
     if tp.predicted_tokens_per_s is not None:
         console.print(f"predicted {tp.predicted_tokens_per_s:.1f} tokens/s by the model, measured "

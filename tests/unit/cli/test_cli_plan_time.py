@@ -7,18 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ktdeploy.cli import main
+from tests.unit.cli.test_cli_plan import run_cli
 
 REPO = Path(__file__).resolve().parents[3]
 RECIPE = REPO / "recipes/tiny-moe-lora.yaml"
 DOCTOR = REPO / "bench/results/gpu/proof/run_record/doctor.json"
-
-
-def run_cli(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 def _json(capsys, *args):
