@@ -296,8 +296,45 @@ def table(runs: list[Run], c: dict[str, Measured]) -> tuple[str, float, float]:
     return "\n".join(lines), max(fitted), max(held)
 
 
+FORMATS_FILE = RESULTS / "formats.json"
+_BACKEND = {"int8-lora": ("int8", "auto"), "fp8-lora": ("fp8", "auto"), "int8-lora-ephemeral": ("int8", "auto"),
+            "amxint4-lora": (None, "amxint4"), "bf16-lora": ("bf16", "auto")}
+
+
+def formats_section(c: dict[str, Measured]) -> str:
+    """The per-format runs (bench/results/formats.json, small model, 10 steps, whole-run tokens/s) beside the
+    model: shown, not fitted (see the text for why)."""
+    if not FORMATS_FILE.is_file():
+        return "No per-format runs committed (bench/results/formats.json): the format factors are derived only."
+    full = json.loads((RESULTS / "gpu/full_results.json").read_text())
+    small = full["proof"]["train"]
+    train, acc = _yaml_of(small)
+    arch = parse_model_config(full["model_configs"]["small"], "small")
+    lines = ["| setup | machine | measured tokens/s | vs bf16 measured | model tokens/s | model vs bf16 | error |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    rows = json.loads(FORMATS_FILE.read_text())
+    bf16 = next((r["tokens_per_s"] for r in rows if r["setup"] == "bf16-lora"), None)
+    base = predict(Run("bf16", arch, train, acc, small["tokens"], small["steps"], 1.0, "steady", "", "tiny_sft"), c)
+    for r in rows:
+        if r.get("setup") not in _BACKEND or not r.get("tokens_per_s"):
+            continue
+        fmt, backend = _BACKEND[r["setup"]]
+        t = dict(train, kt_config={**train["kt_config"], "kt_backend": backend})
+        if fmt:
+            t["kt_config"]["kt_expert_weight_format"] = fmt
+        else:
+            t["kt_config"].pop("kt_expert_weight_format", None)
+        run = Run(r["setup"], arch, t, acc, small["tokens"], small["steps"], r["tokens_per_s"], "steady", "", "tiny_sft")
+        p = predict(run, c)
+        lines.append(f"| {r['setup']} | {str(r.get('machine', ''))[:24]} | {r['tokens_per_s']:.1f} | "
+                     f"{r['tokens_per_s'] / bf16:.2f} | {p:.1f} | {p / base:.2f} | "
+                     f"{(p / r['tokens_per_s'] - 1) * 100:+.1f} % |")
+    return "\n".join(lines)
+
+
 def render(runs: list[Run], c: dict[str, Measured]) -> str:
     body, fit_max, held_max = table(runs, c)
+    formats = formats_section(c)
     consts = "\n".join(f"| `{k}` | {v.value:.4g} | {v.source} |" for k, v in c.items())
     return f"""# Throughput calibration: the planner's time model vs the GPU machine's runs
 
@@ -317,6 +354,16 @@ can reach on this VM. The fit (`--fit`) sees only the setups marked *fit*.
 (the goal: within 15 % of measured steady tokens/s).
 
 {body}
+
+## Expert formats
+
+The per-format runs of `bench/results/formats.json` (the small model, LoRA, 10 steps; int8/fp8/int4 on an H100
+machine, bf16 the H200 proof run: not side by side). On this shape the expert GEMM is under a tenth of the step
+(dispatch and hand-offs dominate), so these runs cannot identify a format's GEMM rate: the factors in
+`FORMAT_SPEED` stay derived from kt-kernel's kernels and carry the wider band. The table shows how far the
+model is from each.
+
+{formats}
 
 ## Constants
 
