@@ -1,4 +1,5 @@
-"""`ktdeploy plan`: predicted peak host RSS, GPU memory per GPU and disk, from config.json and the recipe."""
+"""`ktdeploy plan`: predicted peak host RSS, GPU memory per GPU and disk, and tokens/s and wall time, from
+config.json and the recipe."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, print_json
@@ -26,17 +26,28 @@ def plan_cmd(
     gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="Plan for N GPUs (num_processes) instead of the recipe's."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE, repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    facts: Optional[Path] = typer.Option(None, "--facts", help="doctor's facts (`ktdeploy doctor --json`) of the host "
+                                         "that will train: its cores and build set the time plan."),
+    tuned: Optional[Path] = typer.Option(None, "--tuned", help="tune.json from `ktdeploy tune` on that host: its "
+                                         "measured tokens/s replaces (or scales) the predicted one."),
+    samples: Optional[int] = typer.Option(None, "--samples", min=1, help="Dataset samples, for the run's wall time."),
+    sample_tokens: Optional[int] = typer.Option(None, "--sample-tokens", min=1,
+                                                help="Mean tokens per sample (default: samples fill cutoff_len)."),
 ) -> None:
     """Predict peak host RSS, GPU memory per GPU and disk before downloading any weights."""
+    from ktdeploy.cli.plan_time import host_of, print_time_plan, terms_table, time_json, time_plan
     from ktdeploy.core.recipe import load_recipe, require_valid
     from ktdeploy.core.sizing import plan_recipe
     from ktdeploy.core.sizing.calibration import band, setting, upper_edge
+    from ktdeploy.core.sizing.throughput import Workload
 
     if not recipe.is_file():
         raise UsageError(f"recipe {recipe} not found", key="RECIPE", fix="ktdeploy plan recipes/qwen35-397b-bf16-lora.yaml")
     r = load_recipe(recipe, set_)
     require_valid(r)  # plan figures from a recipe `check` refuses (NaN, negative or absurd sizes) mean nothing
     plan, arch, where = plan_recipe(r, model_config, gpus)
+    host = host_of(facts)
+    tp = time_plan(r, recipe, arch, gpus, host, Workload(sample_tokens, 1.0, samples), tuned)
     if as_json:
         out = plan.to_json()
         n = plan.setup["num_processes"]
@@ -46,6 +57,7 @@ def plan_cmd(
         out["model"] = {"config": where, "family": arch.family,
                         "routed_expert_params": arch.routed_expert_params,
                         "non_expert_params": arch.non_expert_params, "total_params": arch.total_params}
+        out["throughput"] = time_json(tp, host)
         print_json(out)
         return
     console.print(f"[bold]{esc(recipe)}[/bold]  model config: {esc(where)}  ({esc(arch.family)}, "
@@ -61,14 +73,9 @@ def plan_cmd(
         if b is not None:
             title += (f" ± {b * 100:.1f} % ({setting(s['num_processes'])} calibration band; "
                       f"upper edge {upper_edge(total, resource, s['num_processes']):.1f} GiB is what doctor gates on)")
-        t = Table(title=title, title_justify="left", expand=False)
-        t.add_column("term", style="bold", no_wrap=True)
-        t.add_column("GiB", justify="right", no_wrap=True)
-        t.add_column("why", overflow="fold")
-        for term in plan.terms(resource):
-            t.add_row(esc(term.name), f"{term.gib:.2f}", esc(term.explanation))
-        console.print(t)
+        console.print(terms_table(title, "GiB", plan.terms(resource), "{:.2f}"))
     for n in plan.notes:
         console.print(f"[yellow]note[/yellow] {esc(n)}")
+    print_time_plan(tp, host)
     console.print("Figures are predicted peaks (GiB = 2^30 B) without a safety margin; "
                   "bench/results/planner-calibration.md compares them with measured runs.")

@@ -284,6 +284,7 @@ def _line(text: str, first: str = "  ", rest: str = "    ", style: str = "") -> 
 
 
 def _print_status(st: RunStatus) -> None:
+    from ktdeploy.core.eta import status_eta
     from ktdeploy.core.trainer_log import LogEntry, describe
 
     live: LiveStatus = st.get("live") or {}
@@ -315,6 +316,9 @@ def _print_status(st: RunStatus) -> None:
     p = live.get("progress")
     if p:
         _line(describe(LogEntry(**p)))
+        eta = status_eta(st.get("eta"), p)
+        if eta:
+            _line(eta)
     serve = live.get("serve")
     if serve:
         _line(f"serving {st['serve_container']}: {serve['status']}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ktdeploy.controller.connectors.base import Connector
 from ktdeploy.controller.emitter import Emitter
+from ktdeploy.controller.eta_plan import planned_eta
 from ktdeploy.controller.eval_stage import run_eval_step
 from ktdeploy.controller.host_files import FETCHABLE_SH, MAX_FETCH, MISSING, fetch_checked  # noqa: F401 (FETCHABLE_SH: tests)
 from ktdeploy.controller.image_check import image_doctor
@@ -436,6 +437,10 @@ class Executor:
         name, log = follow.container, follow.log
         self.record.set_status("training", stage=stage.name)
         last_step, last_status = None, None
+        eta = planned_eta(self.recipe, self.facts)
+        if eta.planned_step_s:
+            self.emit(ev.Said(ev.Mark.GO, f"{eta.planned_step_s:.2f} s per step, "
+                                          f"{eta.planned_tokens_per_s or 0:.0f} tokens/s", stage.name, lead="plan:"))
         self.emit(ev.Following("started", container=name))
         try:
             while True:
@@ -444,7 +449,11 @@ class Executor:
                 if snap.entry is not None and snap.entry.current_steps != last_step:
                     last_step = snap.entry.current_steps
                     self.emit(ev.Progress(entry=snap.entry))
-                    self.record.set_status("training", progress=snap.entry.to_json())
+                    eta.update(last_step, time.monotonic())
+                    self.record.set_status("training", progress=snap.entry.to_json(), eta=eta.record())
+                    line = eta.line(last_step, snap.entry.total_steps)
+                    if line and eta.due(last_step, snap.entry.total_steps):
+                        self.emit(ev.Said(ev.Mark.GO, line, stage.name, lead="ETA"))
                 status = st.status if st else "missing"
                 if status != last_status:
                     last_status = status
@@ -457,6 +466,7 @@ class Executor:
         if st is None:
             raise StepError(f"FOLLOW: the training container {name} disappeared", step=s.id,
                             fix="Someone removed it (docker rm); re-run ktdeploy up --resume auto.")
+        self.record.write_json("eta.json", eta.record())
         self.emit(ev.TrainExited(exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status))
         self._fetch_agent_record(posixpath.dirname(log))
         write_file(self.record.path / rr.ARTIFACTS, "container.log", container_logs(self.conn, name, tail=None),

@@ -94,6 +94,7 @@ class RunStatus(TypedDict, total=False):
     slurm_jobs: object
     slurm_request: object
     eval: object   # the EVAL stage's summary (controller/eval_stage.py)
+    eta: object    # planned and measured step time of the training (core/eta.py)
     record: str
     live: LiveStatus
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 GIB = 2**30
-# the key a term's value is written under in `ktdeploy plan --json` (memory: GiB)
-UNITS = {"host": "gib", "gpu": "gib", "disk": "gib"}
+# the key a term's value is written under in `ktdeploy plan --json` (memory: GiB; time per step, wall: seconds)
+UNITS = {"host": "gib", "gpu": "gib", "disk": "gib", "time": "s", "wall": "s"}
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Measured:
 
 @dataclass(frozen=True)
 class Term:
-    resource: str          # host | gpu | disk: memory, in GiB (2^30 bytes)
+    resource: str          # host | gpu | disk: memory, in GiB (2^30 bytes); time (per step) | wall: seconds
     name: str
     value: float
     explanation: str       # the formula with its figures, and where each constant comes from

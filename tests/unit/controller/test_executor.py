@@ -276,3 +276,26 @@ def test_a_failed_serve_create_removes_the_uploaded_key_file(tmp_path):
     with pytest.raises(StepError):
         _executor(conn, plan, tmp_path).apply()
     assert conn.ran("rm", "-f") == [["rm", "-f", "--", "/job/serve.env"]]
+
+
+def test_follow_says_the_planned_eta_then_the_measured_one_and_records_both(tmp_path):
+    from pathlib import Path
+
+    from ktdeploy.core import events as ev
+
+    recipe = load_recipe(Path(__file__).resolve().parents[3] / "recipes/tiny-moe-lora.yaml")
+    conn = (FakeConnector()
+            .on(("sh", "-c", FOLLOW_SCRIPT), [_snap("running", 1), _snap("running", 1, 2), _snap("exited", 1, 2, 3)])
+            .on(("docker", "logs"), ok(""))
+            .on(("sh", "-c", FILES_SH), ok("@@dir\t/.ktdeploy-runs/out/x\n@@end\n")))
+    shown: list[ev.Event] = []
+    ex = Executor(conn, Emitter(RunRecord.create("r", root=tmp_path / "runs"), shown.append), _follow_plan(),
+                  poll_s=0, recipe=recipe)
+    ex.apply()
+    said = [e for e in shown if isinstance(e, ev.Said) and e.lead in ("plan:", "ETA")]
+    assert said[0].lead == "plan:" and "s per step" in said[0].text
+    assert any(e.lead == "ETA" and "measured" in e.text for e in said)
+    eta = json.loads((ex.record.path / "eta.json").read_text())
+    assert eta["planned_step_s"] > 0 and eta["planned_tokens_per_s"] > 0
+    assert eta["measured_step_s"] is not None and eta["measured_over_planned"] is not None
+    assert ex.record.status()["eta"]["planned_step_s"] == eta["planned_step_s"]

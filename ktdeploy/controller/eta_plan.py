@@ -1,0 +1,35 @@
+"""The planned step time of a recipe on the host `up` trains on (its doctor facts), for the run's ETA."""
+
+from __future__ import annotations
+
+from ktdeploy.core.eta import Eta
+from ktdeploy.core.facts.host import HostFacts
+from ktdeploy.core.recipe.document import Recipe
+from ktdeploy.core.sizing.throughput import REFERENCE_HOST, HostCPU
+
+
+def host_cpu(facts: HostFacts | None) -> HostCPU:
+    if facts is None or not (facts.cpu.physical_cores or facts.cpu.logical_cpus):
+        return REFERENCE_HOST
+    cores = facts.cpu.physical_cores or facts.cpu.logical_cpus or 1
+    flags = set(facts.cpu.flags or ())
+    build = "amx" if "amx_bf16" in flags else "avx512" if "avx512f" in flags else "avx2"
+    return HostCPU(cores, max(1, len(facts.cpu.numa_nodes)), build, f"doctor's facts of the host: {cores} cores")
+
+
+def planned_eta(recipe: Recipe | None, facts: HostFacts | None, gpus: int | None = None) -> Eta:
+    """An Eta with the plan's step time; without one (no recipe, no config.json for the planner) it waits for the
+    measured step time."""
+    if recipe is None:
+        return Eta(None)
+    try:
+        from ktdeploy.core.sizing import plan_recipe
+        from ktdeploy.core.sizing.setup import setup_from
+        from ktdeploy.core.sizing.throughput import throughput
+
+        _plan, arch, _where = plan_recipe(recipe, gpus=gpus)
+        train = dict(recipe.train or {})
+        tp = throughput(setup_from(train, dict(recipe.accelerate or {}), gpus), arch, train, host_cpu(facts))
+    except Exception:  # the planner needs the model's config.json; the ETA then comes from measured steps only
+        return Eta(None)
+    return Eta(tp.step_s, tp.tokens_per_s)

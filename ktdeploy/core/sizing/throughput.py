@@ -1,0 +1,344 @@
+"""The time model (pure): seconds per optimizer step, tokens/s and the wall time of a run, from the recipe's setup,
+the model's dimensions and the host's CPU — terms in the shape of the memory model (core/sizing/terms.Term).
+
+Per micro-batch, kt-kernel's SFT MoE runs each layer's routed experts on the CPU between the GPU's attention of
+that layer and the next (rank 0's CPU serves the tokens of every rank), so the step is a sum:
+
+- routed experts on the CPU: padded tokens x top-k x 6·H·I FLOPs per pass (gate, up, down), passes = forward +
+  backward (dX; full fine-tuning also dW) + the recomputed forward that gradient checkpointing with
+  ``kt_cpu_activation: recompute`` implies; LoRA adds 2·r·(in+out) per projection (r padded to 32 for AMX);
+  against a per-core GEMM rate of the build and format, on the threads kt-kernel really gets;
+- a fixed cost per expert a batch touches, per layer pass (kt-kernel's per-expert task setup and LoRA buffer
+  repacking: on the calibration shapes it, not the weight bytes, explains the time that grows with the experts),
+  per layer pass (the GPU->CPU->GPU hand-off of every MoE layer) and per micro-step (Python, FSDP, logging);
+  kt threads beyond the cores the trainer's own threads need slow all of these (they spin against them);
+- the GPU's attention, dense and LM-head FLOPs; the shared expert runs on the GPU while the CPU runs the routed
+  ones (kt-kernel submits the CPU task first), so it counts only where it is longer;
+- the optimizer over the trainable parameters, and checkpoint saves at save_steps.
+
+Every constant is a ``Measured`` naming its source: the fitted ones come from the GPU machine's runs
+(``bench/throughput_calibration.py --fit``, table ``bench/results/throughput-calibration.md``); the others say
+they are derived from a datasheet or a kernel's layout, and their band is wider.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ktdeploy.core.recipe.train_keys import TrainKeys, as_int
+from ktdeploy.core.sizing.model_config import MoEArchitecture
+from ktdeploy.core.sizing.setup import Setup
+from ktdeploy.core.sizing.terms import Measured, Term
+
+CALIBRATION = "bench/results/throughput-calibration.md"
+_FIT = f"fitted on the GPU machine's committed runs ({CALIBRATION}; bench/throughput_calibration.py --fit)"
+
+TIME_CONSTANTS: dict[str, Measured] = {
+    # ---- fitted (16-vCPU AMX Xeon VM, kt-kernel 0.7.2, H200; see the calibration table) ----
+    "cpu_flop_s_per_core": Measured(2.28e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
+    "expert_dispatch_s": Measured(0.000521, "seconds per touched expert per MoE layer pass, " + _FIT),
+    "layer_pass_s": Measured(0.00816, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
+    "step_fixed_s": Measured(0.0, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
+    "threads_reserved": Measured(2.0, "cores kt-kernel's threads should leave to the trainer's own threads, " + _FIT),
+    "oversubscription": Measured(0.15, "growth of the CPU-side time per kt thread beyond (cores - threads_reserved), "
+                                      + _FIT),
+    "first_step_extra_s": Measured(2.11, "warm-up of the first steps over the steady rate, median of "
+                                        "train_runtime - steps/steady over the runs with both (" + CALIBRATION + ")"),
+    # ---- derived, not measured here ----
+    "gpu_flop_s": Measured(3.5e14, "H100/H200 dense bf16 989 TFLOP/s datasheet x 0.35 assumed utilisation; "
+                                   "not fitted (under 5 % of any calibration step)"),
+    "optimizer_bytes_per_param": Measured(28.0, "AdamW fp32: read param, grad, m, v; write param, m, v (7 x 4 B); "
+                                                "derived from torch's AdamW, not measured"),
+    "cpu_bytes_s": Measured(5.0e10, "host memory rate for the optimizer's streaming update: 8-channel DDR5 "
+                                    "~300 GB/s datasheet, one socket's share at 1/6 assumed; not measured"),
+    "gpu_bytes_s": Measured(2.0e12, "H100 3.35 TB/s HBM datasheet x 0.6 assumed; not measured"),
+    "save_bytes_s": Measured(1.0e9, "1 GB/s sequential write assumed for the output volume; not measured"),
+}
+
+# GEMM rate of each weight format relative to bf16 AMX (kt-kernel's kernels: amxfp8 widens FP8 tiles to bf16 and runs
+# the bf16 AMX path; amxint8 and amxint4 run AMX int8 tiles, whose peak is 2x bf16's; AVX512 builds run
+# AVX512-BF16/VNNI at 1/16 of the AMX tile rate per cycle). Unmeasured: the band widens for them.
+FORMAT_SPEED = {"bf16": 1.0, "fp8": 1.0, "int8": 2.0, "int4": 2.0}
+FORMAT_SOURCE = ("derived from kt-kernel's kernels (amxfp8 runs bf16 tiles; amxint8/amxint4 int8 tiles at 2x the "
+                 "bf16 peak); not measured per format")
+BUILD_SPEED = {"amx": 1.0, "avx512": 1.0 / 16, "avx2": 1.0 / 32}
+
+# Error bands (fraction of tokens/s): the held-out error of the calibration, widened where the model extrapolates.
+BAND_CALIBRATED = 0.15      # bf16, the calibrated host class (held-out max, see CALIBRATION)
+BAND_FORMAT = 0.30          # a format whose GEMM rate is derived, not measured
+BAND_OTHER_HOST = 0.40      # a host whose per-core rate is assumed equal to the GPU machine's
+BAND_TUNED = 0.10           # after `ktdeploy tune` measured this host (tune's own repeat spread)
+
+
+@dataclass(frozen=True)
+class HostCPU:
+    """What the time model needs of the CPU: the cores kt-kernel may use, NUMA nodes and the kt-kernel build."""
+
+    cores: int
+    numa_nodes: int = 1
+    build: str = "amx"
+    source: str = "reference host"
+
+
+REFERENCE_HOST = HostCPU(16, 1, "amx", "reference host: the GPU machine, 16-vCPU AMX Xeon VM (1 NUMA node), "
+                                       "one H200")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The data side of a step. ``sample_tokens`` None: samples fill cutoff_len (packing, or long samples);
+    ``padded_ratio``: padded over real tokens of a batch (the longest sample sets the batch's length)."""
+
+    sample_tokens: float | None = None
+    padded_ratio: float = 1.0
+    samples: int | None = None
+
+
+@dataclass
+class ThroughputPlan:
+    tokens_per_s: float
+    step_s: float
+    steps: int | None
+    wall_time_s: float | None
+    band: float
+    terms: list[Term]
+    tokens_per_step: float
+    notes: list[str] = field(default_factory=list)
+    measured_tokens_per_s: float | None = None   # from `ktdeploy tune` on this host, when given
+    predicted_tokens_per_s: float | None = None  # the model's figure when a measurement replaced it
+
+    def to_json(self) -> dict[str, Any]:
+        def banded(v: float | None, digits: int) -> dict[str, Any] | None:
+            if v is None:
+                return None
+            return {"value": round(v, digits), "low": round(v * (1 - self.band), digits),
+                    "high": round(v * (1 + self.band), digits)}
+        # step_s and wall time scale inversely with tokens/s: their band is 1/(1 -+ band)
+        def inv_banded(v: float | None, digits: int) -> dict[str, Any] | None:
+            if v is None:
+                return None
+            return {"value": round(v, digits), "low": round(v / (1 + self.band), digits),
+                    "high": round(v / (1 - self.band), digits)}
+        return {"tokens_per_s": banded(self.tokens_per_s, 1), "step_s": inv_banded(self.step_s, 3),
+                "wall_time_s": inv_banded(self.wall_time_s, 0), "steps": self.steps, "band": round(self.band, 3),
+                "tokens_per_step": round(self.tokens_per_step, 1),
+                "measured_tokens_per_s": self.measured_tokens_per_s,
+                "predicted_tokens_per_s": None if self.predicted_tokens_per_s is None
+                else round(self.predicted_tokens_per_s, 1),
+                "breakdown": [t.to_json() for t in self.terms], "notes": self.notes}
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The counts one step is made of (also the calibration's regressors)."""
+
+    micro_steps: int               # gradient accumulation
+    real_tokens: float             # per micro-step, all ranks
+    padded_tokens: float
+    expert_flops: float            # CPU, per micro-step, all passes
+    expert_dispatches: float       # touched experts x MoE layer passes, per micro-step
+    layer_passes: int              # MoE layer passes per micro-step
+    gpu_flops: float               # per micro-step per GPU
+    shared_flops: float            # the shared experts' part of gpu_flops
+    trainable_cpu_params: float
+    trainable_gpu_params: float
+    threads: int
+    eff_threads: float             # the GEMM's threads' worth
+    slowdown: float                # CPU-side time factor of oversubscribed threads
+
+
+def expert_passes(s: Setup) -> tuple[int, int]:
+    """(GEMM passes over the frozen or trained expert weights, layer passes) per micro-step."""
+    backward = 2 if s.finetuning == "full" else 1
+    recompute = 1 if s.gradient_checkpointing and s.cpu_activation == "recompute" else 0
+    return 1 + backward + recompute, 2 + recompute
+
+
+def effective_threads(threads: int, host: HostCPU, c: Mapping[str, Measured]) -> tuple[float, float]:
+    """(the threads' worth of GEMM kt-kernel gets, the slowdown of all CPU-side work): capped at the cores the
+    trainer leaves free; each thread beyond them slows the CPU side (its spinning workers fight the trainer's
+    Python and CUDA threads)."""
+    free = max(1.0, host.cores - c["threads_reserved"].value)
+    over = max(0.0, threads - free)
+    return min(float(threads), free), 1.0 + c["oversubscription"].value * over
+
+
+def default_threads(host: HostCPU) -> int:
+    """ktdeploy's derived kt_num_threads when the recipe sets none: physical cores minus two (controller/derive)."""
+    return max(1, host.cores - 2)
+
+
+def step_shape(s: Setup, arch: MoEArchitecture, host: HostCPU, work: Workload, train: Mapping[str, Any],
+               c: Mapping[str, Measured]) -> StepShape:
+    h, i, k = arch.hidden_size, arch.moe_intermediate_size, arch.experts_per_tok
+    fill = float(s.cutoff_len) if s.packing or work.sample_tokens is None else min(work.sample_tokens, s.cutoff_len)
+    padded = min(float(s.cutoff_len), fill * (1.0 if s.packing else work.padded_ratio))
+    ranks = s.num_processes
+    real_t, pad_t = fill * s.batch * ranks, padded * s.batch * ranks
+    gemm_passes, layer_passes = expert_passes(s)
+    per_tok = 6.0 * h * i * k
+    rank = s.padded_rank if s.finetuning == "lora" else 0
+    lora_tok = 2.0 * rank * 3 * (h + i) * k if rank else 0.0     # x A and B, three projections
+    flops = arch.moe_layers * pad_t * (per_tok * gemm_passes + lora_tok * (gemm_passes + 1))
+    touched = arch.num_experts * (1.0 - (1.0 - k / arch.num_experts) ** pad_t) if arch.num_experts else 0.0
+    # GPU: 2 FLOPs per weight per token forward, 2x that backward, + recompute; causal attention scores ~ 2·T·H per
+    # token per layer (QK and PV, half masked)
+    gpu_passes = 3 + (1 if s.gradient_checkpointing else 0)
+    per_gpu_tokens = pad_t / ranks
+    shared = 3.0 * h * arch.shared_expert_intermediate_size * arch.moe_layers
+    dense_w = arch.non_expert_params - arch.embedding_params - shared + arch.vocab_size * h   # + the LM head's GEMM
+    attn = 2.0 * padded * h * arch.num_layers
+    gpu_flops = 2.0 * per_gpu_tokens * (dense_w + attn) * gpu_passes
+    shared_flops = 2.0 * per_gpu_tokens * shared * gpu_passes
+    lora_gpu = rank * arch.attention_linear_io * arch.num_layers if rank else 0.0
+    threads = as_int(TrainKeys(train).kt_config.get("kt_num_threads"), 0) or default_threads(host)
+    trainable_cpu = (arch.routed_expert_params if s.finetuning == "full"
+                     else arch.moe_layers * arch.num_experts * rank * 3 * (h + i))
+    trainable_gpu = (arch.non_expert_params if s.finetuning == "full" else lora_gpu)
+    micro = max(1, as_int(train.get("gradient_accumulation_steps"), 1) or 1)
+    eff, slow = effective_threads(threads, host, c)
+    return StepShape(micro, real_t, pad_t, flops, arch.moe_layers * touched * layer_passes,
+                     arch.moe_layers * layer_passes, gpu_flops, shared_flops, trainable_cpu, trainable_gpu, threads,
+                     eff, slow)
+
+
+def _secs(name: str, value: float, why: str) -> Term:
+    return Term("time", name, value, why)
+
+
+def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]) -> list[Term]:
+    """Seconds of one optimizer step, by term."""
+    fmt_speed = FORMAT_SPEED.get(s.expert_format, 1.0) * BUILD_SPEED.get(host.build, 1.0)
+    rate = c["cpu_flop_s_per_core"].value * fmt_speed * sh.eff_threads
+    m, slow = sh.micro_steps, sh.slowdown
+    cpu = sh.expert_flops / rate * slow
+    gpu_rate = c["gpu_flop_s"].value
+    attn_gpu = (sh.gpu_flops - sh.shared_flops) / gpu_rate
+    shared_gpu = sh.shared_flops / gpu_rate
+    hidden = max(0.0, shared_gpu - cpu)
+    opt_bytes = c["optimizer_bytes_per_param"].value
+    opt = sh.trainable_cpu_params * opt_bytes / c["cpu_bytes_s"].value
+    opt += sh.trainable_gpu_params * opt_bytes / c["gpu_bytes_s"].value
+    over = f" x {slow:.2f} oversubscribed" if slow > 1 else ""
+    return [
+        _secs("routed experts (CPU GEMM)", m * cpu,
+              f"{m} x {sh.expert_flops:.3g} FLOPs ({sh.padded_tokens:.0f} padded tokens) / "
+              f"({c['cpu_flop_s_per_core'].value:.3g} FLOP/s per thread [{c['cpu_flop_s_per_core'].source}] x "
+              f"format/build {fmt_speed:.3g} [{FORMAT_SOURCE}] x {sh.eff_threads:.0f} of {sh.threads} threads on "
+              f"{host.cores} cores){over}"),
+        _secs("per-expert dispatch (CPU)", m * sh.expert_dispatches * c["expert_dispatch_s"].value * slow,
+              f"{m} x {sh.expert_dispatches:.0f} touched experts x layer passes x "
+              f"{c['expert_dispatch_s'].value:.3g} s [{c['expert_dispatch_s'].source}]{over}"),
+        _secs("MoE layer hand-offs", m * sh.layer_passes * c["layer_pass_s"].value * slow,
+              f"{m} x {sh.layer_passes} layer passes x {c['layer_pass_s'].value:.3g} s "
+              f"[{c['layer_pass_s'].source}]{over}"),
+        _secs("attention, dense and LM head (GPU)", m * attn_gpu,
+              f"{m} x {sh.gpu_flops - sh.shared_flops:.3g} FLOPs per GPU / {gpu_rate:.3g} FLOP/s "
+              f"[{c['gpu_flop_s'].source}]"),
+        _secs("shared experts (GPU, beside the CPU's experts)", m * hidden,
+              f"{shared_gpu:.3g} s on the GPU overlaps the CPU's {cpu:.3g} s: only the excess counts"),
+        _secs("fixed per micro-step", m * c["step_fixed_s"].value * slow,
+              f"{m} x {c['step_fixed_s'].value:.3g} s [{c['step_fixed_s'].source}]{over}"),
+        _secs("optimizer", opt,
+              f"{sh.trainable_cpu_params:.3g} CPU + {sh.trainable_gpu_params:.3g} GPU trainable params x "
+              f"{opt_bytes:g} B (AdamW) at {c['cpu_bytes_s'].value / 1e9:g} / {c['gpu_bytes_s'].value / 1e9:g} GB/s "
+              "(derived, not measured: TIME_CONSTANTS says from what)"),
+    ]
+
+
+def run_steps(s: Setup, train: Mapping[str, Any], work: Workload, micro_samples: int) -> int | None:
+    """Optimizer steps of the run: max_steps, else epochs over the dataset's samples (None: unknown size)."""
+    if s.max_steps and s.max_steps > 0:
+        return s.max_steps
+    samples = work.samples or as_int(train.get("max_samples"), 0) or None
+    if not samples:
+        return None
+    per_epoch = math.ceil(samples / max(1, micro_samples))
+    return max(1, math.ceil(per_epoch * s.num_train_epochs))
+
+
+def save_seconds(s: Setup, sh: StepShape, arch: MoEArchitecture, c: Mapping[str, Measured]) -> float:
+    """One checkpoint: the trainable weights (bf16) plus, unless save_only_model, their optimizer state (fp32 x3)."""
+    params = sh.trainable_cpu_params + sh.trainable_gpu_params
+    per_param = 2.0 + (0.0 if s.save_only_model else 12.0)
+    return params * per_param / c["save_bytes_s"].value
+
+
+def band_for(s: Setup, host: HostCPU, tuned: bool) -> float:
+    if tuned:
+        return BAND_TUNED
+    band = BAND_CALIBRATED if s.expert_format == "bf16" else BAND_FORMAT
+    if host.build != "amx" or host is not REFERENCE_HOST and host.cores != REFERENCE_HOST.cores:
+        band = max(band, BAND_OTHER_HOST)
+    return band
+
+
+def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: HostCPU = REFERENCE_HOST,
+               work: Workload | None = None, constants: Mapping[str, Measured] | None = None,
+               measured_tokens_per_s: float | None = None) -> ThroughputPlan:
+    c = {**TIME_CONSTANTS, **(constants or {})}
+    work = work or Workload()
+    sh = step_shape(s, arch, host, work, train, c)
+    terms = step_terms(sh, s, host, c)
+    step = sum(t.value for t in terms)
+    tokens = sh.real_tokens * sh.micro_steps
+    tps = tokens / step
+    predicted = None
+    notes: list[str] = []
+    if measured_tokens_per_s:
+        predicted, tps = tps, measured_tokens_per_s
+        step = tokens / tps
+        notes.append(f"tokens/s measured on this host by `ktdeploy tune` ({measured_tokens_per_s:.1f}); the model "
+                     f"predicted {predicted:.1f} ({(predicted / measured_tokens_per_s - 1) * 100:+.0f} %)")
+    steps = run_steps(s, train, work, s.batch * s.num_processes * sh.micro_steps)
+    wall = None
+    if steps is not None:
+        saves = steps // s.save_steps if s.save_steps and s.save_strategy == "steps" else 0
+        save_s = save_seconds(s, sh, arch, c)
+        terms.append(Term("wall", "checkpoint saves", saves * save_s,
+                          f"{saves} saves (every {s.save_steps} steps) x {save_s:.3g} s "
+                          f"[{c['save_bytes_s'].source}]"))
+        terms.append(Term("wall", "first steps' warm-up", c["first_step_extra_s"].value,
+                          c["first_step_extra_s"].source))
+        wall = steps * step + saves * save_s + c["first_step_extra_s"].value
+    else:
+        notes.append("wall time: the dataset's size is unknown; set train.max_steps or train.max_samples, or pass "
+                     "--samples N")
+    if work.sample_tokens is None and not s.packing:
+        notes.append(f"tokens/s assumes samples that fill cutoff_len ({s.cutoff_len}); shorter samples lower it "
+                     "(pass --sample-tokens N)")
+    if s.expert_format != "bf16":
+        notes.append(f"the {s.expert_format} GEMM rate is {FORMAT_SOURCE}")
+    return ThroughputPlan(tps, step, steps, wall, band_for(s, host, measured_tokens_per_s is not None), terms,
+                          tokens, notes, measured_tokens_per_s, predicted)
+
+
+# ---- the host, from doctor's facts and tune's record (pure: parsed dicts in) ------------------------------
+
+def host_from_facts(facts: Mapping[str, Any]) -> HostCPU:
+    """doctor's facts (`ktdeploy doctor --json`'s facts, or a run record's doctor.json): physical cores, NUMA nodes,
+    and the kt-kernel build the CPU flags allow (AMX, else AVX512, else AVX2)."""
+    if isinstance(facts.get("facts"), Mapping):
+        facts = facts["facts"]
+    cpu = facts.get("cpu") if isinstance(facts.get("cpu"), Mapping) else {}
+    assert isinstance(cpu, Mapping)
+    cores = as_int(cpu.get("physical_cores"), 0) or as_int(cpu.get("logical_cpus"), 0) or 0
+    if cores <= 0:
+        raise ValueError("the facts name no physical_cores or logical_cpus")
+    nodes = cpu.get("numa_nodes")
+    flags = set(cpu.get("flags") or [])
+    build = "amx" if "amx_bf16" in flags else "avx512" if "avx512f" in flags else "avx2"
+    return HostCPU(cores, len(nodes) if isinstance(nodes, list) and nodes else 1, build,
+                   f"doctor's facts: {cores} physical cores, {build} build")
+
+
+def tuned_rate(tune: Mapping[str, Any]) -> tuple[float, dict[str, Any]] | None:
+    """(measured tokens/s of the chosen setting, that setting) from a tune record (tune.json), if it has one."""
+    tps = tune.get("chosen_tokens_per_s")
+    chosen = tune.get("chosen")
+    if not isinstance(tps, int | float) or tps <= 0 or not isinstance(chosen, Mapping):
+        return None
+    return float(tps), dict(chosen)

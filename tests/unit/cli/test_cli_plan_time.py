@@ -1,0 +1,75 @@
+"""`ktdeploy plan`'s time plan through the real entry point: JSON with bands, --facts, --tuned, clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.unit.cli.test_cli_plan import run_cli
+
+REPO = Path(__file__).resolve().parents[3]
+RECIPE = REPO / "recipes/tiny-moe-lora.yaml"
+DOCTOR = REPO / "bench/results/gpu/proof/run_record/doctor.json"
+
+
+def _json(capsys, *args):
+    code, out, err = run_cli(["plan", str(RECIPE), "--json", *args], capsys)
+    assert code == 0, err
+    return json.loads(out)["throughput"]
+
+
+def test_json_has_tokens_step_and_wall_time_with_bands(capsys):
+    t = _json(capsys, "--samples", "400")
+    for key in ("tokens_per_s", "step_s", "wall_time_s"):
+        assert t[key]["low"] < t[key]["value"] < t[key]["high"], key
+    assert t["steps"] and t["host"]["cores"] == 16 and t["breakdown"]
+    assert all(term["resource"] in ("time", "wall") and "s" in term for term in t["breakdown"])
+
+
+def test_facts_set_the_host(capsys, tmp_path):
+    facts = json.loads(DOCTOR.read_text())
+    facts["facts"]["cpu"]["physical_cores"] = 64
+    p = tmp_path / "facts.json"
+    p.write_text(json.dumps(facts))
+    ref = _json(capsys)
+    big = _json(capsys, "--facts", str(p), "--set", "train.kt_config.kt_num_threads=60")
+    assert big["host"]["cores"] == 64 and "doctor" in big["host"]["source"]
+    assert big["tokens_per_s"]["value"] > ref["tokens_per_s"]["value"]
+
+
+def test_tuned_on_the_same_recipe_uses_the_measurement(capsys, tmp_path):
+    tune = json.loads((REPO / "bench/results/tune/tune.json").read_text())
+    tune["recipe"] = str(RECIPE)
+    p = tmp_path / "tune.json"
+    p.write_text(json.dumps(tune))
+    t = _json(capsys, "--tuned", str(p))
+    assert t["tokens_per_s"]["value"] == 928.0 and t["measured_tokens_per_s"] == 928.0
+    assert t["predicted_tokens_per_s"] and t["band"] == 0.1
+    code, out, _ = run_cli(["plan", str(RECIPE), "--tuned", str(p)], capsys)
+    assert code == 0 and "measured" in out and "predicted" in out
+
+
+def test_tuned_on_another_recipe_scales_the_prediction(capsys, tmp_path):
+    tune = json.loads((REPO / "bench/results/tune/tune.json").read_text())
+    tune["recipe"] = str(REPO / "recipes/tiny-moe-int8-lora.yaml")
+    p = tmp_path / "tune.json"
+    p.write_text(json.dumps(tune))
+    t = _json(capsys, "--tuned", str(p))
+    assert t["measured_tokens_per_s"] != 928.0 and any("scaled by" in n for n in t["notes"])
+
+
+@pytest.mark.parametrize("content,flag", [("not json", "--facts"), ('{"cpu": {}}', "--facts"), ("[]", "--facts"),
+                                          ('{"chosen_tokens_per_s": null}', "--tuned")])
+def test_bad_files_are_a_clean_error(capsys, tmp_path, content, flag):
+    p = tmp_path / "x.json"
+    p.write_text(content)
+    code, out, err = run_cli(["plan", str(RECIPE), flag, str(p)], capsys)
+    assert code not in (0, 70) and "Traceback" not in err + out
+    assert "fix:" in err
+
+
+def test_human_output_shows_the_band(capsys):
+    code, out, _ = run_cli(["plan", str(RECIPE), "--samples", "400"], capsys)
+    assert code == 0 and "tokens/s ±" in out and "steps:" in out
