@@ -45,7 +45,7 @@ def _row(recipe: str) -> str:
 def test_the_format_memory_table_is_the_planners():
     text = DOC.read_text()
     table = text.split("<!-- doc-table: format-memory -->", 1)[1].split("<!-- /doc-table -->", 1)[0]
-    rows = [line for line in table.strip().splitlines()[2:]]
+    rows = table.strip().splitlines()[2:]
     assert rows == [_row(r) for r in RECIPES], "regenerate the table: " + "\n".join(_row(r) for r in RECIPES)
 
 
