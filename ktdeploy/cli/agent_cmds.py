@@ -12,13 +12,14 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
+from ktdeploy.cli.help import IN_IMAGE
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.terminal_text import esc
 
 
-@app.command()
+@app.command(rich_help_panel=IN_IMAGE)
 def train(
     recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", show_default=False,
                                             help="Recipe YAML (or --train/--accelerate)."),
@@ -102,7 +103,7 @@ def train(
                               f"peak host RSS {summary['peak_host_rss_gib']:.2f} GiB")
 
 
-@app.command()
+@app.command(rich_help_panel=IN_IMAGE)
 def convert(
     output_dir: Path = typer.Argument(..., help="Training output_dir (or one checkpoint-* in it)."),
     out: str = typer.Option(..., "-o", "--out", help="New adapter directory for sglang-kt --lora-paths."),
@@ -133,7 +134,7 @@ def convert(
                   f"targets: {esc(', '.join(s.target_modules))}", highlight=False)
 
 
-@app.command()
+@app.command(rich_help_panel=IN_IMAGE)
 def merge(
     output_dir: Path = typer.Argument(..., help="KT LoRA training output_dir (or one checkpoint-* in it)."),
     base: Path = typer.Option(..., "--base", metavar="MODEL_DIR", help="The base model folder the adapter was trained on (safetensors: "
@@ -169,7 +170,7 @@ def merge(
         console.print(f"note: {esc(note)}", highlight=False)
 
 
-@app.command("prepare-weights")
+@app.command("prepare-weights", rich_help_panel=IN_IMAGE)
 def prepare_weights(
     model: Optional[Path] = typer.Argument(None, metavar="MODEL", show_default=False,
                                            help="The BF16 or block-FP8 model folder (or --recipe)."),
@@ -245,12 +246,12 @@ def prepare_weights(
                       f"({s.verify['kt_kernel']['files']} files hashed)", highlight=False)
 
 
-@app.command()
+@app.command(rich_help_panel=IN_IMAGE)
 def serve(
     recipe: Path = typer.Argument(..., help="Recipe YAML (model, KT settings, deploy.serve)."),
-    adapter: Optional[Path] = typer.Option(None, "--adapter", help="Adapter directory written by `ktdeploy convert` "
+    adapter: Optional[Path] = typer.Option(None, "--adapter", metavar="DIR", help="Adapter directory written by `ktdeploy convert` "
                                                                    "(LoRA run)."),
-    weights: Optional[Path] = typer.Option(None, "--weights", help="A full fine-tune's output_dir: serve the trained "
+    weights: Optional[Path] = typer.Option(None, "--weights", metavar="DIR", help="A full fine-tune's output_dir: serve the trained "
                                                                    "weights themselves (no adapter, no LoRA)."),
     merged: Optional[Path] = typer.Option(None, "--merged", metavar="MERGED_DIR", help="A model written by `ktdeploy merge`: served as a "
                                                                  "plain BF16 model (--kt-method BF16, no LoRA)."),
@@ -298,10 +299,10 @@ def serve(
     os.execvpe(cmd.argv[0], cmd.argv, env)
 
 
-@app.command("tiny-model")
+@app.command("tiny-model", rich_help_panel=IN_IMAGE)
 def tiny_model(
     model_dir: Path = typer.Argument(..., help="Directory for the model (config, weights, tokenizer)."),
-    data_dir: Path = typer.Option(..., "--data-dir", help="Directory for the dataset and dataset_info.json."),
+    data_dir: Path = typer.Option(..., "--data-dir", metavar="DIR", help="Directory for the dataset and dataset_info.json."),
     size: str = typer.Option("small", "--size", help="small | medium | large"),
     samples: int = typer.Option(400, "--samples", help="Synthetic training samples."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the weights and the samples."),
