@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
@@ -13,6 +14,7 @@ import typer
 
 from ktdeploy.cli import app
 from ktdeploy.cli.help import IN_IMAGE
+from ktdeploy.cli.in_image import in_image_fix, require_module
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.core.errors import UsageError
@@ -154,7 +156,13 @@ def merge(
     # The merge runs its own worker threads; a BLAS pool per thread would oversubscribe the cores (set before numpy).
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    from ktdeploy.agent.merge import merge as do_merge
+    try:
+        from ktdeploy.agent.merge import merge as do_merge
+    except ImportError as err:   # a controller installed without the [merge] extra
+        raise UsageError(f"merge needs numpy, which this install lacks ({err})",
+                         fix="pip install 'ktdeploy[merge]' (numpy only), or " + in_image_fix(
+                             "merge", output_dir, base, Path(out).parent,
+                             args=shlex.join([str(output_dir), "--base", str(base), "-o", out]))) from None
 
     s = do_merge(output_dir, base, out, base_root=base_root, verify_manifest=not no_verify, workers=threads,
                  say=None if as_json else (lambda m: err_console.print(esc(m), highlight=False)))
@@ -294,6 +302,11 @@ def serve(
             console.print(" ".join(f"{k}={v}" for k, v in cmd.env.items()) + " " + cmd.shell(), markup=False,
                           highlight=False)
         return
+    flag, served = next((f, d) for f, d in (("--adapter", adapter), ("--weights", weights), ("--merged", merged))
+                        if d is not None)
+    require_module("sglang", "serve", "sglang-kt", recipe.resolve(), served.resolve(),
+                   args=shlex.join([str(recipe.resolve()), flag, str(served.resolve()),
+                                    *(x for s in set_ for x in ("--set", s))]))
     env = {**os.environ, **cmd.env}
     err_console.print(f"starting: {cmd.shell()}", markup=False, highlight=False)
     os.execvpe(cmd.argv[0], cmd.argv, env)
@@ -317,5 +330,6 @@ def tiny_model(
         res = build_all(model_dir, data_dir, size=size, num_samples=samples, seed=seed, overwrite=overwrite, fmt=fmt)
     except ImportError as err:  # a controller without the ML stack
         raise UsageError(f"tiny-model needs torch, transformers and tokenizers: {err}",
-                         fix="run it inside the image (docker run ktsft:<variant> tiny-model ...)") from None
+                         fix=in_image_fix("tiny-model", model_dir.parent, data_dir,
+                                          args=shlex.join([str(model_dir.resolve()), "--data-dir", str(data_dir.resolve())]))) from None
     print_json(asdict(res))
