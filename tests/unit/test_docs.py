@@ -54,9 +54,9 @@ def test_the_first_command_prints_the_readme_sample(tmp_path):
     compare("status-failed", "docs/up.md", st.stdout, {str(tmp_path): "~/.local/share/ktdeploy"})
 
 
-def _quick_start() -> list[tuple[list[str], set[int]]]:
+def _quick_start(doc: str = "README.md", name: str = "quick-start") -> list[tuple[list[str], set[int]]]:
     out = []
-    for line in samples("README.md")["quick-start"].splitlines():
+    for line in samples(doc)[name].splitlines():
         command, _, comment = line.partition("#")
         codes = re.search(r"\(exit ([\d or]+)\)", comment)
         assert codes, f"README quick start: no (exit N) on {line!r}"
@@ -69,11 +69,22 @@ def _quick_start() -> list[tuple[list[str], set[int]]]:
 @pytest.mark.parametrize("argv,codes", _quick_start(), ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else "")
 def test_the_quick_start_runs_as_written(tmp_path, argv, codes):
     """Each line, as written, in a folder like the repository's (the README's relative paths resolve)."""
-    for d in ("recipes", "examples"):
+    for d in ("recipes", "examples", "bench"):
         (tmp_path / d).symlink_to(REPO / d)
     r = cli(*argv, home=tmp_path / "home", cwd=tmp_path)
     assert r.returncode in codes, (argv, r.returncode, r.stdout[-2000:], r.stderr[-2000:])
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_the_cpu_only_path_ends_where_the_walkthrough_says(tmp_path):
+    """The walkthrough's CPU-only end, line after line in one folder (serve uses what convert wrote)."""
+    for d in ("recipes", "bench"):
+        (tmp_path / d).symlink_to(REPO / d)
+    for argv, codes in _quick_start("docs/walkthrough.md", "cpu-only-end"):
+        r = cli(*argv, home=tmp_path / "home", cwd=tmp_path)
+        assert r.returncode in codes, (argv, r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+        assert "Traceback" not in r.stdout + r.stderr
+    assert (tmp_path / "adapter-sglang" / "adapter_config.json").is_file()
 
 
 def _paragraph(doc: str, name: str) -> str:
