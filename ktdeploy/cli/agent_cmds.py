@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
@@ -12,13 +13,15 @@ from typing import Optional
 import typer
 
 from ktdeploy.cli import app
+from ktdeploy.cli.help import IN_IMAGE
+from ktdeploy.cli.in_image import in_image_fix, require_module
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.core.errors import UsageError
 from ktdeploy.core.terminal_text import esc
 
 
-@app.command()
+@app.command(rich_help_panel=IN_IMAGE)
 def train(
     recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", show_default=False,
                                             help="Recipe YAML (or --train/--accelerate)."),
@@ -102,7 +105,7 @@ def train(
                               f"peak host RSS {summary['peak_host_rss_gib']:.2f} GiB")
 
 
-@app.command()
+@app.command(rich_help_panel=IN_IMAGE)
 def convert(
     output_dir: Path = typer.Argument(..., help="Training output_dir (or one checkpoint-* in it)."),
     out: str = typer.Option(..., "-o", "--out", help="New adapter directory for sglang-kt --lora-paths."),
@@ -133,7 +136,7 @@ def convert(
                   f"targets: {esc(', '.join(s.target_modules))}", highlight=False)
 
 
-@app.command()
+@app.command(rich_help_panel=IN_IMAGE)
 def merge(
     output_dir: Path = typer.Argument(..., help="KT LoRA training output_dir (or one checkpoint-* in it)."),
     base: Path = typer.Option(..., "--base", metavar="MODEL_DIR", help="The base model folder the adapter was trained on (safetensors: "
@@ -153,7 +156,13 @@ def merge(
     # The merge runs its own worker threads; a BLAS pool per thread would oversubscribe the cores (set before numpy).
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    from ktdeploy.agent.merge import merge as do_merge
+    try:
+        from ktdeploy.agent.merge import merge as do_merge
+    except ImportError as err:   # a controller installed without the [merge] extra
+        raise UsageError(f"merge needs numpy, which this install lacks ({err})",
+                         fix="pip install 'ktdeploy[merge]' (numpy only), or " + in_image_fix(
+                             "merge", output_dir, base, Path(out).parent,
+                             args=shlex.join([str(output_dir), "--base", str(base), "-o", out]))) from None
 
     s = do_merge(output_dir, base, out, base_root=base_root, verify_manifest=not no_verify, workers=threads,
                  say=None if as_json else (lambda m: err_console.print(esc(m), highlight=False)))
@@ -169,7 +178,7 @@ def merge(
         console.print(f"note: {esc(note)}", highlight=False)
 
 
-@app.command("prepare-weights")
+@app.command("prepare-weights", rich_help_panel=IN_IMAGE)
 def prepare_weights(
     model: Optional[Path] = typer.Argument(None, metavar="MODEL", show_default=False,
                                            help="The BF16 or block-FP8 model folder (or --recipe)."),
@@ -245,12 +254,12 @@ def prepare_weights(
                       f"({s.verify['kt_kernel']['files']} files hashed)", highlight=False)
 
 
-@app.command()
+@app.command(rich_help_panel=IN_IMAGE)
 def serve(
     recipe: Path = typer.Argument(..., help="Recipe YAML (model, KT settings, deploy.serve)."),
-    adapter: Optional[Path] = typer.Option(None, "--adapter", help="Adapter directory written by `ktdeploy convert` "
+    adapter: Optional[Path] = typer.Option(None, "--adapter", metavar="DIR", help="Adapter directory written by `ktdeploy convert` "
                                                                    "(LoRA run)."),
-    weights: Optional[Path] = typer.Option(None, "--weights", help="A full fine-tune's output_dir: serve the trained "
+    weights: Optional[Path] = typer.Option(None, "--weights", metavar="DIR", help="A full fine-tune's output_dir: serve the trained "
                                                                    "weights themselves (no adapter, no LoRA)."),
     merged: Optional[Path] = typer.Option(None, "--merged", metavar="MERGED_DIR", help="A model written by `ktdeploy merge`: served as a "
                                                                  "plain BF16 model (--kt-method BF16, no LoRA)."),
@@ -293,15 +302,20 @@ def serve(
             console.print(" ".join(f"{k}={v}" for k, v in cmd.env.items()) + " " + cmd.shell(), markup=False,
                           highlight=False)
         return
+    flag, served = next((f, d) for f, d in (("--adapter", adapter), ("--weights", weights), ("--merged", merged))
+                        if d is not None)
+    require_module("sglang", "serve", "sglang-kt", recipe.resolve(), served.resolve(),
+                   args=shlex.join([str(recipe.resolve()), flag, str(served.resolve()),
+                                    *(x for s in set_ for x in ("--set", s))]))
     env = {**os.environ, **cmd.env}
     err_console.print(f"starting: {cmd.shell()}", markup=False, highlight=False)
     os.execvpe(cmd.argv[0], cmd.argv, env)
 
 
-@app.command("tiny-model")
+@app.command("tiny-model", rich_help_panel=IN_IMAGE)
 def tiny_model(
     model_dir: Path = typer.Argument(..., help="Directory for the model (config, weights, tokenizer)."),
-    data_dir: Path = typer.Option(..., "--data-dir", help="Directory for the dataset and dataset_info.json."),
+    data_dir: Path = typer.Option(..., "--data-dir", metavar="DIR", help="Directory for the dataset and dataset_info.json."),
     size: str = typer.Option("small", "--size", help="small | medium | large"),
     samples: int = typer.Option(400, "--samples", help="Synthetic training samples."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the weights and the samples."),
@@ -316,5 +330,6 @@ def tiny_model(
         res = build_all(model_dir, data_dir, size=size, num_samples=samples, seed=seed, overwrite=overwrite, fmt=fmt)
     except ImportError as err:  # a controller without the ML stack
         raise UsageError(f"tiny-model needs torch, transformers and tokenizers: {err}",
-                         fix="run it inside the image (docker run ktsft:<variant> tiny-model ...)") from None
+                         fix=in_image_fix("tiny-model", model_dir.parent, data_dir,
+                                          args=shlex.join([str(model_dir.resolve()), "--data-dir", str(data_dir.resolve())]))) from None
     print_json(asdict(res))

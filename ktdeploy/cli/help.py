@@ -15,6 +15,9 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# the commands the image runs (`docker run ktsft:amx COMMAND`), listed apart from the controller's in `ktdeploy --help`
+IN_IMAGE = "Run inside the image (docker run ktsft:BUILD COMMAND …)"
+
 
 class _Argument(TyperArgument):
     def display_type_rich(self, ctx: Any) -> str | None:   # the metavar (RECIPE) already says it

@@ -33,10 +33,10 @@ def build_cmd(
     repo: str = typer.Option(None, "--repo", help="Image repository (default ktsft, or ktsft-reduced)."),
     base_image: str = typer.Option("ktdeploy/base:bookworm", "--base-image",
                                    help="Python 3.11 base image (e.g. your CUDA base)."),
-    wheelhouse: Path = typer.Option(None, "--wheelhouse", help="Wheel folder (default .wheelhouse/<stack>)."),
+    wheelhouse: Path = typer.Option(None, "--wheelhouse", metavar="DIR", help="Wheel folder (default .wheelhouse/<stack>)."),
     port: int = typer.Option(None, "--wheelhouse-port",
                              help="Loopback port the wheelhouse is served on (default 38711 full, 38712 reduced)."),
-    context: Path = typer.Option(None, "--context", help="Repo folder with the Dockerfile."),
+    context: Path = typer.Option(None, "--context", metavar="DIR", help="Repo folder with the Dockerfile."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild every layer."),
     method: str = typer.Option("auto", "--method",
                                help="How ktdeploy's layer joins the dependency image: layer (docker load of that "
@@ -90,7 +90,7 @@ def save_cmd(
 @image_app.command("load")
 def load_cmd(archive: Path = typer.Argument(..., help="Tarball written by `ktdeploy image save`."),
              repo: str = typer.Option(V.IMAGE_REPO, "--repo", help="The images' repository: the archive may name only "
-                                                              "REPO:<variant> (amx, avx512, avx2).")
+                                                              f"REPO:BUILD ({', '.join(V.NAMES)}).")
              ) -> None:
     """Load images from a tarball (docker load): only an archive whose every name ktdeploy asked for."""
     from ktdeploy.controller.images.build import load

@@ -10,6 +10,7 @@ import typer
 from ktdeploy.cli import app
 from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_findings, print_json, print_judgement
+from ktdeploy.core import variants as V
 from ktdeploy.core.errors import RecipeError, RunRecordError, UsageError
 from ktdeploy.core.recipe import Recipe, errors, load_native, load_recipe, render, require_valid, validate
 from ktdeploy.core.terminal_text import esc
@@ -102,8 +103,8 @@ def render_cmd(
     slurm: bool = typer.Option(False, "--slurm", help="The sbatch scripts (training, then conversion)."),
     k8s: bool = typer.Option(False, "--k8s", help="Kubernetes ConfigMap, Job (training), Deployment + Service "
                                                   "(serving)."),
-    variant: Optional[str] = typer.Option(None, "--variant", help="Image variant the nodes run (amx, avx512, avx2): "
-                                                                  "needed with deploy.image: auto."),
+    variant: Optional[str] = typer.Option(None, "--variant", help=f"The kt-kernel build the nodes' image pins ({', '.join(V.NAMES)}): needed with "
+                                                                  "deploy.image: auto."),
     namespace: str = typer.Option("default", "--namespace", help="Kubernetes namespace (--k8s)."),
 ) -> None:
     """Write the two YAML files and launch.sh (byte-identical for the same input); or, with --slurm / --k8s, the

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from ktdeploy.cli import app
+from ktdeploy.cli.help import IN_IMAGE
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.cli.recipe_cmds import SET_HELP
 from ktdeploy.core.terminal_text import esc
@@ -17,13 +18,13 @@ if TYPE_CHECKING:   # the CLI imports the agent lazily (a fast --help)
     from ktdeploy.agent.tune.select import Trial
 
 
-@app.command()
+@app.command(rich_help_panel=IN_IMAGE)
 def tune(
     recipe: Path = typer.Argument(..., help="Recipe YAML (its model, data and output volumes must exist on this host)."),
     budget_minutes: float = typer.Option(20.0, "--budget-minutes", min=1, help="Stop starting trials after this."),
     warmup_steps: int = typer.Option(3, "--warmup-steps", min=1, help="Steps left out of the measurement."),
     measure_steps: int = typer.Option(6, "--measure-steps", min=2, help="Steps measured per trial."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Trial logs and tune.json (default: <deploy.volumes.output>/.ktdeploy-tune/<name>; trial outputs always stay on the output volume)."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", metavar="DIR", help="Trial logs and tune.json (default: <deploy.volumes.output>/.ktdeploy-tune/<name>; trial outputs always stay on the output volume)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the tune record as JSON."),
 ) -> None:

@@ -14,7 +14,7 @@ import typer
 from ktdeploy.cli import app
 from ktdeploy.cli.output import console, err_console, print_json, wrap_words
 from ktdeploy.core.command_requests import NativePair, SlurmUpRequest, SshOptions, UpRequest
-from ktdeploy.core.errors import EXIT_TERMINATED, StepError, Terminated, UsageError
+from ktdeploy.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, StepError, Terminated, UsageError
 from ktdeploy.core.run_record import LiveStatus, RunStatus
 from ktdeploy.core.terminal_text import esc
 
@@ -140,6 +140,8 @@ def up(
 
     view = EventView(console, bar=not no_progress and console.is_terminal)
     res = _until_sigterm(lambda: run_up(request, on_event=view))
+    if res.interrupted:   # Ctrl-C: the record says "detached" and training keeps running; exit 130 as every Ctrl-C
+        raise typer.Exit(EXIT_INTERRUPTED)
     if res.stops_at:   # a dry run whose plan stops: the code the real run would end with (a step fails: 4)
         raise typer.Exit(StepError.exit_code)
 
@@ -177,7 +179,9 @@ def _run_up_slurm(request: SlurmUpRequest) -> None:
     from ktdeploy.cli.events_view import EventView
     from ktdeploy.controller.up_slurm import up_slurm as run_up_slurm
 
-    _until_sigterm(lambda: run_up_slurm(request, on_event=EventView(console)))
+    res = _until_sigterm(lambda: run_up_slurm(request, on_event=EventView(console)))
+    if res.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 UP_SLURM_HELP = ("Submit the recipe to the Slurm cluster behind LOGIN: the same record and stages as `up`, TRAIN "

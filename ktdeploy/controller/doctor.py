@@ -83,6 +83,19 @@ def container_checks(facts: HostFacts, container_facts: HostFacts, recipe: Recip
     return inner + layers.layer_checks(facts, container_facts)
 
 
+def _image_for(recipe: Recipe, facts: HostFacts) -> str | None:
+    """The image this host's run would use, for fixes that name a `docker run` (None: not resolvable here)."""
+    from ktdeploy.core.errors import UsageError
+    from ktdeploy.core.plan.host_plan import resolve_image
+
+    if recipe.deploy is None:
+        return None
+    try:
+        return resolve_image(recipe.deploy, facts)[0]
+    except UsageError:
+        return None
+
+
 def run_checks(facts: HostFacts, recipe: Recipe | None = None, container_facts: HostFacts | None = None,
                data_facts: DataFacts | None = None) -> list[CheckResult]:
     """Pure: every check on the host facts (+ the container's and the layer comparison, + the recipe's data and
@@ -99,7 +112,7 @@ def run_checks(facts: HostFacts, recipe: Recipe | None = None, container_facts: 
     if container_facts is not None:
         out += container_checks(facts, container_facts, recipe, req)
     if recipe is not None and data_facts is not None:
-        for r in data.data_checks(dict(recipe.train), recipe.weight_setup(), data_facts):
+        for r in data.data_checks(dict(recipe.train), recipe.weight_setup(), data_facts, _image_for(recipe, facts)):
             r.layer = r.layer or facts.layer
             out.append(r)
     return out

@@ -161,24 +161,25 @@ def _refusal(lines: list[str]) -> str | None:
 def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
                 progressed: bool | None = None, role: str = "train") -> str:
     """What to do about a stopped container, by how it stopped: the agent's own refusal (its doctor, the recipe,
-    the output dir) needs a fix and the same command again — there is nothing to resume —; a trainer that crashed
-    after steps resumes from its newest complete checkpoint (planner advice for an OOM)."""
-    again = "then run the same `ktdeploy up` again"
+    the output dir) needs a fix, an OOM the planner's knobs; then, always, the same `up` with --resume auto, which
+    replaces the stopped container (``progressed``: kept for callers; the advice no longer depends on it)."""
+    # One restart story: a stopped training container stays until an `up` with --resume replaces it (the same
+    # command without --resume only reports the crash again, host_plan's train.crashed), so every crash says so.
+    again = ("then run the same `ktdeploy up` with --resume auto (it replaces the stopped container and goes on "
+             "from the newest complete checkpoint, or starts fresh when there is none)")
     if role == "serve":
-        return f"the server stopped: see its log lines above (`ktdeploy logs`), fix the cause, {again}."
+        return "the server stopped: see its log lines above (`ktdeploy logs`), fix the cause, then run the same " \
+               "`ktdeploy up` again."
     code = state.exit_code
     why = _refusal(list(lines))
     if why == "check":
         return ("the training container's own doctor refused this host before training (its failed checks are in "
                 "the log lines above; nothing was trained). Fix them — `ktdeploy doctor --image IMAGE` shows the "
-                f"container's view — or waive them as `up` did (--cpu-only, --waive NAME), {again}; no --resume: "
-                "there is no checkpoint.")
+                f"container's view — or waive them as `up` did (--cpu-only, --waive NAME), {again}.")
     if why == "recipe":
         return f"the training container refused the recipe (see the error above); fix the recipe, {again}."
     if why == "output":
         return f"the training container refused the output dir (see the error above); fix it, {again}."
-    resume = " with --resume auto (it goes on from the newest complete checkpoint, or starts fresh if none)" \
-        if progressed is not False else " (nothing was trained yet: no --resume needed)"
     if state.oom_killed:
         tip = "the container ran out of memory (OOM-killed)."
         try:
@@ -196,16 +197,16 @@ def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: Host
                 tip += " Lower cutoff_len / per_device_train_batch_size or use a smaller expert weight format."
         except Exception:  # the planner needs the model's config.json; advice stays generic without it
             tip += " Lower cutoff_len / per_device_train_batch_size or use a smaller expert weight format."
-        return f"{tip} Then run the same `ktdeploy up` again{resume}."
+        return f"{tip} {again[0].upper()}{again[1:]}."
     if code == 137:
         return ("the container was killed (SIGKILL: docker kill, or the host's OOM killer outside the container's "
-                f"cgroup). Check `dmesg` on the host, {again}{resume}.")
+                f"cgroup). Check `dmesg` on the host, {again}.")
     if code == 132:
         return ("Illegal instruction: the image's kt-kernel variant is above this CPU's ISA (AMX listed but unusable?). "
-                f"Run `ktdeploy doctor`, set deploy.image: auto (or avx512), {again}{resume}.")
+                f"Run `ktdeploy doctor`, set deploy.image: auto (or avx512), {again}.")
     if code == 139:
-        return f"segmentation fault in the training process: see the log lines above; {again}{resume}."
-    return f"see the last log lines above; fix the cause, {again}{resume}."
+        return f"segmentation fault in the training process: see the log lines above; {again}."
+    return f"see the last log lines above; fix the cause, {again}."
 
 
 
@@ -473,8 +474,19 @@ class Executor:
                    overwrite=True)
         if not st.succeeded:
             what, advice = self._crash_details(name, st, progressed=last_step is not None)
-            raise StepError(f"FOLLOW: {what}", step=s.id, rc=st.exit_code, fix=advice)
+            raise StepError(f"FOLLOW: {self._trainer_reason(name)}{what}", step=s.id, rc=st.exit_code, fix=advice)
         self.emit(ev.Said(ev.Mark.OK, f"training finished: {describe(snap.entry)}"))
+
+    def _trainer_reason(self, name: str) -> str:
+        """The trainer's own last exception (not the launcher's boilerplate), with the full log's place in the
+        record: the first line of the failure, of `status` and of status.json's error."""
+        from ktdeploy.core.trainer_exception import last_exception
+
+        exc = last_exception(container_logs(self.conn, name, tail=2000))
+        if exc is None:
+            return ""
+        log = self.record.path / rr.ARTIFACTS / "container.log"
+        return f"the trainer crashed: {exc.line()}; full log: {log}\n"
 
     def _crash_details(self, name: str, st: ContainerState | None = None, *, progressed: bool | None = None,
                        role: str = "train") -> tuple[str, str]:

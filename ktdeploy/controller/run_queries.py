@@ -92,8 +92,6 @@ def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = F
         conn = _connect_for(rec, st, ssh)
         try:
             slurm_queries.logs(conn, rec, st, follow=follow, tail=tail, write=write, poll_s=poll_s)
-        except KeyboardInterrupt:
-            pass
         finally:
             conn.close()
         return
@@ -101,8 +99,6 @@ def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = F
     conn = _connect_for(rec, st, ssh)
     try:
         _container_log(conn, name, follow=follow, tail=tail, write=write, poll_s=poll_s)
-    except KeyboardInterrupt:
-        pass
     finally:
         conn.close()
 

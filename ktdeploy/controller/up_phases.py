@@ -98,6 +98,7 @@ def _stopped(stop: KeyboardInterrupt, conn: Connector, events: Emitter, executor
     if terminated:
         raise stop   # exit 143: the record already says what happened
     result.state = "detached"
+    result.interrupted = True
     return result
 
 

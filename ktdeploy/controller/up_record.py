@@ -27,6 +27,7 @@ class UpResult:
     text: str = ""
     waived: list[str] = field(default_factory=list)
     stops_at: str | None = None     # a dry run: the stage where the real run would stop (the CLI exits 4)
+    interrupted: bool = False       # Ctrl-C detached the run (training keeps running): the CLI exits 130
 
 
 def new_record(recipe: Recipe, host: str, request: UpRequest | SlurmUpRequest, waive: tuple[str, ...],

@@ -1,5 +1,6 @@
 """A failed run says why: `status` shows the failed stage, the error and its fix, and `down` keeps them; the crash
-report is flat and readable at 80 columns, and its advice fits the failure (no --resume for a refusal)."""
+report is flat and readable at 80 columns, its advice fits the failure, and the restart is one story: the same
+`up` with --resume auto, which replaces the stopped container (starting fresh when there is no checkpoint)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from ktdeploy.cli import output
@@ -108,7 +110,7 @@ def _exited_at_once(log: str):
             .on(("sh", "-c", FILES_SH), ok("")))
 
 
-def test_a_refusal_by_the_containers_doctor_is_not_advised_to_resume(tmp_path):
+def test_a_refusal_by_the_containers_doctor_names_the_refusal_and_the_one_restart(tmp_path):
     for log in (FLAT_LOG, PANEL_LOG):
         ex = Executor(_exited_at_once(log), Emitter(RunRecord.create("r", root=tmp_path / "runs")), _follow_plan(),
                       poll_s=0)
@@ -116,18 +118,62 @@ def test_a_refusal_by_the_containers_doctor_is_not_advised_to_resume(tmp_path):
             ex.apply()
         except StepError as e:
             err = e
-        assert "--resume" not in err.fix.replace("no --resume", ""), err.fix
+        assert "--resume auto" in err.fix and "starts fresh when there is none" in err.fix, err.fix
         assert "own doctor refused" in err.fix and "--cpu-only" in err.fix
         assert "│" not in err.message and "gpu.present" in err.message
 
 
-def test_a_trainer_crash_after_steps_is_advised_to_resume_one_before_any_step_is_not():
+def test_every_training_crash_gets_the_one_restart_story():
+    """A rerun without --resume only reports the crash again (host_plan's train.crashed, whose fix is --resume
+    auto), so no advice may say "no --resume needed": each names --resume auto and what it does."""
     st = ContainerState("exited", 1)
-    assert "--resume auto" in exit_advice(st, lines=["Traceback", "RuntimeError: CUDA error"], progressed=True)
-    early = exit_advice(st, lines=["Traceback", "RuntimeError: x"], progressed=False)
-    assert "no --resume needed" in early and "--resume auto" not in early
-    assert "--resume" not in exit_advice(st, lines=["RecipeError: train.x is unknown"])
+    for lines, progressed in ((["Traceback", "RuntimeError: CUDA error"], True), (["Traceback", "RuntimeError: x"], False),
+                              (["RecipeError: train.x is unknown"], None)):
+        advice = exit_advice(st, lines=lines, progressed=progressed)
+        assert "--resume auto" in advice and "starts fresh when there is none" in advice, advice
+        assert "no --resume" not in advice
     assert "the server stopped" in exit_advice(st, role="serve")
+
+
+TORCHRUN_LOG = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "/opt/venv/lib/python3.11/site-packages/llamafactory/launcher.py", line 23, in <module>
+[rank0]:     launch()
+[rank0]:   File "/opt/venv/lib/python3.11/site-packages/transformers/training_args.py", line 1717, in __post_init__
+[rank0]:     raise ValueError(error_message)
+[rank0]: ValueError: Your setup doesn't support bf16/gpu.
+E1207 00:00:01 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1)
+Traceback (most recent call last):
+  File "/opt/venv/bin/accelerate", line 8, in <module>
+    sys.exit(main())
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+llamafactory/launcher.py FAILED
+"""
+
+
+def test_the_trainers_own_exception_is_found_under_the_launchers_boilerplate():
+    from ktdeploy.core.trainer_exception import last_exception
+
+    exc = last_exception(TORCHRUN_LOG)
+    assert exc is not None and exc.type == "ValueError" and exc.message == "Your setup doesn't support bf16/gpu."
+    assert exc.where == "/opt/venv/lib/python3.11/site-packages/transformers/training_args.py:1717"
+    assert last_exception("step 1\nstep 2\n") is None
+    only_launcher = TORCHRUN_LOG.split("E1207")[1]
+    assert last_exception(only_launcher).type.endswith("ChildFailedError")   # nothing better: the launcher's own
+
+
+def test_a_crash_leads_with_the_trainers_exception_and_the_logs_path(tmp_path):
+    rec = RunRecord.create("r", root=tmp_path / "runs")
+    ex = Executor(_exited_at_once(TORCHRUN_LOG), Emitter(rec), _follow_plan(), poll_s=0)
+    with pytest.raises(StepError) as e:
+        ex.apply()
+    first = e.value.message.splitlines()[0]
+    assert first.startswith("FOLLOW: the trainer crashed: ValueError: Your setup doesn't support bf16/gpu. "
+                            "(/opt/venv/lib/python3.11/site-packages/transformers/training_args.py:1717)"), first
+    assert f"full log: {rec.path}/artifacts/container.log" in first
+    assert "--resume auto" in e.value.fix
 
 
 def test_resume_auto_without_a_checkpoint_says_it_starts_fresh():

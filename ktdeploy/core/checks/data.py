@@ -121,7 +121,7 @@ def file_requests(train: Mapping[str, Any], facts: DataFacts) -> list[tuple[str,
     return out
 
 
-def data_checks(train: Mapping[str, Any], setup: str, facts: DataFacts) -> list[CheckResult]:
+def data_checks(train: Mapping[str, Any], setup: str, facts: DataFacts, image: str | None = None) -> list[CheckResult]:
     keys = TrainKeys(train)
     out: list[CheckResult] = []
     names = keys.dataset_names
@@ -175,7 +175,7 @@ def data_checks(train: Mapping[str, Any], setup: str, facts: DataFacts) -> list[
             elif checked:
                 out.append(CheckResult(name=CheckName.DATA_DATASET_FILES, status="pass",
                                        detail=f"{checked} dataset file(s) exist and their first rows parse"))
-    out += model_checks(train, facts)
+    out += model_checks(train, facts, image)
     out += _start_files_check(train, facts)
     out += _template_check(keys, facts)
     out += _weights_check(keys, setup, facts)

@@ -49,15 +49,19 @@ def model_requests(train: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [("sizes", model), ("shards", posixpath.join(model, INDEX))]
 
 
-def how_to_get(train: Mapping[str, Any]) -> str:
-    """The fix's second half: how to put this model on the host."""
+def how_to_get(train: Mapping[str, Any], image: str | None = None) -> str:
+    """The fix's second half: how to put this model on the host. ``image``: the image this host's run would use
+    (doctor resolves `deploy.image: auto` from the CPU); without one, the AVX2 build, which runs on any host the
+    others run on (tiny-model needs torch, which every build holds, not a kernel)."""
     keys = TrainKeys(train)
     model = str(keys.model_name_or_path or "")
     if posixpath.basename(model.rstrip("/")).startswith(TINY_PREFIX):
         data = str(keys.dataset_dir or "/srv/ktdeploy/data")
         parent = posixpath.dirname(model.rstrip("/")) or "/"
-        return (f"build the tiny model there with the image (it needs torch): docker run --rm -v {parent}:{parent} "
-                f"-v {data}:{data} {V.IMAGE_REPO}:<variant> tiny-model {model} --data-dir {data}")
+        image = image or V.image(V.AVX2)
+        return (f"build the tiny model there with the image (it needs torch; the image must be on the host first: "
+                f"`ktdeploy image build`, or `ktdeploy image load` of a `ktdeploy image save` tarball): docker run "
+                f"--rm -v {parent}:{parent} -v {data}:{data} {image} tiny-model {model} --data-dir {data}")
     return (f"download the checkpoint into {model} on the host (e.g. `huggingface-cli download ORG/NAME --local-dir "
             f"{model}`), or upload a local copy: ktdeploy up --sync-model LOCAL_DIR ...")
 
@@ -93,7 +97,7 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.2f} GiB" if n >= GiB / 10 else f"{n / 2**20:.1f} MiB"
 
 
-def model_checks(train: Mapping[str, Any], facts: DataFacts) -> list[CheckResult]:
+def model_checks(train: Mapping[str, Any], facts: DataFacts, image: str | None = None) -> list[CheckResult]:
     model = TrainKeys(train).model_name_or_path
     if not isinstance(model, str):
         return []
@@ -105,7 +109,7 @@ def model_checks(train: Mapping[str, Any], facts: DataFacts) -> list[CheckResult
         if facts.get("sizes", model) is None:
             return []   # not gathered (a caller that only read config.json)
         return [CheckResult(name=CheckName.MODEL_CONFIG, status="fail", detail=f"the model folder {model} does not exist",
-                            fix=f"Put the model there: {how_to_get(train)}.", data={"path": model})]
+                            fix=f"Put the model there: {how_to_get(train, image)}.", data={"path": model})]
     out: list[CheckResult] = []
     cfg, why = _config(model, facts)
     if cfg is None:
@@ -113,38 +117,39 @@ def model_checks(train: Mapping[str, Any], facts: DataFacts) -> list[CheckResult
             name=CheckName.MODEL_CONFIG, status="fail",
             detail=f"{model}/config.json is {why}" + (f" ({len(files)} file(s) in the folder)" if files else
                                                        " (the folder is empty)"),
-            fix=f"Put the whole model there: {how_to_get(train)}.", data={"files": len(files)}))
+            fix=f"Put the whole model there: {how_to_get(train, image)}.", data={"files": len(files)}))
     else:
         tc = cfg.get("text_config")
         mt = cfg.get("model_type") or (tc.get("model_type") if isinstance(tc, dict) else None)
         out.append(CheckResult(name=CheckName.MODEL_CONFIG, status="pass", detail=f"{model}/config.json (model_type {mt})"))
-    out.append(_tokenizer_check(model, files, train))
-    out.append(_weights_check(model, files, facts, cfg, train))
+    out.append(_tokenizer_check(model, files, train, image))
+    out.append(_weights_check(model, files, facts, cfg, train, image))
     return out
 
 
-def _tokenizer_check(model: str, files: dict[str, int], train: Mapping[str, Any]) -> CheckResult:
+def _tokenizer_check(model: str, files: dict[str, int], train: Mapping[str, Any],
+                     image: str | None) -> CheckResult:
     vocab = next((v for v in TOKENIZER_VOCABS if all(files.get(n, 0) > 0 for n in v)), None)
     missing = [] if "tokenizer_config.json" in files else ["tokenizer_config.json"]
     if vocab is None:
         missing.append("tokenizer.json (or tokenizer.model, or vocab.json + merges.txt)")
     if missing or vocab is None:
         return CheckResult(name=CheckName.MODEL_TOKENIZER, status="fail", detail=f"{model} has no {' and no '.join(missing)}",
-                           fix=f"Copy the model's tokenizer files too: {how_to_get(train)}.")
+                           fix=f"Copy the model's tokenizer files too: {how_to_get(train, image)}.")
     return CheckResult(name=CheckName.MODEL_TOKENIZER, status="pass",
                        detail=f"tokenizer_config.json + {' + '.join(vocab)}")
 
 
 def _weights_check(model: str, files: dict[str, int], facts: DataFacts, cfg: dict[str, Any] | None,
-                   train: Mapping[str, Any]) -> CheckResult:
-    name, fix = CheckName.MODEL_WEIGHTS, f"Copy the missing weights: {how_to_get(train)}."
+                   train: Mapping[str, Any], image: str | None) -> CheckResult:
+    name, fix = CheckName.MODEL_WEIGHTS, f"Copy the missing weights: {how_to_get(train, image)}."
     index = index_shards(facts.get("shards", posixpath.join(model, INDEX)))
     data: dict[str, Any] = {}
     if index is not None:
         total, shards = index
         if not shards:
             return CheckResult(name=name, status="fail", detail=f"{model}/{INDEX} names no *.safetensors file",
-                               fix=f"The index is damaged: {how_to_get(train)}.")
+                               fix=f"The index is damaged: {how_to_get(train, image)}.")
         absent = [s for s in shards if s not in files]
         empty = [s for s in shards if files.get(s) == 0]
         if absent or empty:
@@ -169,7 +174,7 @@ def _weights_check(model: str, files: dict[str, int], facts: DataFacts, cfg: dic
         stray = sorted(n for n in files if n.endswith(".safetensors"))
         bins = sorted(n for n in files if n.endswith(".bin") and n.startswith("pytorch_model"))
         if stray:
-            return CheckResult(name=name, status="fail", fix=f"Copy {INDEX} too: {how_to_get(train)}.",
+            return CheckResult(name=name, status="fail", fix=f"Copy {INDEX} too: {how_to_get(train, image)}.",
                                detail=f"{model} has {len(stray)} *.safetensors file(s) but no {INDEX} to say "
                                       "which tensors they hold")
         if bins:

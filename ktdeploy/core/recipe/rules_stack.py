@@ -110,9 +110,11 @@ def lf_choices(ctx: Ctx) -> None:
         parts = value.split() if key in ("fsdp", "debug") else [value]
         bad = [p for p in parts if p not in values]
         if bad:
-            near = [v for v in values if v.lower() == bad[0].lower().strip()]
+            near = [v for v in values if v.lower() == bad[0].lower().strip()] or \
+                [g for g in (ctx.guess(bad[0].lower().strip(), values),) if g]
             ctx.error(f"train.{key}", f"{bad[0]!r} is not a valid {enum} (transformers takes exactly: "
-                      f"{', '.join(values)})", f"write {near[0]!r}" if near else f"use one of {', '.join(values[:12])}")
+                      f"{', '.join(values)})", f"did you mean {near[0]!r}?" if near else
+                      f"use one of {', '.join(values[:12])}")
 
 
 @rule("lf.evaluation")
@@ -393,9 +395,10 @@ def accelerate_launch(ctx: Ctx) -> None:
         return
     dt = a["distributed_type"]
     if isinstance(dt, str) and dt not in cd.DISTRIBUTED_TYPES:
-        near = [d for d in cd.DISTRIBUTED_TYPES if d.lower() == dt.lower().strip()]
+        near = [d for d in cd.DISTRIBUTED_TYPES if d.lower() == dt.lower().strip()] or \
+            [g for g in (ctx.guess(dt.upper().strip(), cd.DISTRIBUTED_TYPES),) if g]
         ctx.error("accelerate.distributed_type", f"{dt!r} is not a valid DistributedType (accelerate takes exactly: "
-                  f"{', '.join(cd.DISTRIBUTED_TYPES)})", f"write {near[0]!r}" if near else "use FSDP (cookbook A.2)")
+                  f"{', '.join(cd.DISTRIBUTED_TYPES)})", f"did you mean {near[0]!r}?" if near else "use FSDP (cookbook A.2)")
         return
     fsdp_on = dt == "FSDP"
     if ctx.use_kt and isinstance(dt, str) and dt in (*MULTI_DEVICE_TYPES, "MEGATRON_LM", "XLA"):

@@ -62,3 +62,48 @@ def test_up_help_is_grouped_and_short():
         assert re.search(rf"╭─ {panel} ", text), panel
     # the description column is readable: no option's help is squeezed below 40 columns
     assert "--host" in text and "HOST" in text and "--dry-run" in text
+
+
+IN_IMAGE_COMMANDS = {"train", "convert", "merge", "serve", "tiny-model", "tune", "prepare-weights"}
+
+
+def _panel(text: str, title_start: str) -> set[str]:
+    """The command names listed in the --help panel whose title starts with ``title_start``."""
+    names, inside = set(), False
+    for line in text.splitlines():
+        if line.startswith("╭"):
+            inside = line.lstrip("╭─ ").startswith(title_start)
+        elif inside and (m := re.match(r"│ ([a-z][a-z-]*)\s", line)):
+            names.add(m.group(1))
+    return names
+
+
+def test_the_commands_the_image_runs_are_listed_apart():
+    text = help_text([])
+    assert _panel(text, "Run inside the image") == IN_IMAGE_COMMANDS
+    assert not _panel(text, "Commands") & IN_IMAGE_COMMANDS
+    assert {"up", "status", "check", "doctor"} <= _panel(text, "Commands")
+
+
+def test_directory_options_say_dir():
+    """An option that takes a folder shows DIR, never FILE."""
+    from typer.core import TyperOption
+
+    bad = []
+    for path, cmd in COMMANDS:
+        for p in cmd.params:
+            text = (p.help or "") if isinstance(p, TyperOption) else ""
+            if isinstance(p, TyperOption) and p.metavar == "FILE" and (
+                    re.search(r"\b(directory|folder|output_dir)\b(?! *\))", text) or (p.name or "").endswith("dir")):
+                bad.append(f"{' '.join(path)} {p.opts[0]}: {text[:60]}")
+    assert not bad, bad
+    assert "--data-dir DIR" in " ".join(help_text(["tiny-model"]).split())
+
+
+@pytest.mark.parametrize("path", [["render"], ["image", "load"]])
+def test_build_lists_are_the_real_ladder(path):
+    from ktdeploy.core import variants
+
+    text = " ".join(help_text(path).replace("│", " ").split())
+    assert "(amx, avx512, avx2)" not in text
+    assert ", ".join(variants.NAMES) in text

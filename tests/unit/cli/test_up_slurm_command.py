@@ -15,11 +15,18 @@ TINY = Path(__file__).resolve().parents[3] / "recipes" / "tiny-moe-lora.yaml"
 
 
 @pytest.fixture
-def submitted(monkeypatch):
+def submitted(monkeypatch, tmp_path):
     from ktdeploy.controller import up_slurm
 
     seen: list[SlurmUpRequest] = []
-    monkeypatch.setattr(up_slurm, "up_slurm", lambda request, **kw: seen.append(request))
+    from ktdeploy.controller.runs import RunRecord
+    from ktdeploy.controller.up_record import UpResult
+
+    def fake(request, **kw):   # what up_slurm returns: an UpResult (the CLI reads .interrupted)
+        seen.append(request)
+        return UpResult(record=RunRecord.create("tiny-moe-lora", root=tmp_path / "runs"))
+
+    monkeypatch.setattr(up_slurm, "up_slurm", fake)
     return seen
 
 

@@ -124,3 +124,21 @@ def test_recipe_shortfall_fails_once_in_plan_checks_with_the_knob():
     assert "AMXINT4" in r["plan.host_memory"].fix            # the knob that saves the most
     assert r["memory.host"].status != "fail"                 # the same shortfall is not reported twice
     assert not (r.get("disk.output") and r["disk.output"].status == "fail" and r["plan.disk"].status == "fail")
+
+
+def test_the_tiny_models_fix_names_the_image_this_cpu_takes(tmp_path):
+    """The fix for a missing tiny model is a command to paste: the image tag doctor resolved from the CPU
+    (deploy.image: auto), never a `ktsft:<variant>` placeholder."""
+    from ktdeploy.controller.connectors import LocalConnector
+    from ktdeploy.controller.doctor import gather_data
+    from ktdeploy.core.recipe import load_recipe
+    from ktdeploy.core.variants import image
+
+    recipe = load_recipe("recipes/tiny-moe-lora.yaml", overrides=[
+        f"train.model_name_or_path={tmp_path}/models/tiny-qwen3-moe", f"train.dataset_dir={tmp_path}/data"])
+    data = gather_data(LocalConnector(), dict(recipe.train))
+    for golden in ("avx512-kvm-container", "haswell-avx2-qemu"):
+        facts = facts_of(golden)
+        fix = by_name(run_checks(facts, recipe, data_facts=data))["model.config"].fix
+        assert "<variant>" not in fix and f" {image(best_variant(facts))} tiny-model {tmp_path}/models/" in fix, fix
+        assert "ktdeploy image build" in fix

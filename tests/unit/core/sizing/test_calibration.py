@@ -111,12 +111,12 @@ def test_upper_edge_and_disk():
 
 
 def test_readme_planner_figures_are_the_computed_ones():
-    """The README's calibration figures (runs, peaks, worst error, context, bands) are what the code computes now."""
+    """docs/planner.md's calibration figures (runs, peaks, worst error, context, bands) are what the code computes now."""
     import re
 
     from ktdeploy.core.sizing.estimate import MEASURED
 
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join((ROOT / "docs" / "planner.md").read_text().split())
     runs = json.loads(BENCH_PEAKS.read_text())["runs"]
     errors = [e for p in POINTS for r in ("host", "gpu") if (e := residual(p, r)) is not None]
     assert f"and {len(runs)} one-GPU runs measured" in text
@@ -124,7 +124,7 @@ def test_readme_planner_figures_are_the_computed_ones():
     assert f"The GPU context ({MEASURED['process_gpu_gib'].value:.3f} GiB) is measured" in text
     bands = error_bands(POINTS, LOO)
     m = re.search(r"single-GPU host ±([\d.]+) %, GPU ±([\d.]+) %; multi-GPU host ±([\d.]+) %, GPU ±([\d.]+) %", text)
-    assert m, "README: band sentence not found"
+    assert m, "docs/planner.md: band sentence not found"
     want = [bands[("single-GPU", "host")], bands[("single-GPU", "gpu")], bands[("multi-GPU", "host")],
             bands[("multi-GPU", "gpu")]]
     assert [float(x) for x in m.groups()] == [round(b * 100, 1) for b in want]
