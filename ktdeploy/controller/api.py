@@ -21,7 +21,7 @@ from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
 from ktdeploy.controller.image_check import image_doctor, stack_probe_checks
 from ktdeploy.controller.local_host import local_raw
-from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run, output_lock
+from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run, lock_key, output_lock
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.controller.stack_judge import stack_judge_check
 from ktdeploy.core import events as ev
@@ -462,6 +462,7 @@ def _new_record(recipe: Recipe, host: str, waive: tuple[str, ...], dry_run: bool
     record.write_text(rr.RECIPE, dump_yaml(recipe.to_document()))
     record.set_status("planned", host=host, recipe=recipe.name, recipe_path=str(recipe.path), created=time.time(),
                       container=job_name(recipe), serve_container=f"{job_name(recipe)}-serve",
+                      lock=lock_key(host, job_name(recipe)),
                       output_dir=output_dir_of(recipe), waived=list(waive), dry_run=dry_run,
                       profile=CPU_ONLY if cpu_only else None, name=name,
                       **({"facts_file": str(facts_file)} if facts_file is not None else {}))
@@ -686,6 +687,9 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: dict | No
     rec = latest_run(host, run_id=run_id)
     st = dict(rec.status())
     st["record"] = str(rec.path)
+    if not st.get("lock"):   # a record of an older ktdeploy: the key its job's lock has now
+        with contextlib.suppress(KtdeployError):
+            st["lock"] = lock_key(rec.status_text("host", st, empty_ok=True), _container(rec, st))
     if live and slurm_run.is_slurm(st):
         try:
             conn = _connect_for(rec, st, ssh)

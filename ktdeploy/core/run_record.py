@@ -54,7 +54,7 @@ def status_update(current: Mapping[str, Any], state: str, run_id: str, now: floa
 
 STATUS_TEXT_KEYS = ("id", "state", "host", "recipe", "container", "serve_container", "output_dir")
 STATUS_OPTIONAL_TEXT = ("name", "error", "fix", "failed_stage", "stage", "stops_at", "stop_reason", "scheduler",
-                        "job_dir")
+                        "job_dir", "lock")
 
 
 def parse_status_json(text: str | bytes) -> dict:

@@ -9,7 +9,7 @@
   refusal (exit 6), nothing recorded or removed; a SIGKILLed holder frees it.
 - A check container left by a killed `up` is removed before the next check runs under the same name.
 
-The "slow host" is a TCP listener that accepts and never speaks: ssh waits there for the banner, holding `up` in
+The "slow host" (tests/unit/adversarial/conftest.py's ``silent_host``) is a TCP listener that accepts and never speaks: ssh waits there for the banner, holding `up` in
 its connect phase as long as the test wants. Every test is bounded in time."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -85,33 +84,6 @@ def test_ctrl_c_during_the_image_entry_points_isa_check(tmp_path):
 
 
 # ---------------------------------------------------------------- a host that never answers
-
-@pytest.fixture
-def silent_host():
-    """ssh://root@127.0.0.1:PORT that accepts connections and never sends a banner."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept():
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                continue
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield f"ssh://root@127.0.0.1:{srv.getsockname()[1]}"
-    stop.set()
-    t.join(5)
-    for c in held:
-        c.close()
-    srv.close()
-
 
 def _start_up(host: str, home: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([EXE, "up", "--host", host, "--accept-new-host-key", "--known-hosts",
