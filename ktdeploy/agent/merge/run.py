@@ -119,7 +119,7 @@ def merge(output_dir: str | os.PathLike, base: str | os.PathLike, merged: str | 
         raise MergeError(err.message, fix=err.fix) from None
     except st.SafetensorsFormatError as err:
         raise MergeError(str(err), fix="the file is damaged or not a safetensors file") from None
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as err:
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as err:
         raise MergeError(f"the inputs hold a value of the wrong type ({type(err).__name__}: {str(err)[:160]})",
                          fix="the files are damaged, or not a KT LoRA output and a Hugging Face model") from None
 
@@ -172,6 +172,9 @@ def _adapter(src: Path, verify_manifest: bool) -> _Adapter:
     if not gate_a:
         raise MergeError(f"{src / FUSED} holds no expert LoRA tensors", fix="the run saved an empty expert LoRA")
     rank = gate_a[0].shape[1]
+    if rank < 1:
+        raise MergeError(f"{src / FUSED} holds LoRA tensors of rank {rank}: there is no update to merge (alpha/r "
+                         "is undefined)", fix="merge the output of a run trained with lora_rank >= 1")
     r_cfg = config.get("r")
     if r_cfg is not None and int(r_cfg) != rank:
         raise MergeError(f"adapter_config.json r={r_cfg} differs from the expert LoRA rank {rank}",
