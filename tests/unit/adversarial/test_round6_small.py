@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import kt_layout as kl
-from tests.unit.adversarial.second_user import as_intruder
 from tests.unit.agent.merge.test_merge import MINI
 
 ROOT = Path(__file__).resolve().parents[3]
