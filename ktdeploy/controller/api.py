@@ -21,7 +21,7 @@ from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.executor import Executor, container_logs, snapshot
 from ktdeploy.controller.image_check import image_doctor, stack_probe_checks
 from ktdeploy.controller.local_host import local_raw
-from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run, lock_key, output_lock
+from ktdeploy.controller.runs import RunRecord, all_runs, job_lock, latest_run, lock_key, output_lock, same_target
 from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
 from ktdeploy.controller.stack_judge import stack_judge_check
 from ktdeploy.core import events as ev
@@ -422,7 +422,7 @@ def check_run_name(name: str, host: str, container: str) -> None:
             st = rec.status()
         except RunRecordError:
             continue
-        if st.get("name") == name and (st.get("host"), st.get("container")) != (host, container) \
+        if st.get("name") == name and not (same_target(st.get("host"), host) and st.get("container") == container) \
                 and not st.get("dry_run"):
             raise UsageError(f"--name {name}: run {rec.id} (host {st.get('host')}, recipe {st.get('recipe')}) has "
                              "that name", key="--name",

@@ -56,6 +56,17 @@ def target_key(host: str | None) -> str:
     return parse_host(host or "").lock_key(getpass.getuser())
 
 
+def same_target(a: object, b: object) -> bool:
+    """Whether two recorded/given hosts name one place (``target_key``); a value that is no host equals only
+    itself."""
+    if a == b:
+        return True
+    try:
+        return isinstance(a, str) and isinstance(b, str) and target_key(a) == target_key(b)
+    except UsageError:
+        return False
+
+
 def lock_key(host: str | None, job: str) -> str:
     """What one run's lock is keyed on (``status`` shows it): the target, however spelled, and the job."""
     return f"{target_key(host)} {job}"
@@ -211,7 +222,7 @@ def find_runs(host: str | None = None, *, container: str | None = None, include_
         # unreachable host, a killed controller): it started nothing that status/logs/down could act on
         if not include_dry and (st.get("state") == "dry-run" or st.get("dry_run")):
             continue
-        if host is not None and st.get("host") != host:
+        if host is not None and not same_target(st.get("host"), host):   # any spelling of the place
             continue
         if container is not None and st.get("container") != container:
             continue

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.hosts import host_pool  # noqa: F401
+from tests.unit.adversarial.sync_kill import processes_with, slow_rsync_path, stop_mid_copy
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[2]
@@ -86,26 +87,6 @@ def test_a_hostile_key_path_uploads_and_runs_nothing(host, tmp_path, key_from_en
     assert _same(src, Path(target)), err[-2000:]
 
 
-def _slow_path(bindir: Path) -> str:
-    real = shutil.which("rsync")
-    bindir.mkdir()
-    (bindir / "rsync").write_text(f'#!/bin/sh\nexec {real} --bwlimit=6000 "$@"\n')
-    (bindir / "rsync").chmod(0o755)
-    return f"{bindir}{os.pathsep}{os.environ['PATH']}"
-
-
-def _rsyncs_here(marker: str) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if marker.encode() in (p / "cmdline").read_bytes():
-                    out.append(int(p.name))
-            except OSError:
-                pass
-    return out
-
-
 def _rsyncs_on_host(h, target: str) -> int:
     script = ('n=0; for c in /proc/[0-9]*/cmdline; do tr "\\0" " " < "$c" 2>/dev/null | grep -q "^rsync" && '
               'n=$((n+1)); done; echo $n')
@@ -122,24 +103,12 @@ def test_stopping_up_stops_its_rsync_and_the_next_up_resumes(host, tmp_path, sig
     src = _model(tmp_path / f"src-{os.getpid()}-{sig.name}", 40 << 20)     # ~7 s at 6000 KiB/s
     target = Path(host["root"], "models", f"kill-{sig.name}-{time.monotonic_ns()}")
     home = tmp_path / "home"
-    p = _up(host, src, str(target), tmp_path, key=host["key"], path=_slow_path(tmp_path / "bin"), home=home)
-    try:
-        deadline = time.monotonic() + 120
-        while not target.exists() or sum(f.stat().st_size for f in target.rglob("*") if f.is_file()) < (2 << 20):
-            assert p.poll() is None and time.monotonic() < deadline, p.communicate()[1][-1500:]
-            time.sleep(0.05)
-        p.send_signal(sig)
-        _out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    assert "Traceback" not in err, err[-2000:]
-    if sig != signal.SIGKILL:
-        assert p.returncode == {signal.SIGTERM: 143, signal.SIGINT: 130}[sig], (p.returncode, err[-1500:])
+    p = _up(host, src, str(target), tmp_path, key=host["key"], path=slow_rsync_path(tmp_path / "bin"), home=home)
+    stop_mid_copy(p, target, sig)
     deadline = time.monotonic() + 15
-    while (_rsyncs_here(src.name) or _rsyncs_on_host(host["host"], str(target))) and time.monotonic() < deadline:
+    while (processes_with(src.name) or _rsyncs_on_host(host["host"], str(target))) and time.monotonic() < deadline:
         time.sleep(0.2)
-    here, there = _rsyncs_here(src.name), _rsyncs_on_host(host["host"], str(target))
+    here, there = processes_with(src.name), _rsyncs_on_host(host["host"], str(target))
     for pid in here:
         os.kill(pid, signal.SIGKILL)
     assert not here and not there, f"rsync went on after up was stopped: {len(here)} here, {there} on the host"

@@ -20,13 +20,13 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.fakes.connector import FakeConnector, fail, ok
+from tests.unit.adversarial.held_up import up_holding_its_lock
 
 ROOT = Path(__file__).resolve().parents[3]
 EXE = str(Path(sys.executable).parent / "ktdeploy")
@@ -174,26 +174,7 @@ def test_the_lock_is_per_job_in_process(tmp_path, monkeypatch):
     from ktdeploy.core.errors import RunRecordError
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
-    inside, release = threading.Event(), threading.Event()
-
-    def slow(argv):
-        inside.set()
-        release.wait(30)
-        return fail(255, "host gone")
-
-    conn = FakeConnector(name="gpu01").on(lambda argv: True, slow)
-    errors: list[BaseException] = []
-
-    def first():
-        try:
-            api.up("gpu01", RECIPE, connector=conn)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    t = threading.Thread(target=first)
-    t.start()
-    try:
-        assert inside.wait(30)
+    with up_holding_its_lock("gpu01", RECIPE):
         t0 = time.monotonic()
         with pytest.raises(RunRecordError, match="already working on the job"):
             api.up("gpu01", RECIPE, connector=FakeConnector(name="gpu01"))
@@ -202,9 +183,6 @@ def test_the_lock_is_per_job_in_process(tmp_path, monkeypatch):
         with pytest.raises(Exception) as e:   # another host: not refused by the lock (it fails on the host)
             api.up("gpu02", RECIPE, connector=other)
         assert "already working" not in str(e.value)
-    finally:
-        release.set()
-        t.join(30)
 
 
 def test_a_killed_holder_frees_the_lock(tmp_path):

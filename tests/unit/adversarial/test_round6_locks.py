@@ -16,14 +16,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from ktdeploy.core.host_target import parse_host
-from tests.fakes.connector import FakeConnector, fail
+from tests.fakes.connector import FakeConnector
+from tests.unit.adversarial.held_up import up_holding_its_lock
 
 ROOT = Path(__file__).resolve().parents[3]
 EXE = str(Path(sys.executable).parent / "ktdeploy")
@@ -56,33 +56,12 @@ def test_a_second_local_up_spelled_otherwise_is_refused(tmp_path, monkeypatch):
     from ktdeploy.core.errors import RunRecordError
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
-    inside, release = threading.Event(), threading.Event()
-
-    def slow(argv):
-        inside.set()
-        release.wait(30)
-        return fail(255, "host gone")
-
-    errors: list[BaseException] = []
-
-    def first():
-        try:
-            api.up("localhost", RECIPE, connector=FakeConnector(name="localhost").on(lambda argv: True, slow))
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    t = threading.Thread(target=first)
-    t.start()
-    try:
-        assert inside.wait(30)
+    with up_holding_its_lock("localhost", RECIPE):
         for other in ("local", "", "  localhost"):
             t0 = time.monotonic()
             with pytest.raises(RunRecordError, match="already working on the job") as err:
                 api.up(other, RECIPE, connector=FakeConnector(name="localhost"))
             assert "on local" in err.value.message and time.monotonic() - t0 < 5
-    finally:
-        release.set()
-        t.join(30)
 
 
 def _start(host: str, home: Path, *extra: str) -> subprocess.Popen:
@@ -157,3 +136,24 @@ def test_status_shows_the_lock_key(tmp_path):
     with console.capture() as cap:
         _print_status({**st, "live": {"error": "not asked"}})
     assert f"lock {st['lock']}" in " ".join(cap.get().split())
+
+
+def test_status_logs_and_down_find_a_run_under_any_spelling_of_its_host(tmp_path, monkeypatch):
+    """`down --host root@h` must find (and lock) the run `up --host ssh://root@h:22` recorded, and `--name` of the
+    same job under another spelling is the same job, not "another host's run"."""
+    import time as _time
+
+    from ktdeploy.controller import api
+    from ktdeploy.controller.runs import RunRecord, find_runs
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    rec = RunRecord.create("r", root=tmp_path / "runs")
+    rec.set_status("finished", host=f"ssh://{ME}@gpu01:22", container="ktd-x-1", recipe="r", created=_time.time(),
+                   name="v1")
+    for spelling in (f"{ME}@gpu01", "gpu01", "GPU01.", f"ssh://{ME}@gpu01"):
+        assert [r.id for r in find_runs(spelling)] == [rec.id], spelling
+        assert api.status(spelling, live=False)["id"] == rec.id
+    assert find_runs("gpu02") == [] and find_runs(f"{ME}@gpu01:2222") == []
+    api.check_run_name("v1", "gpu01", "ktd-x-1")                       # the same job again keeps its name
+    with pytest.raises(Exception, match="has that name"):
+        api.check_run_name("v1", "gpu02", "ktd-x-1")

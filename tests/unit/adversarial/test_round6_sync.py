@@ -28,6 +28,7 @@ from ktdeploy.controller.connectors.local import LocalConnector
 from ktdeploy.controller.sync import PARTIAL, RSYNC_FLAGS, sync_folder
 from ktdeploy.core.errors import StepError, UsageError
 from tests.unit.adversarial.ssh_server import ssh_server
+from tests.unit.adversarial.sync_kill import processes_with, slow_rsync_path, stop_mid_copy
 
 ROOT = Path(__file__).resolve().parents[3]
 EXE = str(Path(sys.executable).parent / "ktdeploy")
@@ -148,26 +149,6 @@ def test_what_an_interrupted_upload_left_is_resumed_never_other_content(tmp_path
     assert (target / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
 
 
-def _slow_rsync(bindir: Path) -> None:
-    """The real rsync, exec'd with a bandwidth cap (same pid: what `up` started is rsync itself)."""
-    real = subprocess.run(["sh", "-c", "command -v rsync"], capture_output=True, text=True).stdout.strip()
-    (bindir / "rsync").write_text(f'#!/bin/sh\nexec {real} --bwlimit=6000 "$@"\n')
-    (bindir / "rsync").chmod(0o755)
-
-
-def _rsyncs_of(marker: str) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                cmd = (p / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmd and b"rsync" in cmd:
-                out.append(int(p.name))
-    return out
-
-
 def _visible(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*")
             if p.is_file() and PARTIAL not in p.relative_to(folder).parts}
@@ -184,34 +165,18 @@ def _up(tmp_path: Path, src: Path, env: dict) -> subprocess.Popen:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"])
 def test_rsync_dies_with_up_and_the_next_up_resumes(tmp_path, sig):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    _slow_rsync(bindir)
     src = tmp_path / f"src-{os.getpid()}-{sig.name}"
     src.mkdir()
     (src / "model.safetensors").write_bytes(os.urandom(40 << 20))      # ~7 s at the wrapper's 6000 KiB/s
     (src / "config.json").write_text("{}")
-    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "KTDEPLOY_HOME": str(tmp_path / "home"),
+    env = {**os.environ, "PATH": slow_rsync_path(tmp_path / "bin"), "KTDEPLOY_HOME": str(tmp_path / "home"),
            "COLUMNS": "200"}
     target = tmp_path / "host" / "models" / "m"
-    p = _up(tmp_path, src, env)
-    try:
-        deadline = time.monotonic() + 60
-        while sum(f.stat().st_size for f in target.rglob("*") if f.is_file()) < (2 << 20) if target.exists() else True:
-            assert p.poll() is None and time.monotonic() < deadline, p.communicate()[1][-1500:]
-            time.sleep(0.05)
-        p.send_signal(sig)
-        _out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    assert "Traceback" not in err, err[-2000:]
-    if sig != signal.SIGKILL:
-        assert p.returncode == {signal.SIGTERM: 143, signal.SIGINT: 130}[sig], (p.returncode, err[-1500:])
+    stop_mid_copy(_up(tmp_path, src, env), target, sig)
     deadline = time.monotonic() + 15
-    while _rsyncs_of(src.name) and time.monotonic() < deadline:
+    while processes_with(src.name) and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = _rsyncs_of(src.name)
+    left = processes_with(src.name)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, "rsync went on copying after up was stopped"
