@@ -2,13 +2,14 @@
 file mounts, for one folder).
 
 - the copy is rsync's, over the connection's own settings (connectors: ``SSHConnector.rsync`` hands the key,
-  port, known_hosts and host-key policy to pyinfra's rsync; ``LocalConnector.rsync`` copies on this machine);
+  port, known_hosts and host-key policy to ssh through rsync's argv, no shell; ``LocalConnector.rsync`` copies on
+  this machine; both through connectors/rsync.py);
 - resumable: ``--partial-dir`` keeps a cut-off file's bytes on the host (in ``.ktdeploy-partial/`` of the target),
   and the next run goes on from them; files already there are never replaced (``--ignore-existing``). rsync's
-  temp file of the file in flight lives there too (``--temp-dir``, its ``tmp/``), so a copy stopped at any moment leaves nothing
-  among the folder's files; the temp files an older ktdeploy's rsync left beside them (``.NAME.XXXXXX`` of a file
-  being uploaded) are recognised as an interrupted upload and removed. rsync dies with `up` (SIGTERM, Ctrl-C,
-  SIGKILL: connectors/rsync.py);
+  temp file of the file in flight lives there too (``--temp-dir``, its ``tmp/``), so a copy stopped at any moment
+  leaves nothing among the folder's files; the temp files an older ktdeploy's rsync left beside them
+  (``.NAME.XXXXXX`` of a file being uploaded) are recognised as an interrupted upload and removed. rsync dies with
+  `up` (SIGTERM, Ctrl-C, SIGKILL: connectors/rsync.py);
 - never through a link: a target folder (or its ``.ktdeploy-partial``) that is a symbolic link on the host is
   refused — rsync would write wherever it points;
 - checked: afterwards every file's size and SHA-256 on the host are compared with the local file's;
