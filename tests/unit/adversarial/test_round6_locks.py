@@ -116,7 +116,7 @@ def test_three_ups_racing_under_three_spellings_exactly_one_runs(silent_host, tm
     assert time.monotonic() - t0 < 120
 
 
-def test_status_shows_the_lock_key(tmp_path):
+def test_status_shows_the_lock_key(tmp_path, monkeypatch):
     env = {**os.environ, "KTDEPLOY_HOME": str(tmp_path), "COLUMNS": "200"}
     facts = str(ROOT / "examples" / "facts" / "gpu-h200-1gpu.json")
     r = subprocess.run([EXE, "up", "--host", "ROOT@GPU01.", "--dry-run", "--facts", facts, RECIPE], cwd=ROOT,
@@ -124,11 +124,8 @@ def test_status_shows_the_lock_key(tmp_path):
     assert r.returncode in (0, 1, 4), r.stderr[-1500:]
     from ktdeploy.controller import api
 
-    os.environ["KTDEPLOY_HOME"] = str(tmp_path)
-    try:
-        st = api.status(run_id=next((tmp_path / "runs").iterdir()).name, live=False)   # a dry run's record
-    finally:
-        os.environ.pop("KTDEPLOY_HOME")
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    st = api.status(run_id=next((tmp_path / "runs").iterdir()).name, live=False)   # a dry run's record
     assert st["lock"].startswith("ssh://ROOT@gpu01:22 ktd-tiny-moe-lora-"), st.get("lock")
     from ktdeploy.cli.output import console
     from ktdeploy.cli.up_cmds import _print_status
