@@ -51,7 +51,7 @@ def normalize(text: str, root: str | dict[str, str] | None = None) -> str:
 
 
 MATTER = re.compile(r"^(✓|✗|→|- |done:|WARNING|CPU-only|CheckFailed:|StepError:|UsageError:|\S+\s+host )"
-                    r"|^\s+fail  |^  (failed|fix|failed checks|container|serving|record|note|to repair|waived|"
+                    r"|^\s+fail  |^  (failed|fix|failed checks|container|serving|record|note|to repair|waived|lock|"
                     r"image check|containers)\b")
 PROGRESS = re.compile(r"^\s*step \d+/\d+")
 FAIL_LINE = re.compile(r"^(\s*fail\s+\S+)\s.*$")   # doctor's `fail NAME detail`: the name matters, the detail is the host's

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, ConsoleOptions, RenderableType
+from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
 from rich.markup import escape
 from rich.segment import Segment
 from rich.text import Text
@@ -25,9 +25,22 @@ if TYPE_CHECKING:
     from ktdeploy.core.recipe.stack_judge_payload import JudgeResult
 
 
+MIN_WIDTH = 40   # COLUMNS=0 (or 1) made rich print nothing at all; a narrower terminal folds the lines itself
+
+
 class SafeConsole(Console):
     """A rich Console whose every printed text segment is sanitized (``terminal_safe``): rich's own control
-    segments (cursor moves of a live progress bar) and styles pass; text from outside never carries one."""
+    segments (cursor moves of a live progress bar) and styles pass; text from outside never carries one. Its width
+    is at least MIN_WIDTH, whatever COLUMNS says."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        return dims if dims.width >= MIN_WIDTH else ConsoleDimensions(MIN_WIDTH, dims.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
 
     def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterator[Segment]:
         from ktdeploy.core.terminal_text import terminal_safe

@@ -176,6 +176,7 @@ def from_lf(
     from ktdeploy.core.recipe.from_lf import recipe_document, unresolved
     from ktdeploy.core.recipe.loader import read_native
     from ktdeploy.core.recipe.render import dump_yaml
+    from ktdeploy.core.recipe.secret_scan import secret_findings
     from ktdeploy.core.safeio import printable, write_file
 
     for flag, p in (("TRAIN", train), ("ACCELERATE", accelerate)):
@@ -195,8 +196,15 @@ def from_lf(
               + (f" and {printable(accelerate.name)}" if accelerate is not None else
                  " (accelerate: the cookbook's FSDP2 block, 1 process)")
               + "\n# deploy: derived from the training YAML's paths; check the volumes and gpus\n")
+    text = header + dump_yaml(doc)
+    secrets = secret_findings(text)
+    if secrets:   # refused before the file exists: a secret is never written, even to be fixed
+        raise RecipeError(f"{printable(str(train))} holds {len(secrets)} secret(s) ktdeploy never writes into a "
+                          f"recipe; nothing was written", findings=secrets, key="TRAIN",
+                          fix="Remove them from the training YAML (a token in the environment or a credential "
+                              "file instead), then run `ktdeploy recipe from-lf` again.")
     try:
-        written = write_file(target.parent, target.name, header + dump_yaml(doc))
+        written = write_file(target.parent, target.name, text)
     except RunRecordError as e:   # the file exists: never overwritten
         raise RunRecordError(e.message, key="--out", fix="Choose another file with -o FILE.") from None
     console.print(f"wrote {esc(written)}", highlight=False)

@@ -296,6 +296,8 @@ def _print_status(st: RunStatus) -> None:
     # a record may lack a key (written by an older ktdeploy, or edited): shown as '?', never a crash
     _line(f"{st.get('id') or '?'}{name}  host {st.get('host') or '?'}  recipe {st.get('recipe') or '?'}  "
           f"recorded state {st.get('state') or '?'}", first="")
+    if st.get("lock"):
+        _line(f"lock {st['lock']} (one run of this job on this host at a time, however the host is spelled)")
     if st.get("state") in ("failed", "crashed") or st.get("error"):
         where = st.get("failed_stage") or st.get("stage") or "?"
         code = f" (exit {st['exit_code']})" if st.get("exit_code") is not None else ""

@@ -25,14 +25,16 @@ from ktdeploy.core.safeio import write_file
 
 
 def gather_script(commands: Sequence[FactCommand] = COMMANDS) -> str:
-    """One POSIX sh script printing every command's output between markers with its exit code and stderr."""
+    """One POSIX sh script printing every command's output between markers with its exit code and stderr. The
+    stderr goes through a fresh ``mktemp`` file; where none can be made, to /dev/null (the output and exit codes
+    stay): never a predictable name, which another user could have made first, as a link or a FIFO."""
     lines = [
-        't=$(mktemp 2>/dev/null || echo "/tmp/ktd-gather-$$")',
+        "t=$(mktemp 2>/dev/null) || t=/dev/null",
         SECTION_SH,
     ]
     for command in commands:
         lines.append(f"sec {command.name} {shlex.quote(command.sh)}")
-    lines.append('rm -f "$t"')
+    lines.append('[ "$t" = /dev/null ] || rm -f "$t"')
     return "\n".join(lines) + "\n"
 
 

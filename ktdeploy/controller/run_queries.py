@@ -3,6 +3,7 @@ the cluster: controller/slurm_queries.py) it names."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -10,11 +11,11 @@ from ktdeploy.controller import slurm_queries
 from ktdeploy.controller.connectors import Connector, connect
 from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.executor import container_logs, snapshot
-from ktdeploy.controller.runs import RunRecord, job_lock, latest_run
+from ktdeploy.controller.runs import RunRecord, job_lock, latest_run, lock_key
 from ktdeploy.core import events as ev
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.command_requests import SshOptions
-from ktdeploy.core.errors import ConnectError, RunRecordError, StepError, UsageError
+from ktdeploy.core.errors import ConnectError, KtdeployError, RunRecordError, StepError, UsageError
 from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
@@ -54,6 +55,9 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: SshOption
     rec = latest_run(_host_filter(host), run_id=run_id)
     st = rec.status().copy()
     st["record"] = str(rec.path)
+    if not st.get("lock"):   # a record of an older ktdeploy: the key its job's lock has now
+        with contextlib.suppress(KtdeployError):
+            st["lock"] = lock_key(rec.status_text("host", st, empty_ok=True), _container(rec, st))
     if not live:
         return st
     try:

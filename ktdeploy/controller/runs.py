@@ -47,11 +47,37 @@ def runs_dir() -> Path:
     return home() / "runs"
 
 
+def target_key(host: str | None) -> str:
+    """The place ``host`` names, however spelled (core/host_target.py: ``HostTarget.lock_key``); the user ssh
+    logs in as when none is given is this machine's, as paramiko's."""
+    import getpass
+
+    from ktdeploy.core.host_target import parse_host
+
+    return parse_host(host or "").lock_key(getpass.getuser())
+
+
+def same_target(a: object, b: object) -> bool:
+    """Whether two recorded/given hosts name one place (``target_key``); a value that is no host equals only
+    itself."""
+    if a == b:
+        return True
+    try:
+        return isinstance(a, str) and isinstance(b, str) and target_key(a) == target_key(b)
+    except UsageError:
+        return False
+
+
+def lock_key(host: str | None, job: str) -> str:
+    """What one run's lock is keyed on (``status`` shows it): the target, however spelled, and the job."""
+    return f"{target_key(host)} {job}"
+
+
 def job_lock(host: str | None, job: str) -> AbstractContextManager[None]:
-    """One run, one lock: `up` (not a dry run) and `down` hold it for the job ``job`` on ``host`` (as given to up)
-    while they act, so a second `up`, or a `down` racing an `up`, gets one clear refusal instead of removing the
-    other's containers. flock: a killed process frees it."""
-    return run_lock(home() / "locks", f"{host or ''}\n{job}", what=f"the job {job} on {host or 'localhost'}")
+    """One run, one lock: `up` (not a dry run) and `down` hold it for the job ``job`` on the place ``host`` names
+    (every spelling of it: ``lock_key``) while they act, so a second `up`, or a `down` racing an `up`, gets one
+    clear refusal instead of removing the other's containers. flock: a killed process frees it."""
+    return run_lock(home() / "locks", lock_key(host, job), what=f"the job {job} on {target_key(host)}")
 
 
 def output_lock(conn: Connector, host: str | None, output_dir: str) -> AbstractContextManager[None]:
@@ -66,8 +92,8 @@ def output_lock(conn: Connector, host: str | None, output_dir: str) -> AbstractC
             resolved = text
     except ConnectError:
         pass
-    return run_lock(home() / "locks", f"{host or ''}\noutput\n{resolved}",
-                    what=f"the output folder {printable(resolved)} on {host or 'localhost'}")
+    return run_lock(home() / "locks", f"{target_key(host)}\noutput\n{resolved}",
+                    what=f"the output folder {printable(resolved)} on {target_key(host)}")
 
 
 def _slug(text: str) -> str:
@@ -202,7 +228,7 @@ def find_runs(host: str | None = None, *, container: str | None = None, include_
         # unreachable host, a killed controller): it started nothing that status/logs/down could act on
         if not include_dry and (st.get("state") == "dry-run" or st.get("dry_run")):
             continue
-        if host is not None and st.get("host") != host:
+        if host is not None and not same_target(st.get("host"), host):   # any spelling of the place
             continue
         if container is not None and st.get("container") != container:
             continue

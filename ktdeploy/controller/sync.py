@@ -2,9 +2,16 @@
 file mounts, for one folder).
 
 - the copy is rsync's, over the connection's own settings (connectors: ``SSHConnector.rsync`` hands the key,
-  port, known_hosts and host-key policy to pyinfra's rsync; ``LocalConnector.rsync`` copies on this machine);
+  port, known_hosts and host-key policy to ssh through rsync's argv, no shell; ``LocalConnector.rsync`` copies on
+  this machine; both through connectors/rsync.py);
 - resumable: ``--partial-dir`` keeps a cut-off file's bytes on the host (in ``.ktdeploy-partial/`` of the target),
-  and the next run goes on from them; files already there are never replaced (``--ignore-existing``);
+  and the next run goes on from them; files already there are never replaced (``--ignore-existing``). rsync's
+  temp file of the file in flight lives there too (``--temp-dir``, its ``tmp/``), so a copy stopped at any moment
+  leaves nothing among the folder's files; the temp files an older ktdeploy's rsync left beside them
+  (``.NAME.XXXXXX`` of a file being uploaded) are recognised as an interrupted upload and removed. rsync dies with
+  `up` (SIGTERM, Ctrl-C, SIGKILL: connectors/rsync.py);
+- never through a link: a target folder (or its ``.ktdeploy-partial``) that is a symbolic link on the host is
+  refused — rsync would write wherever it points;
 - checked: afterwards every file's size and SHA-256 on the host are compared with the local file's;
 - a model folder that exists with other content (a file the local folder does not have, or one of another size)
   is refused before anything is copied, naming the files: ktdeploy never writes into someone's model.
@@ -15,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,15 +36,22 @@ from ktdeploy.core.plan.steps import StageName
 from ktdeploy.core.safeio import printable
 
 PARTIAL = ".ktdeploy-partial"
+TEMP = f"{PARTIAL}/tmp"   # inside the partial folder: rsync removes an empty partial folder, never this one
 MAX_FILES = 100_000
 HASH_BATCH = 200
-RSYNC_FLAGS = ["-rLt", "-s", f"--partial-dir={PARTIAL}", "--ignore-existing", "--timeout=600"]
+RSYNC_FLAGS = ["-rLt", "-s", f"--partial-dir={PARTIAL}", f"--temp-dir={TEMP}", "--ignore-existing",
+               "--timeout=600"]
 # what the host holds under DIR: `SIZE<TAB>RELATIVE PATH` per regular file (links followed, as the copy does);
-# a newline inside a name becomes '?', so a name can never forge a line
-MISSING = marker("missing")
-LIST_SH = ('[ -d "$1" ] || { ' + sh_block("missing") + '; exit 0; }; '
+# a newline inside a name becomes '?', so a name can never forge a line. DIR or its partial folder being a link
+# is said first (the copy would go wherever it points).
+MISSING, LINK = marker("missing"), marker("link")
+LIST_SH = ('if [ -L "$1" ] || [ -L "$1/' + PARTIAL + '" ] || [ -L "$1/' + TEMP + '" ]; then ' + sh_block("link")
+           + '; exit 0; fi; '
+           '[ -d "$1" ] || { ' + sh_block("missing") + '; exit 0; }; '
            'find -L "$1" -path "$1/' + PARTIAL + '" -prune -o -type f -printf \'%s\\t%P\\0\' 2>/dev/null '
            f"| tr '\\n\\0' '?\\n' | head -n {MAX_FILES}")
+# rsync's temp file of NAME when it writes beside it (an older ktdeploy's flags): `.NAME.` + 6 random characters
+TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9]{6}")
 HASH_SH = 'cd -- "$1" && shift && sha256sum -- "$@"'
 
 
@@ -105,11 +120,15 @@ def local_files(root: Path) -> dict[str, int]:
     return out
 
 
-def remote_files(conn: Connector, remote: str) -> dict[str, int] | None:
+def remote_files(conn: Connector, remote: str, role: str = "model") -> dict[str, int] | None:
     """The host's files under ``remote`` (None when the folder does not exist)."""
     r = conn.run(["sh", "-c", LIST_SH, "ktdeploy-sync", remote], timeout=300)
     if r.stdout.strip() == MISSING:
         return None
+    if r.stdout.strip() == LINK:
+        raise UsageError(f"the host's {printable(remote)} (or its {PARTIAL} folder) is a symbolic link: the upload "
+                         "would write wherever it points; nothing was copied", key=f"--sync-{role}",
+                         fix="Point the recipe's path at the real folder (or remove the link on the host).")
     if r.rc != 0:
         raise StepError(f"could not list {remote} on {conn.name}: {r.stderr.strip()[-300:]}", step="sync.list")
     out: dict[str, int] = {}
@@ -143,6 +162,18 @@ def remote_hashes(conn: Connector, remote: str, names: list[str], nbytes: int) -
     return out
 
 
+def interrupted(local: dict[str, int], remote: dict[str, int]) -> list[str]:
+    """The host's files that are rsync's temp files of the local files (``dir/.NAME.XXXXXX`` beside ``dir/NAME``):
+    what an upload stopped mid-file by an older ktdeploy left; never "other content"."""
+    out = []
+    for rel in remote:
+        folder, base = posixpath.split(rel)
+        m = TEMP_NAME.fullmatch(base)
+        if rel not in local and m and posixpath.join(folder, m.group("name")) in local:
+            out.append(rel)
+    return sorted(out)
+
+
 def conflicts(local: dict[str, int], remote: dict[str, int]) -> list[str]:
     """What the host's folder holds that is not the local folder's: other files, or the same names, other sizes."""
     extra = [f"{n} (not in the local folder)" for n in sorted(set(remote) - set(local))]
@@ -156,12 +187,15 @@ def sync_folder(conn: Connector, local_dir: str, remote: str, *, role: str, dry_
     """Upload ``local_dir`` to ``remote`` on the host (role: "model" or "data"); see the module's docstring. Ends
     with a Synced event (the run record's "sync")."""
     src = Path(local_dir).expanduser().resolve()
+    remote = remote.rstrip("/") or "/"   # "DIR/" would follow a link at DIR
     if not posixpath.isabs(remote):
         raise UsageError(f"--sync-{role}: the target {printable(remote)} is not an absolute host path",
                          key=f"--sync-{role}", fix="Set the recipe's path to an absolute folder on the host.")
     here = local_files(src)
     res = SyncResult(role=role, local=str(src), remote=remote, files=len(here), bytes=sum(here.values()))
-    there = remote_files(conn, remote) or {}
+    there = remote_files(conn, remote, role) or {}
+    leftovers = interrupted(here, there)
+    there = {n: size for n, size in there.items() if n not in leftovers}
     clash = conflicts(here, there)
     if role == "model" and clash:
         raise UsageError(f"the host's {printable(remote)} already holds other content: " + "; ".join(clash[:5])
@@ -187,14 +221,20 @@ def sync_folder(conn: Connector, local_dir: str, remote: str, *, role: str, dry_
                             f"{size_text(SPACE_MARGIN)} to spare): nothing was copied or created", step=f"sync.{role}",
                             fix="Free space on the host's file system (df -h there), or point the recipe's path at "
                                 "a larger one.")
-        r = conn.run(["mkdir", "-p", "--", remote], timeout=120)
-        if r.rc != 0:
-            raise StepError(f"could not create {remote} on {conn.name}: {r.stderr.strip()[-300:]}", step="sync.mkdir",
-                            fix="Create the folder on the host, writable by the SSH user.")
         rsync = getattr(conn, "rsync", None)
         if rsync is None:
             raise UsageError(f"--sync-{role} needs an SSH or local host; {conn.name} is neither", key=f"--sync-{role}",
                              fix="Copy the folder into the container's volume on its host instead.")
+        r = conn.run(["mkdir", "-p", "--", remote], timeout=120)
+        if r.rc == 0:   # rsync's partial and temp folders: private, never a link (LIST_SH said so)
+            r = conn.run(["sh", "-c", 'umask 077 && mkdir -p -- "$1/' + TEMP + '"', "ktdeploy-sync", remote],
+                         timeout=120)
+        if r.rc != 0:
+            raise StepError(f"could not create {remote} on {conn.name}: {r.stderr.strip()[-300:]}", step="sync.mkdir",
+                            fix="Create the folder on the host, writable by the SSH user.")
+        if leftovers:
+            conn.run(["rm", "-f", "--", *[posixpath.join(remote, n) for n in leftovers]], timeout=120)
+            res.notes.append(f"resumed an interrupted upload ({len(leftovers)} temp file(s) of it removed)")
         rsync(str(src), remote, RSYNC_FLAGS)
     _verify(conn, src, remote, here, role)
     # a finished upload leaves no trace of rsync's resumable state in the model or data folder
@@ -223,7 +263,7 @@ def free_bytes(conn: Connector, remote: str) -> int | None:
 
 
 def _verify(conn: Connector, src: Path, remote: str, here: dict[str, int], role: str) -> None:
-    there = remote_files(conn, remote) or {}
+    there = remote_files(conn, remote, role) or {}
     short = [n for n in here if there.get(n) != here[n]]
     if short:
         raise StepError(f"after the upload the host's {remote} lacks or holds other sizes of: " + ", ".join(short[:5]),

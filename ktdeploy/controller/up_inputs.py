@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ktdeploy.controller.runs import all_runs
+from ktdeploy.controller.runs import all_runs, same_target
 from ktdeploy.core.command_requests import NativePair
 from ktdeploy.core.errors import RunRecordError, UsageError
 from ktdeploy.core.facts.host import HostFacts
@@ -88,7 +88,7 @@ def check_run_name(name: str, host: str, container: str) -> None:
             st = rec.status()
         except RunRecordError:
             continue
-        if st.get("name") == name and (st.get("host"), st.get("container")) != (host, container) \
+        if st.get("name") == name and not (same_target(st.get("host"), host) and st.get("container") == container) \
                 and not st.get("dry_run"):
             raise UsageError(f"--name {name}: run {rec.id} (host {st.get('host')}, recipe {st.get('recipe')}) has "
                              "that name", key="--name",

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from ktdeploy.controller.emitter import Emitter
-from ktdeploy.controller.runs import RunRecord
+from ktdeploy.controller.runs import RunRecord, lock_key
 from ktdeploy.core import events as ev
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.checks.gate import CPU_ONLY, with_profile
@@ -41,6 +41,7 @@ def new_record(recipe: Recipe, host: str, request: UpRequest | SlurmUpRequest, w
     record.write_text(rr.RECIPE, dump_yaml(recipe.to_document()))
     record.set_status("planned", host=host, recipe=recipe.name, recipe_path=str(recipe.path), created=time.time(),
                       container=job_name(recipe), serve_container=f"{job_name(recipe)}-serve",
+                      lock=lock_key(host, job_name(recipe)),
                       output_dir=output_dir_of(recipe), waived=list(waive), dry_run=request.dry_run,
                       profile=CPU_ONLY if cpu_only else None, name=name,
                       **({"facts_file": str(facts_file)} if facts_file is not None else {}))

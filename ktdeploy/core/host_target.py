@@ -11,6 +11,7 @@ number. Whether the host then answers is the connector's business (exit 3).
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -33,6 +34,22 @@ class HostTarget:
     @property
     def is_local(self) -> bool:
         return self.kind == "local"
+
+    def lock_key(self, default_user: str) -> str:
+        """The place this target names, one spelling for all of its spellings: what one run's lock is keyed on.
+        ``localhost``, ``local`` and an empty host are ``local``; ``gpu01``, ``root@GPU01.:22`` and
+        ``ssh://root@gpu01`` are ``ssh://root@gpu01:22`` for ``default_user`` root (the user ssh logs in as
+        when none is given: this machine's)."""
+        if self.kind == "local":
+            return "local"
+        if self.kind == "docker":
+            return f"docker://{self.address}"
+        host = self.address.rstrip(".").lower()
+        try:
+            host = f"[{ipaddress.IPv6Address(host)}]"
+        except ValueError:
+            pass
+        return f"ssh://{self.user or default_user}@{host}:{self.port or 22}"
 
 
 def _invalid(text: str, why: str) -> UsageError:

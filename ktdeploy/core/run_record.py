@@ -94,6 +94,7 @@ class RunStatus(TypedDict, total=False):
     slurm_jobs: object
     slurm_request: object
     eval: object   # the EVAL stage's summary (controller/eval_stage.py)
+    lock: str      # the job lock's key (controller/runs.lock_key): one run of a job on a place, however spelled
     eta: object    # planned and measured step time of the training (core/eta.py)
     record: str
     live: LiveStatus
@@ -111,7 +112,7 @@ def status_update(current: Mapping[str, Any], state: str, run_id: str, now: floa
 
 STATUS_TEXT_KEYS = ("id", "state", "host", "recipe", "container", "serve_container", "output_dir")
 STATUS_OPTIONAL_TEXT = ("name", "error", "fix", "failed_stage", "stage", "stops_at", "stop_reason", "scheduler",
-                        "job_dir")
+                        "job_dir", "lock")
 
 
 def parse_status_json(text: str | bytes) -> RunStatus:

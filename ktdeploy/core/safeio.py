@@ -94,6 +94,12 @@ def _open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
     return fd, st
 
 
+def open_binary(path: str | os.PathLike[str], what: str = "file") -> IO[bytes]:
+    """A regular file opened for reading (a FIFO or device refused without blocking), e.g. to stream it."""
+    fd, _st = _open_regular(Path(path), what)
+    return os.fdopen(fd, "rb")
+
+
 def read_bytes(path: str | os.PathLike[str], limit: int = MAX_TEXT, what: str = "file") -> bytes:
     path = Path(path)
     fd, st = _open_regular(path, what)

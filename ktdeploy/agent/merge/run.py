@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,7 +120,7 @@ def merge(output_dir: str | os.PathLike, base: str | os.PathLike, merged: str | 
         raise MergeError(err.message, fix=err.fix) from None
     except st.SafetensorsFormatError as err:
         raise MergeError(str(err), fix="the file is damaged or not a safetensors file") from None
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as err:
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as err:
         raise MergeError(f"the inputs hold a value of the wrong type ({type(err).__name__}: {str(err)[:160]})",
                          fix="the files are damaged, or not a KT LoRA output and a Hugging Face model") from None
 
@@ -172,6 +173,9 @@ def _adapter(src: Path, verify_manifest: bool) -> _Adapter:
     if not gate_a:
         raise MergeError(f"{src / FUSED} holds no expert LoRA tensors", fix="the run saved an empty expert LoRA")
     rank = gate_a[0].shape[1]
+    if rank < 1:
+        raise MergeError(f"{src / FUSED} holds LoRA tensors of rank {rank}: there is no update to merge (alpha/r "
+                         "is undefined)", fix="merge the output of a run trained with lora_rank >= 1")
     r_cfg = config.get("r")
     if r_cfg is not None and int(r_cfg) != rank:
         raise MergeError(f"adapter_config.json r={r_cfg} differs from the expert LoRA rank {rank}",
@@ -334,32 +338,44 @@ def _plan_id(adapter: _Adapter, base: _Base, fp8: bool) -> str:
 # ---------------------------------------------------------------- the staging folder
 
 class _Staging:
-    """``.<name>.ktdeploy-merge`` beside the destination, locked while a merge writes it, with a journal of the
-    finished shards (size + SHA-256)."""
+    """``.<name>.ktdeploy-merge`` beside the destination: made by this user alone (mode 0700 until published),
+    locked while a merge writes it, with a journal of the finished shards (size + SHA-256).
+
+    The folder's name is predictable and its parent may be shared (/tmp, a team's disk): another user could make
+    it first and plant a journal with a forged shard, which a resume would publish as "kept", or simply own the
+    folder that becomes the model. So it is created exclusively; one that exists is adopted only when it is this
+    user's, not a link, and nobody else may write in it; a journal only when this user wrote it (a regular file,
+    one link, not writable by others); a kept shard likewise, and only when its bytes still hash to the journal's
+    SHA-256."""
 
     def __init__(self, dst: Path, plan_id: str, say: Callable[[str], None]) -> None:
         self.dst, self.plan_id, self.say = dst, plan_id, say
         self.path = dst.parent / f".{dst.name}{STAGING_SUFFIX}"
-        if self.path.is_symlink():
-            raise MergeError(f"{self.path} is a symbolic link", fix="remove it; ktdeploy never writes through a link")
         dst.parent.mkdir(parents=True, exist_ok=True)
-        self.path.mkdir(exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
+            os.mkdir(self.path, 0o700)
+        except FileExistsError:
+            pass
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:   # a link (ELOOP), or a file, where the folder should be
+            raise MergeError(f"{self.path} is a link or a file, not a staging folder ktdeploy made",
+                             fix="remove it; ktdeploy never writes through a link") from None
+        try:
+            self._adopt()
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self.fd)
             raise MergeError(f"another ktdeploy merge is writing {self.path}",
                              fix="wait for it to finish (or stop it); a second merge into the same folder is refused") from None
+        except BaseException:
+            os.close(self.fd)
+            raise
         self.done: dict[str, dict] = {}
-        j = self.path / JOURNAL
-        journal = load_json(j, MAX_JSON, "merge journal") if j.is_file() else None
+        journal = self._journal()
         if isinstance(journal, dict) and journal.get("plan") == plan_id and isinstance(journal.get("shards"), dict):
             self.done = journal["shards"]
         elif any(self.path.iterdir()):
-            if not j.is_file():
-                os.close(self.fd)
-                raise MergeError(f"{self.path} exists without a merge journal", fix="remove it and merge again")
             say(f"discarding an unfinished merge of other inputs in {self.path}")
             for p in self.path.iterdir():
                 if p.is_dir() and not p.is_symlink():
@@ -368,16 +384,50 @@ class _Staging:
                 p.unlink()
         self.save()
 
+    def _adopt(self) -> None:
+        """This user's folder, private: refused when another user owns it or could write in it."""
+        st = os.fstat(self.fd)
+        if st.st_uid != os.geteuid():
+            raise MergeError(f"{self.path} belongs to {_owner(st.st_uid)}, not to you: a staging folder another user "
+                             "made (its name is predictable) is never adopted; nothing was written",
+                             fix="ask its owner (or root) to remove it, or merge to a folder of your own (-o)")
+        if st.st_mode & 0o022:
+            raise MergeError(f"{self.path} may be written by others (mode {stat.S_IMODE(st.st_mode):04o}): a merge "
+                             "kept there could hold anyone's files; nothing was written",
+                             fix="remove it and merge again (the merge makes it anew, mode 0700)")
+        os.fchmod(self.fd, 0o700)
+
+    def _journal(self) -> object:
+        """The journal, when this user wrote it (else None: every shard is merged again)."""
+        try:
+            fd = os.open(JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=self.fd)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            self.say(f"{self.path / JOURNAL} is not a file ktdeploy wrote; merging every shard again")
+            return None
+        try:
+            if not _mine(os.fstat(fd)):
+                self.say(f"{self.path / JOURNAL} was not written by you; merging every shard again")
+                return None
+        finally:
+            os.close(fd)
+        return load_json(self.path / JOURNAL, MAX_JSON, "merge journal")
+
     def save(self) -> None:
         write_file(self.path, JOURNAL, json.dumps({"plan": self.plan_id, "shards": self.done}, indent=1),
-                   overwrite=True)
+                   overwrite=True, mode=0o600)
         os.fsync(self.fd)
 
     def finished(self, name: str, out_size: int) -> bool:
-        """A shard journaled by an earlier run whose file still has its size and SHA-256: kept."""
+        """A shard journaled by an earlier run, still this user's file, with its size and SHA-256: kept."""
         rec = self.done.get(name)
         p = self.path / name
-        if rec is None or not p.is_file() or p.is_symlink() or p.stat().st_size != out_size:
+        try:
+            st = os.lstat(p)
+        except OSError:
+            st = None
+        if rec is None or st is None or not _mine(st) or st.st_size != out_size:
             self.done.pop(name, None)
             return False
         if sha256_file(p) != rec.get("sha256"):
@@ -387,8 +437,28 @@ class _Staging:
             return False
         return True
 
+    def publish_mode(self) -> None:
+        """The folder becomes the model: readable as any folder this user makes (umask), no longer private."""
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(self.fd, 0o777 & ~mask)
+
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _mine(st: os.stat_result) -> bool:
+    """A regular file of this user, with one name, nobody else may write."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_nlink == 1 and not st.st_mode & 0o022
+
+
+def _owner(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _remove(p: Path) -> None:
@@ -577,6 +647,7 @@ def _publish(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: la
             os.fsync(fd)
         finally:
             os.close(fd)
+    stage.publish_mode()
     os.fsync(stage.fd)
     try:
         os.rename(stage.path, dst)   # replaces an empty destination folder; refuses a non-empty one

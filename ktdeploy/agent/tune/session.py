@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -128,7 +129,47 @@ def _read_record(tune_json: str | Path) -> dict[str, Any]:
         raise UsageError(f"{tune_json}: not a tune record ({err})", fix="give the tune.json written by `ktdeploy tune`") from None
     if not isinstance(data, dict) or not data.get("chosen"):
         raise UsageError(f"{tune_json}: the tune record holds no choice", fix="run `ktdeploy tune` again")
+    _check_choice(tune_json, data)
     return data
+
+
+# what a tune record's "chosen" may hold: Candidate's fields, as `ktdeploy tune` writes them (None left out)
+_COUNTS = ("kt_num_threads", "kt_threadpool_count")
+_ACTIVATIONS = ("retain", "recompute")     # LlamaFactory's Literal for kt_cpu_activation
+
+
+def _check_choice(tune_json: str | Path, data: dict) -> None:
+    """The choice applied to the training YAML is exactly Candidate's keys with their types: a key with junk
+    around it (``"kt_num_threads "``, ``"kt_num_threads.x"``) would land on another key, a list where a count
+    belongs would reach the trainer. Refused (exit 2), naming the key."""
+    from dataclasses import fields
+
+    from ktdeploy.core.safeio import printable
+
+    def bad(what: str) -> UsageError:
+        return UsageError(f"{tune_json}: {what}; not what `ktdeploy tune` writes", key="--tuned",
+                          fix="give the tune.json `ktdeploy tune` wrote (run it again if it was edited)")
+
+    chosen = data["chosen"]
+    if not isinstance(chosen, dict):
+        raise bad(f"'chosen' is a {type(chosen).__name__}, not a mapping of settings")
+    known = [f.name for f in fields(Candidate)]
+    for key, value in chosen.items():
+        if key not in known:
+            raise bad(f"'chosen' has the key {printable(key, 80)}, which is none of {', '.join(known)}")
+        ok = (value is None and key not in _COUNTS) or (
+            value in _ACTIVATIONS if key == "kt_cpu_activation" else
+            isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1 << 20)
+        if not ok:
+            raise bad(f"chosen.{key} is {printable(json.dumps(value)[:80], 100)}, not "
+                      + (f"one of {', '.join(_ACTIVATIONS)}" if key == "kt_cpu_activation" else "a whole number >= 1"))
+    for key in _COUNTS:
+        if key not in chosen:
+            raise bad(f"'chosen' has no {key}")
+    for key in ("chosen_tokens_per_s", "speedup_vs_all_cores"):
+        v = data.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+            raise bad(f"{key} is {printable(json.dumps(v)[:80], 100)}, not a number")
 
 
 def tuned_choice(tune_json: str | Path) -> dict[str, Any]:
@@ -144,6 +185,8 @@ def tuned_overrides(tune_json: str | Path) -> list[str]:
     chosen = _read_record(tune_json)["chosen"]
     out = []
     for key, value in sorted(chosen.items()):
+        if value is None:
+            continue
         path = f"train.{key}" if key == "kt_cpu_activation" else f"train.kt_config.{key}"
         out.append(f"{path}={json.dumps(value)}")
     return out

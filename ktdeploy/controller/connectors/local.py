@@ -46,13 +46,15 @@ class LocalConnector:
         _copy(remote, local, None)
 
     def rsync(self, local_dir: str, remote_dir: str, flags: list[str]) -> None:
-        """rsync a folder's content into another folder of this machine (controller/sync.py chooses the flags)."""
+        """rsync a folder's content into another folder of this machine (controller/sync.py chooses the flags); it
+        dies with this process (connectors/rsync.py)."""
         from ktdeploy.core.errors import StepError, UsageError
 
         if shutil.which("rsync") is None:
             raise UsageError("rsync is not installed on this machine", key="rsync", fix="apt-get install rsync")
-        p = subprocess.run(["rsync", *flags, "--", local_dir.rstrip("/") + "/", remote_dir.rstrip("/") + "/"],
-                           capture_output=True, text=True)
+        from ktdeploy.controller.connectors.rsync import run_rsync
+
+        p = run_rsync(["rsync", *flags, "--", local_dir.rstrip("/") + "/", remote_dir.rstrip("/") + "/"])
         if p.returncode != 0:
             raise StepError(f"rsync into {remote_dir} failed (exit {p.returncode}): {p.stderr.strip()[-600:]}",
                             step="sync", rc=p.returncode, fix="Run the same command again: the copy resumes.")

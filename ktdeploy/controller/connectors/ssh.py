@@ -81,10 +81,13 @@ class SSHConnector:
         known_hosts = known_hosts or os.environ.get("KTDEPLOY_SSH_KNOWN_HOSTS") or None
         self.hostname, self.user, self.port = hostname, user, int(port)
         self.name = f"ssh://{user + '@' if user else ''}{hostname}:{self.port}"
+        self._strict = "accept-new" if accept_new_host_key else "yes"
+        self._key = os.path.expanduser(key) if key else None
+        self._known_hosts = os.path.expanduser(known_hosts) if known_hosts else None
         data = {
             "ssh_hostname": hostname,
             "ssh_port": self.port,
-            "ssh_strict_host_key_checking": "accept-new" if accept_new_host_key else "yes",
+            "ssh_strict_host_key_checking": self._strict,
             "ssh_connect_retries": 0,
         }
         if user:
@@ -184,23 +187,25 @@ class SSHConnector:
 
     # -- files ----------------------------------------------------------------------------------
     def rsync(self, local_dir: str, remote_dir: str, flags: list[str]) -> None:
-        """rsync a local folder's content into ``remote_dir`` through pyinfra's rsync, which builds the ssh
-        command from this connection's settings (user, port, key, known_hosts, host-key policy, BatchMode). Its
-        command line goes through a local shell, so both paths are quoted here; ``-s`` keeps the host's shell
-        away from the remote path."""
+        """rsync a local folder's content into ``remote_dir`` over ssh with this connection's settings (user, port,
+        key, known_hosts, host-key policy, BatchMode). The argv goes to exec, no shell; the key and known_hosts
+        paths are quoted for rsync's own --rsh splitter, and ``-s`` keeps the host's shell away from the remote
+        path (connectors/rsync.py). rsync dies with this process."""
         import shutil
+
+        from ktdeploy.controller.connectors.rsync import remote_spec, run_rsync, ssh_command
 
         if shutil.which("rsync") is None:
             raise UsageError("rsync is not installed on this machine (the controller)", key="rsync",
                              fix="Install it (apt-get install rsync) on the controller and the host.")
-        src = shlex.quote(local_dir.rstrip("/") + "/")
-        dest = shlex.quote(remote_dir.rstrip("/") + "/")
-        try:
-            self._host.connector.rsync(src, dest, flags)
-        except OSError as e:
-            raise StepError(f"rsync to {self.name}:{remote_dir} failed: {str(e).strip()[-600:]}", step="sync",
+        rsh = ssh_command(port=self.port, key=self._key, known_hosts=self._known_hosts, strict=self._strict)
+        p = run_rsync(["rsync", *flags, "--rsh", rsh, "--", local_dir.rstrip("/") + "/",
+                       remote_spec(self.user, self.hostname, remote_dir.rstrip("/") + "/")])
+        if p.returncode != 0:
+            raise StepError(f"rsync to {self.name}:{remote_dir} failed (exit {p.returncode}): "
+                            f"{p.stderr.strip()[-600:]}", step="sync", rc=p.returncode,
                             fix="Check that rsync is installed on the host, then run the same command again: "
-                                "the copy resumes where it stopped.") from None
+                                "the copy resumes where it stopped.")
 
     def put_file(self, local: str, remote: str, mode: int | None = None) -> None:
         parent = remote.rsplit("/", 1)[0] or "/"

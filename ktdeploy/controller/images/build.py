@@ -439,7 +439,7 @@ def load(archive: Path, repo: str = DEFAULT_REPO["full"]) -> list[str]:
     """`docker load` a tarball made by save(); returns the image references it loaded. Only an archive whose every
     name is one of ktdeploy's images (``repo``:<variant>) is loaded; the .images.json beside it is not asked (it
     comes with the archive, from the same hands)."""
-    from ktdeploy.controller.images.archive import require_only
+    from ktdeploy.controller.images.archive import normalise, require_only
     from ktdeploy.controller.images.tags import ISA_VARIANTS
 
     if not archive.is_file():
@@ -450,4 +450,11 @@ def load(archive: Path, repo: str = DEFAULT_REPO["full"]) -> list[str]:
     if proc.returncode != 0:
         raise ImageError(f"docker load failed: {proc.stderr.strip()[-400:]}",
                          fix="Is the file complete? Compare its size or sha256 with the source host's.")
-    return [ln.split(":", 1)[1].strip() for ln in proc.stdout.splitlines() if ln.startswith("Loaded image")]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("Loaded image")]
+    loaded = [ln.split(":", 1)[1].strip() for ln in lines]   # "Loaded image: NAME", "Loaded image ID: sha256:…"
+    names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Loaded image:")]
+    other = sorted(n for n in names if normalise(n) not in {normalise(a) for a in allowed})
+    if other:   # the reading above and the engine's disagreed after all: say so loudly, never "loaded" quietly
+        raise ImageError(f"docker load applied {', '.join(other[:10])}, which the archive's check did not find",
+                         fix=f"Re-tag or remove {other[0]} (docker tag / docker rmi) and report the archive as a bug.")
+    return loaded

@@ -106,18 +106,39 @@ def image_spelling(ctx: Ctx) -> None:
 SYSTEM_TREES = ("/etc", "/usr", "/proc", "/sys", "/dev", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
                 "/libx32", "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd", "/snap")
 HOME_ROOTS = ("/home", "/root", "/Users")   # a user's home itself (its subfolders are fine: ~/models)
+# where a home keeps credentials: a volume at, inside or around one hands them to the training container (whose
+# code may be a model's own, trust_remote_code)
+CREDENTIALS = (".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure", ".config/gcloud", ".config/gh",
+               ".password-store", ".netrc", ".git-credentials", ".pypirc", ".huggingface", ".cache/huggingface/token",
+               ".local/share/keyrings", ".vault-token", ".terraform.d")
+
+
+def _home_of(parts: list[str]) -> int | None:
+    """How many leading parts of a path make a home: /root (1), /home/NAME and /Users/NAME (2); else None."""
+    if parts[:1] == ["root"]:
+        return 1
+    if len(parts) >= 2 and parts[0] in ("home", "Users") and parts[1]:
+        return 2
+    return None
 
 
 def system_folder(path: str) -> str | None:
-    """Why ``path`` (normalized) is no volume: a system tree, a home folder itself, or None."""
+    """Why ``path`` (normalized) is no volume: a system tree, a home folder itself, a home's credential folder
+    (or a folder holding one), or None."""
     for tree in SYSTEM_TREES:
         if path == tree or path.startswith(tree + "/"):
             return f"{tree} is the operating system's" + ("" if path == tree else f" ({path} lies inside it)")
     parts = path.strip("/").split("/")
-    if path in HOME_ROOTS or (len(parts) == 2 and "/" + parts[0] in HOME_ROOTS[:1]):
+    n = _home_of(parts)
+    if path in HOME_ROOTS or n == len(parts):
         return f"{path} is a user's home (or all of them): keys, shell profiles and other projects live there"
-    if path == "/root":
-        return "/root is the superuser's home"
+    if n is not None:
+        home, rest = "/" + "/".join(parts[:n]), "/".join(parts[n:])
+        for cred in CREDENTIALS:
+            if rest == cred or rest.startswith(cred + "/") or cred.startswith(rest + "/"):
+                return (f"{home}/{cred} holds credentials (keys, tokens, cloud logins)"
+                        + ("" if rest == cred else f" and {path} " + ("lies inside it" if rest.startswith(cred)
+                                                                      else "holds it")))
     return None
 
 
@@ -137,4 +158,5 @@ def system_volumes(ctx: Ctx) -> None:
         if why:
             ctx.error(f"deploy.volumes.{key}", f"a volume of {path} mounts it into the training container"
                       f"{'' if key == 'model' else ' writable'}: {why}",
-                      f"give the folder that holds the {key}, e.g. /srv/ktdeploy/{key} (or a folder inside your home)")
+                      f"give the folder that holds the {key}, e.g. /srv/ktdeploy/{key} (or one of yours in your home, "
+                      "such as ~/models)")

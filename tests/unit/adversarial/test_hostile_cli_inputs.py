@@ -601,6 +601,127 @@ def test_convert_values():
     _run_class("convert-values", _convert_values)
 
 
+# ---------------------------------------------------------------- image load: archives read two ways (issue 45)
+
+ARCHIVE_NAMES = ["manifest.json", "./manifest.json", "a/../manifest.json", "manifest.json/", "d/manifest.json",
+                 "repositories", "index.json", "c.json", "l/layer.tar", "l", "d", "MANIFEST.JSON", "manifest.json\x00x",
+                 "/manifest.json", "a//manifest.json", " manifest.json", "../manifest.json", "é.json"]
+ARCHIVE_KINDS = ["file", "file", "dir", "symlink", "hardlink", "v7", "gnu", "nul-checksum", "pax-path", "pax-junk",
+                 "fifo"]
+MANIFEST_KEYS = ["RepoTags", "repotags", "REPOTAGS", "RepoTag\u017f", "Repotags", "RepoTags"]
+
+
+@st.composite
+def archive_entries(draw):
+    """docker save's layout (a config, a layer, manifest.json) with 0-3 entries added anywhere: some harmless (a
+    file, a folder, a layer link as docker writes it, a pax name), most hostile (ARCHIVE_NAMES x ARCHIVE_KINDS)."""
+    from tests.unit.adversarial import hostile_archives as ha
+
+    def manifest(key: str, tags: list[str]) -> bytes:
+        return json.dumps([{"Config": "c.json", key: tags, "Layers": ["l/layer.tar"]}]).encode()
+
+    tags = draw(st.lists(st.sampled_from(["ktdeploy-adv:amx", "ubuntu:22.04", "docker.io/library/ktdeploy-adv:avx2",
+                                          "ktdeploy-adv:amx@sha256:" + "0" * 64]), max_size=2))
+    parts = [ha.entry("c.json", b"{}"), ha.entry("l/", kind=b"5"), ha.entry("l/layer.tar", bytes(1024)),
+             ha.entry("manifest.json", manifest(draw(st.sampled_from(MANIFEST_KEYS)), tags))]
+    harmless = [ha.entry("extra.json", b"{}"), ha.entry("e/", kind=b"5"),
+                ha.entry("l2/", kind=b"5") + ha.entry("l2/layer.tar", kind=b"2", link="../l/layer.tar"),
+                ha.pax({"path": "p.json"}) + ha.entry("other", b"{}"),
+                ha.entry("repositories", json.dumps({"ktdeploy-adv": {"amx": "x"}}).encode())]
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            part = draw(st.sampled_from(harmless))
+        else:
+            name, kind = draw(st.sampled_from(ARCHIVE_NAMES)), draw(st.sampled_from(ARCHIVE_KINDS))
+            body = manifest(draw(st.sampled_from(MANIFEST_KEYS)), ["ubuntu:22.04"])
+            link = draw(st.sampled_from(["c.json", "manifest.json", "../x", "/etc/passwd", "."]))
+            try:
+                part = _hostile_part(name, kind, body, link)
+            except (UnicodeEncodeError, ValueError):
+                continue
+        parts.insert(draw(st.integers(0, len(parts))), part)
+    return b"".join(parts) + ha.end() + draw(st.sampled_from([b"", bytes(10240), bytes(512), b"\x01" * 512]))
+
+
+def _hostile_part(name: str, kind: str, body: bytes, link: str) -> bytes:
+    from tests.unit.adversarial import hostile_archives as ha
+
+    if kind in ("dir", "symlink", "hardlink", "fifo"):
+        return ha.entry(name, kind={"dir": b"5", "symlink": b"2", "hardlink": b"1", "fifo": b"6"}[kind], link=link)
+    if kind in ("pax-path", "pax-junk"):
+        return ha.pax({"path" if kind == "pax-path" else "GNU.sparse.name": name}) + ha.entry("other", body)
+    extra = {"file": {}, "v7": {"prefix": "zz", "magic": bytes(8)}, "gnu": {"magic": b"ustar  \x00"},
+             "nul-checksum": {"checksum": "nul-first"}}[kind]
+    return ha.entry(name, body, **extra)
+
+
+def _second_reading(path: Path) -> tuple[list[tuple[str, bytes]], set[str]] | None:
+    """Python's tarfile, a lenient reader: every member (cleaned name, type), manifest.json's exact RepoTags and
+    the names in repositories."""
+    import posixpath
+    import tarfile
+
+    def read(t: tarfile.TarFile, name: str, empty: object) -> object:
+        f = t.extractfile(t.getmember(name)) if name in t.getnames() else None
+        return json.loads(f.read()) if f is not None else empty
+
+    try:
+        with tarfile.open(path) as t:
+            members = [(posixpath.normpath(m.name), m.type) for m in t]
+            manifest, repos = read(t, "manifest.json", []), read(t, "repositories", {})
+    except (tarfile.TarError, OSError, ValueError, KeyError):
+        return None
+    tags = {str(x) for e in manifest if isinstance(e, dict) for x in (e.get("RepoTags") or [])} \
+        if isinstance(manifest, list) else set()
+    tags |= {f"{r}:{tag}" for r, ts in repos.items() for tag in ts} if isinstance(repos, dict) else set()
+    return members, tags
+
+
+@settings(SETTINGS, max_examples=_n(40))
+@given(data=archive_entries())
+def _image_archive(data):
+    from ktdeploy.controller.images.archive import archive_tags, normalise
+    from ktdeploy.core.errors import ImageError
+
+    with Box() as box:
+        (box.work / "a.tar").write_bytes(data)
+        calls = box.root / "docker-calls"
+
+        def more(rc, _out):
+            loaded = calls.exists() and "load" in calls.read_text()
+            try:
+                ours = archive_tags(box.work / "a.tar")
+            except ImageError:
+                return ["the engine was asked to load an archive the reading refuses"] if loaded else []
+            asked = ours <= {"ktdeploy-adv:amx", "ktdeploy-adv:avx2"}
+            bad = [] if (rc == 0 and loaded) == asked and (rc == 5 or asked) else \
+                [f"names {sorted(ours)}: exit {rc}, {'loaded' if loaded else 'not loaded'}"]
+            second = _second_reading(box.work / "a.tar")
+            if second is None:
+                return bad + ["an archive ktdeploy accepts, Python's tarfile cannot read"]
+            members, tags = second
+            if len({n for n, _k in members}) != len(members):
+                bad.append(f"accepted with a name twice in Python's reading: {members}")
+            if {normalise(t) for t in tags} != ours:
+                bad.append(f"two readings of the names: ours {sorted(ours)}, tarfile's {sorted(tags)}")
+            return bad
+
+        old = os.environ["PATH"]
+        os.environ["PATH"] = f"{box.root / 'bin'}{os.pathsep}{old}"
+        (box.root / "bin").mkdir()
+        (box.root / "bin" / "docker").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+        (box.root / "bin" / "docker").chmod(0o755)
+        try:
+            _one("image-archive", repr(data[:120]), ["image", "load", "a.tar", "--repo", "ktdeploy-adv"], box,
+                 allowed=("docker-calls",), then=more)
+        finally:
+            os.environ["PATH"] = old
+
+
+def test_image_archive():
+    _run_class("image-archive", _image_archive)
+
+
 # ---------------------------------------------------------------- the CLI's own contract
 
 @pytest.mark.parametrize("args,code", [(["--bogus"], 2), ([], 2), (["render", "x.yaml"], 2), (["--version"], 0),

@@ -9,7 +9,7 @@
   refusal (exit 6), nothing recorded or removed; a SIGKILLed holder frees it.
 - A check container left by a killed `up` is removed before the next check runs under the same name.
 
-The "slow host" is a TCP listener that accepts and never speaks: ssh waits there for the banner, holding `up` in
+The "slow host" (tests/unit/adversarial/conftest.py's ``silent_host``) is a TCP listener that accepts and never speaks: ssh waits there for the banner, holding `up` in
 its connect phase as long as the test wants. Every test is bounded in time."""
 
 from __future__ import annotations
@@ -18,16 +18,15 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.fakes.connector import FakeConnector, fail, ok
+from tests.unit.adversarial.held_up import up_holding_its_lock
 
 ROOT = Path(__file__).resolve().parents[3]
 EXE = str(Path(sys.executable).parent / "ktdeploy")
@@ -85,33 +84,6 @@ def test_ctrl_c_during_the_image_entry_points_isa_check(tmp_path):
 
 
 # ---------------------------------------------------------------- a host that never answers
-
-@pytest.fixture
-def silent_host():
-    """ssh://root@127.0.0.1:PORT that accepts connections and never sends a banner."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept():
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                continue
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield f"ssh://root@127.0.0.1:{srv.getsockname()[1]}"
-    stop.set()
-    t.join(5)
-    for c in held:
-        c.close()
-    srv.close()
-
 
 def _start_up(host: str, home: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([EXE, "up", "--host", host, "--accept-new-host-key", "--known-hosts",
@@ -203,26 +175,7 @@ def test_the_lock_is_per_job_in_process(tmp_path, monkeypatch):
     from ktdeploy.core.errors import RunRecordError
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
-    inside, release = threading.Event(), threading.Event()
-
-    def slow(argv):
-        inside.set()
-        release.wait(30)
-        return fail(255, "host gone")
-
-    conn = FakeConnector(name="gpu01").on(lambda argv: True, slow)
-    errors: list[BaseException] = []
-
-    def first():
-        try:
-            up(UpRequest(host="gpu01", recipe=RECIPE), connector=conn)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    t = threading.Thread(target=first)
-    t.start()
-    try:
-        assert inside.wait(30)
+    with up_holding_its_lock("gpu01", RECIPE):
         t0 = time.monotonic()
         with pytest.raises(RunRecordError, match="already working on the job"):
             up(UpRequest(host="gpu01", recipe=RECIPE), connector=FakeConnector(name="gpu01"))
@@ -231,9 +184,6 @@ def test_the_lock_is_per_job_in_process(tmp_path, monkeypatch):
         with pytest.raises(Exception) as e:   # another host: not refused by the lock (it fails on the host)
             up(UpRequest(host="gpu02", recipe=RECIPE), connector=other)
         assert "already working" not in str(e.value)
-    finally:
-        release.set()
-        t.join(30)
 
 
 def test_a_killed_holder_frees_the_lock(tmp_path):

@@ -5,7 +5,7 @@ preflight, up's PREFLIGHT). These tests create a real second user (useradd) who 
 program that leaves a marker file and prints `tile_exec: true` with a sentinel palette count — everywhere the
 old runner looked or a shared folder could lead it, then run the probes as root through the local connector and
 check the planted program never ran and its JSON was never taken. Root only (skipped otherwise): only root can
-make a second user and give a file away."""
+make a second user and give a file away. The second user is tests/unit/adversarial/conftest.py's ``intruder``."""
 
 from __future__ import annotations
 
@@ -25,20 +25,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd")
                                 reason="needs root (a second user, chown) and a C compiler")
 
 SENTINEL = 4242  # the forged probe's palette count; the real probe prints the CPU's (null without AMX)
-
-
-@pytest.fixture(scope="module")
-def intruder():
-    """A real second user on this machine (removed afterwards): (uid, gid)."""
-    name = f"ktdintr{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True, timeout=30)
-    try:
-        import pwd
-
-        pw = pwd.getpwnam(name)
-        yield pw.pw_uid, pw.pw_gid
-    finally:
-        subprocess.run(["userdel", name], timeout=30)
 
 
 def _forged(marker: Path) -> str:

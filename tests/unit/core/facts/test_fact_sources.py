@@ -33,6 +33,7 @@ OTHER_MEANINGS = {
     "shm": "a Kubernetes volume, a requirement's basis key",
     "nvidia_smi": "GpuFacts' field, named in a check's data",
     "data": "the recipe's data volume, JSON keys",
+    "uname": "a pax header's key (a tar entry's owner name) in controller/images/archive.py",
 }
 # the controller's gatherer: not even those words (every source reached through the registry)
 GATHERER = [PKG / "controller" / f for f in ("facts_gather.py", "facts_probes.py", "facts_record.py", "local_host.py")]
