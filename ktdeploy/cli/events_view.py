@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ktdeploy.core import events as ev
+from ktdeploy.core.checks.gate import REPAIRED_BY
 from ktdeploy.core.terminal_text import esc
 from ktdeploy.core.trainer_log import LogEntry, describe
 
@@ -55,8 +56,9 @@ def _waivers(e: ev.WaiversRecorded) -> list[str]:
 def _doctor(e: ev.DoctorVerdict) -> list[str]:
     return [_fill((NO if e.blocking else OK) + " PREFLIGHT: doctor on {e.where}: {e.summary_text}", e)] + \
         [_fill(WAIVED + " {name}: {detail}", name=c.name, detail=c.detail) for c in e.waived] + \
-        [_fill(TO_REPAIR + " {name}: {detail} -> the RUNTIME stage installs what is missing", name=c.name,
-               detail=c.detail) for c in e.deferred]
+        [_fill(TO_REPAIR + " {name}: {detail} -> the {stage} stage " + ("converts them" if stage == "WEIGHTS" else
+               "installs what is missing"), name=c.name, detail=c.detail, stage=stage)
+         for c in e.deferred for stage in (REPAIRED_BY.get(c.name, "RUNTIME"),)]
 
 
 def _image_checked(e: ev.ImageChecked) -> list[str]:

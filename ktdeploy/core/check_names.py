@@ -61,6 +61,8 @@ class CheckName(StrEnum):
     DATA_START_FILES = "data.start_files"
     WEIGHTS_FORMAT = "weights.format"
     WEIGHTS_CONVERTED = "weights.converted"
+    # kt_weight_path of an INT8/AMXINT4 recipe does not exist yet: `up`'s WEIGHTS stage makes it (prepare-weights)
+    WEIGHTS_MISSING = "weights.missing"
     WEIGHTS_NON_EXPERT_SOURCE = "weights.non_expert_source"
     # the planner's figures against the host (core/sizing/advice.py, checks.py)
     PLAN_HOST_MEMORY = "plan.host_memory"

@@ -289,7 +289,11 @@ def _weights_check(keys: TrainKeys, setup: str, facts: DataFacts) -> list[CheckR
         if setup == "int8":
             detail += f" ({manifests[0]}, {len(layers)} layer folders; kt-kernel validates sizes and hashes at start)"
         return out + [CheckResult(name=CheckName.WEIGHTS_CONVERTED, status="pass", detail=detail)]
-    detail = f"{wp} does not exist" if not e.ok else f"{wp} has {what}"
+    if not e.ok:   # not there yet: `up` converts it in its WEIGHTS stage; `train` and doctor are told how
+        return out + [CheckResult(name=CheckName.WEIGHTS_MISSING, status="fail",
+                                  detail=f"{wp} does not exist yet: the {setup.upper()} experts of {model} are not "
+                                         "converted", fix=f"convert them: {fix_make}")]
+    detail = f"{wp} has {what}"
     quant = _source_quant(facts, wp)
     if quant and "fp8" in quant:
         # A native FP8 checkpoint by its config.json, whatever the directory is called (cookbook A.3.1).

@@ -22,8 +22,12 @@ CPU_ONLY = "cpu-only"
 CPU_ONLY_WAIVERS = (CheckName.GPU_PRESENT, CheckName.GPU_COUNT_VS_RECIPE, CheckName.GPU_MEMORY, CheckName.GPU_DRIVER, CheckName.DOCKER_NVIDIA_RUNTIME,
                     CheckName.LAYER_GPUS, CheckName.PLAN_GPU_MEMORY, CheckName.STACK_CUDA, CheckName.STACK_TRITON)
 
-# `up` repairs these in its RUNTIME stage (installs docker / the NVIDIA container toolkit).
-RUNTIME_FIXABLE = (CheckName.DOCKER_PRESENT, CheckName.DOCKER_NVIDIA_RUNTIME)
+# `up` repairs these in its RUNTIME stage (installs docker / the NVIDIA container toolkit) and its WEIGHTS stage
+# (converts an INT8/AMXINT4 recipe's experts that are not there yet: `ktdeploy prepare-weights` in the image).
+RUNTIME_FIXABLE = (CheckName.DOCKER_PRESENT, CheckName.DOCKER_NVIDIA_RUNTIME, CheckName.WEIGHTS_MISSING)
+# the stage of `up` that repairs each deferrable check (said beside it when doctor defers it)
+REPAIRED_BY = {CheckName.DOCKER_PRESENT: "RUNTIME", CheckName.DOCKER_NVIDIA_RUNTIME: "RUNTIME",
+               CheckName.WEIGHTS_MISSING: "WEIGHTS"}
 # The agent runs the trainer in this process: no docker-engine check concerns it (a prefix ends in ".").
 AGENT_DEFERRED = ("docker.",)
 

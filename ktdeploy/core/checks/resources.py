@@ -362,11 +362,12 @@ def path_checks(facts: HostFacts, recipe: RecipeSections, req: Requirements) -> 
                                    detail=f"deploy.volumes.{role} {p} " + ("is not a directory" if pf.exists else
                                                                             "does not exist on the host"),
                                    fix=f"Copy the {role} to {p} on the host, or fix deploy.volumes.{role}."))
+    converted = recipe_weight_format(recipe)[0] in ("int8", "amxint4")   # weights.missing says it, with the command
     for key, check in (("kt_weight_path", CheckName.PATH_KT_WEIGHT_PATH),
                        ("kt_non_expert_weight_path", CheckName.PATH_KT_NON_EXPERT_WEIGHT_PATH)):
         p = paths.get(key)
         pf = facts.path(p) if p else None
-        if pf is not None and not pf.exists:
+        if pf is not None and not pf.exists and not (converted and key == "kt_weight_path"):
             out.append(CheckResult(name=check, status="fail", layer=facts.layer,
                                    detail=f"train.{key} {p} does not exist on the host",
                                    fix="Convert the weights there first (`ktdeploy prepare-weights --recipe RECIPE`, "

@@ -153,6 +153,16 @@ def run_merge(*, name: str, image: str, run_id: str, volumes: Volumes, output_di
             "--", image, "merge", output_dir, "--base", base, "--base-root", volumes.model, "-o", merged_dir]
 
 
+def run_prepare_weights(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, model: str,
+                        tree: str, fmt: str, pools: int, threads: int, user: str | None = None) -> list[str]:
+    """`ktdeploy prepare-weights` in the image: the model volume writable (the new tree is a sibling of the model
+    folder), the model folder itself mounted read-only over it, so nothing in it can be written."""
+    return ["docker", "run", "--rm", "--name", name, *labels(name, run_id, "weights", output_dir), *user_flags(user),
+            *runtime_flags(memlock=False), *mount(volumes.model), *mount(model, readonly=True),
+            "--", image, "prepare-weights", model, "--format", fmt, "--threadpools", str(pools),
+            "--threads", str(threads), "-o", tree]
+
+
 def create_serve(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, served: Served,
                  gpus: list[int] | None, memlock: bool = True, user: str | None = None,
                  env_file: str | None = None) -> list[str]:

@@ -15,11 +15,13 @@ from ktdeploy.core import variants as V
 from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.checkpoints import TRAINER_LOG
 from ktdeploy.core.checks.isa import best_variant
+from ktdeploy.core.checks.threads import derive_threads
 from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.eval.target import controller_url, eval_data, models, served_model
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.job_layout import JobLayout
+from ktdeploy.core.kt_weights import manifest_name, needed_by
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.params import (
     ContainerLogParams,
@@ -354,6 +356,8 @@ def _model_bytes(facts: HostFacts | None, recipe: Recipe) -> int | None:
 MERGE_MIN_TIMEOUT_S = 3600
 MERGE_BYTES_PER_S = 50e6        # 10x below the merge's measured rate (bench/results/merge): a slow disk still fits
 MERGE_UNKNOWN_TIMEOUT_S = 48 * 3600
+# a 1T model's experts stream layer by layer through kt-kernel's quantizer: hours; the step resumes when cut
+WEIGHTS_TIMEOUT_S = 48 * 3600
 
 
 def merge_timeout(model_bytes: int | None) -> float:
@@ -380,12 +384,38 @@ def build_plan(recipe: Recipe, facts: HostFacts, state: JobState, opts: UpOption
     serve, serve_note = _serve_stage(j)
     if serve_note:
         notes.append(serve_note)
-    stages += [train, _follow_stage(j, skip_training), _convert_stage(j), serve]
+    weights = _weights_stage(j, facts)
+    stages += [*([weights] if weights is not None else []), train, _follow_stage(j, skip_training), _convert_stage(j),
+               serve]
     if j.deploy.eval is not None:   # a recipe without deploy.eval plans as before: no EVAL stage at all
         stages.append(_eval_stage(j, j.deploy.eval))
     return Plan(host=opts.host, recipe=recipe.name, job=j.name, image=j.image, variant=j.variant, output_dir=j.out,
                 adapter_dir=j.adapter, job_dir=j.job_dir, stages=tuple(stages), resume_from=resume_from,
                 waived=tuple(opts.waive), notes=tuple(notes))
+
+
+def _weights_stage(j: _Job, facts: HostFacts) -> Stage | None:
+    """WEIGHTS, for an INT8/AMXINT4 recipe whose persistent kt_weight_path is not there yet: `ktdeploy
+    prepare-weights` in the image (kt-kernel's own quantizer) converts the model's experts into it. Present and
+    already converted: satisfied (prepare-weights would only re-verify it). An ephemeral run stages its /dev/shm tree
+    inside the training container; BF16 and FP8 read the model itself: no stage."""
+    need = needed_by(j.recipe.weight_setup(), j.recipe.keys.kt_config, j.recipe.keys.model_name_or_path,
+                     j.recipe.keys.kt_weight_path)
+    if need is None or need.output is None:
+        return None
+    out, model = posixpath.normpath(need.output), posixpath.normpath(need.model)
+    manifest = f"{out}/{manifest_name(need.format)}"
+    threads = derive_threads(facts, j.deploy.reserve_cores)[0]
+    return Stage(StageName.WEIGHTS, f"{need.format.upper()} experts of {model} in {out}", (
+        Step("weights.prepare", f"convert the routed experts of {model} -> {out} (prepare-weights {need.format}, "
+                                f"{need.pools} thread pool(s))",
+             argv=tuple(dk.run_prepare_weights(name=f"{j.name}-weights", image=j.image, run_id=j.opts.run_id,
+                                               volumes=j.vol, output_dir=j.out, model=model, tree=out, fmt=need.format,
+                                               pools=need.pools, threads=threads, user=j.user)),
+             probe=("test", "-f", manifest), timeout=WEIGHTS_TIMEOUT_S,
+             why="runs only while kt_weight_path has no manifest (doctor: weights.missing)",
+             fix="See the error above: prepare-weights names the refused input; a stopped conversion resumes at the "
+                 "next `ktdeploy up` (its finished layers are kept)."),))
 
 
 def _image_stage(j: _Job) -> Stage:

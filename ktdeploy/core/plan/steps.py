@@ -24,6 +24,7 @@ class StageName(StrEnum):
     RUNTIME = "RUNTIME"
     IMAGE = "IMAGE"
     VOLUMES = "VOLUMES"
+    WEIGHTS = "WEIGHTS"       # INT8/AMXINT4: kt_weight_path converted by prepare-weights when it is not there yet
     TRAIN = "TRAIN"
     SUBMIT = "SUBMIT"         # up-slurm: sbatch the batch scripts
     FOLLOW = "FOLLOW"
