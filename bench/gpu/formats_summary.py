@@ -157,3 +157,22 @@ def _find(x: object, name: str) -> dict:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def table(rows: list[dict]) -> str:
+    """The docs' rendering of bench/results/formats.json (docs/weight-formats.md, checked by a test)."""
+    def f(v: object) -> str:
+        return "-" if v is None else str(v)
+
+    out = ["| setup | steps | loss first -> last | tokens/s | host peak GiB (plan) | GPU peak GiB (plan) | converted | "
+           "serve argv: sglang-kt's parser | merged vs KT: rel. L2 / argmax | machine |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        merged = "-" if not r["merged"] else ("merged, no probe" if r["merged_vs_kt_rel_l2"] is None else
+                                              f"{r['merged_vs_kt_rel_l2'] * 100:.2f} % / {r['merged_vs_kt_argmax'] * 100:.1f} %")
+        argv = "-" if r["serve_argv_ok"] is None else ("parses" if r["serve_argv_ok"] else "REFUSED") + f" ({r['kt_method']})"
+        out.append(f"| {r['setup']} | {f(r['steps'])} | {f(r['loss_first'])} -> {f(r['loss_last'])} | "
+                   f"{f(r['tokens_per_s'])} | {f(r['host_peak_gib'])} ({f(r['planned_host_gib'])}) | "
+                   f"{f(r['gpu_peak_gib'])} ({f(r['planned_gpu_gib'])}) | {f(r['converted'])} | {argv} | {merged} | "
+                   f"{r['machine'].split(',')[0]} |")
+    return "\n".join(out)

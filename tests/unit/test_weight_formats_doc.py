@@ -65,3 +65,21 @@ def test_the_doc_names_only_commands_that_exist():
     names = set(get_command(app).commands)  # type: ignore[attr-defined]
     quoted = set(re.findall(r"ktdeploy ([a-z][a-z-]+)", DOC.read_text()))
     assert quoted <= names, quoted - names
+
+
+def test_the_runs_table_is_formats_json():
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench" / "gpu"))
+    import formats_summary
+
+    rows = json.loads((REPO / "bench" / "results" / "formats.json").read_text())
+    text = DOC.read_text()
+    table = text.split("<!-- doc-table: formats-runs -->", 1)[1].split("<!-- /doc-table -->", 1)[0]
+    assert table.strip() == formats_summary.table(rows)
+    assert {r["setup"] for r in rows} == {"bf16-lora", "bf16-full", "fp8-lora", "int8-lora", "int8-lora-ephemeral",
+                                          "amxint4-lora"}
+    for r in rows:
+        if r["setup"] != "bf16-full":   # the one earlier run of 3 steps (said in the doc)
+            assert r["rc"] == 0 and r["steps"] >= 8 and r["loss_last"] < r["loss_first"], r
