@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.eta import Eta
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe.document import Recipe
@@ -13,7 +14,7 @@ def host_cpu(facts: HostFacts | None) -> HostCPU:
         return REFERENCE_HOST
     cores = facts.cpu.physical_cores or facts.cpu.logical_cpus or 1
     flags = set(facts.cpu.flags or ())
-    build = "amx" if "amx_bf16" in flags else "avx512" if "avx512f" in flags else "avx2"
+    build = V.detect(flags).name
     return HostCPU(cores, max(1, len(facts.cpu.numa_nodes)), build, f"doctor's facts of the host: {cores} cores")
 
 

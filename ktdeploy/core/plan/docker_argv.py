@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ktdeploy.core.recipe.schema import Volumes
 from ktdeploy.core.served import Served
@@ -153,14 +154,25 @@ def run_merge(*, name: str, image: str, run_id: str, volumes: Volumes, output_di
             "--", image, "merge", output_dir, "--base", base, "--base-root", volumes.model, "-o", merged_dir]
 
 
-def run_prepare_weights(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, model: str,
-                        tree: str, fmt: str, pools: int, threads: int, user: str | None = None) -> list[str]:
+@dataclass(frozen=True)
+class WeightsConversion:
+    """What `prepare-weights` converts: the model's experts into a new tree, in a format, with kt-kernel's pools."""
+
+    model: str
+    tree: str
+    fmt: str
+    pools: int
+    threads: int
+
+
+def run_prepare_weights(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str,
+                        job: WeightsConversion, user: str | None = None) -> list[str]:
     """`ktdeploy prepare-weights` in the image: the model volume writable (the new tree is a sibling of the model
     folder), the model folder itself mounted read-only over it, so nothing in it can be written."""
     return ["docker", "run", "--rm", "--name", name, *labels(name, run_id, "weights", output_dir), *user_flags(user),
-            *runtime_flags(memlock=False), *mount(volumes.model), *mount(model, readonly=True),
-            "--", image, "prepare-weights", model, "--format", fmt, "--threadpools", str(pools),
-            "--threads", str(threads), "-o", tree]
+            *runtime_flags(memlock=False), *mount(volumes.model), *mount(job.model, readonly=True),
+            "--", image, "prepare-weights", job.model, "--format", job.fmt, "--threadpools", str(job.pools),
+            "--threads", str(job.threads), "-o", job.tree]
 
 
 def create_serve(*, name: str, image: str, run_id: str, volumes: Volumes, output_dir: str, served: Served,

@@ -410,8 +410,9 @@ def _weights_stage(j: _Job, facts: HostFacts) -> Stage | None:
         Step("weights.prepare", f"convert the routed experts of {model} -> {out} (prepare-weights {need.format}, "
                                 f"{need.pools} thread pool(s))",
              argv=tuple(dk.run_prepare_weights(name=f"{j.name}-weights", image=j.image, run_id=j.opts.run_id,
-                                               volumes=j.vol, output_dir=j.out, model=model, tree=out, fmt=need.format,
-                                               pools=need.pools, threads=threads, user=j.user)),
+                                               volumes=j.vol, output_dir=j.out, user=j.user,
+                                               job=dk.WeightsConversion(model, out, need.format, need.pools,
+                                                                        threads))),
              probe=("test", "-f", manifest), timeout=WEIGHTS_TIMEOUT_S,
              why="runs only while kt_weight_path has no manifest (doctor: weights.missing)",
              fix="See the error above: prepare-weights names the refused input; a stopped conversion resumes at the "

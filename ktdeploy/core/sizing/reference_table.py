@@ -9,6 +9,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.sizing.model_config import MoEArchitecture
 from ktdeploy.core.sizing.setup import setup_from
 from ktdeploy.core.sizing.throughput import HostCPU, Workload, throughput
@@ -16,7 +17,7 @@ from ktdeploy.core.sizing.throughput import HostCPU, Workload, throughput
 # Two AMX sockets: what the recipes' kt_num_threads 64 / kt_threadpool_count 2 are written for, with the trainer's
 # reserve (threads_reserved) free. The per-core rate is the GPU machine's (its VM cores), so the band is the
 # other-host one.
-REFERENCE = HostCPU(72, 2, "amx", "2 x 36-core AMX Xeon (72 physical cores, 2 NUMA nodes), kt-kernel AMX build, "
+REFERENCE = HostCPU(72, 2, V.AMX, "2 x 36-core AMX Xeon (72 physical cores, 2 NUMA nodes), kt-kernel AMX build, "
                                   "the recipe's GPUs; per-core rate of the GPU machine")
 DATASET_SAMPLES = 10_000       # one epoch of 10,000 samples that fill cutoff_len (2048 in every real recipe)
 FORMATS = ("bf16", "fp8", "int8", "int4")

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ktdeploy.core import variants as V
 from ktdeploy.core.recipe.train_keys import TrainKeys, as_int
 from ktdeploy.core.sizing.model_config import MoEArchitecture
 from ktdeploy.core.sizing.setup import Setup
@@ -64,7 +65,15 @@ TIME_CONSTANTS: dict[str, Measured] = {
 FORMAT_SPEED = {"bf16": 1.0, "fp8": 1.0, "int8": 2.0, "int4": 2.0}
 FORMAT_SOURCE = ("derived from kt-kernel's kernels (amxfp8 runs bf16 tiles; amxint8/amxint4 int8 tiles at 2x the "
                  "bf16 peak); not measured per format")
-BUILD_SPEED = {"amx": 1.0, "avx512": 1.0 / 16, "avx2": 1.0 / 32}
+AVX512_SPEED, AVX2_SPEED = 1.0 / 16, 1.0 / 32
+
+
+def build_speed(build: str) -> float:
+    """GEMM rate of a kt-kernel build relative to the AMX build (an unknown name counts as AMX's)."""
+    if not V.known(build):
+        return 1.0
+    name = V.canonical(build)
+    return 1.0 if name == V.AMX else AVX2_SPEED if name == V.AVX2 else AVX512_SPEED
 
 # Error bands (fraction of tokens/s): the held-out error of the calibration, widened where the model extrapolates.
 BAND_CALIBRATED = 0.15      # bf16, the calibrated host class (held-out max, see CALIBRATION)
@@ -79,11 +88,11 @@ class HostCPU:
 
     cores: int
     numa_nodes: int = 1
-    build: str = "amx"
+    build: str = V.AMX
     source: str = "reference host"
 
 
-REFERENCE_HOST = HostCPU(16, 1, "amx", "reference host: the GPU machine, 16-vCPU AMX Xeon VM (1 NUMA node), "
+REFERENCE_HOST = HostCPU(16, 1, V.AMX, "reference host: the GPU machine, 16-vCPU AMX Xeon VM (1 NUMA node), "
                                        "one H200")
 
 
@@ -211,7 +220,7 @@ def _secs(name: str, value: float, why: str) -> Term:
 
 def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]) -> list[Term]:
     """Seconds of one optimizer step, by term."""
-    fmt_speed = FORMAT_SPEED.get(s.expert_format, 1.0) * BUILD_SPEED.get(host.build, 1.0)
+    fmt_speed = FORMAT_SPEED.get(s.expert_format, 1.0) * build_speed(host.build)
     rate = c["cpu_flop_s_per_core"].value * fmt_speed * sh.eff_threads
     m, slow = sh.micro_steps, sh.slowdown
     cpu = sh.expert_flops / rate * slow
@@ -271,7 +280,7 @@ def band_for(s: Setup, host: HostCPU, tuned: bool) -> float:
     if tuned:
         return BAND_TUNED
     band = BAND_CALIBRATED if s.expert_format == "bf16" else BAND_FORMAT
-    if host.build != "amx" or host is not REFERENCE_HOST and host.cores != REFERENCE_HOST.cores:
+    if V.canonical(host.build) != V.AMX or host is not REFERENCE_HOST and host.cores != REFERENCE_HOST.cores:
         band = max(band, BAND_OTHER_HOST)
     return band
 
@@ -330,7 +339,7 @@ def host_from_facts(facts: Mapping[str, Any]) -> HostCPU:
         raise ValueError("the facts name no physical_cores or logical_cpus")
     nodes = cpu.get("numa_nodes")
     flags = set(cpu.get("flags") or [])
-    build = "amx" if "amx_bf16" in flags else "avx512" if "avx512f" in flags else "avx2"
+    build = V.detect(flags).name
     return HostCPU(cores, len(nodes) if isinstance(nodes, list) and nodes else 1, build,
                    f"doctor's facts: {cores} physical cores, {build} build")
 

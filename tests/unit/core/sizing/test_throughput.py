@@ -21,6 +21,7 @@ from ktdeploy.core.sizing.throughput import (
     TIME_CONSTANTS,
     HostCPU,
     Workload,
+    build_speed,
     host_from_facts,
     throughput,
     tuned_rate,
@@ -126,8 +127,12 @@ def test_host_from_doctor_facts_of_the_gpu_machine():
     doctor = json.loads((ROOT / "bench/results/gpu/proof/run_record/doctor.json").read_text())
     h = host_from_facts(doctor)
     assert (h.cores, h.numa_nodes, h.build) == (16, 1, "amx")
-    cpu = dict(doctor["facts"]["cpu"], flags=["avx512f"])
-    assert host_from_facts({"cpu": cpu}).build == "avx512"
+    # kt-kernel's own ladder picks the build: avx512f alone is not its avx512_base (that needs avx512bw too)
+    cpu = dict(doctor["facts"]["cpu"], flags=["avx512f", "avx2"])
+    assert host_from_facts({"cpu": cpu}).build == "avx2"
+    cpu = dict(doctor["facts"]["cpu"], flags=["avx512f", "avx512bw"])
+    assert host_from_facts({"cpu": cpu}).build == "avx512_base"
+    assert build_speed("avx512_base") == build_speed("avx512") == 1 / 16 and build_speed("avx2") == 1 / 32
     with pytest.raises(ValueError):
         host_from_facts({"cpu": {}})
     assert replace(h, cores=8).cores == 8
