@@ -229,7 +229,7 @@ def native_pair(recipe: Optional[Path], train: Optional[Path], accelerate: Optio
 def status(
     host: Optional[str] = typer.Option(None, "--host", "-H", metavar="HOST", help="Only runs on this host (as up had it)."),
     run: Optional[str] = typer.Option(None, "--run", metavar="RUN", help=RUN_HELP),
-    all_: bool = typer.Option(False, "--all", help="List every recorded run."),
+    all_: bool = typer.Option(False, "--all", help="Every recorded run: target, stage, state, age, reason."),
     as_json: bool = typer.Option(False, "--json", help="Print the record and the live state as JSON."),
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", metavar="FILE", help=SSH_KEY_HELP),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
@@ -238,15 +238,20 @@ def status(
 ) -> None:
     """The latest run: how it ended (a failure's stage, error and fix), its containers and progress now, its
     evaluation and loss curve."""
+    from ktdeploy.cli.status_table import no_runs_line, print_all
+    from ktdeploy.controller.run_queries import host_filter
     from ktdeploy.controller.run_queries import status as run_status
-    from ktdeploy.controller.runs import find_runs
+    from ktdeploy.controller.runs import find_runs, runs_dir
 
     if all_:
-        rows = [r.status() for r in find_runs(host)]
+        rows = [r.status() for r in find_runs(host_filter(host))]
         if as_json:
             print_json(rows)
             return
-        _print_all(rows)
+        print_all(rows, str(runs_dir()), host)
+        return
+    if run is None and not as_json and not find_runs(host_filter(host)):   # nothing run yet: not an error
+        console.print(esc(no_runs_line(str(runs_dir()), host)), highlight=False, soft_wrap=True)
         return
     st = run_status(host, run, ssh=_ssh(ssh_key, known_hosts, False))
     if as_json:
@@ -256,27 +261,6 @@ def status(
     from ktdeploy.cli.status_extra import print_eval_and_curve
 
     print_eval_and_curve(st, _line, plot=plot)
-
-
-def _print_all(rows: list[RunStatus]) -> None:
-    from rich.table import Column, Table
-
-    # run ids (what --run takes) and container names are printed whole, never folded or cut: a table when
-    # every cell fits the terminal, else one block per run with the id on its own line
-    keys: tuple[str, ...] = ("id", "name", "host", "recipe", "state", "container")
-    keys = tuple(k for k in keys if k != "name" or any(s.get("name") for s in rows))
-    widths = [max([len(str(s.get(k) or "")) for s in rows] + [len(k)]) for k in keys]
-    if sum(widths) + 3 * len(keys) + 1 > console.width:
-        for s in rows:
-            console.print(s.get("id", ""), style="bold", markup=False, highlight=False, crop=False, overflow="ignore")
-            for k in keys[1:]:
-                console.print(f"  {k:<9} {esc(s.get(k) or '')}", highlight=False, crop=False, overflow="ignore")
-        return
-    t = Table(*[Column("run" if k == "id" else k, no_wrap=True, overflow="ignore", min_width=w)
-                for k, w in zip(keys, widths, strict=False)])
-    for s in rows:
-        t.add_row(*[esc(s.get(k) or "") for k in keys])
-    console.print(t)
 
 
 def _line(text: str, first: str = "  ", rest: str = "    ", style: str = "") -> None:

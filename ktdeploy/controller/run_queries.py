@@ -24,7 +24,7 @@ from ktdeploy.core.safeio import NAME, printable, redact, write_file
 NO_SSH = SshOptions()
 
 
-def _host_filter(host: str | None) -> str | None:
+def host_filter(host: str | None) -> str | None:
     """--host of status/logs/down: the runs recorded for it (as `up` recorded it: its password dropped); a value
     that is no host is a usage error."""
     if host is None:
@@ -52,7 +52,7 @@ def _container(rec: RunRecord, st: rr.RunStatus, key: str = "container") -> str:
 
 def status(host: str | None = None, run_id: str | None = None, *, ssh: SshOptions = NO_SSH,
            live: bool = True) -> rr.RunStatus:
-    rec = latest_run(_host_filter(host), run_id=run_id)
+    rec = latest_run(host_filter(host), run_id=run_id)
     st = rec.status().copy()
     st["record"] = str(rec.path)
     if not st.get("lock"):   # a record of an older ktdeploy: the key its job's lock has now
@@ -90,7 +90,7 @@ def _host_live(rec: RunRecord, st: rr.RunStatus, ssh: SshOptions) -> rr.LiveStat
 
 def logs(host: str | None = None, run_id: str | None = None, *, follow: bool = False, tail: int = 100,
          ssh: SshOptions = NO_SSH, write: Callable[[str], None] = print, poll_s: float = 2.0) -> None:
-    rec = latest_run(_host_filter(host), run_id=run_id)
+    rec = latest_run(host_filter(host), run_id=run_id)
     st = rec.status()
     if slurm_queries.is_slurm(st):
         conn = _connect_for(rec, st, ssh)
@@ -139,7 +139,7 @@ def down(host: str | None = None, run_id: str | None = None, *, ssh: SshOptions 
     """Stop and remove the job's containers (training and serving); the output dir and checkpoints stay.
     Holds the job's lock: while an `up` of the job runs, `down` is refused (it would race the containers up
     creates); stop that `up` first (Ctrl-C detaches it), then run down."""
-    rec = latest_run(_host_filter(host), run_id=run_id)
+    rec = latest_run(host_filter(host), run_id=run_id)
     st = rec.status()
     if slurm_queries.is_slurm(st):
         conn = _connect_for(rec, st, ssh)

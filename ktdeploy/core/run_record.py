@@ -96,6 +96,7 @@ class RunStatus(TypedDict, total=False):
     eval: object   # the EVAL stage's summary (controller/eval_stage.py)
     lock: str      # the job lock's key (controller/runs.lock_key): one run of a job on a place, however spelled
     eta: object    # planned and measured step time of the training (core/eta.py)
+    progress: object   # the newest trainer-log entry FOLLOW saw (core/trainer_log.LogEntry.to_json)
     record: str
     live: LiveStatus
 
