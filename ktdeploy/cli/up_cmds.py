@@ -319,16 +319,20 @@ def _print_status(st: RunStatus) -> None:
 def logs(
     host: Optional[str] = typer.Option(None, "--host", "-H", metavar="HOST", help="The latest run on this host."),
     run: Optional[str] = typer.Option(None, "--run", metavar="RUN", help=RUN_HELP),
+    stage: str = typer.Option("train", "--stage", metavar="train|convert|serve",
+                              help="Whose log: the training, conversion (and merge) or serving container's."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the container exits (Ctrl-C stops)."),
     tail: int = typer.Option(100, "--tail", metavar="N", help="Lines from the end to start with."),
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", metavar="FILE", help=SSH_KEY_HELP),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
 ) -> None:
-    """The training container's log (docker logs) of the latest run."""
+    """A stage's container log (docker logs) of the latest run: training by default; a container that is gone,
+    from the copy the run record keeps."""
     from ktdeploy.controller.run_queries import logs as run_logs
 
-    run_logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
-             write=lambda line: console.print(_log_text(line), highlight=False, markup=False, soft_wrap=True))
+    run_logs(host, run, stage=stage, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
+             write=lambda line: console.print(_log_text(line), highlight=False, markup=False, soft_wrap=True),
+             say=lambda text: err_console.print(esc(text), highlight=False, soft_wrap=True))
 
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m")   # a colour code: dropped (it only colours; any other escape is shown)

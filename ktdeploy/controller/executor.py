@@ -45,7 +45,7 @@ from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
-from ktdeploy.core.safeio import read_text, write_file
+from ktdeploy.core.safeio import read_text, redact, write_file
 from ktdeploy.core.trainer_log import LogEntry, describe, latest
 
 # The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
@@ -318,6 +318,9 @@ class Executor:
     def _do_run(self, stage: Stage, s: Step) -> None:
         self.emit(ev.Said(ev.Mark.GO, s.title, stage.name))
         r = self.conn.run(self._argv(s), timeout=s.timeout or 600)
+        if s.id in rr.STEP_LOGS:   # its container is gone once it ends: `ktdeploy logs --stage` reads this copy
+            write_file(self.record.path / rr.ARTIFACTS, rr.STEP_LOGS[s.id], redact(r.stdout + r.stderr),
+                       overwrite=True)
         if r.rc != 0:
             # what the failed step leaves behind (the serving key file), removed first
             if isinstance(s.params, RunParams) and s.params.cleanup:
@@ -470,7 +473,7 @@ class Executor:
         self.record.write_json("eta.json", eta.record())
         self.emit(ev.TrainExited(exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status))
         self._fetch_agent_record(posixpath.dirname(log))
-        write_file(self.record.path / rr.ARTIFACTS, "container.log", container_logs(self.conn, name, tail=None),
+        write_file(self.record.path / rr.ARTIFACTS, rr.TRAIN_LOG, container_logs(self.conn, name, tail=None),
                    overwrite=True)
         if not st.succeeded:
             what, advice = self._crash_details(name, st, progressed=last_step is not None)
@@ -485,7 +488,7 @@ class Executor:
         exc = last_exception(container_logs(self.conn, name, tail=2000))
         if exc is None:
             return ""
-        log = self.record.path / rr.ARTIFACTS / "container.log"
+        log = self.record.path / rr.ARTIFACTS / rr.TRAIN_LOG
         return f"the trainer crashed: {exc.line()}; full log: {log}\n"
 
     def _crash_details(self, name: str, st: ContainerState | None = None, *, progressed: bool | None = None,

@@ -40,6 +40,9 @@ DOCTOR = "doctor.json"
 JOB_STATE = "job_state.json"
 RENDERED = "rendered"
 ARTIFACTS = "artifacts"
+TRAIN_LOG = "container.log"   # artifacts/: the training container's whole log, kept when FOLLOW ends
+# artifacts/: the output of a stage's one-shot container (`docker run --rm`: gone once it ends), kept by the executor
+STEP_LOGS = {"weights.prepare": "prepare-weights.log", "convert.adapter": "convert.log", "convert.merge": "merge.log"}
 
 
 class LiveStatus(TypedDict, total=False):

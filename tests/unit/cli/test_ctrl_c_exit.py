@@ -52,6 +52,9 @@ def test_logs_follow_exits_130_on_ctrl_c(monkeypatch, tmp_path):
     closed = []
 
     class Conn:
+        def run(self, argv, timeout=None):   # the container exists
+            return type("R", (), {"rc": 0, "stdout": "", "stderr": ""})()
+
         def close(self):
             closed.append(True)
 
