@@ -72,10 +72,11 @@ def test_the_default_is_the_figures_and_a_verdict(capsys):
     assert "KT forward cache" not in out and "┃" not in out          # no term tables
     rows = _rows(out)
     assert set(rows) >= {"recipe", "host memory", "GPU memory", "disk", "time", "verdict"}, rows
-    host, gpu = d["error_band"]["host"], d["error_band"]["gpu"]
-    assert rows["host memory"].startswith(f"{d['host_memory_gib']:.1f} GiB peak RSS ± {host['band'] * 100:.1f} %")
+    from ktdeploy.core.sizing.calibration import band
+    host = d["error_band"]["host"]
+    assert rows["host memory"].startswith(f"{d['host_memory_gib']:.1f} GiB peak RSS ± {band('host', 1) * 100:.1f} %")
     assert f"{host['upper_edge_gib']:.1f} GiB" in rows["host memory"]
-    assert rows["GPU memory"].startswith(f"{d['gpu_memory_gib_per_gpu']:.1f} GiB per GPU ± {gpu['band'] * 100:.1f} %")
+    assert rows["GPU memory"].startswith(f"{d['gpu_memory_gib_per_gpu']:.1f} GiB per GPU ± {band('gpu', 1) * 100:.1f} %")
     t = d["throughput"]
     assert rows["time"].startswith(f"{t['tokens_per_s']['value']:.1f} tokens/s ± {t['band'] * 100:.0f} %")
     assert f"{t['steps']} steps:" in rows["time"] and "reference host" in rows["time"]
