@@ -1,4 +1,4 @@
-"""``ktdeploy prepare-weights MODEL --format int8|amxint4 -o OUT``: the routed experts converted for kt-kernel.
+"""``ktdeploy prepare-weights MODEL_DIR --format int8|amxint4 -o OUT``: the routed experts converted for kt-kernel.
 
 kt-kernel 0.7.2 trains INT8 and AMXINT4 LoRA only from pre-converted ``.kt`` trees (``kt_weight_path``); its wheel
 ships no converter (``kt quant`` looks for a script the wheel lacks). This command makes the tree with kt-kernel's
@@ -441,7 +441,7 @@ def prepare(model_dir: str | os.PathLike, out: str | os.PathLike | None, fmt: st
                              fix="drop --ephemeral, or use --format int8")
         return _prepare_ephemeral(source, ephemeral_run_id, threads, verify, say)
     if out is None:
-        raise UsageError("no output folder", key="-o", fix="prepare-weights MODEL --format ... -o NEW_FOLDER")
+        raise UsageError("no output folder", key="-o", fix="prepare-weights MODEL_DIR --format ... -o NEW_FOLDER")
     dst = _destination(Path(out), model)
     plan_id = _plan_id(source, wfmt)
     if dst.exists():

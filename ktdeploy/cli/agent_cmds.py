@@ -37,10 +37,10 @@ def train(
     cpu_only: bool = typer.Option(False, "--cpu-only", help="Test profile for a host without a GPU: waive the GPU "
                                                             "checks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate, doctor and render; print what would run."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="'auto' (last checkpoint-* of output_dir) or a "
+    resume: Optional[str] = typer.Option(None, "--resume", metavar="auto|DIR", help="'auto' (last checkpoint-* of output_dir) or a "
                                                                 "checkpoint-N path."),
     skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not run the host checks (nor the stack's judgement of the rendered files) first (not recommended); kt threads are still derived from this host's topology."),
-    run_root: Optional[str] = typer.Option(None, "--run-root", help="Where run records go (default: "
+    run_root: Optional[str] = typer.Option(None, "--run-root", metavar="DIR", help="Where run records go (default: "
                                                                      "<output_dir's parent>/.ktdeploy-runs/<name>)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan (dry run) or the summary as JSON."),
     tuned: Optional[Path] = typer.Option(None, "--tuned", help="Apply the settings chosen by `ktdeploy tune` "
@@ -108,8 +108,8 @@ def train(
 @app.command(rich_help_panel=IN_IMAGE)
 def convert(
     output_dir: Path = typer.Argument(..., help="Training output_dir (or one checkpoint-* in it)."),
-    out: str = typer.Option(..., "-o", "--out", help="New adapter directory for sglang-kt --lora-paths."),
-    base_model: Optional[str] = typer.Option(None, "--base-model", help="Base model path to record (default: "
+    out: str = typer.Option(..., "-o", "--out", metavar="DIR", help="New adapter directory for sglang-kt --lora-paths."),
+    base_model: Optional[str] = typer.Option(None, "--base-model", metavar="MODEL_DIR", help="Base model path to record (default: "
                                                                          "the one the adapter names)."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the manifest's size/SHA-256 check."),
     as_json: bool = typer.Option(False, "--json", help="Print the conversion summary as JSON."),
@@ -180,7 +180,7 @@ def merge(
 
 @app.command("prepare-weights", rich_help_panel=IN_IMAGE)
 def prepare_weights(
-    model: Optional[Path] = typer.Argument(None, metavar="MODEL", show_default=False,
+    model: Optional[Path] = typer.Argument(None, metavar="MODEL_DIR", show_default=False,
                                            help="The BF16 or block-FP8 model folder (or --recipe)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="int8 | amxint4 (default: the recipe's)."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", metavar="DIR",
@@ -225,8 +225,8 @@ def prepare_weights(
         else:
             out = out or Path(need.output or "")
     if model is None or fmt is None:
-        raise UsageError("no model or format given", key="MODEL",
-                         fix="ktdeploy prepare-weights MODEL --format int8 -o DIR, or --recipe RECIPE")
+        raise UsageError("no model or format given", key="MODEL_DIR",
+                         fix="ktdeploy prepare-weights MODEL_DIR --format int8 -o DIR, or --recipe RECIPE")
     if threads is None:
         from ktdeploy.controller.local_host import local_threads
 
@@ -263,7 +263,7 @@ def serve(
                                                                    "weights themselves (no adapter, no LoRA)."),
     merged: Optional[Path] = typer.Option(None, "--merged", metavar="MERGED_DIR", help="A model written by `ktdeploy merge`: served as a "
                                                                  "plain BF16 model (--kt-method BF16, no LoRA)."),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     cpuinfer: Optional[int] = typer.Option(None, "--kt-cpuinfer", help="CPU expert threads (default: derived "
                                                                          "from this host's physical cores)."),
     threadpools: Optional[int] = typer.Option(None, "--kt-threadpool-count", help="Default: NUMA nodes."),

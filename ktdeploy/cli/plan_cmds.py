@@ -21,10 +21,10 @@ _TITLES = {"host": "host memory (peak RSS, rank 0 owns the experts)", "gpu": "GP
 def plan_cmd(
     recipe: Path = typer.Argument(..., help="Recipe YAML (train/accelerate/deploy sections)."),
     model_config: Optional[Path] = typer.Option(
-        None, "--model-config", help="The model's config.json (or its directory). Default: "
+        None, "--model-config", metavar="FILE|DIR", help="The model's config.json (or its directory). Default: "
         "<model_name_or_path>/config.json, else recipes/models/<basename>.json."),
     gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="Plan for N GPUs (num_processes) instead of the recipe's."),
-    set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE, repeatable."),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a recipe value: SECTION.KEY=VALUE, repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     explain: bool = typer.Option(False, "--explain", help="Every term behind each figure, with its formula and "
                                                           "source (default: the figures and a verdict)."),

@@ -39,7 +39,7 @@ def check(
     train: Optional[Path] = typer.Option(None, "--train", help="Native LlamaFactory training YAML."),
     accelerate: Optional[Path] = typer.Option(None, "--accelerate", help="Native Accelerate YAML."),
     deploy: Optional[Path] = typer.Option(None, "--deploy", help="Optional deploy YAML for the native pair."),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
     stack: bool = typer.Option(False, "--stack", help="Also let the stack judge: accelerate's launch parsing and the "
                                                       "KT plugin, LlamaFactory's get_train_args on the rendered "
@@ -93,12 +93,12 @@ def check(
 @app.command("render")
 def render_cmd(
     recipe: Optional[Path] = typer.Argument(None, help="Recipe YAML."),
-    out_text: Optional[str] = typer.Option(None, "-o", "--out", help="Directory for train.yaml, accelerate.yaml and "
+    out_text: Optional[str] = typer.Option(None, "-o", "--out", metavar="DIR", help="Directory for train.yaml, accelerate.yaml and "
                                                                      "launch.sh (with --slurm / --k8s: their files; "
                                                                      "without -o they go to stdout)."),
     train: Optional[Path] = typer.Option(None, "--train", help="Native LlamaFactory training YAML."),
     accelerate: Optional[Path] = typer.Option(None, "--accelerate", help="Native Accelerate YAML."),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     force: bool = typer.Option(False, "--force", help="Replace files already present in -o."),
     slurm: bool = typer.Option(False, "--slurm", help="The sbatch scripts (training, then conversion)."),
     k8s: bool = typer.Option(False, "--k8s", help="Kubernetes ConfigMap, Job (training), Deployment + Service "

@@ -51,7 +51,7 @@ def _recipe_argument() -> Any:
 
 
 def _resume_option() -> Any:
-    return typer.Option(None, "--resume", metavar="auto|PATH", help="Newest complete checkpoint, or this one.")
+    return typer.Option(None, "--resume", metavar="auto|DIR", help="Newest complete checkpoint, or this one.")
 
 
 def _set_option() -> Any:
