@@ -36,12 +36,14 @@ def cli(*args, home: Path, cwd: Path = REPO) -> subprocess.CompletedProcess:
 @pytest.fixture
 def lf_pair(tmp_path) -> tuple[Path, Path]:
     """The tiny recipe's two sections as a LlamaFactory user has them: two plain YAML files."""
-    doc = YAML(typ="safe").load((REPO / "recipes/tiny-moe-lora.yaml").read_text())
+    from ktdeploy.core.recipe import load_recipe
+
+    r = load_recipe(REPO / "recipes/tiny-moe-lora.yaml")   # its host paths made absolute under deploy.root
     y = YAML()
     with open(tmp_path / "train.yaml", "w") as f:
-        y.dump(doc["train"], f)
+        y.dump(r.train, f)
     with open(tmp_path / "accelerate.yaml", "w") as f:
-        y.dump(doc["accelerate"], f)
+        y.dump(r.accelerate, f)
     return tmp_path / "train.yaml", tmp_path / "accelerate.yaml"
 
 
