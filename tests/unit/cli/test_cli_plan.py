@@ -112,7 +112,7 @@ def test_explicit_model_config_and_unknown_architecture(tmp_path, capsys):
 
 def test_missing_model_config_is_a_one_screen_error(tmp_path, capsys):
     text = (RECIPES / "tiny-moe-lora.yaml").read_text().replace(
-        "/srv/ktdeploy/models/tiny-qwen3-moe", "/srv/ktdeploy/models/no-such-model")
+        "model_name_or_path: models/tiny-qwen3-moe", "model_name_or_path: models/no-such-model")
     p = tmp_path / "r.yaml"
     p.write_text(text)
     code, _, err = run_cli(["plan", str(p)], capsys)
