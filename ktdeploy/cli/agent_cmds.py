@@ -269,6 +269,8 @@ def serve(
     threadpools: Optional[int] = typer.Option(None, "--kt-threadpool-count", help="Default: NUMA nodes."),
     print_only: bool = typer.Option(False, "--print", help="Print the command instead of starting the server."),
     as_json: bool = typer.Option(False, "--json", help="With --print: the argv as JSON."),
+    waive: list[str] = typer.Option([], "--waive", metavar="CHECK", help="Start even though this check fails "
+                                                                         "(gpu.present: a test double of sglang)."),
 ) -> None:
     """Serve the base model with the converted KT adapter (or a full fine-tune's weights, or a merged model) through
     sglang-kt."""
@@ -293,6 +295,13 @@ def serve(
     from ktdeploy.controller.local_host import local_threads
     from ktdeploy.core.served import Served
 
+    if not print_only:   # before anything slow: a server needs sglang-kt (the image) and a GPU
+        flag, served = next((f, d) for f, d in (("--adapter", adapter), ("--weights", weights), ("--merged", merged))
+                            if d is not None)
+        require_module("sglang", "serve", "sglang-kt", recipe.resolve(), served.resolve(),
+                       args=shlex.join([str(recipe.resolve()), flag, str(served.resolve()),
+                                        *(x for s in set_ for x in ("--set", s))]))
+        _require_gpu(waive)
     cmd = build_serve_command(r, Served.one_of(adapter, weights, merged), cpuinfer=cpuinfer, threadpools=threadpools,
                               host_threads=local_threads, kt_build=os.environ.get("KT_KERNEL_CPU_VARIANT") or None)
     if print_only:
@@ -302,14 +311,25 @@ def serve(
             console.print(" ".join(f"{k}={v}" for k, v in cmd.env.items()) + " " + cmd.shell(), markup=False,
                           highlight=False)
         return
-    flag, served = next((f, d) for f, d in (("--adapter", adapter), ("--weights", weights), ("--merged", merged))
-                        if d is not None)
-    require_module("sglang", "serve", "sglang-kt", recipe.resolve(), served.resolve(),
-                   args=shlex.join([str(recipe.resolve()), flag, str(served.resolve()),
-                                    *(x for s in set_ for x in ("--set", s))]))
     env = {**os.environ, **cmd.env}
     err_console.print(f"starting: {cmd.shell()}", markup=False, highlight=False)
     os.execvpe(cmd.argv[0], cmd.argv, env)
+
+
+def _require_gpu(waive: list[str]) -> None:
+    """sglang-kt runs attention on a GPU: without one it would load for minutes, then fail deep in CUDA. doctor's own
+    gpu.present check on this host (or container), in seconds, before the server starts (exit 1)."""
+    from ktdeploy.controller.local_host import local_facts
+    from ktdeploy.core.checks.resources import gpu_present_check
+    from ktdeploy.core.errors import CheckFailed
+
+    result = gpu_present_check(local_facts(probes=False))
+    if result.status != "pass" and str(result.name) in waive:
+        err_console.print(f"[yellow]waived {esc(result.name)}[/]: {esc(result.detail)}", highlight=False)
+    elif result.status != "pass":
+        raise CheckFailed(f"serve needs an NVIDIA GPU (sglang-kt runs attention and the LoRA on it): {result.detail}; "
+                          "nothing was started", results=[result], key=str(result.name),
+                          fix=f"{result.fix} `ktdeploy serve --print` shows the command without starting it.")
 
 
 @app.command("tiny-model", rich_help_panel=IN_IMAGE)
