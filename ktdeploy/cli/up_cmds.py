@@ -271,6 +271,21 @@ def _line(text: str, first: str = "  ", rest: str = "    ", style: str = "") -> 
         console.print(Text(ln, style=style), soft_wrap=True, highlight=False)
 
 
+def _next_step(st: RunStatus, c: dict[str, Any] | None) -> str:
+    """What to run next for a run nobody follows (a detached `up`), from its container's live state; a failed or
+    crashed run's fix already says it."""
+    from ktdeploy.core.run_summary import rerun_command
+
+    if st.get("state") != "detached" or c is None:
+        return ""
+    if c.get("status") == "exited" and c.get("exit_code") == 0:
+        return f"next: training finished; {rerun_command(st, resume=False)} converts and serves it"
+    if c.get("status") in ("running", "restarting"):
+        return (f"next: ktdeploy logs -f --run {st.get('id')} follows its log; {rerun_command(st, resume=False)} "
+                "follows it, then converts and serves")
+    return ""
+
+
 def _print_status(st: RunStatus) -> None:
     from ktdeploy.core.eta import status_eta
     from ktdeploy.core.trainer_log import LogEntry, describe
@@ -309,6 +324,9 @@ def _print_status(st: RunStatus) -> None:
         eta = status_eta(st.get("eta"), p)
         if eta:
             _line(eta)
+    nxt = _next_step(st, c)
+    if nxt:
+        _line(nxt, rest="       ", style="green")
     serve = live.get("serve")
     if serve:
         _line(f"serving {st['serve_container']}: {serve['status']}")

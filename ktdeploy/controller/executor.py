@@ -159,14 +159,16 @@ def _refusal(lines: list[str]) -> str | None:
 
 
 def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
-                progressed: bool | None = None, role: str = "train") -> str:
+                progressed: bool | None = None, role: str = "train", command: str | None = None) -> str:
     """What to do about a stopped container, by how it stopped: the agent's own refusal (its doctor, the recipe,
     the output dir) needs a fix, an OOM the planner's knobs; then, always, the same `up` with --resume auto, which
-    replaces the stopped container (``progressed``: kept for callers; the advice no longer depends on it)."""
+    replaces the stopped container (``progressed``: kept for callers; the advice no longer depends on it;
+    ``command``: that `up` spelled out, where the caller knows it — `status` of a detached run)."""
     # One restart story: a stopped training container stays until an `up` with --resume replaces it (the same
     # command without --resume only reports the crash again, host_plan's train.crashed), so every crash says so.
-    again = ("then run the same `ktdeploy up` with --resume auto (it replaces the stopped container and goes on "
-             "from the newest complete checkpoint, or starts fresh when there is none)")
+    same = f"`{command}`" if command else "the same `ktdeploy up` with --resume auto"
+    again = (f"then run {same} (it replaces the stopped container and goes on from the newest complete checkpoint, "
+             "or starts fresh when there is none)")
     if role == "serve":
         return "the server stopped: see its log lines above (`ktdeploy logs`), fix the cause, then run the same " \
                "`ktdeploy up` again."
@@ -333,8 +335,11 @@ class Executor:
     def _do_fail(self, stage: Stage, s: Step) -> None:
         # a second `up` finds the training container stopped: why, and what to do
         if isinstance(s.params, CrashParams) and s.params.crash:
-            what, advice = self._crash_details(self.plan.job)
-            raise StepError(f"{stage.name}: {what}", step=s.id, fix=advice)
+            name = self.plan.job   # the crash an earlier run (or nobody: --detach) left: said as FOLLOW says it
+            write_file(self.record.path / rr.ARTIFACTS, rr.TRAIN_LOG, redact(container_logs(self.conn, name, tail=None)),
+                       overwrite=True)
+            what, advice = self._crash_details(name)
+            raise StepError(f"{stage.name}: {self._trainer_reason(name)}{what}", step=s.id, fix=advice)
         raise StepError(f"{stage.name}: {s.why}", step=s.id, fix=s.fix)
 
     def _local(self, rel: str) -> Path:

@@ -15,11 +15,15 @@ from ktdeploy.controller.executor import container_logs, snapshot
 from ktdeploy.controller.runs import RunRecord, job_lock, latest_run, lock_key
 from ktdeploy.core import events as ev
 from ktdeploy.core import run_record as rr
+from ktdeploy.core import run_summary
 from ktdeploy.core.command_requests import SshOptions
 from ktdeploy.core.errors import ConnectError, KtdeployError, RunRecordError, StepError, UsageError
+from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.host_target import parse_host
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
+from ktdeploy.core.plan.state import ContainerState
+from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.safeio import NAME, printable, read_text, redact, write_file
 
 NO_SSH = SshOptions()
@@ -61,10 +65,13 @@ def status(host: str | None = None, run_id: str | None = None, *, ssh: SshOption
             st["lock"] = lock_key(rec.status_text("host", st, empty_ok=True), _container(rec, st))
     if not live:
         return st
+    seen: rr.LiveStatus
     try:
-        st["live"] = _slurm_live(rec, st, ssh) if slurm_queries.is_slurm(st) else _host_live(rec, st, ssh)
+        seen = _slurm_live(rec, st, ssh) if slurm_queries.is_slurm(st) else _host_live(rec, st, ssh)
     except ConnectError as e:
-        st["live"] = {"error": e.message}
+        seen = {"error": e.message}
+    st.update(rec.status())   # what the look at the host recorded (a crash nobody followed) shows at once
+    st["live"] = seen
     return st
 
 
@@ -82,11 +89,51 @@ def _host_live(rec: RunRecord, st: rr.RunStatus, ssh: SshOptions) -> rr.LiveStat
     try:
         snap = snapshot(conn, job, JobLayout(log).trainer_log)
         serve = snapshot(conn, serve_job, "/dev/null").state
+        if snap.state is not None and snap.state.failed and st.get("state") in UNFOLLOWED:
+            _record_crash(conn, rec, st, job, snap.state)
     finally:
         conn.close()
     return {"container": snap.state.__dict__ if snap.state else None,
             "progress": snap.entry.to_json() if snap.entry else None,
             "serve": serve.__dict__ if serve else None}
+
+
+# the recorded states in which nobody followed the training to its end (a detached `up`, a controller that was
+# killed while following): a crash found there is recorded by `status`, as FOLLOW would have
+UNFOLLOWED = ("detached", "training", "running")
+
+
+def _record_crash(conn: Connector, rec: RunRecord, st: rr.RunStatus, job: str, state: ContainerState) -> None:
+    """The training container of an unfollowed run stopped with an error: its whole log kept in the record, and
+    the record says what up's FOLLOW would have said — the trainer's own last exception, the log's path, the
+    container's exit, and the one restart (the same `up` with --resume auto, spelled out)."""
+    from ktdeploy.controller.executor import exit_advice, flat_lines
+    from ktdeploy.core.trainer_exception import last_exception
+
+    text = redact(container_logs(conn, job, tail=None))
+    log = write_file(rec.path / rr.ARTIFACTS, rr.TRAIN_LOG, text, overwrite=True)
+    exc = last_exception(text[-(4 << 20):])
+    lines = flat_lines(text.rstrip().splitlines()[-15:])
+    how = f"container {job} {state.describe()}"
+    lead = f"the trainer crashed: {exc.line()}" if exc is not None else \
+        f"the training container stopped ({state.describe()}; no exception in its log)"
+    recipe, facts = _recorded_inputs(rec)
+    fix = exit_advice(state, recipe, facts, lines, command=run_summary.rerun_command(st, resume=True))
+    rec.set_status("crashed", failed_stage=st.get("stage") or "TRAIN",
+                   error=f"{lead}; full log: {log}\n{how}", error_type="StepError", fix=fix,
+                   exit_code=state.exit_code, oom_killed=state.oom_killed, found_by="status")
+
+
+def _recorded_inputs(rec: RunRecord) -> tuple[Recipe | None, HostFacts | None]:
+    """The recipe and facts the run recorded (for an OOM's planner advice); None where the record lacks them."""
+    recipe = facts = None
+    with contextlib.suppress(KtdeployError, OSError, ValueError):
+        from ktdeploy.core.recipe import load_recipe
+
+        recipe = load_recipe(rec.path / rr.RECIPE)
+    with contextlib.suppress(KtdeployError, OSError, ValueError):
+        facts = HostFacts.model_validate(rec.read_json(rr.FACTS))
+    return recipe, facts
 
 
 LOG_STAGES = {"train": "TRAIN", "convert": "CONVERT", "serve": "SERVE"}   # `logs --stage`: its value -> the stage

@@ -5,6 +5,7 @@ detached run's live state is `ktdeploy status --run ID`'s job)."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,3 +75,26 @@ def reason(st: RunStatus) -> str:
     else:
         text = _first_line(st.get("stop_reason") or st.get("note"))
     return text if len(text) <= REASON_WIDTH else text[:REASON_WIDTH - 1] + "…"
+
+
+def rerun_command(st: RunStatus, *, resume: bool) -> str:
+    """The `ktdeploy up` that goes on with this run, from its record: its host, recipe, name, waivers and profile
+    (``resume``: with --resume auto, what every crash's restart is). --set options are not recorded: said apart."""
+    argv = ["ktdeploy", "up", "--host", str(st.get("host") or "localhost")]
+    recipe = st.get("recipe_path")
+    if isinstance(recipe, str) and recipe:
+        argv.append(recipe)
+    if st.get("name"):
+        argv += ["--name", str(st["name"])]
+    from ktdeploy.core.checks.gate import CPU_ONLY, CPU_ONLY_WAIVERS
+
+    profile = st.get("profile") == CPU_ONLY
+    if profile:
+        argv.append("--cpu-only")
+    waived = st.get("waived")
+    for check in waived if isinstance(waived, list) else []:
+        if isinstance(check, str) and not (profile and check in CPU_ONLY_WAIVERS):
+            argv += ["--waive", check]
+    if resume:
+        argv += ["--resume", "auto"]
+    return shlex.join(argv)
