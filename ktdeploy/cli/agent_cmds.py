@@ -164,8 +164,11 @@ def merge(
                              "merge", output_dir, base, Path(out).parent,
                              args=shlex.join([str(output_dir), "--base", str(base), "-o", out]))) from None
 
-    s = do_merge(output_dir, base, out, base_root=base_root, verify_manifest=not no_verify, workers=threads,
-                 say=None if as_json else (lambda m: err_console.print(esc(m), highlight=False)))
+    from ktdeploy.cli.progress import Ticker
+
+    with Ticker("merge: shards", err_console, plain_ticks=False, quiet=as_json) as ticker:   # a bar on a terminal
+        s = do_merge(output_dir, base, out, base_root=base_root, verify_manifest=not no_verify, workers=threads,
+                     say=None if as_json else ticker)
     if as_json:
         print_json(asdict(s))
         return
@@ -231,12 +234,13 @@ def prepare_weights(
         from ktdeploy.controller.local_host import local_threads
 
         threads = local_threads(2)[0]
-    say = (lambda m: None) if as_json else (lambda m: err_console.print(esc(m), highlight=False))
     from ktdeploy.agent.prepare_weights import stdout_to_stderr
+    from ktdeploy.cli.progress import Ticker
 
-    with stdout_to_stderr():
+    with stdout_to_stderr(), Ticker(f"prepare-weights {fmt}: layers", err_console, plain_ticks=False,
+                                    quiet=as_json) as ticker:   # a bar on a terminal, else the lines
         s = prepare(model, out, fmt, pools=threadpools or 1, threads=threads, verify=not no_verify,
-                    ephemeral_run_id=ephemeral, say=say)
+                    ephemeral_run_id=ephemeral, say=(lambda m: None) if as_json else ticker)
     if as_json:
         print_json(s.to_json())
         return
