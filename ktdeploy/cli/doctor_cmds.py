@@ -32,7 +32,7 @@ def doctor_cmd(
     host: str = typer.Option("localhost", "--host", "-H",
                              help="Where to look: localhost, user@host, ssh://user@host:port or docker://CONTAINER."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="Also check the host against this recipe."),
-    set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE (with --recipe), "
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a recipe value: SECTION.KEY=VALUE (with --recipe), "
                                                      f"repeatable; e.g. --set deploy.image={V.AVX2}."),
     image: Optional[str] = typer.Option(None, "--image", help="Container readiness: run this image (e.g. ktsft:amx) "
                                                               "on the host with the training container's flags and "

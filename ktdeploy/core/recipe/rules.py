@@ -821,7 +821,8 @@ def output_safety(ctx: Ctx) -> None:
     if isinstance(out, str) and out:
         if not out.startswith("/"):
             ctx.error("train.output_dir", f"output_dir must be an absolute path, got {out!r}",
-                      "use a directory inside deploy.volumes.output")
+                      "use a directory inside deploy.volumes.output (or set deploy.root: relative paths resolve "
+                      "against it)")
         for key in ("model_name_or_path", "kt_weight_path", "kt_non_expert_weight_path"):
             src, o = _norm(t.get(key)), _norm(out)
             if src and o and (inside(o, src) or inside(src, o)):

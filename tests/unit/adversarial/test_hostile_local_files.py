@@ -92,7 +92,8 @@ def test_a_malformed_status_json_is_a_record_error_not_a_crash(tmp_path, monkeyp
 
 def test_record_values_are_text_not_markup_and_their_passwords_are_never_shown(tmp_path, monkeypatch):
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
-    _record(tmp_path / "home", "r-good", json.dumps(GOOD))
+    # the recipe (single-run views) and the error (the --all table's reason) both hold rich's closing tag
+    _record(tmp_path / "home", "r-good", json.dumps({**GOOD, "error": "boom [/oops] at https://u:" + SECRET + "@h"}))
     for args in (["status", "--all"], ["status", "--all", "--json"], ["status", "--run", "r-good"],
                  ["status", "--run", "r-good", "--json"]):
         rc, out, _ = invoke(args, cwd=tmp_path)
