@@ -14,7 +14,7 @@ from typing import Any
 from ktdeploy.core.checkpoints import CHECKPOINT_RE
 from ktdeploy.core.kt_weights import EPHEMERAL_ROOT
 from ktdeploy.core.recipe import catalog as cat
-from ktdeploy.core.recipe import rules_deploy, rules_serving, rules_stack, rules_text
+from ktdeploy.core.recipe import rules_conditions, rules_deploy, rules_serving, rules_stack, rules_text
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.loader import SECTIONS
@@ -464,8 +464,9 @@ def finetuning_type(ctx: Ctx) -> None:
             path = "train.kt_config.kt_backend" if setup == "int4" else "train.kt_config.kt_expert_weight_format"
             ctx.error(path, f"full fine-tuning uses BF16 experts; {setup.upper()} is LoRA-only (cookbook §2.2)",
                       "use finetuning_type: lora, or kt_expert_weight_format: bf16 for full fine-tuning")
+        refused = rules_conditions.lora_only_refused(ctx)   # use_dora: true, ...: lf.conditions refuses them
         for key in cat.LORA_FIELDS:
-            if key in ctx.t:
+            if key in ctx.t and key not in refused:
                 ctx.warn(f"train.{key}", f"{key} is a LoRA field; LlamaFactory ignores it for full fine-tuning "
                          "(cookbook §2.4.4 writes none)", f"remove {key}")
 
@@ -936,10 +937,11 @@ def catalog_types(ctx: Ctx) -> None:
 
 
 # The order `check` runs them in (and reports their findings): this module's, the rules that keep plain `check`
-# from being looser than the stack's own argument checks (issue #36), types.catalog (which skips the keys those
-# report), the serving and CPU-build rules, then the hostile-input and text rules (issue #35).
-RULES: list[tuple[str, RuleFn]] = [*rule.rules, *rules_stack.rule.rules, *last.rules, *rules_serving.rule.rules,
-                                   *rules_deploy.rule.rules, *rules_text.rule.rules]
+# from being looser than the stack's own argument checks (issue #36) and the stack's conditions read from its code
+# (issue #49), types.catalog (which skips the keys those report), the serving and CPU-build rules, then the
+# hostile-input and text rules (issue #35).
+RULES: list[tuple[str, RuleFn]] = [*rule.rules, *rules_stack.rule.rules, *rules_conditions.rule.rules, *last.rules,
+                                   *rules_serving.rule.rules, *rules_deploy.rule.rules, *rules_text.rule.rules]
 
 
 def run_rules(recipe: Recipe) -> list[Finding]:
