@@ -196,6 +196,43 @@ def kt_wrap(model: Any, source: ModelSource, sk: Skeleton, gpu_here: bool) -> No
     sk.steps["kt-kernel"] = f"{len(model._kt_wrappers)} MoE layer(s) wrapped"
 
 
+def placeholders_to_meta(model: Any) -> list[Any]:
+    """kt-kernel leaves zero-storage placeholders (stride 0 over one element, on the CPU) where the routed experts
+    were; anything that copies one (LlamaFactory's fp32 cast of a full fine-tune's parameters) materialises the whole
+    tensor. On the skeleton they become meta tensors of the same shape, dtype and markers; returns them, so what the
+    stack did to them can be read afterwards."""
+    import torch
+
+    moved = []
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is None or param.device.type == "meta" or param.untyped_storage().nbytes() >= \
+                    param.numel() * param.element_size():
+                continue
+            meta = torch.nn.Parameter(torch.empty(param.shape, dtype=param.dtype, device="meta"),
+                                      requires_grad=param.requires_grad)
+            for attr in ("_kt_zero_storage", "_kt_original_shape"):
+                if hasattr(param, attr):
+                    setattr(meta, attr, getattr(param, attr))
+            module._parameters[name] = meta
+            moved.append(meta)
+    return moved
+
+
+def cast_note(moved: list[Any]) -> str | None:
+    """What the stack's own setup did to the placeholders: a dtype change means it copied them (on the GPU host, a
+    real allocation of that size in every training process)."""
+    import torch
+
+    cast = [p for p in moved if p.dtype == torch.float32]
+    if not cast:
+        return None
+    gib = sum(p.numel() * p.element_size() for p in cast) / 2**30
+    return (f"LlamaFactory's setup cast {len(cast)} of kt-kernel's zero-storage expert placeholders to float32 "
+            f"(init_adapter: cast_trainable_params_to_fp32): on the GPU host that copy allocates {gib:,.1f} GiB in "
+            "each training process; on the skeleton they are meta tensors")
+
+
 @contextlib.contextmanager
 def _patch(obj: Any, name: str, value: Any) -> Iterator[None]:
     old = getattr(obj, name)
@@ -253,7 +290,11 @@ def run(model_args: Any, finetuning_args: Any, use_kt: bool, source: ModelSource
             config, model = build(model_args, source, sk)
             if use_kt:
                 kt_wrap(model, source, sk, gpu_here)
+            moved = placeholders_to_meta(model)
             model = adapt(config, model, model_args, finetuning_args, sk)
+            note = cast_note(moved)
+            if note:
+                sk.bypassed.append(note)
         sk.modules = sum(1 for _ in model.named_modules())
         sk.status = "accepted"
     finally:
