@@ -610,7 +610,7 @@ def lora_values(ctx: Ctx) -> None:
     """Cookbook §3(1): LoRA fields only at the top level; start at rank 8, alpha ≈ 2×rank, dropout 0–0.05.
 
     Cookbook: §3(1).
-    Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1).
+    Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1); LF model/adapter.py _setup_lora_tuning (len(lora_target)) and PEFT tuners_utils.py inject_adapter ('Target modules ... not found') for a lora_target of null, '' or [].
     """
     if ctx.t.get("finetuning_type", "lora") != "lora":
         drop = ctx.t.get("lora_dropout")
@@ -619,6 +619,14 @@ def lora_values(ctx: Ctx) -> None:
             ctx.error("train.lora_dropout", f"lora_dropout must be in [0, 1), got {drop!r} (kt-kernel checks "
                       "kt_lora_dropout for full fine-tuning too)", "remove lora_dropout")
         return
+    if "lora_target" in ctx.t and ctx.t["lora_target"] in (None, "", []):
+        # LlamaFactory keeps the value; model/adapter.py's len(lora_target) (null) or PEFT (no module named '')
+        # refuses it at model setup, after the weights are read (the stack judge's model skeleton shows it)
+        v = ctx.t["lora_target"]
+        ctx.error("train.lora_target", f"lora_target {v!r} names no module: LlamaFactory's init_adapter refuses it "
+                  "once the model is loaded (" + ("'object of type NoneType has no len()'" if v is None else
+                                                  "PEFT: 'Target modules ... not found in the base model'") + ")",
+                  "use lora_target: all (every linear layer), or name the modules, e.g. q_proj,v_proj")
     r, alpha, drop = ctx.t.get("lora_rank"), ctx.t.get("lora_alpha"), ctx.t.get("lora_dropout")
     if r is not None and (not _is_int(r) or r <= 0):
         ctx.error("train.lora_rank", f"lora_rank must be a positive integer, got {r!r}", "use lora_rank: 8")

@@ -310,6 +310,9 @@ BAD = [
     ("reasoning-effort-high", "lf.conditions", [("train.reasoning_effort", "high")], "train.reasoning_effort"),
     ("full-eval-fp16-bf16", "lf.conditions", [("train.fp16_full_eval", True), ("train.bf16_full_eval", True)],
      "train.bf16_full_eval"),
+    ("lora-target-null", "lora.values", [("train.lora_target", None)], "train.lora_target"),
+    ("lora-target-empty", "lora.values", [("train.lora_target", "")], "train.lora_target"),
+    ("lora-target-empty-list", "lora.values", [("train.lora_target", [])], "train.lora_target"),
     ("ddp-backend-unknown", "lf.ddp_backend", [("train.ddp_backend", "nccl2")], "train.ddp_backend"),
     ("ddp-backend-pair-unknown", "lf.ddp_backend", [("train.ddp_backend", "cuda:nccl,cpu:glo")], "train.ddp_backend"),
 ]
