@@ -330,7 +330,7 @@ def kt_kernel_stage() -> None:
 # ---------------------------------------------------------------- the whole judgement
 
 def skeleton_stage(model_args: Any, finetuning_args: Any, use_kt: bool, model_config: dict[str, Any] | None,
-                   scratch: Path, gpu_here: bool) -> tuple[dict[str, Any], list[dict[str, str]], list[str]]:
+                   scratch: Path, gpu_here: bool) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     """The model skeleton (agent/stack_skeleton.py): (its summary, its refusal if any, what it left out)."""
     from ktdeploy.agent import stack_skeleton as sks
 
@@ -347,9 +347,11 @@ def skeleton_stage(model_args: Any, finetuning_args: Any, use_kt: bool, model_co
             why = (f"the model skeleton was not built from {source.label} ({type(refused.err).__name__}: "
                    f"{str(refused.err)[:300]}); on the GPU host the model's own directory (and code) decides")
             return {"status": "skipped", "source": source.label, "detail": why}, [], [why]
-        refusal = _refusal(refused.stage, refused.err, refused.where)
+        refusal: dict[str, Any] = _refusal(refused.stage, refused.err, refused.where)
         if refused.key:
             refusal["key"] = refused.key
+        if refused.choices:
+            refusal["choices"] = refused.choices
         return {"status": "refused", "source": source.label}, [refusal], []
     summary = {"status": sk.status, "source": sk.source, "steps": sk.steps, "seconds": sk.seconds,
                "modules": sk.modules, "lora_targets": sk.lora_targets}
@@ -362,7 +364,7 @@ def judge(train_yaml: str, accelerate_yaml: str, launch_argv: list[str], env: di
     import torch
 
     t0 = time.monotonic()
-    refusals: list[dict[str, str]] = []
+    refusals: list[dict[str, Any]] = []
     stages = {"accelerate": "not reached", "llamafactory": "not reached", "kt-kernel": "not reached",
               "model": "not reached"}
     skeleton: dict[str, Any] = {}

@@ -43,9 +43,10 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
 class Refused(Exception):
     """A refusal of the stack on the skeleton: (stage, the key it is about, the real exception, where)."""
 
-    def __init__(self, stage: str, key: str, err: BaseException, where: str):
+    def __init__(self, stage: str, key: str, err: BaseException, where: str, choices: list[str] | None = None):
         super().__init__(str(err))
         self.stage, self.key, self.err, self.where = stage, key, err, where
+        self.choices = choices or []     # what the key could name on this model (LoRA: its linear modules)
 
 
 @dataclass
@@ -257,6 +258,16 @@ def adapter_key(err: BaseException, finetuning_args: Any) -> str:
     return "train.lora_target"
 
 
+def linear_modules(model: Any, finetuning_args: Any) -> list[str]:
+    """The names `lora_target: all` resolves to on this model (LlamaFactory's own find_all_linear_modules)."""
+    from llamafactory.model.model_utils.misc import find_all_linear_modules
+
+    try:
+        return sorted(find_all_linear_modules(model, getattr(finetuning_args, "freeze_vision_tower", True)))[:50]
+    except Exception:  # noqa: BLE001 - a hint only
+        return []
+
+
 def adapt(config: Any, model: Any, model_args: Any, finetuning_args: Any, sk: Skeleton) -> Any:
     """Step 3: LlamaFactory's patch_model and init_adapter (PEFT), LoRA parameters on the meta device."""
     import torch
@@ -268,8 +279,10 @@ def adapt(config: Any, model: Any, model_args: Any, finetuning_args: Any, sk: Sk
             patch_model(model, None, model_args, True, False)
             model = init_adapter(config, model, model_args, finetuning_args, True)
     except Exception as err:  # noqa: BLE001
-        raise Refused("llamafactory", adapter_key(err, finetuning_args), err,
-                      "llamafactory.model.adapter.init_adapter (PEFT get_peft_model) on the model skeleton") from err
+        key = adapter_key(err, finetuning_args)
+        raise Refused("llamafactory", key, err,
+                      "llamafactory.model.adapter.init_adapter (PEFT get_peft_model) on the model skeleton",
+                      linear_modules(model, finetuning_args) if key == "train.lora_target" else None) from err
     peft_config = getattr(model, "peft_config", {}).get("default")
     if peft_config is not None:
         sk.lora_targets = sorted(str(t) for t in (peft_config.target_modules or []))[:50]

@@ -78,6 +78,7 @@ class Refusal:
     message: str          # the real message
     where: str = ""       # the stack's function that raised
     key: str = ""         # the recipe key, when the judge knows it (the model skeleton's refusals)
+    choices: tuple[str, ...] = ()   # what that key could name on this model (LoRA: its linear modules)
 
 
 @dataclass
@@ -131,8 +132,10 @@ def parse_output(stdout: str, rc: int, stderr: str = "") -> JudgeResult:
     for r in data.get("refusals") or []:
         if isinstance(r, dict) and r.get("stage") in STAGES:
             key = _text(r.get("key"), 120)
+            choices = r.get("choices") if isinstance(r.get("choices"), list) else []
             refusals.append(Refusal(str(r["stage"]), _text(r.get("error_type"), 80), _text(r.get("message")),
-                                    _text(r.get("where"), 200), key if _KEY.fullmatch(key) else ""))
+                                    _text(r.get("where"), 200), key if _KEY.fullmatch(key) else "",
+                                    tuple(_text(c, 80) for c in choices[:50])))
     if status == "refused" and not refusals:
         return JudgeResult("broken", detail="the stack judge refused without saying why")
     if status == "accepted" and refusals:
@@ -253,7 +256,8 @@ def _fix(refusal: Refusal, path: str) -> str:
     if refusal.stage == "accelerate" and "FSDP1" in refusal.message:
         return "set accelerate.fsdp_config.fsdp_version: 2 (accelerate starts FSDP1 when it is not set)"
     if path in _MODULE_FIXES:
-        return _MODULE_FIXES[path]
+        return _MODULE_FIXES[path] + (f" (this model's linear modules: {', '.join(refusal.choices)})"
+                                      if refusal.choices else "")
     what = f"change {path}" if "." in path else f"change the {path} value the message names"
     return f"{what} as {stage}'s message asks (ktdeploy's own advice on the same recipe, if any, is listed beside it)"
 
@@ -261,7 +265,7 @@ def _fix(refusal: Refusal, path: str) -> str:
 # The model skeleton's refusals: what the key must name instead.
 _MODULE_FIXES = {
     "train.lora_target": "set lora_target to module names this model has (comma-separated), or all (LlamaFactory "
-                         "then targets every linear layer it finds); `check --stack` lists the LoRA targets it resolved",
+                         "then targets every linear layer it finds)",
     "train.additional_target": "remove additional_target, or name modules this model has",
     "train.model_name_or_path": "check model_name_or_path and trust_remote_code: transformers could not build this "
                                 "model from its config.json",

@@ -221,7 +221,7 @@ def test_an_unreadable_model_config_is_a_usage_error(tmp_path):
 def test_a_skeleton_refusal_lands_on_the_key_the_judge_names_and_its_fix_says_what_to_do():
     r = load_recipe(TINY)
     result = parse_output(answer(status="refused", refusals=[
-        {"stage": "llamafactory", "error_type": "ValueError", "key": "train.lora_target",
+        {"stage": "llamafactory", "error_type": "ValueError", "key": "train.lora_target", "choices": ["q_proj", "v_proj"],
          "message": "Target modules {'q_projj'} not found in the base model. Please check the target modules and try "
                     "again.", "where": "llamafactory.model.adapter.init_adapter (PEFT get_peft_model) on the model "
                                        "skeleton"},
@@ -233,7 +233,8 @@ def test_a_skeleton_refusal_lands_on_the_key_the_judge_names_and_its_fix_says_wh
     assert [f.path for f in found] == ["train.lora_target", "train.model_name_or_path",
                                        "train.kt_config.kt_threadpool_count"]
     assert [f.rule for f in found] == ["stack.llamafactory", "stack.model", "stack.kt-kernel"]
-    assert "module names this model has" in found[0].fix and found[0].line
+    assert "module names this model has" in found[0].fix and "linear modules: q_proj, v_proj" in found[0].fix
+    assert found[0].line
     assert found[1].message.startswith("transformers refuses it")
 
 
