@@ -132,7 +132,8 @@ def parse_output(stdout: str, rc: int, stderr: str = "") -> JudgeResult:
     for r in data.get("refusals") or []:
         if isinstance(r, dict) and r.get("stage") in STAGES:
             key = _text(r.get("key"), 120)
-            choices = r.get("choices") if isinstance(r.get("choices"), list) else []
+            raw = r.get("choices")
+            choices: list[Any] = raw if isinstance(raw, list) else []
             refusals.append(Refusal(str(r["stage"]), _text(r.get("error_type"), 80), _text(r.get("message")),
                                     _text(r.get("where"), 200), key if _KEY.fullmatch(key) else "",
                                     tuple(_text(c, 80) for c in choices[:50])))
