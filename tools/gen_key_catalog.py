@@ -20,7 +20,11 @@ What is read, and from where:
   (model/model_utils/quantization.py), and LOCKED: the distributions the image's lock installs;
 - REPORT_INTEGRATIONS: transformers' INTEGRATION_TO_CALLBACK names (each callback needs its package);
 - KT_FIELDS: kt-kernel's KTConfig fields (what LlamaFactory forwards from kt_config);
-- DISTRIBUTED_TYPES, PRECISION_TYPES, DYNAMO_BACKENDS and FSDP_*: accelerate's enums and lists.
+- DISTRIBUTED_TYPES, PRECISION_TYPES, DYNAMO_BACKENDS and FSDP_*: accelerate's enums and lists;
+- ARG_CONDITIONS: the stack's argument checks that are an `and` of field-vs-literal tests (tools/gen_arg_conditions.py:
+  TrainingArguments._validate_args, LlamaFactory's FinetuningArguments/DataArguments.__post_init__, get_train_args,
+  _verify_model_args), each with its message; rules_conditions.lf.conditions evaluates them;
+- FIELD_CHOICES: TrainingArguments fields whose metadata lists their choices (ddp_backend).
 """
 
 from __future__ import annotations
