@@ -50,11 +50,19 @@ def check(
                                                               "recipe's deploy.image; auto = the first "
                                                               "ktsft:<build> on this machine; inside the "
                                                               "image: its own stack)."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", metavar="PATH",
+                                                help="With --stack: the model's config.json (or its directory) the "
+                                                     "judge builds the model skeleton from (LoRA targets, kt-kernel's "
+                                                     "model checks; no weights). Default: <model_name_or_path>/"
+                                                     "config.json, then recipes/models/<name>.json."),
 ) -> None:
     """Validate a recipe against every cookbook, LlamaFactory and kt-kernel rule. Exit 0 valid, 2 invalid
     (--stack: 7 when the stack's judgement cannot run)."""
     if image is not None and not stack:
         raise UsageError("--image names the image --stack judges in", key="--image", fix="add --stack")
+    if model_config is not None and not stack:
+        raise UsageError("--model-config is the config the --stack judge builds the model skeleton from",
+                         key="--model-config", fix="add --stack")
     judged = None
     try:
         r = load_from_cli(recipe, train, accelerate, deploy, set_)
@@ -63,7 +71,7 @@ def check(
             from ktdeploy.controller.stack_judge_runner import check_with_stack
             from ktdeploy.core.recipe.stack_judge_payload import merge
 
-            stack_findings, judged, where = check_with_stack(r, image=image)
+            stack_findings, judged, where = check_with_stack(r, image=image, model_config=model_config)
             findings = merge(findings, stack_findings)
     except RecipeError as err:
         if not as_json:
