@@ -75,13 +75,16 @@ class Ticker:
 
 
 @contextmanager
-def waiting(console: Console, text: str) -> Iterator[None]:
+def waiting(console: Console, text: str, *, plain: bool = True) -> Iterator[None]:
     """A wait of unknown length (a container's check): a spinner with the time so far on a terminal; elsewhere
-    the line that it started, and one with how long it took."""
+    (``plain``) the line that it started, and one with how long it took."""
     t0 = time.monotonic()
     if console.is_terminal and not console.is_dumb_terminal:
         with console.status(Text(text), spinner="dots"):
             yield
+        return
+    if not plain:
+        yield
         return
     console.print(Text(f"{text} …"), highlight=False, soft_wrap=True)
     yield
