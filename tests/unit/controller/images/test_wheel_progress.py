@@ -35,7 +35,7 @@ def test_each_wheel_is_told_as_pip_has_it(tmp_path):
             "--no-deps", "--require-hashes", "--no-index", "--find-links", str(index), "--dest", str(dest), "-r",
             str(lock)]
     for _ in range(2):   # fetched, then already there: told either way
-        ticks = []
-        rc, out = pip_download(argv, 2, lambda d, t, w: ticks.append((d, t, w)))
+        ticks: list[tuple[int, int, str]] = []
+        rc, out = pip_download(argv, 2, lambda d, t, w, got=ticks: got.append((d, t, w)))
         assert rc == 0, out
         assert ticks == [(1, 2, "ktdnc2alpha-1.0-py3-none-any.whl"), (2, 2, "ktdnc2beta-1.0-py3-none-any.whl")], out
