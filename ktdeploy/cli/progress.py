@@ -29,8 +29,9 @@ class Ticker:
     estimate of the remaining seconds (the last build's timings) instead of rich's from the rate so far."""
 
     def __init__(self, title: str, console: Console, *, total: int | None = None, plain_ticks: bool = True,
-                 quiet: bool = False) -> None:
+                 quiet: bool = False, rate_eta: bool = True) -> None:
         self.title, self.console, self.total, self.plain_ticks = title, console, total, plain_ticks and not quiet
+        self.rate_eta = rate_eta   # off where units differ too much in size for the rate so far to say (a build)
         self.live = console.is_terminal and not console.is_dumb_terminal and not quiet
         self._progress: Any = None
         self._task: Any = None
@@ -57,7 +58,7 @@ class Ticker:
     def tick(self, done: int, total: int | None = None, what: str = "", eta_s: float | None = None) -> None:
         total = total if total is not None else self.total
         self.total = total
-        if eta_s is None and total and done:
+        if eta_s is None and total and done and self.rate_eta:
             eta_s = (time.monotonic() - self._t0) / done * (total - done)
         eta = f"eta {hms(eta_s)}" if eta_s is not None and total and done < total else ""
         if self._progress is not None:
@@ -75,13 +76,16 @@ class Ticker:
 
 
 @contextmanager
-def waiting(console: Console, text: str) -> Iterator[None]:
+def waiting(console: Console, text: str, *, plain: bool = True) -> Iterator[None]:
     """A wait of unknown length (a container's check): a spinner with the time so far on a terminal; elsewhere
-    the line that it started, and one with how long it took."""
+    (``plain``) the line that it started, and one with how long it took."""
     t0 = time.monotonic()
     if console.is_terminal and not console.is_dumb_terminal:
         with console.status(Text(text), spinner="dots"):
             yield
+        return
+    if not plain:
+        yield
         return
     console.print(Text(f"{text} …"), highlight=False, soft_wrap=True)
     yield

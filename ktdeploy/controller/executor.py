@@ -264,9 +264,14 @@ class Executor:
         failure is the stack refusing the recipe (stack.judge), `up` stops with the stack's findings (RecipeError:
         exit 2), the same report as `ktdeploy check --stack`."""
         p = s.typed(ImageCheckParams)
-        report = image_doctor(self.conn, p.image, recipe=self.recipe, gpus=list(p.gpus),
-                              user=p.user or "", memlock=p.memlock, name=p.name,
-                              host_facts=self.facts, replace_stale=bool(p.name))
+        self.emit(ev.Waiting("started", stage.name, f"checking {p.image} in a container started with the training "
+                                                   "flags (doctor, then the stack's judgement of the recipe)"))
+        try:
+            report = image_doctor(self.conn, p.image, recipe=self.recipe, gpus=list(p.gpus),
+                                  user=p.user or "", memlock=p.memlock, name=p.name,
+                                  host_facts=self.facts, replace_stale=bool(p.name))
+        finally:
+            self.emit(ev.Waiting("ended", stage.name))
         report.waived = tuple(self.plan.waived)
         failed, waived = report.failed, report.waived_failures
         self.emit(ev.ImageChecked(image=p.image, summary=report.summary(), summary_text=report.summary_text(),

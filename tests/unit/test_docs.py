@@ -199,8 +199,11 @@ def test_the_docs_say_what_the_test_command_needs(doc):
 
 def test_the_samples_are_where_the_tests_look_for_them():
     assert {"quick-start", "recipe-example"} <= set(samples("README.md"))
-    assert {"first-command", "status-failed", "up-session", "up-again", "status-finished"} <= \
-        set(samples("docs/up.md"))
+    assert {"first-command", "status-failed"} <= set(samples("docs/up.md"))
+    # the CPU-only path with the test double of the trainer image: a test's transcript, kept with the tests
+    assert {"up-session", "up-again", "status-finished"} <= set(samples("docs/testing.md"))
+    assert "fake-trainer" not in (REPO / "docs/up.md").read_text() + (REPO / "docs/walkthrough.md").read_text() \
+        + (REPO / "README.md").read_text()
     assert json.dumps(samples("README.md"))
 
 

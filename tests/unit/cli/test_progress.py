@@ -125,3 +125,36 @@ def test_merge_on_a_terminal_draws_the_bar(tmp_path):
     assert p.returncode == 0 and "merged model written" in out, (out, text)
     assert "merge: shards" in text and CSI.search(text), text   # the bar, drawn on the terminal
     assert "merged (2/2)" in text                               # the lines stay, above it
+
+
+def test_image_build_says_its_stages_with_the_eta_of_the_last_build(tmp_path, monkeypatch, capsys):
+    """The build's own lines (a double of what docker's classic builder prints: the real build needs the base
+    image) through `image build`'s progress: without a terminal, each stage's line ends with the time left by the
+    last build; the first build has none and leaves its timings for the next."""
+    import json as _json
+
+    from ktdeploy.cli import image_cmds
+    from ktdeploy.controller.images import build as build_mod
+    from tests.unit.core.test_build_clock import LINES
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    clock = iter(range(10**6))
+    monkeypatch.setattr("time.monotonic", lambda: float(next(clock)))
+
+    def double(opts, on_line=None):
+        for _t, line in LINES:
+            on_line(line)
+        return "report"
+
+    monkeypatch.setattr(build_mod, "build", double)
+    assert image_cmds._build_with_progress(None, quiet=False) == "report"
+    first = capsys.readouterr().err
+    assert "[stage 1/5] deps: docker build --target deps" in first and "left, by the last build" not in first
+    assert "Step 2/3 : RUN pip install" in first and "\x1b[" not in first
+    times = _json.loads((tmp_path / image_cmds.TIMES).read_text())
+    assert "deps:RUN pip install --no-index -r /lock/full.lock" in times
+    image_cmds._build_with_progress(None, quiet=True)
+    again = capsys.readouterr().err.splitlines()
+    stage2 = next(ln for ln in again if ln.startswith("[stage 2/5]"))
+    assert stage2.endswith("left, by the last build)") and "(about " in stage2, stage2
+    assert " ---> 1a2b3c" not in again          # --quiet: the stage and step lines only

@@ -318,3 +318,14 @@ def test_an_up_that_finds_the_crash_an_earlier_run_left_says_it_as_follow_does(t
     assert e.value.message.startswith(f"TRAIN: the trainer crashed: ValueError: loss is nan (/x/trainer.py:7); full "
                                       f"log: {kept}"), e.value.message
     assert "--resume auto" in e.value.fix
+
+
+@pytest.mark.parametrize("skipped,want", [(None, "ktdeploy chat R1 (talk to it), ktdeploy eval R1 (base vs tuned)"),
+                                          ("deploy.serve.enabled is false", "ktdeploy status --run R1")])
+def test_a_finished_up_names_the_next_command(skipped, want):
+    from ktdeploy.controller.up_phases import next_step
+
+    plan = Plan(host="h", recipe="r", job="job1", image="img", variant=None, output_dir="/out",
+                adapter_dir="/out/adapter", job_dir="/job",
+                stages=(Stage("TRAIN", "train", ()), Stage("SERVE", "serve", (), skipped=skipped)))
+    assert next_step(plan, "R1") == want
