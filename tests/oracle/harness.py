@@ -69,7 +69,7 @@ def prepare_cases(items: list[tuple[str, dict, str]], work: Path) -> list[dict]:
     """Write, check and render each ``(case_id, recipe, description)``; returns the manifest entries."""
     from ktdeploy.core.recipe import render
 
-    bases = gen.base_recipes()
+    bases = gen.base_recipes("issue49")  # every profile's bases (a superset of v1's)
     cases_dir = work / "cases"
     cases_dir.mkdir(parents=True, exist_ok=True)
     entries = []
@@ -114,15 +114,15 @@ def write_manifest(work: Path, entries: list[dict], **meta) -> dict:
     return manifest
 
 
-def prepare(seed: int, n: int, work: Path) -> dict:
-    bases = gen.base_recipes()
+def prepare(seed: int, n: int, work: Path, profile: str = "v1") -> dict:
+    bases = gen.base_recipes(profile)
     items = [(f"control-{name}", rec, f"{name}: unchanged shipped recipe") for name, rec in sorted(bases.items())]
     t0 = time.monotonic()
-    items += gen.cases(seed, n)
+    items += gen.cases(seed, n, profile)
     t_gen = time.monotonic() - t0
     t0 = time.monotonic()
     entries = prepare_cases(items, work)
-    return write_manifest(work, entries, seed=seed, n=n, generate_seconds=round(t_gen, 2),
+    return write_manifest(work, entries, seed=seed, n=n, profile=profile, generate_seconds=round(t_gen, 2),
                           check_render_seconds=round(time.monotonic() - t0, 2))
 
 
@@ -244,8 +244,8 @@ def minimise(manifest: dict, stack_doc: dict, work: Path, run) -> dict[str, list
     re-running single changes (round 1) and pairs (round 2) through check and the judge."""
     import itertools
 
-    bases = gen.base_recipes()
-    recipes = {cid: rec for cid, rec, _ in gen.cases(manifest["seed"], manifest["n"])}
+    bases = gen.base_recipes("issue49")
+    recipes = {cid: rec for cid, rec, _ in gen.cases(manifest["seed"], manifest["n"], manifest.get("profile", "v1"))}
     by_id = {r["case_id"]: r for r in stack_doc["results"]}
     todo = {e["case_id"]: (e["base"], leaf_diffs(bases[e["base"]], recipes[e["case_id"]]))
             for e in looser_entries(manifest, stack_doc) if not e["case_id"].startswith("control-")}
@@ -280,6 +280,16 @@ def minimise(manifest: dict, stack_doc: dict, work: Path, run) -> dict[str, list
         if cid not in culprits:
             culprits[cid] = [diff_text(d) for d in diffs] + ["(no smaller set reproduces it)"]
     return culprits
+
+
+ISSUE49_CLASSES = ("lora null", "adapter flags", "prefetch", "ddp backend", "infer backend", "modules", "kt dims",
+                   "model")
+
+
+def mutation_classes(description: str) -> set[str]:
+    """Issue 49's classes among a case's changes (the prefix each of its mutations writes)."""
+    parts = description.split(": ", 1)[-1].split(" | ")
+    return {c for c in ISSUE49_CLASSES for part in parts if part.startswith(c + ": ")}
 
 
 def compare(manifest: dict, stack_doc: dict, culprits: dict[str, list[str]] | None = None) -> dict:
@@ -327,7 +337,22 @@ def compare(manifest: dict, stack_doc: dict, culprits: dict[str, list[str]] | No
                  "examples": [{"case_id": m["case_id"], "description": m["description"]} for m in v[:3]]}
                 for k, v in sorted(stricter_groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
     exc_types = collections.Counter((r["stack_component"], r["stack_type"]) for r in generated if r["stack_type"])
+    by_class: dict[str, dict[str, int]] = {}
+    for r in generated:
+        for cls in mutation_classes(r["description"]):
+            row = by_class.setdefault(cls, {"generated": 0, "stack_refused": 0, "looser": 0, "stricter": 0})
+            row["generated"] += 1
+            row["stack_refused"] += r["stack_verdict"] == "refuse"
+            row["looser"] += r["class"] == "ktdeploy-looser"
+            row["stricter"] += r["class"] == "ktdeploy-stricter"
+    plain = [r for r in generated if not gen.model_dependent(r["description"])]
     return {
+        "profile": manifest.get("profile", "v1"),
+        "by_class": dict(sorted(by_class.items())),
+        "plain_cases": len(plain), "plain_looser": sum(r["class"] == "ktdeploy-looser" for r in plain),
+        "model_dependent_cases": len(generated) - len(plain),
+        "model_dependent_looser": sum(r["class"] == "ktdeploy-looser" for r in generated) -
+        sum(r["class"] == "ktdeploy-looser" for r in plain),
         "seed": manifest["seed"], "n": manifest["n"], "counts": dict(counts),
         "stricter_partial": sum(1 for r in generated if r["class"] == "ktdeploy-stricter" and r["stack_partial"]),
         "controls": [{k: r[k] for k in ("case_id", "class", "stack_verdict", "check_valid", "stack_message")}
@@ -476,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=20261204)
     ap.add_argument("-n", type=int, default=2500)
+    ap.add_argument("--profile", default="v1", choices=sorted(gen.PROFILES),
+                    help="the generator's mutation set: v1 (seed 20261204's record) or issue49")
     ap.add_argument("--image", default="ktsft:amx")
     ap.add_argument("--work", type=Path, default=REPO / ".cache" / "oracle-independent")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "oracle-independent")
@@ -496,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         return json.loads((w / "stack.json").read_text())
 
     if not args.reuse:
-        manifest = prepare(args.seed, args.n, work)
+        manifest = prepare(args.seed, args.n, work, args.profile)
         print(f"prepared {len(manifest['cases'])} cases in {work} (generate {manifest['generate_seconds']} s, "
               f"check+render {manifest['check_render_seconds']} s)")
     manifest = json.loads((work / "cases" / "manifest.json").read_text())

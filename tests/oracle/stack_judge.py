@@ -53,7 +53,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-STAGES = ("accelerate_launch", "llamafactory_args", "llamafactory_workflow", "kt_kernel", "kt_plugin")
+STAGES = ("accelerate_launch", "llamafactory_args", "torch_distributed", "llamafactory_workflow", "kt_kernel",
+          "model_setup", "kt_plugin")
 TORCHRUN_VARS = ("LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "ROLE_WORLD_SIZE",
                  "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")
 
@@ -125,10 +126,6 @@ class Judge:
         ktw._resolve_checkpoint_files = shards
         ktw._resolve_raw_safetensors_checkpoint_files = shards
 
-        def stop_at_layers(*a, **k):
-            raise _Stop("kt wrapper reached the model's layers (every configuration check passed)")
-
-        ktw._get_model_container_and_layers = stop_at_layers
 
     # -------------------------------------------------------------- stage 1: accelerate launch
 
@@ -205,10 +202,12 @@ class Judge:
         import llamafactory.model.loader as lf_loader
         import llamafactory.train.sft.workflow as wf
         import llamafactory.train.tuner as tuner
-        import torch.nn as nn
         from transformers.integrations import get_reporting_integration_callbacks
 
+        from tests.oracle import model_setup
+
         judge = self
+        real_load_model = lf_loader.load_model
         saved = {}
 
         def patch(mod, name, value):
@@ -235,38 +234,17 @@ class Judge:
                 prepare_kt_pretrained_config(config)
             return config
 
-        class WeightlessModel(nn.Module):
-            def __init__(self, config):
-                super().__init__()
-                self.config = config
-
         def load_model(tokenizer, model_args, finetuning_args, is_trainable=False, *a, **k):
-            config = load_config(model_args)
-            config.name_or_path = model_args.model_name_or_path
-            model = WeightlessModel(config)
+            # LlamaFactory's own load_model; only from_pretrained is the meta build (model_setup.py)
+            notes: list[str] = []
+            state["stage"] = "model_setup"
+            state["model_notes"] = notes
+            with model_setup.meta_loading(notes, state):
+                model = real_load_model(tokenizer, model_args, finetuning_args, is_trainable, *a, **k)
             if model_args.use_kt:
-                from transformers.integrations.kt import _get_kt_config, is_kt_expert_loading_enabled
-
-                state["stage"] = "kt_kernel"
-                handle = _get_kt_config()
-                if is_kt_expert_loading_enabled() and handle is not None:
-                    root = str(model_args.model_name_or_path)
-                    files = [f"{root}/model-00001-of-00002.safetensors", f"{root}/model-00002-of-00002.safetensors"]
-                    meta = {"weight_map": {}}
-                    handle.set_runtime_metadata(kt_checkpoint_files=files, kt_sharded_metadata=meta,
-                                                kt_pretrained_load_plan=None,
-                                                kt_source_model_name_or_path=model_args.model_name_or_path)
-                    from kt_kernel.sft import wrap_moe_layers_with_kt_wrapper
-
-                    try:
-                        wrap_moe_layers_with_kt_wrapper(model, handle)
-                        state["kt_note"] = "wrapper returned without reaching the layers"
-                    except _Stop:
-                        pass
-                else:
-                    state["kt_note"] = "KT expert loading disabled: from_pretrained does not wrap"
                 state["kt_kernel_ran"] = True
-                state["stage"] = "llamafactory_workflow"
+            state["model_setup_ran"] = True
+            state["stage"] = "llamafactory_workflow"
             return model
 
         def trainer(*a, **k):
@@ -295,6 +273,77 @@ class Judge:
             sys.argv = argv
             for (mod, name), value in saved.items():
                 setattr(mod, name, value)
+
+    # -------------------------------------------------------------- the process group (TrainingArguments' device setup)
+
+    def torch_distributed(self, launch_env: dict, state: dict) -> str:
+        """TrainingArguments' device setup as the rank-0 training process runs it under torchrun (LOCAL_RANK set):
+        transformers-kt's ``_setup_devices`` -> accelerate's ``PartialState`` (its backend choice from ``ddp_backend``)
+        -> ``torch.distributed.init_process_group``. Gates: a CUDA host with one GPU per process, and the rendezvous:
+        the stand-in for ``init_process_group`` runs torch's own backend parsing (``Backend``, ``BackendConfig``) and
+        the backend-availability branch of ``_new_process_group_helper``, then starts a one-rank gloo group so the
+        rest of the setup runs."""
+        import accelerate.state as acc_state
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        parsed = state.get("parsed")
+        if parsed is None:
+            return "skip: the arguments did not parse"
+        if "LOCAL_RANK" not in launch_env:
+            return "skip: the launcher starts one process without a process group"
+        targs = parsed[2]
+        prop = next(k.__dict__["_setup_devices"] for k in type(targs).__mro__ if "_setup_devices" in k.__dict__)
+        torch = self.torch
+        world = int(launch_env.get("WORLD_SIZE", "1") or 1)
+        asked: dict[str, Any] = {}
+        real_init = dist.init_process_group
+
+        def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                               group_name="", pg_options=None, device_id=None):
+            asked["backend"] = backend
+            b = c10d.Backend(backend if backend is not None else "undefined")
+            if timeout is not None:
+                c10d._check_valid_timeout(timeout)
+            for _device, name in c10d.BackendConfig(b).get_device_backend_map().items():
+                if name == c10d.Backend.MPI and not c10d.is_mpi_available():
+                    raise RuntimeError("Distributed package doesn't have MPI built in. MPI is only included if you "
+                                       "build PyTorch from source on a host that has MPI installed.")
+                if name == c10d.Backend.GLOO and not c10d.is_gloo_available():
+                    raise RuntimeError("Distributed package doesn't have Gloo built in")
+                if name == c10d.Backend.NCCL and not c10d.is_nccl_available():
+                    raise RuntimeError("Distributed package doesn't have NCCL built in")
+                if name == c10d.Backend.XCCL and not c10d.is_xccl_available():
+                    raise RuntimeError("Distributed package doesn't have XCCL built in")
+                if name not in (c10d.Backend.MPI, c10d.Backend.GLOO, c10d.Backend.NCCL, c10d.Backend.XCCL) and not (
+                        name == c10d.Backend.UCC and c10d.is_ucc_available()):
+                    assert name.upper() in c10d.Backend._plugins, f"Unknown c10d backend type {name.upper()}"
+            real_init(backend="gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+        saved = [(dist, "init_process_group", dist.init_process_group),
+                 (torch.distributed, "init_process_group", torch.distributed.init_process_group),
+                 (torch.cuda, "is_available", torch.cuda.is_available),
+                 (torch.cuda, "device_count", torch.cuda.device_count),
+                 (torch.cuda, "set_device", torch.cuda.set_device),
+                 (acc_state, "check_cuda_p2p_ib_support", acc_state.check_cuda_p2p_ib_support)]
+        dist.init_process_group = init_process_group
+        torch.cuda.is_available = lambda: True
+        torch.cuda.device_count = lambda: world
+        torch.cuda.set_device = lambda *a, **k: None
+        acc_state.check_cuda_p2p_ib_support = lambda: True
+        from accelerate.state import AcceleratorState
+
+        try:
+            with _environ(launch_env):
+                AcceleratorState._reset_state(reset_partial_state=True)
+                prop.func(targs)
+        finally:
+            for obj, name, value in saved:
+                setattr(obj, name, value)
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            AcceleratorState._reset_state(reset_partial_state=True)
+        return f"pass: backend={asked.get('backend')!r}" if asked else "pass: no process group asked for"
 
     # -------------------------------------------------------------- stage 5: the KT plugin in Accelerator.prepare
 
@@ -384,12 +433,24 @@ class Judge:
                 rec["stages"]["llamafactory_args"] = {"status": "pass"}
             if failed is None:
                 rec["stages"]["llamafactory_workflow"] = {"status": "pass", "note": note}
+            parsed = state.get("parsed")
+            notes = "; ".join(state.get("model_notes") or [])
             if failed != "kt_kernel":
-                parsed = state.get("parsed")
                 if state.get("kt_kernel_ran"):
-                    rec["stages"]["kt_kernel"] = {"status": "pass", "note": state.get("kt_note", "")}
+                    rec["stages"]["kt_kernel"] = {"status": "pass", "note": notes}
                 elif parsed is not None and not parsed[0].use_kt:
                     rec["stages"]["kt_kernel"] = {"status": "skip", "note": "use_kt is off"}
+            if failed == "model_setup":
+                rec["stages"]["model_setup"]["note"] = notes
+            elif state.get("model_setup_ran"):
+                rec["stages"]["model_setup"] = {"status": "pass", "note": notes}
+            if parsed is not None:
+                try:
+                    note = self.torch_distributed(launch_env, state)
+                    rec["stages"]["torch_distributed"] = {"status": "skip" if note.startswith("skip") else "pass",
+                                                          "note": note}
+                except (Exception, SystemExit) as exc:
+                    refuse("torch_distributed", exc)
             try:
                 note = self.kt_plugin(entry, launch_env, info, state)
                 rec["stages"]["kt_plugin"] = {"status": "skip" if note.startswith("skip") else "pass", "note": note}

@@ -1,0 +1,200 @@
+"""The judge's model setup: the model built on the meta device from its config.json, then the real stack's setup.
+
+Runs inside the full image, called by stack_judge.py for every case whose arguments parse. What a training start
+does from ``load_model`` on, each piece the stack's own code:
+
+- LlamaFactory's ``load_model`` (patch_config, patch_model, register_autoclass, ``init_adapter``, the Conv3D check,
+  the parameter count) runs for real; only ``from_pretrained`` of the auto class it picks is stood in for by
+  :func:`meta_from_pretrained`, which does what transformers-kt's ``from_pretrained`` does to the model's structure
+  without weights: the model class the auto mapping names, built under accelerate's ``init_empty_weights`` (every
+  parameter on the meta device), KT's ``prepare_kt_pretrained_config`` and ``claim_kt_routed_expert_subtrees``, and
+  kt-kernel's ``wrap_moe_layers_with_kt_wrapper`` over every layer (KTConfig, every wrapper check, the expert layout
+  of the architecture, each layer's ``KTMoEWrapper`` construction with its dimension checks, the layer wrappers that
+  replace the MoE blocks);
+- ``init_adapter`` then resolves the LoRA targets (``find_all_linear_modules`` / ``patch_target_modules``) and runs
+  peft's ``get_peft_model`` on that model: target matching ("Target modules ... not found in the base model"),
+  ``modules_to_save``, DoRA/rsLoRA layers.
+
+Gates (hardware or files only, never a configuration rule): kt-kernel's CPU thread pool (``_get_cpu_infer``: the
+host's NUMA nodes and cores), the expert weights (reading safetensors shards, ``.kt`` trees, the persistent INT8
+manifest, the ephemeral store, extracting meta tensors) and the C++ kernel's weight loading, and LoRA experts made on
+the meta device instead of ``cuda``. The source quantizer (FP8 checkpoints) is asked for as from_pretrained asks;
+where it needs a GPU to start, the model is built without it (noted in the stage's result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+
+class Stop(BaseException):
+    """The model setup went as far as the judge goes: the stage passed."""
+
+
+def _placeholders(*a, **k):
+    import torch
+
+    return torch.empty(0), torch.empty(0), torch.empty(0)
+
+
+class _EphemeralStore:
+    @classmethod
+    def open(cls, *a, **k):
+        return cls()
+
+    def consume_layer(self, *a, **k):
+        return None
+
+    def finish(self):
+        return None
+
+    def cleanup(self):
+        return None
+
+
+@contextlib.contextmanager
+def kt_gates(notes: list[str]):
+    """Install the hardware/file gates of kt-kernel's per-layer wrapping; restore them afterwards."""
+    import kt_kernel.experts_base as eb
+    import kt_kernel.sft.ephemeral as eph
+    import kt_kernel.sft.weight_manifest as wm
+    import kt_kernel.sft.wrapper as ktw
+
+    saved: list[tuple[Any, str, Any]] = []
+
+    def patch(obj, name, value):
+        saved.append((obj, name, obj.__dict__[name] if isinstance(obj, type) else getattr(obj, name)))
+        setattr(obj, name, value)
+
+    pools: list[tuple[int, int]] = []
+
+    def cpu_infer(cls, cpuinfer_threads, threadpool_count, numa_nodes=None):
+        # the real one starts a thread pool on the host's NUMA nodes; record what it was asked for
+        pools.append((cpuinfer_threads, threadpool_count))
+        return SimpleNamespace(threads=cpuinfer_threads, pools=threadpool_count)
+
+    real_wrapper = ktw.KTMoEWrapper
+
+    def kt_moe_wrapper(*a, **k):
+        w = real_wrapper(*a, **k)  # every constructor check (dimensions over the pools, methods, LoRA settings)
+        for name in ("load_weights", "load_weights_from_tensors", "load_block_fp8_weights", "load_rawint4_weights",
+                     "load_mxfp4_weights", "init_full_weight_grad_buffers"):
+            setattr(w, name, lambda *a, **k: None)  # the C++ kernel reading the weights
+        return w
+
+    real_lora_experts = ktw.LoRAExperts
+
+    def lora_experts(*a, **k):
+        k["device"] = "meta"
+        return real_lora_experts(*a, **k)
+
+    patch(eb._MoEBase if hasattr(eb, "_MoEBase") else eb.BaseMoEWrapper, "_get_cpu_infer", classmethod(cpu_infer))
+    patch(ktw, "KTMoEWrapper", kt_moe_wrapper)
+    patch(ktw, "LoRAExperts", lora_experts)
+    patch(ktw, "extract_moe_weights", _placeholders)
+    patch(ktw, "load_experts_from_checkpoint_files", _placeholders)
+    patch(ktw, "load_block_fp8_experts_from_checkpoint_files", lambda *a, **k: {})
+    patch(ktw, "load_rawint4_experts_from_checkpoint_files", lambda *a, **k: {})
+    patch(ktw, "load_full_weight_layer", _placeholders)
+    patch(wm, "validate_persistent_int8_weights", lambda path, **k: SimpleNamespace(
+        path=path, schema_version=0, is_legacy=False, layout="(not read)", layer_indices=k.get("layer_indices", []),
+        file_count=0, size_bytes=0))
+    patch(eph, "EphemeralKTWeightStore", _EphemeralStore)
+    try:
+        yield pools
+    finally:
+        for obj, name, value in reversed(saved):
+            setattr(obj, name, value)
+        if pools:
+            notes.append("kt thread pools asked for (threads, pools): " + ", ".join(map(str, sorted(set(pools)))))
+
+
+def meta_from_pretrained(auto_cls, notes: list[str], state: dict, **kwargs):
+    """What transformers-kt's ``from_pretrained`` does to the model's structure, with every tensor on meta."""
+    from accelerate import init_empty_weights
+    from transformers.integrations.kt import _get_kt_config, is_kt_expert_loading_enabled
+    from transformers.integrations.kt_artifacts import claim_kt_routed_expert_subtrees, prepare_kt_pretrained_config
+    from transformers.models.auto.auto_factory import _get_model_class
+
+    config = copy.deepcopy(kwargs["config"])
+    path = kwargs.get("pretrained_model_name_or_path")
+    model_cls = _get_model_class(config, auto_cls._model_mapping)
+    prepare_kt_pretrained_config(config, kwargs.get("quantization_config"))
+    quantizer = _quantizer(config, kwargs, notes)
+    config.name_or_path = path
+    with init_empty_weights():
+        model = model_cls(config)
+        if quantizer is not None:
+            quantizer.preprocess_model(model=model, device_map=None, keep_in_fp32_modules=[], config=config,
+                                       use_kernels=False)
+    if is_kt_expert_loading_enabled():
+        claim_kt_routed_expert_subtrees(model)
+        kt_config = _get_kt_config()
+        if kt_config is not None:
+            root = str(path)
+            kt_config.set_runtime_metadata(
+                kt_checkpoint_files=[f"{root}/model-00001-of-00002.safetensors",
+                                     f"{root}/model-00002-of-00002.safetensors"],
+                kt_sharded_metadata={"weight_map": {}}, kt_pretrained_load_plan=None,
+                kt_source_model_name_or_path=path)
+            from kt_kernel.sft import wrap_moe_layers_with_kt_wrapper
+
+            state["stage"] = "kt_kernel"
+            with kt_gates(notes):
+                model._kt_wrappers = wrap_moe_layers_with_kt_wrapper(model, kt_config)
+            state["stage"] = "model_setup"
+            state["kt_kernel_ran"] = True
+            notes.append(f"kt wrapped {len(model._kt_wrappers)} MoE layers")
+    else:
+        notes.append("KT expert loading disabled: from_pretrained does not wrap")
+    model.eval()
+    return model
+
+
+def _quantizer(config, kwargs: dict, notes: list[str]):
+    """The source quantizer from_pretrained would make (FP8 checkpoints), or None."""
+    if getattr(config, "quantization_config", None) is None and kwargs.get("quantization_config") is None:
+        return None
+    from transformers.quantizers import AutoHfQuantizer
+
+    try:
+        qc = kwargs.get("quantization_config") or config.quantization_config
+        quantizer = AutoHfQuantizer.from_config(qc, pre_quantized=True)
+        quantizer.validate_environment(device_map=None, weights_only=True)
+    except Exception as exc:  # a quantizer that needs a GPU to start: a hardware gate here
+        notes.append(f"source quantizer not applied ({type(exc).__name__}: {str(exc)[:120]})")
+        return None
+    return quantizer
+
+
+@contextlib.contextmanager
+def meta_loading(notes: list[str], state: dict):
+    """Stand ``from_pretrained`` of the auto classes LlamaFactory's load_model may pick in for the meta build."""
+    import transformers
+
+    names = ("AutoModelForCausalLM", "AutoModelForImageTextToText", "AutoModelForSeq2SeqLM",
+             "AutoModelForTextToWaveform")
+    saved = {}
+    for name in names:
+        cls = getattr(transformers, name)
+        saved[name] = cls.__dict__.get("from_pretrained")
+
+        def stand_in(klass, *a, _notes=notes, _state=state, **k):
+            if a:
+                k.setdefault("pretrained_model_name_or_path", a[0])
+            return meta_from_pretrained(klass, _notes, _state, **k)
+
+        cls.from_pretrained = classmethod(stand_in)
+    try:
+        yield
+    finally:
+        for name in names:
+            cls = getattr(transformers, name)
+            if saved[name] is None:
+                with contextlib.suppress(AttributeError):
+                    del cls.from_pretrained
+            else:
+                cls.from_pretrained = saved[name]
