@@ -133,17 +133,25 @@ def load_class(config):
 
 
 def model_modules() -> dict:
-    """Per recipes/models config.json: the module names the architecture builds (on the meta device, no weights).
+    """Per recipes/models config.json: the module names the architecture builds (the model class the auto mapping
+    names, under from_pretrained's init contexts: on the meta device, no weights).
     ``linear``: leaf names of the Linear-class modules (what LlamaFactory's lora_target "all" would collect, lm_head
     included); ``names``: every leaf module name."""
-    from accelerate import init_empty_weights
+    import contextlib
+
+    from transformers.models.auto.auto_factory import _get_model_class
+
+    from tests.oracle.model_setup import init_contexts
 
     out: dict = {}
     for path in sorted(MODELS.glob("*.json")):
         try:
             config = build_config(path)
-            with init_empty_weights():
-                model = load_class(config).from_config(config)
+            model_cls = _get_model_class(config, load_class(config)._model_mapping)
+            with contextlib.ExitStack() as stack:
+                for ctx in init_contexts(model_cls, config, False):
+                    stack.enter_context(ctx)
+                model = model_cls(config)
         except Exception as exc:  # an architecture this transformers does not build (remote code)
             out[path.stem] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             continue

@@ -908,11 +908,16 @@ def _text(cfg: dict) -> dict:
     return cfg.get("text_config") or cfg
 
 
+def modules_known(stem: str | None) -> bool:
+    """Whether the catalogue has the module names of this config.json (an architecture transformers builds)."""
+    return bool(stem) and "linear" in catalog().get("model_modules", {}).get(stem, {})
+
+
 def model_modules(stem: str) -> dict[str, list[str]]:
     """The module names the architecture builds (catalogue, extracted in the image): ``linear`` (leaf names of the
     Linear-class modules, what LlamaFactory's "all" finds) and ``names`` (every leaf module name)."""
     mods = catalog().get("model_modules", {})
-    if stem not in mods:
+    if "linear" not in mods.get(stem, {}):
         raise KeyError(f"stack_catalog.json has no model_modules for {stem}: rerun extract_stack_catalog.py")
     return mods[stem]
 
@@ -923,7 +928,7 @@ def _names_lacking(stem: str) -> list[str]:
     other: set[str] = set()
     for s, m in catalog().get("model_modules", {}).items():
         if s != stem:
-            other |= set(m["linear"])
+            other |= set(m.get("linear", []))
     return sorted(other - own) or ["query_key_value", "c_attn", "W_pack"]
 
 
@@ -1008,7 +1013,7 @@ def _target_value(rng: random.Random, stem: str, kind: str) -> tuple[Any, str]:
 def s_modules(rng: random.Random, recipe: dict) -> str:
     """lora_target / additional_target / modules_to_save naming modules the model has or lacks (model-dependent)."""
     stem = model_stem_of(recipe)
-    if stem is None or stem not in catalog().get("model_modules", {}):
+    if not modules_known(stem):
         return s_lora_target_null(rng, recipe)
     parts = []
     key = rng.choice(["lora_target", "lora_target", "additional_target", "additional_target", "modules_to_save"])
@@ -1048,7 +1053,7 @@ def s_swap_model(rng: random.Random, recipe: dict) -> str:
     parent = old.rstrip("/").rsplit("/", 1)[0] or "/data/models"
     stem = rng.choice([s for s in model_stems() if s != model_stem_of(recipe)])
     parts = [_set(recipe, "train", "model_name_or_path", f"{parent}/{stem}")]
-    if rng.random() < 0.4 and stem in catalog().get("model_modules", {}):
+    if rng.random() < 0.4 and modules_known(stem):
         parts.append(_set(recipe, "train", "lora_target", rng.choice(model_modules(stem)["linear"])))
     return "model: " + ", ".join(parts)
 

@@ -30,8 +30,49 @@ from types import SimpleNamespace
 from typing import Any
 
 
-class Stop(BaseException):
-    """The model setup went as far as the judge goes: the stage passed."""
+BIG = 2 ** 24  # elements: a tensor this large in the model setup is weights (or a buffer sized like them)
+
+
+def no_host_weights():
+    """A torch function mode for the model setup: a tensor of BIG elements or more is made on the meta device
+    instead of the host. The real setup holds the experts in host memory (that is the point of KT: hundreds of GB
+    on the training box); here those tensors keep their shapes, dtypes and strides, without the memory. Small
+    tensors stay real."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    factories = {torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn, torch.randint,
+                 torch.empty_strided, torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like}
+
+    def big(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.device.type != "meta" and t.numel() >= BIG
+
+    def to_meta(x):
+        if big(x):
+            return x.to("meta")
+        if isinstance(x, (list, tuple)):
+            return type(x)(to_meta(y) for y in x)
+        return x
+
+    class NoHostWeights(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in factories:
+                probe = func(*args, **{**kwargs, "device": "meta"})
+                if probe.numel() >= BIG:
+                    return probe
+                return func(*args, **kwargs)
+            if any(big(a) or (isinstance(a, (list, tuple)) and any(big(y) for y in a)) for a in args) or \
+                    any(big(v) for v in kwargs.values()):
+                args = tuple(to_meta(a) for a in args)
+                kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+            return func(*args, **kwargs)
+
+    return NoHostWeights()
+
+
+class Unbuildable(Exception):
+    """An architecture this transformers does not have (its code lives in the checkpoint: trust_remote_code)."""
 
 
 def _placeholders(*a, **k):
@@ -114,22 +155,22 @@ def kt_gates(notes: list[str]):
 
 def meta_from_pretrained(auto_cls, notes: list[str], state: dict, **kwargs):
     """What transformers-kt's ``from_pretrained`` does to the model's structure, with every tensor on meta."""
-    from accelerate import init_empty_weights
     from transformers.integrations.kt import _get_kt_config, is_kt_expert_loading_enabled
     from transformers.integrations.kt_artifacts import claim_kt_routed_expert_subtrees, prepare_kt_pretrained_config
     from transformers.models.auto.auto_factory import _get_model_class
 
+    import torch
+
     config = copy.deepcopy(kwargs["config"])
     path = kwargs.get("pretrained_model_name_or_path")
+    if type(config) not in auto_cls._model_mapping.keys():
+        raise Unbuildable(f"{type(config).__name__} (model_type {getattr(config, 'model_type', None)!r}) has no "
+                          f"class in {auto_cls.__name__}: its code comes with the checkpoint")
     model_cls = _get_model_class(config, auto_cls._model_mapping)
     prepare_kt_pretrained_config(config, kwargs.get("quantization_config"))
     quantizer = _quantizer(config, kwargs, notes)
     config.name_or_path = path
-    with init_empty_weights():
-        model = model_cls(config)
-        if quantizer is not None:
-            quantizer.preprocess_model(model=model, device_map=None, keep_in_fp32_modules=[], config=config,
-                                       use_kernels=False)
+    model = _build(model_cls, config, quantizer)
     if is_kt_expert_loading_enabled():
         claim_kt_routed_expert_subtrees(model)
         kt_config = _get_kt_config()
@@ -143,7 +184,7 @@ def meta_from_pretrained(auto_cls, notes: list[str], state: dict, **kwargs):
             from kt_kernel.sft import wrap_moe_layers_with_kt_wrapper
 
             state["stage"] = "kt_kernel"
-            with kt_gates(notes):
+            with kt_gates(notes), torch.device("meta"):  # tensors the wrapper makes (router Linears): no weights
                 model._kt_wrappers = wrap_moe_layers_with_kt_wrapper(model, kt_config)
             state["stage"] = "model_setup"
             state["kt_kernel_ran"] = True
@@ -152,6 +193,42 @@ def meta_from_pretrained(auto_cls, notes: list[str], state: dict, **kwargs):
         notes.append("KT expert loading disabled: from_pretrained does not wrap")
     model.eval()
     return model
+
+
+_BUILT: dict[str, Any] = {}  # the model as its class builds it from one exact config (before any setup touches it)
+
+
+def _build(model_cls, config, quantizer):
+    """``model_cls(config)`` under from_pretrained's init contexts (+ the quantizer's preprocessing). A model built
+    from an identical config (every field, as JSON) is taken as a deep copy of the one built before: the same
+    structure, made ~5x faster than building 60-94 layers again."""
+    import json
+
+    key = json.dumps([model_cls.__name__, quantizer is not None, config.to_dict()], sort_keys=True, default=str)
+    if key not in _BUILT:
+        with contextlib.ExitStack() as stack:
+            for ctx in init_contexts(model_cls, config, quantizer is not None):
+                stack.enter_context(ctx)
+            model = model_cls(config)
+            if quantizer is not None:
+                quantizer.preprocess_model(model=model, device_map=None, keep_in_fp32_modules=[], config=config,
+                                           use_kernels=False)
+        if len(_BUILT) >= 6:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = model
+    return copy.deepcopy(_BUILT[key])
+
+
+def init_contexts(model_cls, config, is_quantized: bool) -> list:
+    """from_pretrained's own init contexts (the model class's get_init_context: every tensor made on meta, the
+    checkpoint's dtype), with accelerate's init_empty_weights for buffers made off those contexts."""
+    import torch
+    from accelerate import init_empty_weights
+
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.bfloat16
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, torch.bfloat16)
+    return [*model_cls.get_init_context(dtype, is_quantized, False, None), init_empty_weights()]
 
 
 def _quantizer(config, kwargs: dict, notes: list[str]):

@@ -55,8 +55,12 @@ from typing import Any
 
 STAGES = ("accelerate_launch", "llamafactory_args", "torch_distributed", "llamafactory_workflow", "kt_kernel",
           "model_setup", "kt_plugin")
-TORCHRUN_VARS = ("LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "ROLE_WORLD_SIZE",
-                 "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")
+# kt-kernel's SFT method -> the class its extension exports (kt_kernel/sft/amx.py's _SFT_METHOD_TO_CLASS)
+AMX_CLASSES = {"AMXBF16_SFT": "AMXBF16_SFT_MOE", "AMXFP8_SFT": "AMXFP8_SFT_MOE", "MXFP4_SFT": "MXFP4_SFT_MOE",
+               "INT8_SFT": "AMXInt8_SFT_MOE", "AMXINT8_SFT": "AMXInt8_SFT_MOE", "AMXINT4_SFT": "AMXInt4_SFT_MOE",
+               "RAWINT4_SFT": "AMXInt4_KGroup_SFT_MOE", "AMXINT4_KGroup_SFT": "AMXInt4_KGroup_SFT_MOE",
+               "AMXBF16_SFT_SkipLoRA": "AMXBF16_SFT_MOE_SkipLoRA", "AMXINT8_SFT_SkipLoRA": "AMXInt8_SFT_MOE_SkipLoRA",
+               "AMXINT4_SFT_SkipLoRA": "AMXInt4_SFT_MOE_SkipLoRA"}
 
 
 class _Stop(BaseException):
@@ -84,6 +88,10 @@ class _Tokenizer:
     additional_special_tokens_ids: list[int] = []
     eos_token_id = 1
     pad_token_id = 0
+    init_kwargs: dict = {}
+
+    def __len__(self) -> int:
+        return 0
 
     def convert_tokens_to_ids(self, tokens):
         return [0 for _ in tokens]
@@ -96,7 +104,14 @@ class Judge:
         self.per_case = per_case_seconds
         self.torch = torch
         self._model_configs: dict[str, Any] = {}
+        from torch.distributed import distributed_c10d as c10d
+
+        self._plugins_before = frozenset(c10d.Backend._plugins)  # before the judge registers its fake backend
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        self._FakeStore = FakeStore
         self._install_gates()
+        self._amx_build()
 
     # -------------------------------------------------------------- bypassed gates (hardware / files only)
 
@@ -126,6 +141,87 @@ class Judge:
         ktw._resolve_checkpoint_files = shards
         ktw._resolve_raw_safetensors_checkpoint_files = shards
 
+
+    def _amx_build(self) -> None:
+        """The target CPU has AMX: kt-kernel's SFT classes are those its AMX build exports (read from that build's
+        shared object), whatever variant this CPU loaded."""
+        import glob
+
+        import kt_kernel.sft.amx as amx
+
+        exported: set[str] = set()
+        for path in glob.glob(os.path.join(os.path.dirname(amx.__file__), "..", "_kt_kernel_ext_amx*.so")):
+            data = Path(path).read_bytes()
+            exported |= {n for n in set(AMX_CLASSES.values()) if f"\0{n}\0".encode() in data}
+        placeholders = {n: type(n, (), {}) for n in exported}
+        if not amx._HAS_AMX_SFT_SUPPORT or any(v is None for v in amx._SFT_METHOD_TO_CLASS.values()):
+            amx._HAS_AMX_SFT_SUPPORT = True
+            for method, cls_name in AMX_CLASSES.items():
+                if amx._SFT_METHOD_TO_CLASS.get(method) is None and cls_name in placeholders:
+                    amx._SFT_METHOD_TO_CLASS[method] = placeholders[cls_name]
+
+    @contextlib.contextmanager
+    def process_group(self, state: dict):
+        """The rank-0 training process under torchrun: accelerate's PartialState sees a CUDA host (one GPU per
+        local process) and its ``torch.distributed.init_process_group`` call gets torch's own backend checks
+        (``Backend``, ``BackendConfig``, the availability branch of ``_new_process_group_helper`` against the
+        backends registered before the judge's own) and then, for the rendezvous (a gate: no peers here), a fake
+        process group of the launcher's world size at rank 0."""
+        import accelerate.state as acc_state
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        torch = self.torch
+        real_init = dist.init_process_group
+        real_partial_init = acc_state.PartialState.__init__
+        plugins = self._plugins_before
+
+        def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                               group_name="", pg_options=None, device_id=None):
+            before, state["stage"] = state["stage"], "torch_distributed"
+            b = c10d.Backend(backend if backend is not None else "undefined")
+            if timeout is not None:
+                c10d._check_valid_timeout(timeout)
+            for _device, name in c10d.BackendConfig(b).get_device_backend_map().items():
+                if name == c10d.Backend.MPI and not c10d.is_mpi_available():
+                    raise RuntimeError("Distributed package doesn't have MPI built in. MPI is only included if you "
+                                       "build PyTorch from source on a host that has MPI installed.")
+                if name == c10d.Backend.GLOO and not c10d.is_gloo_available():
+                    raise RuntimeError("Distributed package doesn't have Gloo built in")
+                if name == c10d.Backend.NCCL and not c10d.is_nccl_available():
+                    raise RuntimeError("Distributed package doesn't have NCCL built in")
+                if name == c10d.Backend.XCCL and not c10d.is_xccl_available():
+                    raise RuntimeError("Distributed package doesn't have XCCL built in")
+                if name not in (c10d.Backend.MPI, c10d.Backend.GLOO, c10d.Backend.NCCL, c10d.Backend.XCCL) and not (
+                        name == c10d.Backend.UCC and c10d.is_ucc_available()):
+                    assert name.upper() in plugins, f"Unknown c10d backend type {name.upper()}"
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            real_init(backend="fake", store=self._FakeStore(), rank=int(os.environ.get("RANK", "0")), world_size=world)
+            state["pg_note"] = f"backend={backend!r} (torch's checks passed), world_size={world}"
+            state["stage"] = before
+
+        def partial_init(self_, *a, **k):
+            saved = (torch.cuda.is_available, torch.cuda.device_count, torch.cuda.set_device)
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+            torch.cuda.is_available, torch.cuda.device_count = (lambda: True), (lambda: local)
+            torch.cuda.set_device = lambda *a, **k: None
+            try:
+                real_partial_init(self_, *a, **k)
+            finally:
+                torch.cuda.is_available, torch.cuda.device_count, torch.cuda.set_device = saved
+
+        saved_p2p = acc_state.check_cuda_p2p_ib_support
+        dist.init_process_group = init_process_group
+        acc_state.PartialState.__init__ = partial_init
+        acc_state.check_cuda_p2p_ib_support = lambda: True
+        try:
+            yield
+        finally:
+            dist.init_process_group = real_init
+            acc_state.PartialState.__init__ = real_partial_init
+            acc_state.check_cuda_p2p_ib_support = saved_p2p
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
     # -------------------------------------------------------------- stage 1: accelerate launch
 
@@ -239,8 +335,14 @@ class Judge:
             notes: list[str] = []
             state["stage"] = "model_setup"
             state["model_notes"] = notes
-            with model_setup.meta_loading(notes, state):
-                model = real_load_model(tokenizer, model_args, finetuning_args, is_trainable, *a, **k)
+            # every tensor of the setup on meta (no weights): the base model's, the KT router Linears, the LoRA A/B
+            try:
+                with model_setup.meta_loading(notes, state), judge.torch.device("meta"), model_setup.no_host_weights():
+                    model = real_load_model(tokenizer, model_args, finetuning_args, is_trainable, *a, **k)
+            except model_setup.Unbuildable as exc:  # a file gate: the model's code is not here
+                state["partial"] = True
+                state["model_setup_skipped"] = str(exc)
+                raise _Stop(f"model setup not judged: {exc}") from None
             if model_args.use_kt:
                 state["kt_kernel_ran"] = True
             state["model_setup_ran"] = True
@@ -273,77 +375,6 @@ class Judge:
             sys.argv = argv
             for (mod, name), value in saved.items():
                 setattr(mod, name, value)
-
-    # -------------------------------------------------------------- the process group (TrainingArguments' device setup)
-
-    def torch_distributed(self, launch_env: dict, state: dict) -> str:
-        """TrainingArguments' device setup as the rank-0 training process runs it under torchrun (LOCAL_RANK set):
-        transformers-kt's ``_setup_devices`` -> accelerate's ``PartialState`` (its backend choice from ``ddp_backend``)
-        -> ``torch.distributed.init_process_group``. Gates: a CUDA host with one GPU per process, and the rendezvous:
-        the stand-in for ``init_process_group`` runs torch's own backend parsing (``Backend``, ``BackendConfig``) and
-        the backend-availability branch of ``_new_process_group_helper``, then starts a one-rank gloo group so the
-        rest of the setup runs."""
-        import accelerate.state as acc_state
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d as c10d
-
-        parsed = state.get("parsed")
-        if parsed is None:
-            return "skip: the arguments did not parse"
-        if "LOCAL_RANK" not in launch_env:
-            return "skip: the launcher starts one process without a process group"
-        targs = parsed[2]
-        prop = next(k.__dict__["_setup_devices"] for k in type(targs).__mro__ if "_setup_devices" in k.__dict__)
-        torch = self.torch
-        world = int(launch_env.get("WORLD_SIZE", "1") or 1)
-        asked: dict[str, Any] = {}
-        real_init = dist.init_process_group
-
-        def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
-                               group_name="", pg_options=None, device_id=None):
-            asked["backend"] = backend
-            b = c10d.Backend(backend if backend is not None else "undefined")
-            if timeout is not None:
-                c10d._check_valid_timeout(timeout)
-            for _device, name in c10d.BackendConfig(b).get_device_backend_map().items():
-                if name == c10d.Backend.MPI and not c10d.is_mpi_available():
-                    raise RuntimeError("Distributed package doesn't have MPI built in. MPI is only included if you "
-                                       "build PyTorch from source on a host that has MPI installed.")
-                if name == c10d.Backend.GLOO and not c10d.is_gloo_available():
-                    raise RuntimeError("Distributed package doesn't have Gloo built in")
-                if name == c10d.Backend.NCCL and not c10d.is_nccl_available():
-                    raise RuntimeError("Distributed package doesn't have NCCL built in")
-                if name == c10d.Backend.XCCL and not c10d.is_xccl_available():
-                    raise RuntimeError("Distributed package doesn't have XCCL built in")
-                if name not in (c10d.Backend.MPI, c10d.Backend.GLOO, c10d.Backend.NCCL, c10d.Backend.XCCL) and not (
-                        name == c10d.Backend.UCC and c10d.is_ucc_available()):
-                    assert name.upper() in c10d.Backend._plugins, f"Unknown c10d backend type {name.upper()}"
-            real_init(backend="gloo", store=dist.HashStore(), rank=0, world_size=1)
-
-        saved = [(dist, "init_process_group", dist.init_process_group),
-                 (torch.distributed, "init_process_group", torch.distributed.init_process_group),
-                 (torch.cuda, "is_available", torch.cuda.is_available),
-                 (torch.cuda, "device_count", torch.cuda.device_count),
-                 (torch.cuda, "set_device", torch.cuda.set_device),
-                 (acc_state, "check_cuda_p2p_ib_support", acc_state.check_cuda_p2p_ib_support)]
-        dist.init_process_group = init_process_group
-        torch.cuda.is_available = lambda: True
-        torch.cuda.device_count = lambda: world
-        torch.cuda.set_device = lambda *a, **k: None
-        acc_state.check_cuda_p2p_ib_support = lambda: True
-        from accelerate.state import AcceleratorState
-
-        try:
-            with _environ(launch_env):
-                AcceleratorState._reset_state(reset_partial_state=True)
-                prop.func(targs)
-        finally:
-            for obj, name, value in saved:
-                setattr(obj, name, value)
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            AcceleratorState._reset_state(reset_partial_state=True)
-        return f"pass: backend={asked.get('backend')!r}" if asked else "pass: no process group asked for"
 
     # -------------------------------------------------------------- stage 5: the KT plugin in Accelerator.prepare
 
@@ -418,18 +449,18 @@ class Judge:
             except (Exception, SystemExit) as exc:
                 refuse("accelerate_launch", exc)
                 launch_env = dict(base_env)
-            train_env = {k: v for k, v in launch_env.items() if k not in TORCHRUN_VARS}
+            train_env = dict(launch_env)  # the rank-0 process's environment (torchrun's LOCAL_RANK/RANK/WORLD_SIZE)
             state["stage"] = "llamafactory_args"
             failed, note = None, ""
             try:
-                with _environ(train_env):
+                with _environ(train_env), self.process_group(state):
                     self.training_process(entry, state)
             except _Stop as stop:
                 note = str(stop)
             except (Exception, SystemExit) as exc:
                 failed = state["stage"]
                 refuse(failed, exc)
-            if failed != "llamafactory_args":
+            if failed not in ("llamafactory_args", "torch_distributed"):
                 rec["stages"]["llamafactory_args"] = {"status": "pass"}
             if failed is None:
                 rec["stages"]["llamafactory_workflow"] = {"status": "pass", "note": note}
@@ -440,17 +471,17 @@ class Judge:
                     rec["stages"]["kt_kernel"] = {"status": "pass", "note": notes}
                 elif parsed is not None and not parsed[0].use_kt:
                     rec["stages"]["kt_kernel"] = {"status": "skip", "note": "use_kt is off"}
-            if failed == "model_setup":
+            if state.get("model_setup_skipped"):
+                rec["stages"]["model_setup"] = {"status": "skip", "note": state["model_setup_skipped"]}
+            elif failed == "model_setup":
                 rec["stages"]["model_setup"]["note"] = notes
             elif state.get("model_setup_ran"):
                 rec["stages"]["model_setup"] = {"status": "pass", "note": notes}
-            if parsed is not None:
-                try:
-                    note = self.torch_distributed(launch_env, state)
-                    rec["stages"]["torch_distributed"] = {"status": "skip" if note.startswith("skip") else "pass",
-                                                          "note": note}
-                except (Exception, SystemExit) as exc:
-                    refuse("torch_distributed", exc)
+            if failed != "torch_distributed":
+                if state.get("pg_note"):
+                    rec["stages"]["torch_distributed"] = {"status": "pass", "note": state["pg_note"]}
+                elif parsed is not None:
+                    rec["stages"]["torch_distributed"] = {"status": "skip", "note": "no process group asked for"}
             try:
                 note = self.kt_plugin(entry, launch_env, info, state)
                 rec["stages"]["kt_plugin"] = {"status": "skip" if note.startswith("skip") else "pass", "note": note}
@@ -500,6 +531,9 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.monotonic()
     judge = Judge(per_case)
+    import gc
+
+    gc.freeze()  # the imported stack stays out of the collections kt-kernel's wrapper asks for (speed only)
     t_import = time.monotonic() - t0
     manifest = json.loads((cases_dir / "manifest.json").read_text())
     only = set(argv[4].split(",")) if len(argv) > 4 else None
