@@ -177,16 +177,26 @@ def apply_diffs(base: dict, diffs: list[tuple[tuple, str, Any]]) -> dict:
 
 # ---------------------------------------------------------------- 2. the real stack
 
-def run_judge(work: Path, image: str, per_case: float, timeout: float, name: str) -> Path:
+def run_judge(work: Path, image: str, per_case: float, timeout: float, name: str, local_python: str | None = None,
+              workers: int = 0) -> Path:
+    """One judge process for every case (``workers`` forked after its imports; 0: one per CPU): in a container of
+    ``image``, or with ``local_python`` an interpreter on this machine that has the stack's pinned wheels."""
     out = work / "stack.json"
     rel_cases = (work / "cases").resolve().relative_to(REPO)
     rel_out = out.resolve().relative_to(REPO)
-    argv = ["docker", "run", "--rm", "--name", name, "--user", "0", "--memory", "8g", "--network", "none",
-            "-v", f"{REPO}:/src", "-w", "/src", "-e", "PYTHONPATH=/src", "--entrypoint", "python3", image,
-            "-m", "tests.oracle.stack_judge", str(rel_cases), str(rel_out), str(per_case)]
+    judge = ["-m", "tests.oracle.stack_judge", str(rel_cases), str(rel_out), str(per_case)]
+    if local_python:
+        argv = [local_python, *judge]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "ORACLE_JUDGE_WORKERS": str(workers)}
+    else:
+        argv = ["docker", "run", "--rm", "--name", name, "--user", "0", "--memory", "8g", "--network", "none",
+                "-v", f"{REPO}:/src", "-w", "/src", "-e", "PYTHONPATH=/src", "-e", f"ORACLE_JUDGE_WORKERS={workers}",
+                "--entrypoint", "python3", image, *judge]
+        env = None
     log = work / "judge.log"
     with log.open("w") as fh:
-        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False, cwd=REPO,
+                              env=env)
     if proc.returncode != 0:
         raise SystemExit(f"the stack judge failed (exit {proc.returncode}); see {log}")
     return out
@@ -509,9 +519,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-case", type=float, default=30.0)
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--reuse", action="store_true", help="reuse WORK's cases and verdicts (compare and report only)")
+    ap.add_argument("--local-python", help="judge with this interpreter (the stack's pinned wheels installed) instead "
+                                           "of a container of --image")
+    ap.add_argument("--workers", type=int, default=0, help="judge processes (0: one per CPU)")
     args = ap.parse_args(argv)
     image_id = subprocess.run(["docker", "image", "inspect", args.image, "--format", "{{.Id}}"], capture_output=True,
                               text=True, check=False).stdout.strip()
+    if args.local_python:
+        args.image, image_id = f"(no image) {args.local_python}", "local interpreter"
     if not image_id:
         print(f"image {args.image} not found: build it first (ktdeploy image build)", file=sys.stderr)
         return 2
@@ -519,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def judge(w: Path) -> dict:
         if not (args.reuse and (w / "stack.json").is_file()):
-            run_judge(w, args.image, args.per_case, args.timeout, name=f"oracle-gen-judge-{args.seed}-{w.name}")
+            run_judge(w, args.image, args.per_case, args.timeout, name=f"oracle-gen-judge-{args.seed}-{w.name}",
+                      local_python=args.local_python, workers=args.workers)
         return json.loads((w / "stack.json").read_text())
 
     if not args.reuse:

@@ -18,8 +18,9 @@ does from ``load_model`` on, each piece the stack's own code:
 Gates (hardware or files only, never a configuration rule): kt-kernel's CPU thread pool (``_get_cpu_infer``: the
 host's NUMA nodes and cores), the expert weights (reading safetensors shards, ``.kt`` trees, the persistent INT8
 manifest, the ephemeral store, extracting meta tensors) and the C++ kernel's weight loading, and LoRA experts made on
-the meta device instead of ``cuda``. The source quantizer (FP8 checkpoints) is asked for as from_pretrained asks;
-where it needs a GPU to start, the model is built without it (noted in the stage's result).
+the meta device instead of ``cuda``; the source quantizer (``get_hf_quantizer``: FP8 checkpoints, bitsandbytes) is
+asked for on a CUDA host with a compute-capability 9.0 GPU (the target), then its ``preprocess_model`` replaces
+modules on the meta model as from_pretrained does.
 """
 
 from __future__ import annotations
@@ -168,9 +169,11 @@ def meta_from_pretrained(auto_cls, notes: list[str], state: dict, **kwargs):
                           f"class in {auto_cls.__name__}: its code comes with the checkpoint")
     model_cls = _get_model_class(config, auto_cls._model_mapping)
     prepare_kt_pretrained_config(config, kwargs.get("quantization_config"))
-    quantizer = _quantizer(config, kwargs, notes)
+    quantizer, config, device_map = _quantizer(config, kwargs)
+    if quantizer is not None:
+        notes.append(f"source quantizer {type(quantizer).__name__}")
     config.name_or_path = path
-    model = _build(model_cls, config, quantizer)
+    model = _build(model_cls, config, quantizer, device_map)
     if is_kt_expert_loading_enabled():
         claim_kt_routed_expert_subtrees(model)
         kt_config = _get_kt_config()
@@ -198,7 +201,7 @@ def meta_from_pretrained(auto_cls, notes: list[str], state: dict, **kwargs):
 _BUILT: dict[str, Any] = {}  # the model as its class builds it from one exact config (before any setup touches it)
 
 
-def _build(model_cls, config, quantizer):
+def _build(model_cls, config, quantizer, device_map):
     """``model_cls(config)`` under from_pretrained's init contexts (+ the quantizer's preprocessing). A model built
     from an identical config (every field, as JSON) is taken as a deep copy of the one built before: the same
     structure, made ~5x faster than building 60-94 layers again."""
@@ -210,9 +213,9 @@ def _build(model_cls, config, quantizer):
             for ctx in init_contexts(model_cls, config, quantizer is not None):
                 stack.enter_context(ctx)
             model = model_cls(config)
-            if quantizer is not None:
-                quantizer.preprocess_model(model=model, device_map=None, keep_in_fp32_modules=[], config=config,
-                                           use_kernels=False)
+            if quantizer is not None:  # replaces modules with quantized ones (touches no weights)
+                quantizer.preprocess_model(model=model, dtype=_dtype(config), device_map=device_map,
+                                           checkpoint_files=None, use_kernels=False)
         if len(_BUILT) >= 6:
             _BUILT.pop(next(iter(_BUILT)))
         _BUILT[key] = model
@@ -225,26 +228,32 @@ def init_contexts(model_cls, config, is_quantized: bool) -> list:
     import torch
     from accelerate import init_empty_weights
 
+    return [*model_cls.get_init_context(_dtype(config), is_quantized, False, None), init_empty_weights()]
+
+
+def _dtype(config):
+    """The checkpoint's dtype (torch_dtype "auto", as LlamaFactory asks for)."""
+    import torch
+
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.bfloat16
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, torch.bfloat16)
-    return [*model_cls.get_init_context(dtype, is_quantized, False, None), init_empty_weights()]
+    return getattr(torch, dtype, torch.bfloat16) if isinstance(dtype, str) else dtype
 
 
-def _quantizer(config, kwargs: dict, notes: list[str]):
-    """The source quantizer from_pretrained would make (FP8 checkpoints), or None."""
-    if getattr(config, "quantization_config", None) is None and kwargs.get("quantization_config") is None:
-        return None
-    from transformers.quantizers import AutoHfQuantizer
+def _quantizer(config, kwargs: dict):
+    """The source quantizer from_pretrained makes (``get_hf_quantizer``: FP8 checkpoints, bitsandbytes, ...), asked
+    on the target: a CUDA host with an H100-class GPU (compute capability 9.0; a gate: this machine has none)."""
+    import torch
+    from transformers.quantizers.auto import get_hf_quantizer
 
+    saved = (torch.cuda.is_available, torch.cuda.get_device_capability, torch.cuda.device_count)
+    torch.cuda.is_available, torch.cuda.get_device_capability = (lambda: True), (lambda *a, **k: (9, 0))
+    torch.cuda.device_count = lambda: 1
     try:
-        qc = kwargs.get("quantization_config") or config.quantization_config
-        quantizer = AutoHfQuantizer.from_config(qc, pre_quantized=True)
-        quantizer.validate_environment(device_map=None, weights_only=True)
-    except Exception as exc:  # a quantizer that needs a GPU to start: a hardware gate here
-        notes.append(f"source quantizer not applied ({type(exc).__name__}: {str(exc)[:120]})")
-        return None
-    return quantizer
+        quantizer, config, device_map = get_hf_quantizer(config, kwargs.get("quantization_config"),
+                                                         kwargs.get("device_map"), True, {})
+    finally:
+        torch.cuda.is_available, torch.cuda.get_device_capability, torch.cuda.device_count = saved
+    return quantizer, config, device_map
 
 
 @contextlib.contextmanager

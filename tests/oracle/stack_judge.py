@@ -104,6 +104,7 @@ class Judge:
         self.per_case = per_case_seconds
         self.torch = torch
         self._model_configs: dict[str, Any] = {}
+        self.setups: dict[str, dict] = {}
         from torch.distributed import distributed_c10d as c10d
 
         self._plugins_before = frozenset(c10d.Backend._plugins)  # before the judge registers its fake backend
@@ -223,6 +224,29 @@ class Judge:
             if dist.is_initialized():
                 dist.destroy_process_group()
 
+    # -------------------------------------------------------------- memo of the model setup
+
+    def setup_key(self, entry: dict, model_args, finetuning_args, is_trainable) -> str:
+        """Everything load_model reads: the model's config.json, the model and fine-tuning arguments, whether it
+        trains, the KT config LlamaFactory registered, and the process environment."""
+        import dataclasses
+
+        from transformers.integrations.kt import _get_kt_config
+
+        def plain(obj):
+            return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else vars(obj)
+
+        kt = _get_kt_config()
+        return json.dumps([entry.get("model_config"), plain(model_args), plain(finetuning_args), bool(is_trainable),
+                           plain(kt) if kt is not None else None, sorted(os.environ.items())],
+                          sort_keys=True, default=repr)
+
+    def remember(self, key: str, outcome: dict) -> dict:
+        if len(self.setups) >= 64:  # the oldest go (their models with them)
+            self.setups.pop(next(iter(self.setups)))
+        self.setups[key] = outcome
+        return outcome
+
     # -------------------------------------------------------------- stage 1: accelerate launch
 
     def accelerate_launch(self, entry: dict) -> tuple[dict, dict]:
@@ -332,19 +356,40 @@ class Judge:
 
         def load_model(tokenizer, model_args, finetuning_args, is_trainable=False, *a, **k):
             # LlamaFactory's own load_model; only from_pretrained is the meta build (model_setup.py)
+            key = judge.setup_key(entry, model_args, finetuning_args, is_trainable)
+            if judge.setups.get(key, {}).get("done"):  # the same inputs were set up before: the same outcome
+                outcome = judge.setups[key]
+                state["model_notes"] = list(outcome["notes"]) + ["(outcome of an identical setup earlier)"]
+                state["kt_kernel_ran"] = outcome["kt_kernel_ran"]
+                if outcome.get("exc") is not None:
+                    state["stage"] = outcome["stage"]
+                    raise outcome["exc"].with_traceback(outcome["tb"])
+                if outcome.get("skipped"):
+                    state["partial"], state["model_setup_skipped"] = True, outcome["skipped"]
+                    raise _Stop(f"model setup not judged: {outcome['skipped']}")
+                state["model_setup_ran"] = True
+                state["stage"] = "llamafactory_workflow"
+                return outcome["model"]
             notes: list[str] = []
             state["stage"] = "model_setup"
             state["model_notes"] = notes
+            outcome = judge.remember(key, {"notes": notes, "kt_kernel_ran": False})
             # every tensor of the setup on meta (no weights): the base model's, the KT router Linears, the LoRA A/B
             try:
                 with model_setup.meta_loading(notes, state), judge.torch.device("meta"), model_setup.no_host_weights():
                     model = real_load_model(tokenizer, model_args, finetuning_args, is_trainable, *a, **k)
             except model_setup.Unbuildable as exc:  # a file gate: the model's code is not here
                 state["partial"] = True
-                state["model_setup_skipped"] = str(exc)
+                state["model_setup_skipped"] = outcome["skipped"] = str(exc)
+                outcome["done"] = True
                 raise _Stop(f"model setup not judged: {exc}") from None
+            except Exception as exc:
+                outcome.update(exc=exc, tb=exc.__traceback__, stage=state["stage"], done=True,
+                               kt_kernel_ran=bool(state.get("kt_kernel_ran")))
+                raise
             if model_args.use_kt:
                 state["kt_kernel_ran"] = True
+            outcome.update(model=model, kt_kernel_ran=bool(state.get("kt_kernel_ran")), done=True)
             state["model_setup_ran"] = True
             state["stage"] = "llamafactory_workflow"
             return model
@@ -521,6 +566,64 @@ def _environ(env: dict):
         os.environ.update(saved)
 
 
+def _chunks(entries: list[dict], workers: int) -> list[list[dict]]:
+    """Cases of one model config go to one worker (its setups repeat there); the heaviest groups first, each to the
+    least loaded worker (weight: cases x the model's layers)."""
+    groups: dict[str, list[dict]] = {}
+    for e in entries:
+        groups.setdefault(e.get("model_config") or "", []).append(e)
+
+    def layers(path: str) -> int:
+        try:
+            cfg = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            return 4
+        return int((cfg.get("text_config") or cfg).get("num_hidden_layers") or 4)
+
+    load = [0.0] * workers
+    out: list[list[dict]] = [[] for _ in range(workers)]
+    for path, members in sorted(groups.items(), key=lambda kv: -len(kv[1]) * layers(kv[0])):
+        # a group larger than a worker's share is split, so no worker waits on one big model
+        share = max(1, -(-len(members) // workers)) if len(groups) < workers * 2 else len(members)
+        for i in range(0, len(members), share):
+            w = load.index(min(load))
+            out[w] += members[i:i + share]
+            load[w] += len(members[i:i + share]) * (1 + layers(path) / 8)
+    return [c for c in out if c]
+
+
+def judge_all(judge: "Judge", entries: list[dict], workers: int, out: Path) -> list[dict]:
+    """Every case, in ``workers`` processes forked from this one after the imports; results in manifest order."""
+    if workers <= 1:
+        return [judge.run_case(e) for e in entries]
+    chunks = _chunks(entries, workers)
+    pids = []
+    for w, chunk in enumerate(chunks):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                judge.torch.set_num_threads(1)
+                part = [judge.run_case(e) for e in chunk]
+                out.with_suffix(f".part{w}").write_text(json.dumps(part))
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
+    by_id: dict[str, dict] = {}
+    for w in range(len(chunks)):
+        part = out.with_suffix(f".part{w}")
+        if part.is_file():
+            by_id.update({r["case_id"]: r for r in json.loads(part.read_text())})
+            part.unlink()
+    missing = [e["case_id"] for e in entries if e["case_id"] not in by_id]
+    if failed or missing:
+        raise SystemExit(f"judge workers failed ({len(failed)} of {len(pids)}); {len(missing)} cases unjudged, "
+                         f"first {missing[:3]}")
+    return [by_id[e["case_id"]] for e in entries]
+
+
 def main(argv: list[str]) -> int:
     cases_dir, out = Path(argv[1]), Path(argv[2])
     per_case = float(argv[3]) if len(argv) > 3 else 30.0
@@ -536,21 +639,23 @@ def main(argv: list[str]) -> int:
     gc.freeze()  # the imported stack stays out of the collections kt-kernel's wrapper asks for (speed only)
     t_import = time.monotonic() - t0
     manifest = json.loads((cases_dir / "manifest.json").read_text())
-    only = set(argv[4].split(",")) if len(argv) > 4 else None
-    results = []
+    only = set(argv[4].split(",")) if len(argv) > 4 and argv[4] else None
+    entries = []
     for entry in manifest["cases"]:
         if only and entry["case_id"] not in only:
             continue
         for key in ("train_yaml", "accelerate_yaml"):
             entry[key] = str((cases_dir / entry[key]).resolve())
-        results.append(judge.run_case(entry))
+        entries.append(entry)
+    workers = max(1, min(int(os.environ.get("ORACLE_JUDGE_WORKERS", "0") or 0) or os.cpu_count() or 1, len(entries)))
+    results = judge_all(judge, entries, workers, out)
     import importlib.metadata as md
 
     out.write_text(json.dumps({
         "versions": {d: md.version(d) for d in ("llamafactory-kt", "transformers-kt", "accelerate-kt", "kt-kernel",
                                                 "torch", "omegaconf", "pyyaml")},
         "import_seconds": round(t_import, 2), "total_seconds": round(time.monotonic() - t0, 2),
-        "per_case_limit_seconds": per_case, "results": results}, indent=0) + "\n")
+        "per_case_limit_seconds": per_case, "workers": workers, "results": results}, indent=0) + "\n")
     print(f"judged {len(results)} cases in {time.monotonic() - t0:.1f} s -> {out}", file=sys.__stdout__)
     return 0
 
