@@ -123,11 +123,15 @@ def build_config(path: Path):
 
 def load_class(config):
     """The auto class LlamaFactory's load_model picks for a config (llamafactory/model/loader.py)."""
-    from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForSeq2SeqLM,
-                              AutoModelForTextToWaveform)
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoModelForSeq2SeqLM,
+        AutoModelForTextToWaveform,
+    )
 
     for cls in (AutoModelForImageTextToText, AutoModelForSeq2SeqLM, AutoModelForTextToWaveform):
-        if type(config) in cls._model_mapping.keys():
+        if type(config) in cls._model_mapping.keys():  # noqa: SIM118 - as LlamaFactory asks the lazy mapping
             return cls
     return AutoModelForCausalLM
 

@@ -386,6 +386,40 @@ def _md_escape(text: str) -> str:
     return (text or "").replace("|", "\\|").replace("\n", " ")
 
 
+ISSUE49_TEXT = {
+    "lora null": "`lora_target: null` (LlamaFactory keeps None; adapter setup takes its len())",
+    "adapter flags": "`use_dora`/`use_rslora`/`pissa_init`/`loraplus_lr_ratio` with full/freeze/LoRA tuning",
+    "prefetch": "`dataloader_prefetch_factor` with `dataloader_num_workers` 0/unset/>0",
+    "ddp backend": "`ddp_backend`: transformers' choices and names torch does not know",
+    "infer backend": "`infer_backend` (huggingface/vllm/sglang and spellings)",
+    "modules": "`lora_target`/`additional_target`/`modules_to_save` naming modules the model has or lacks",
+    "kt dims": "kt-kernel pools (`kt_threadpool_count`, `kt_num_threads`, `kt_tp_enabled`, format) vs the model's sizes",
+    "model": "`model_name_or_path` pointed at another architecture's config.json",
+}
+
+
+def issue49_md(res: dict) -> list[str]:
+    """The per-class table of profile issue49 (a case with several classes counts in each)."""
+    if res.get("profile") != "issue49":
+        return []
+    lines = ["## Issue 49's classes", "",
+             f"Plain `check` is judged on the cases without a model-dependent change: **{res['plain_cases']}** cases, "
+             f"**{res['plain_looser']}** looser. The **{res['model_dependent_cases']}** cases with a model-dependent "
+             f"change (modules, kt dims, model) have **{res['model_dependent_looser']}** looser for plain check "
+             "(which is not given the config.json); `check --stack --model-config` is judged on them separately "
+             "(below, when run).", "",
+             "| class | what | cases | refused by the real stack | looser (plain check) | stricter |",
+             "|---|---|---:|---:|---:|---:|"]
+    for cls in ISSUE49_CLASSES:
+        row = res["by_class"].get(cls, {})
+        lines.append(f"| {cls} | {ISSUE49_TEXT[cls]} | {row.get('generated', 0)} | {row.get('stack_refused', 0)} | "
+                     f"{row.get('looser', 0)} | {row.get('stricter', 0)} |")
+    stack_check = res.get("stack_check")
+    if stack_check:
+        lines += ["", f"`check --stack --model-config`: {stack_check}"]
+    return lines + [""]
+
+
 def report_md(res: dict, image: str, image_id: str) -> str:
     c = res["counts"]
     total = sum(c.values())
@@ -412,6 +446,7 @@ def report_md(res: dict, image: str, image_id: str) -> str:
         "all stack refusals: " + ", ".join(
             f"{k} {v}" for k, v in sorted(res["stack_refusals_by_component"].items(), key=lambda kv: -kv[1])) + ".",
         "",
+        *issue49_md(res),
         "## Method",
         "",
         METHOD.strip(),

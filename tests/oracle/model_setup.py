@@ -30,7 +30,6 @@ import copy
 from types import SimpleNamespace
 from typing import Any
 
-
 BIG = 2 ** 24  # elements: a tensor this large in the model setup is weights (or a buffer sized like them)
 
 
@@ -156,15 +155,14 @@ def kt_gates(notes: list[str]):
 
 def meta_from_pretrained(auto_cls, notes: list[str], state: dict, **kwargs):
     """What transformers-kt's ``from_pretrained`` does to the model's structure, with every tensor on meta."""
+    import torch
     from transformers.integrations.kt import _get_kt_config, is_kt_expert_loading_enabled
     from transformers.integrations.kt_artifacts import claim_kt_routed_expert_subtrees, prepare_kt_pretrained_config
     from transformers.models.auto.auto_factory import _get_model_class
 
-    import torch
-
     config = copy.deepcopy(kwargs["config"])
     path = kwargs.get("pretrained_model_name_or_path")
-    if type(config) not in auto_cls._model_mapping.keys():
+    if type(config) not in auto_cls._model_mapping.keys():  # noqa: SIM118
         raise Unbuildable(f"{type(config).__name__} (model_type {getattr(config, 'model_type', None)!r}) has no "
                           f"class in {auto_cls.__name__}: its code comes with the checkpoint")
     model_cls = _get_model_class(config, auto_cls._model_mapping)
@@ -225,7 +223,6 @@ def _build(model_cls, config, quantizer, device_map):
 def init_contexts(model_cls, config, is_quantized: bool) -> list:
     """from_pretrained's own init contexts (the model class's get_init_context: every tensor made on meta, the
     checkpoint's dtype), with accelerate's init_empty_weights for buffers made off those contexts."""
-    import torch
     from accelerate import init_empty_weights
 
     return [*model_cls.get_init_context(_dtype(config), is_quantized, False, None), init_empty_weights()]

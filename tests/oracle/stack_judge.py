@@ -5,39 +5,52 @@
 
 CASES_DIR/manifest.json lists the cases (written by harness.py): for each, the rendered ``train.yaml`` and
 ``accelerate.yaml`` (what ``ktdeploy up`` launches), the environment launch.sh exports (CUDA_VISIBLE_DEVICES), and the model's
-config.json stand-in (recipes/models/*.json). Each case goes through what a training start runs, in its order:
+config.json stand-in (recipes/models/*.json). The cases run in ORACLE_JUDGE_WORKERS processes forked after the
+imports (default: one per CPU). Each case goes through what a training start runs, in its order:
 
 1. ``accelerate_launch`` - ``accelerate launch --main_process_port 0 --config_file accelerate.yaml -m
    llamafactory.launcher train.yaml``: accelerate's own argument parser and ``_validate_launch_command`` (which loads
    the config file), the launcher ``launch_command`` would pick and its environment (``prepare_multi_gpu_env`` /
    ``prepare_simple_launcher_cmd_env`` / the DeepSpeed, TPU and SageMaker launchers' first checks), and for torchrun
    ``torch.distributed.run.config_from_args`` on the arguments accelerate filters for it. Nothing is spawned.
-2. ``llamafactory_args`` - in the training process's environment (the launcher's, for rank 0):
-   ``llamafactory.train.tuner.run_exp()`` with ``sys.argv = [launcher, train.yaml]``: LlamaFactory's ``read_args``
-   (OmegaConf), ``get_ray_args``, ``get_train_args`` (HfArgumentParser over ModelArguments, DataArguments,
-   transformers-kt's TrainingArguments, FinetuningArguments, GeneratingArguments, every check of get_train_args and
-   the KT config it registers through ``apply_kt_config`` / ``update_kt_config``).
-3. ``llamafactory_workflow`` - the real ``run_sft`` up to the Trainer: tokenizer, template and dataset loading are
-   stand-ins (no files), ``load_config`` reads the model's config stand-in, ``validate_kt_deepseek_v4_training``
-   and the KT metric checks run for real; the Trainer stand-in instantiates the ``report_to`` callbacks as
-   ``Trainer.__init__`` does, then stops. Stages other than sft stop at their workflow's entry.
-4. ``kt_kernel`` - inside the ``load_model`` stand-in, what ``from_pretrained`` does with KT on: the runtime metadata
-   it attaches (checkpoint shards of model_name_or_path), then kt-kernel's real ``wrap_moe_layers_with_kt_wrapper``
-   on a weightless module carrying the model config: ``KTConfig.from_object`` (every KTConfig check) and every
-   wrapper check up to the point where it would walk the model's layers.
-5. ``kt_plugin`` - what ``Accelerator.prepare`` checks: the FSDP plugin (from the training arguments' fsdp args or
+2. ``llamafactory_args`` - in the rank-0 training process's environment (the launcher's, torchrun's LOCAL_RANK,
+   RANK and WORLD_SIZE included): ``llamafactory.train.tuner.run_exp()`` with ``sys.argv = [launcher,
+   train.yaml]``: LlamaFactory's ``read_args`` (OmegaConf), ``get_ray_args``, ``get_train_args`` (HfArgumentParser
+   over ModelArguments, DataArguments, transformers-kt's TrainingArguments, FinetuningArguments,
+   GeneratingArguments, every check of get_train_args and the KT config it registers through ``apply_kt_config`` /
+   ``update_kt_config``).
+3. ``torch_distributed`` - inside TrainingArguments' device setup (step 2): accelerate's ``PartialState`` picks the
+   backend from ``ddp_backend`` on a CUDA host and calls ``torch.distributed.init_process_group``; there torch's own
+   ``Backend``/``BackendConfig`` parsing and the availability branch of ``_new_process_group_helper`` run against the
+   backends this torch registers; the rendezvous (no peers here) is a fake process group of the world size.
+4. ``llamafactory_workflow`` - the real ``run_sft`` up to the Trainer: tokenizer, template and dataset loading are
+   stand-ins (no files), ``load_config`` reads the model's config.json stand-in (recipes/models/*.json),
+   ``validate_kt_deepseek_v4_training`` and the KT metric checks run for real; the Trainer stand-in instantiates
+   the ``report_to`` callbacks as ``Trainer.__init__`` does, then stops. Stages other than sft stop at their
+   workflow's entry.
+5. ``kt_kernel`` and 6. ``model_setup`` - LlamaFactory's real ``load_model`` (model_setup.py): ``from_pretrained``
+   is the model built on the meta device from the config.json (the model class, the source quantizer, KT's config
+   hooks), then kt-kernel's ``wrap_moe_layers_with_kt_wrapper`` over every layer (``kt_kernel``: KTConfig, every
+   wrapper check, the architecture's expert layout, each layer's ``KTMoEWrapper`` with its dimension checks over
+   the thread pools), then patch_model and ``init_adapter`` (``model_setup``: LoRA target resolution, peft's
+   ``get_peft_model``, modules_to_save, DoRA/rsLoRA, full/freeze setup). Identical inputs to load_model give the
+   outcome of the first such case (memoised: the same config.json, arguments, KT config and environment).
+7. ``kt_plugin`` - what ``Accelerator.prepare`` checks: the FSDP plugin (from the training arguments' fsdp args or
    from the launcher's FSDP_* environment, as ``Accelerator.__init__`` builds it), the distributed type
    AcceleratorState derives on a CUDA host, and the real ``KTransformersPlugin.validate_distributed_setup``.
 
-Bypassed, because this machine has no GPU and no weights (each bypass is a hardware or file gate that would refuse
-every case here, never a configuration rule): transformers' and LlamaFactory's bf16-GPU checks and the TF32 check
-(told a bf16/TF32-capable GPU is present); the FSDP plugin's ``torch.cuda.current_device`` (device 0); the process
-group (the training-process stages see one process: LOCAL_RANK/RANK/WORLD_SIZE are not set there, so no rendezvous
-is attempted; the world size goes to the kt_plugin stage); kt-kernel's INT8/FP8/RAWINT4/MXFP4 kernel selection (the
-target CPU has AMX); weight folders are taken to hold safetensors shards (``_resolve_checkpoint_files``); the
-compiled kernel variant is the one this CPU can load (KT_KERNEL_CPU_VARIANT unset). Not run: weight and dataset
-loading, LlamaFactory's adapter setup (peft injection), the Trainer's own init beyond its report_to callbacks, the
-per-layer KT wrapper construction and the C++ kernels.
+Bypassed, because this machine has no GPU, no AMX and no weights (each bypass is a hardware or file gate that would
+refuse every case here, never a configuration rule): transformers' and LlamaFactory's bf16-GPU checks and the TF32
+check (told a bf16/TF32-capable GPU is present); a CUDA host inside PartialState (one GPU per local process) and for
+the source quantizer (compute capability 9.0); the FSDP plugin's ``torch.cuda.current_device`` (device 0); the
+rendezvous (a fake process group); kt-kernel's INT8/FP8/RAWINT4/MXFP4 kernel selection and its SFT classes (those its
+AMX build exports, read from that build's shared object: the target CPU has AMX); kt-kernel's CPU thread pool;
+weight folders are taken to hold safetensors shards and every expert weight read (shards, ``.kt`` trees, the INT8
+manifest, the ephemeral store, the C++ kernel's loading) is a no-op; LoRA experts are made on meta, not ``cuda``;
+every tensor of the model setup is on the meta device (large ones never on the host). Not run: weight and dataset
+loading, the Trainer's own init beyond its report_to callbacks (so kt-kernel's ``kt_adapt_peft_lora``, which the
+Trainer calls), the C++ kernels. A model whose code comes with the checkpoint (trust_remote_code: Kimi's) is not
+built: its model setup is skipped and the case marked partial.
 """
 
 from __future__ import annotations
@@ -592,7 +605,7 @@ def _chunks(entries: list[dict], workers: int) -> list[list[dict]]:
     return [c for c in out if c]
 
 
-def judge_all(judge: "Judge", entries: list[dict], workers: int, out: Path) -> list[dict]:
+def judge_all(judge: Judge, entries: list[dict], workers: int, out: Path) -> list[dict]:
     """Every case, in ``workers`` processes forked from this one after the imports; results in manifest order."""
     if workers <= 1:
         return [judge.run_case(e) for e in entries]
