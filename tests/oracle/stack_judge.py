@@ -606,35 +606,54 @@ def _chunks(entries: list[dict], workers: int) -> list[list[dict]]:
 
 
 def judge_all(judge: Judge, entries: list[dict], workers: int, out: Path) -> list[dict]:
-    """Every case, in ``workers`` processes forked from this one after the imports; results in manifest order."""
-    if workers <= 1:
-        return [judge.run_case(e) for e in entries]
-    chunks = _chunks(entries, workers)
-    pids = []
-    for w, chunk in enumerate(chunks):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            code = 1
-            try:
-                judge.torch.set_num_threads(1)
-                part = [judge.run_case(e) for e in chunk]
-                out.with_suffix(f".part{w}").write_text(json.dumps(part))
-                code = 0
-            finally:
-                os._exit(code)
-        pids.append(pid)
-    failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
-    by_id: dict[str, dict] = {}
-    for w in range(len(chunks)):
-        part = out.with_suffix(f".part{w}")
-        if part.is_file():
-            by_id.update({r["case_id"]: r for r in json.loads(part.read_text())})
-            part.unlink()
-    missing = [e["case_id"] for e in entries if e["case_id"] not in by_id]
+    """Every case, in ``workers`` processes forked from this one after the imports; results in manifest order.
+    Each verdict is appended to OUT.partN.jsonl as it comes, and a rerun skips the cases found there (resume)."""
+    done: dict[str, dict] = {}
+    for part in sorted(out.parent.glob(out.stem + ".part*.jsonl")):
+        for line in part.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                done[rec["case_id"]] = rec
+    todo = [e for e in entries if e["case_id"] not in done]
+    chunks = _chunks(todo, workers) if todo else []
+    base = len(list(out.parent.glob(out.stem + ".part*.jsonl")))
+
+    def run(chunk: list[dict], w: int) -> None:
+        with out.with_name(f"{out.stem}.part{base + w}.jsonl").open("a") as fh:
+            for e in chunk:
+                fh.write(json.dumps(judge.run_case(e)) + "\n")
+                fh.flush()
+
+    if len(chunks) <= 1:
+        for w, chunk in enumerate(chunks):
+            run(chunk, w)
+        failed: list[int] = []
+    else:
+        pids = []
+        for w, chunk in enumerate(chunks):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                code = 1
+                try:
+                    judge.torch.set_num_threads(1)
+                    run(chunk, w)
+                    code = 0
+                finally:
+                    os._exit(code)
+            pids.append(pid)
+        failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
+    for part in sorted(out.parent.glob(out.stem + ".part*.jsonl")):
+        for line in part.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                done[rec["case_id"]] = rec
+    missing = [e["case_id"] for e in entries if e["case_id"] not in done]
     if failed or missing:
-        raise SystemExit(f"judge workers failed ({len(failed)} of {len(pids)}); {len(missing)} cases unjudged, "
-                         f"first {missing[:3]}")
-    return [by_id[e["case_id"]] for e in entries]
+        raise SystemExit(f"judge workers failed ({len(failed)}); {len(missing)} cases unjudged, first {missing[:3]} "
+                         f"(rerun to resume)")
+    for part in out.parent.glob(out.stem + ".part*.jsonl"):
+        part.unlink()
+    return [done[e["case_id"]] for e in entries]
 
 
 def main(argv: list[str]) -> int:
