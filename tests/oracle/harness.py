@@ -446,6 +446,7 @@ def report_md(res: dict, image: str, image_id: str) -> str:
         "all stack refusals: " + ", ".join(
             f"{k} {v}" for k, v in sorted(res["stack_refusals_by_component"].items(), key=lambda kv: -kv[1])) + ".",
         "",
+        *([res["note"], ""] if res.get("note") else []),
         *issue49_md(res),
         "## Method",
         "",
@@ -557,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local-python", help="judge with this interpreter (the stack's pinned wheels installed) instead "
                                            "of a container of --image")
     ap.add_argument("--workers", type=int, default=0, help="judge processes (0: one per CPU)")
+    ap.add_argument("--note", default="", help="a paragraph for the report: how this run was obtained")
     args = ap.parse_args(argv)
     image_id = subprocess.run(["docker", "image", "inspect", args.image, "--format", "{{.Id}}"], capture_output=True,
                               text=True, check=False).stdout.strip()
@@ -587,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
                                 for p in work.glob("minimise-*/cases/manifest.json"))
     res["minimise_seconds"] = t_min
     res["image"], res["image_id"] = args.image, image_id
+    res["note"] = args.note
     res["timing"]["host"] = f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} when the report was written"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(dump_results(res))
