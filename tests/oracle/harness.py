@@ -357,7 +357,7 @@ def compare(manifest: dict, stack_doc: dict, culprits: dict[str, list[str]] | No
             row["stricter"] += r["class"] == "ktdeploy-stricter"
     plain = [r for r in generated if not gen.model_dependent(r["description"])]
     return {
-        "profile": manifest.get("profile", "v1"),
+        "profile": manifest.get("profile", "v1"), "partial_of": manifest.get("partial_of"),
         "by_class": dict(sorted(by_class.items())),
         "plain_cases": len(plain), "plain_looser": sum(r["class"] == "ktdeploy-looser" for r in plain),
         "model_dependent_cases": len(generated) - len(plain),
@@ -430,6 +430,9 @@ def report_md(res: dict, image: str, image_id: str) -> str:
         f"image `{image}` (`{image_id[:19]}`); stack: {', '.join(f'{k} {v}' for k, v in res['versions'].items())}. "
         "Machine-readable: `results.json` (every case: its changes, both verdicts, the refusing component and message).",
         "",
+        *([f"**Partial run**: the {total + len(res['controls'])} cases the judge finished of the "
+           f"{res['partial_of']} prepared (the judge takes the heaviest model configs first, so the finished cases "
+           "lean to the big models); looser cases were not minimised.", ""] if res.get("partial_of") else []),
         "| class | cases |", "|---|---:|",
         f"| agree | {c.get('agree', 0)} |",
         f"| **ktdeploy-looser** (check passes, the stack refuses: the bug class) | **{c.get('ktdeploy-looser', 0)}** |",
@@ -543,6 +546,26 @@ def dump_results(res: dict) -> str:
     return text[:-2] + ',\n "cases": [\n' + rows + "\n]\n}\n"
 
 
+def partial_run(work: Path, manifest: dict) -> tuple[dict, dict]:
+    """The manifest cut to the cases the judge finished (its per-case parts), and a stack document for them."""
+    results: dict[str, dict] = {}
+    parts = sorted(work.glob("stack.part*.jsonl"))
+    for part in parts:
+        for line in part.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            results[rec["case_id"]] = rec
+    cases = [e for e in manifest["cases"] if e["case_id"] in results]
+    first = min(p.stat().st_ctime for p in parts)
+    last = max(p.stat().st_mtime for p in parts)
+    doc = {"versions": gen.catalog()["versions"], "import_seconds": None,
+           "total_seconds": round(last - first, 1), "per_case_limit_seconds": None,
+           "results": [results[e["case_id"]] for e in cases]}
+    return {**manifest, "cases": cases, "partial_of": len(manifest["cases"])}, doc
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=20261204)
@@ -559,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "of a container of --image")
     ap.add_argument("--workers", type=int, default=0, help="judge processes (0: one per CPU)")
     ap.add_argument("--note", default="", help="a paragraph for the report: how this run was obtained")
+    ap.add_argument("--partial", action="store_true", help="with --reuse: report on the cases judged so far "
+                                                           "(the judge's per-case parts), without minimising")
     args = ap.parse_args(argv)
     image_id = subprocess.run(["docker", "image", "inspect", args.image, "--format", "{{.Id}}"], capture_output=True,
                               text=True, check=False).stdout.strip()
@@ -580,9 +605,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"prepared {len(manifest['cases'])} cases in {work} (generate {manifest['generate_seconds']} s, "
               f"check+render {manifest['check_render_seconds']} s)")
     manifest = json.loads((work / "cases" / "manifest.json").read_text())
-    stack_doc = judge(work)
+    if args.partial:
+        manifest, stack_doc = partial_run(work, manifest)
+    else:
+        stack_doc = judge(work)
     t0 = time.monotonic()
-    culprits = minimise(manifest, stack_doc, work, judge)
+    culprits = {} if args.partial else minimise(manifest, stack_doc, work, judge)
     t_min = round(time.monotonic() - t0, 1)
     res = compare(manifest, stack_doc, culprits)
     res["minimise_cases"] = sum(len(json.loads(p.read_text())["cases"])

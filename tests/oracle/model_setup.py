@@ -214,7 +214,7 @@ def _build(model_cls, config, quantizer, device_map):
             if quantizer is not None:  # replaces modules with quantized ones (touches no weights)
                 quantizer.preprocess_model(model=model, dtype=_dtype(config), device_map=device_map,
                                            checkpoint_files=None, use_kernels=False)
-        if len(_BUILT) >= 6:
+        if len(_BUILT) >= 12:
             _BUILT.pop(next(iter(_BUILT)))
         _BUILT[key] = model
     return copy.deepcopy(_BUILT[key])

@@ -602,7 +602,9 @@ def _chunks(entries: list[dict], workers: int) -> list[list[dict]]:
             w = load.index(min(load))
             out[w] += members[i:i + share]
             load[w] += len(members[i:i + share]) * (1 + layers(path) / 8)
-    return [c for c in out if c]
+    order = {e["case_id"]: i for i, e in enumerate(entries)}
+    # each worker goes in manifest order: the cases finished at any time are a prefix of the manifest, per worker
+    return [sorted(c, key=lambda e: order[e["case_id"]]) for c in out if c]
 
 
 def judge_all(judge: Judge, entries: list[dict], workers: int, out: Path) -> list[dict]:
