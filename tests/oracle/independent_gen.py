@@ -127,14 +127,19 @@ def catalog() -> dict:
     return json.loads(CATALOG_PATH.read_text())
 
 
+# The six recipes exactly as seed 20261204 was recorded from (copies: the shipped tiny recipe has since moved its
+# paths under deploy.root, and the recorded cases and the stack's verdicts on them are of these texts).
+BASES_V1_DIR = Path(__file__).with_name("bases_v1")
+
+
 @functools.lru_cache(maxsize=4)
-def _bases_frozen(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+def _bases_frozen(names: tuple[str, ...], folder: Path = REPO / "recipes") -> tuple[tuple[str, str], ...]:
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="safe", pure=True)
     out = []
     for name in names:
-        p = REPO / "recipes" / f"{name}.yaml"
+        p = folder / f"{name}.yaml"
         out.append((p.stem, json.dumps(yaml.load(p.read_text()))))
     return tuple(out)
 
@@ -151,8 +156,8 @@ BASES_49 = BASES + ("tiny-moe-fp8-lora", "tiny-moe-amxint4-lora", "tiny-moe-int8
 
 def base_recipes(profile: str = "v1") -> dict[str, dict]:
     """The shipped recipes of a profile as plain dicts (fresh copies)."""
-    names = BASES_49 if profile == "issue49" else BASES
-    return {name: json.loads(text) for name, text in _bases_frozen(names)}
+    frozen = _bases_frozen(BASES_49) if profile == "issue49" else _bases_frozen(BASES, BASES_V1_DIR)
+    return {name: json.loads(text) for name, text in frozen}
 
 
 @functools.lru_cache(maxsize=1)
