@@ -24,12 +24,15 @@ What is read, and from where:
 - ARG_CONDITIONS: the stack's argument checks that are an `and` of field-vs-literal tests (tools/gen_arg_conditions.py:
   TrainingArguments._validate_args, LlamaFactory's FinetuningArguments/DataArguments.__post_init__, get_train_args,
   _verify_model_args), each with its message; rules_conditions.lf.conditions evaluates them;
-- FIELD_CHOICES: TrainingArguments fields whose metadata lists their choices (ddp_backend).
+- FIELD_CHOICES: TrainingArguments fields whose metadata lists their choices (ddp_backend);
+- TORCH_REFUSED_DDP_BACKENDS: those ddp_backend names the image's torch refuses, with its message (a fact of the
+  torch build, measured in the image by tools/torch_backends.py into docker/requirements/torch_backends.json).
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import sys
 import zipfile
 from pathlib import Path
@@ -419,8 +422,20 @@ def main(wheel_dir: str, lock: str) -> None:
     print()
     print("# TrainingArguments fields whose metadata lists their choices (transformers/training_args.py)")
     print("FIELD_CHOICES: dict[str, tuple[str, ...]] = {")
-    for f, values in sorted(gac.metadata_choices(ta_src, "TrainingArguments").items()):
+    field_choices = gac.metadata_choices(ta_src, "TrainingArguments")
+    for f, values in sorted(field_choices.items()):
         print(f"    {f!r}: {values!r},")
+    print("}")
+    print()
+    measured = json.loads((Path(lock).parent / "torch_backends.json").read_text())
+    if tuple(measured["choices"]) != field_choices["ddp_backend"]:
+        raise SystemExit("docker/requirements/torch_backends.json was measured on other ddp_backend choices: rerun "
+                         "tools/torch_backends.py in the image")
+    print(f"# ddp_backend names the image's torch ({measured['torch']}) refuses in init_process_group, with its message")
+    print("# (tools/torch_backends.py, run in the image -> docker/requirements/torch_backends.json)")
+    print("TORCH_REFUSED_DDP_BACKENDS: dict[str, str] = {")
+    for name, why in sorted(measured["refused"].items()):
+        print(f"    {name!r}: {why!r},")
     print("}")
     print()
     out_tuple("DISTRIBUTED_TYPES", _class_members(acc_dc, "DistributedType"), "accelerate DistributedType values")

@@ -1844,6 +1844,16 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     'train_sampling_strategy': ('random', 'sequential', 'group_by_length'),
 }
 
+# ddp_backend names the image's torch (2.9.1+cu128) refuses in init_process_group, with its message
+# (tools/torch_backends.py, run in the image -> docker/requirements/torch_backends.json)
+TORCH_REFUSED_DDP_BACKENDS: dict[str, str] = {
+    'cncl': 'AssertionError: Unknown backend type cncl',
+    'hccl': 'AssertionError: Unknown backend type hccl',
+    'mccl': 'AssertionError: Unknown backend type mccl',
+    'mpi': "RuntimeError: Distributed package doesn't have MPI built in. MPI is only included if you build PyTorch from source on a host that has MPI installed.",
+    'xccl': "RuntimeError: Distributed package doesn't have XCCL built in",
+}
+
 # accelerate DistributedType values
 DISTRIBUTED_TYPES: tuple[str, ...] = ('NO', 'MULTI_CPU', 'MULTI_GPU', 'MULTI_NPU', 'MULTI_MLU', 'MULTI_SDAA', 'MULTI_MUSA', 'MULTI_XPU', 'DEEPSPEED', 'FSDP', 'XLA', 'MEGATRON_LM', 'MULTI_HPU', 'MULTI_NEURON')
 

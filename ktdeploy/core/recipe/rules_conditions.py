@@ -128,22 +128,32 @@ def lf_conditions(ctx: Ctx) -> None:
 @rule("lf.ddp_backend")
 def lf_ddp_backend(ctx: Ctx) -> None:
     """ddp_backend goes from transformers (TrainingArguments: `backend=self.ddp_backend`) through accelerate's
-    PartialState to torch.distributed.init_process_group on the GPU host, which refuses a backend name it does not
-    know. transformers lists the names (the field's metadata choices, catalog_data.FIELD_CHOICES); torch also takes
-    the `device:backend,...` form.
+    PartialState to torch.distributed.init_process_group in each launched process, which refuses a name its build
+    does not know. transformers lists the names it passes on (the field's metadata choices, catalog_data.FIELD_CHOICES);
+    the image's torch refuses some of those too (catalog_data.TORCH_REFUSED_DDP_BACKENDS, measured in the image:
+    mpi and xccl are not built in, hccl/cncl/mccl are other devices' plugins). Case-insensitive, as torch's Backend;
+    the `device:backend,...` form torch also takes.
 
     Cookbook: A.2 (NCCL between the GPUs).
-    Code: transformers-kt training_args.py ddp_backend field (metadata choices) and _setup_devices (AcceleratorState backend); accelerate-kt state.py PartialState._prepare_backend; torch distributed_c10d.py BackendConfig / init_process_group.
+    Code: transformers-kt training_args.py ddp_backend field (metadata choices) and _setup_devices (AcceleratorState backend); accelerate-kt state.py PartialState._prepare_backend; torch distributed_c10d.py init_process_group / BackendConfig; tools/torch_backends.py -> docker/requirements/torch_backends.json.
     """
     value = ctx.t.get("ddp_backend")
     choices = cd.FIELD_CHOICES["ddp_backend"]
     if value is None or not isinstance(value, str):
         return      # types.catalog reports a value that is not a string
     names = [pair.split(":", 1)[1] if ":" in pair else pair for pair in value.split(",")] if ":" in value else [value]
-    bad = [n for n in names if n.lower() not in choices]
-    if bad:
-        near = [c for c in choices if c == bad[0].strip().lower()] or \
-            [g for g in (ctx.guess(bad[0].strip().lower(), choices),) if g]
-        ctx.error("train.ddp_backend", f"ddp_backend {value!r}: torch's init_process_group does not know "
-                  f"{bad[0]!r} (transformers takes: {', '.join(choices)})",
-                  f"did you mean {near[0]!r}?" if near else "remove ddp_backend (accelerate picks nccl for CUDA GPUs)")
+    taken = [c for c in choices if c not in cd.TORCH_REFUSED_DDP_BACKENDS]
+    for name in names:
+        low = name.strip().lower()
+        if low in cd.TORCH_REFUSED_DDP_BACKENDS:
+            ctx.error("train.ddp_backend", f"ddp_backend {value!r}: the image's torch refuses {name!r} when the "
+                      f"launched process starts ('{cd.TORCH_REFUSED_DDP_BACKENDS[low]}')",
+                      f"use {' or '.join(taken)} (or remove ddp_backend: accelerate picks nccl for CUDA GPUs)")
+            return
+        if low not in choices:
+            near = [g for g in (ctx.guess(low, taken),) if g]
+            ctx.error("train.ddp_backend", f"ddp_backend {value!r}: torch's init_process_group does not know "
+                      f"{name!r} (transformers passes on: {', '.join(choices)}; the image's torch takes "
+                      f"{', '.join(taken)})",
+                      f"did you mean {near[0]!r}?" if near else "remove ddp_backend (accelerate picks nccl for CUDA GPUs)")
+            return

@@ -315,6 +315,8 @@ BAD = [
     ("lora-target-empty-list", "lora.values", [("train.lora_target", [])], "train.lora_target"),
     ("ddp-backend-unknown", "lf.ddp_backend", [("train.ddp_backend", "nccl2")], "train.ddp_backend"),
     ("ddp-backend-pair-unknown", "lf.ddp_backend", [("train.ddp_backend", "cuda:nccl,cpu:glo")], "train.ddp_backend"),
+    ("ddp-backend-not-built-in", "lf.ddp_backend", [("train.ddp_backend", "mpi")], "train.ddp_backend"),
+    ("ddp-backend-other-device", "lf.ddp_backend", [("train.ddp_backend", "hccl")], "train.ddp_backend"),
 ]
 
 
