@@ -69,9 +69,12 @@ def plan_cmd(
         checks = None
         if facts is not None:   # doctor's own plan checks against that host (one source of truth)
             from ktdeploy.controller.up_inputs import load_facts_file
+            from ktdeploy.core.checks.resources import gpu_present_check
             from ktdeploy.core.sizing.checks import plan_check_results
 
-            checks = plan_check_results(r, load_facts_file(facts), planned=(plan, arch, where))
+            hf = load_facts_file(facts)
+            gpu = gpu_present_check(hf)   # no GPU at all: the GPU plan has nothing to be measured against
+            checks = plan_check_results(r, hf, planned=(plan, arch, where)) + ([gpu] if gpu.status == "fail" else [])
         print_summary(recipe, plan, tp, host, checks)
         return
     console.print(f"[bold]{esc(recipe)}[/bold]  model config: {esc(where)}  ({esc(arch.family)}, "

@@ -138,7 +138,8 @@ def test_up_dry_run_never_prints_a_control_character_from_the_recipe(tmp_path, e
     """train.output_dir (passes check) and the recipe's name are printed by the plan."""
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     p = tmp_path / f"r{esc.replace('/', '_').replace(chr(0), '')}.yaml"
-    p.write_text(TINY.replace("output_dir: /srv/ktdeploy/output/tiny-moe-lora",
+    assert "output_dir: output/tiny-moe-lora" in TINY   # relative to deploy.root
+    p.write_text(TINY.replace("output_dir: output/tiny-moe-lora",
                               f"output_dir: {json.dumps('/srv/ktdeploy/output/tiny' + esc)}"), encoding="utf-8")
     rc, out, _ = invoke(["up", "--dry-run", "--host", "gpu01", "--facts",
                          str(ROOT / "examples" / "facts" / "gpu-h200-1gpu.json"), p.name], cwd=tmp_path)

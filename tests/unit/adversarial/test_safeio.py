@@ -30,7 +30,7 @@ def test_recipe_rule_refuses_output_volume_inside_double_slash_model_volume(tmp_
     from ktdeploy.core.recipe import load_recipe, validate
     from tests.unit.core.recipe.conftest import RECIPES
 
-    text = (RECIPES / "tiny-moe-lora.yaml").read_text().replace("model: /srv/ktdeploy/models", "model: //srv/ktdeploy")
+    text = (RECIPES / "tiny-moe-lora.yaml").read_text().replace("    model: models\n", "    model: //srv/ktdeploy\n")
     p = tmp_path / "r.yaml"
     p.write_text(text)
     findings = validate(load_recipe(p))

@@ -95,6 +95,17 @@ def test_with_facts_the_verdict_is_doctors_plan_checks(capsys):
     assert "short by" in verdict and "fix:" in verdict
 
 
+def test_a_host_without_a_gpu_does_not_fit(capsys, tmp_path):
+    d = json.loads((REPO / "examples/facts/gpu-h200-1gpu.json").read_text())
+    d["facts"]["gpu"] = {"nvidia_smi": "missing", "error": "nvidia-smi: command not found", "gpus": [],
+                         "device_nodes": []}
+    facts = tmp_path / "cpu-only.json"
+    facts.write_text(json.dumps(d))
+    code, out, _ = run_cli(["plan", str(RECIPES / "tiny-moe-lora.yaml"), "--facts", str(facts)], capsys)
+    verdict = _rows(out)["verdict"]
+    assert code == 0 and verdict.startswith("does not fit this host: gpu.present"), out
+
+
 def test_json_is_the_same_with_or_without_explain(capsys):
     recipe = str(RECIPES / "qwen3-235b-int8-lora.yaml")
     _, a, _ = run_cli(["plan", recipe, "--json"], capsys)
