@@ -582,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "of a container of --image")
     ap.add_argument("--workers", type=int, default=0, help="judge processes (0: one per CPU)")
     ap.add_argument("--note", default="", help="a paragraph for the report: how this run was obtained")
+    ap.add_argument("--no-minimise", action="store_true", help="report the looser cases without re-running their "
+                                                               "changes one by one")
     ap.add_argument("--partial", action="store_true", help="with --reuse: report on the cases judged so far "
                                                            "(the judge's per-case parts), without minimising")
     args = ap.parse_args(argv)
@@ -610,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         stack_doc = judge(work)
     t0 = time.monotonic()
-    culprits = {} if args.partial else minimise(manifest, stack_doc, work, judge)
+    culprits = {} if args.partial or args.no_minimise else minimise(manifest, stack_doc, work, judge)
     t_min = round(time.monotonic() - t0, 1)
     res = compare(manifest, stack_doc, culprits)
     res["minimise_cases"] = sum(len(json.loads(p.read_text())["cases"])
