@@ -17,6 +17,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+SUPERVISED_ENV = "KTDEPLOY_SUPERVISED"   # set for the agent: this shell owns the stop request (agent/stop_request.py)
+
 # The CPUs of this shell's cgroup (cpuset, v1 or v2), found where this mount namespace has the cgroup file system;
 # nothing when the shell sits in the root cpuset (no ConstrainCores: the job's cores are not fenced).
 CPUSET_FN = r"""ktd_cgroup_cpus() {

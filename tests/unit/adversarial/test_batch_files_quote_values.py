@@ -141,7 +141,8 @@ def test_f1_k8s_manifests_come_from_the_yaml_library_and_a_bad_namespace_is_refu
     import yaml
 
     odd = "/srv/o: x\" #y"
-    r = tiny(f"deploy.volumes.output={json.dumps(odd)}", f"train.output_dir={json.dumps(odd + '/run')}")
+    r = tiny(f"deploy.volumes.output={json.dumps(odd)}", f"train.output_dir={json.dumps(odd + '/run')}",
+             "deploy.registry=registry.example.com/ml")
     assert r.deploy.volumes.output == odd
     from ktdeploy.core.sched.k8s import render_yaml
 
@@ -191,7 +192,8 @@ def test_f10_render_to_a_terminal_shows_control_characters_as_escapes():
 
     bidi = "a\u202eb\u2066c"
     rc, out = _on_a_terminal([sys.executable, "-m", "ktdeploy", "render", "--k8s", "--variant", "amx", "--set",
-                              "deploy.scheduler.cpus=4", "--set", f"train.run_name={json.dumps(bidi)}", str(TINY)])
+                              "deploy.scheduler.cpus=4", "--set", "deploy.registry=registry.example.com/ml", "--set",
+                              f"train.run_name={json.dumps(bidi)}", str(TINY)])
     assert rc == 0, out
     assert "kind: Job" in out and "a\\u202eb\\u2066c" in out
     assert "\u202e" not in out and "\u2066" not in out
