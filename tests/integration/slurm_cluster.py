@@ -118,8 +118,11 @@ def _write_config(conf: Path, specs: list[SlurmNode]) -> None:
 # every capability, and some machines' docker cannot grant CAP_SYS_RESOURCE): its own cgroup namespace, SYS_ADMIN to
 # mount the cgroup hierarchies writable, no seccomp filter (user namespaces), no masked /proc paths (a user
 # namespace may mount a fresh /proc only where none is masked)
-NODE_FLAGS = ("--cgroupns", "private", "--cap-add", "SYS_ADMIN", "--security-opt", "seccomp=unconfined",
-              "--security-opt", "systempaths=unconfined", "--security-opt", "apparmor=unconfined", "-e", "KTD_CGROUP=1")
+NODE_FLAGS = ("--cgroupns", "private", "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_NICE", "--security-opt", "seccomp=unconfined",
+              "--security-opt", "systempaths=unconfined", "--security-opt", "apparmor=unconfined", "-e", "KTD_CGROUP=1",
+              # the fake GPUs (/dev/nvidiaN, 195:N): the container's device cgroup must allow them for slurmd's job
+              # cgroups (ConstrainDevices) to grant them
+              "--device-cgroup-rule", "c 195:* rwm")
 KT_UID = 1000      # the test hosts' user kt (tests/hosts/Dockerfile): rootless podman's user
 
 

@@ -3,8 +3,9 @@
     podman     rootless ``podman run`` straight from the batch script: conmon and the container are children of
                the batch step, in its cgroup (``--cgroups=disabled``: podman makes no cgroup of its own, so Slurm's
                cpuset, memory and device limits, its accounting and its OOM handling are the container's);
-               ``--userns=keep-id``: the output belongs to the user; the image from a docker-archive on a shared
-               folder (loaded once per node and user) or a registry.
+               the container's root is the user in rootless podman's user namespace, so the output belongs to the
+               user; the image from a docker-archive on a shared folder (loaded once per node and user) or a
+               registry.
     pyxis      ``srun --container-image=… --container-mounts=…`` (NVIDIA's SPANK plugin over enroot): the step is the
                container; the image an enroot squashfs (``ktdeploy image save --format squashfs``) or a registry
                reference (enroot's ``REGISTRY#IMAGE:TAG``).
@@ -116,7 +117,7 @@ def podman_run(job: Job) -> list[str]:
     cgroup. Host networking and IPC (no slirp4netns needed; NCCL's shared memory), SYS_NICE for kt-kernel's NUMA
     binding inside the user namespace, the job's own ulimits (a rootless container cannot raise memlock above them)."""
     flags = ["--rm", "--name", CNAME, *dk.labels(CNAME, job.run_id, job.role, job.output_dir),
-             "--cgroups=disabled", "--userns=keep-id", "--network=host", "--ipc=host", "--cap-add", "SYS_NICE",
+             "--cgroups=disabled", "--network=host", "--ipc=host", "--cap-add", "SYS_NICE",
              "--ulimit", "host", "--security-opt", "label=disable",
              "--pull", "missing" if has_registry(job.image) else "never", DYNAMIC]
     for src, dst, ro in mounts(job):
