@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.safeio import write_path
-from ktdeploy.core.sched.supervise import SUPERVISED_ENV   # set by a supervising shell, which owns the request
+from ktdeploy.core.sched.supervise import SUPERVISED_ENV  # set by a supervising shell, which owns the request
 
 EXIT_SAVED = rr.EXIT_SAVED_ON_REQUEST   # 75, EX_TEMPFAIL: saved on request and stopped; start again with --resume auto
 REQUEST_ENV = "KTDEPLOY_STOP_REQUEST"

@@ -18,7 +18,7 @@ from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ktdeploy.agent.lf_entry import agreed, save_on_stop_request
-from ktdeploy.agent.stop_request import StopRequest, StoppedAfterSave
+from ktdeploy.agent.stop_request import StoppedAfterSave, StopRequest
 
 REQUEST_DURING_STEP = 7
 

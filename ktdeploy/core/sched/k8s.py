@@ -25,8 +25,8 @@ import shlex
 from typing import Any
 
 from ktdeploy.core.checks.resources import MIN_SHM
-from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.errors import RecipeError
+from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan.docker_argv import CONTAINER_RECIPE, JOB_MOUNT
 from ktdeploy.core.plan.host_plan import job_name, output_dir_of, shipped_recipe
 from ktdeploy.core.recipe.document import Recipe

@@ -20,9 +20,9 @@ from ktdeploy.core.plan.host_plan import shipped_recipe
 from ktdeploy.core.recipe import load_recipe, validate
 from ktdeploy.core.recipe.finding import errors
 from ktdeploy.core.sched.batch import Launch, convert_script, job_dir_of, train_script
-from ktdeploy.core.sched.runtimes import RUNTIMES
 from ktdeploy.core.sched.job_files import k8s_manifests
 from ktdeploy.core.sched.request import request_for
+from ktdeploy.core.sched.runtimes import RUNTIMES
 from tests.unit.adversarial.harness import invoke, problems
 
 REPO = Path(__file__).resolve().parents[3]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from ktdeploy.agent.lf_entry import save_on_stop_request
-from ktdeploy.agent.stop_request import EXIT_SAVED, StopRequest, StoppedAfterSave
+from ktdeploy.agent.stop_request import EXIT_SAVED, StoppedAfterSave, StopRequest
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.job_layout import JobLayout
 

@@ -106,7 +106,7 @@ def test_podman_runs_rootless_in_the_job_with_its_gpus_and_resumes(tmp_path):
     run = next(c for c in got if "run" in c)
     flags = run[:run.index("--")]
     assert {"--cgroups=disabled", "--network=host", "--ipc=host"} <= set(flags), run
-    assert ["--ulimit", "host"] == flags[flags.index("--ulimit"):flags.index("--ulimit") + 2]
+    assert flags[flags.index("--ulimit"):flags.index("--ulimit") + 2] == ["--ulimit", "host"]
     assert ["--device", "nvidia.com/gpu=1"] in [flags[i:i + 2] for i in range(len(flags))]
     assert ["--device", "nvidia.com/gpu=3"] in [flags[i:i + 2] for i in range(len(flags))]
     assert "--memory" not in flags and "--cpus" not in flags           # the job's cgroup is the limit, not a quota
