@@ -8,6 +8,7 @@ processes (gloo) agree to stop when only one of them saw the request. Skips wher
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -26,7 +27,8 @@ def test_save_on_stop_request_with_the_real_trainer(tmp_path):
     if image is None:
         pytest.skip("no full ktsft image with torch and transformers on this engine (ktdeploy image build --stack full)")
     tmp_path.chmod(0o777)
-    p = subprocess.run(["docker", "run", "--rm", "--network", "none", "--name", f"ktd-stoptest-{tmp_path.name[-8:]}",
+    p = subprocess.run(["docker", "run", "--rm", "--network", "none", "--name",
+                        f"{os.environ.get('KTDEPLOY_TEST_PREFIX', 'ktd')}-stoptest-{os.getpid()}",
                         "-v", f"{REPO}:/opt/ktdeploy-wt:ro", "-v", f"{tmp_path}:/work", "--env",
                         "PYTHONPATH=/opt/ktdeploy-wt", "--env", "CUDA_VISIBLE_DEVICES=", "--entrypoint",
                         "/opt/venv/bin/python", image, "/opt/ktdeploy-wt/tests/integration/stop_request_trainer.py",
