@@ -131,9 +131,9 @@ def start_cluster(pool) -> Cluster:
     root = Path(tempfile.mkdtemp(prefix=f"ktd-slurm-it-{pool.tag}-", dir="/tmp"))
     root.chmod(0o755)
     conf = root / "slurm-conf"
-    for d in ("models/tiny-qwen3-moe", "data", "out", "images"):
+    for d in ("models/tiny-qwen3-moe", "data", "out", "out-kt", "images"):
         (root / d).mkdir(parents=True)
-    for d in ("data", "out", "images"):     # kt's jobs (rootless podman) write here; root's (docker) too
+    for d in ("data", "out-kt", "images"):  # kt's jobs (rootless podman) write here (out: root's docker jobs)
         os.chown(root / d, KT_UID, KT_UID)
     shared = [str(root)]
     mount = ["-v", f"{conf}:/run/ktd-slurm:ro"]

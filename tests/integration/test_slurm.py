@@ -77,9 +77,10 @@ def sets(env, out: str, *extra) -> list[str]:
 
 
 def podman_sets(env, *extra) -> list[str]:
-    """Rootless podman, the image from the shared archive (a later --set wins over sets()' docker)."""
+    """Rootless podman as kt, on kt's own output volume, the image from the shared archive (a later --set wins over
+    sets()' docker and root's output volume)."""
     return ["deploy.scheduler.runtime=podman", f"deploy.scheduler.image_file={env['archive']}", "deploy.image=amx",
-            *extra]
+            f"deploy.volumes.output={env['c'].root}/out-kt", *extra]
 
 
 def up_as_kt(env, out: str, *extra, **kw):
@@ -269,7 +270,7 @@ def trainer_processes(c, node: str) -> list[int]:
 
 def test_podman_job_runs_inside_its_cgroup_on_its_cores(cluster):
     c, root = cluster["c"], cluster["c"].root
-    out = f"{root}/out/podman"
+    out = f"{root}/out-kt/podman"
     (root / "data" / "fake_step_seconds").write_text("0.3")
     try:
         res = up_as_kt(cluster, out, "train.max_steps=40", detach=True)
@@ -311,7 +312,7 @@ def test_time_limit_saves_requeues_and_resumes_there_and_scancel_stops(cluster):
     """--time=2 with USR1 60 s before it: the trainer saves at the next step, the job requeues itself and resumes
     from exactly that checkpoint; `down` (scancel) then stops it for good: no requeue, no container left."""
     c, root = cluster["c"], cluster["c"].root
-    out = f"{root}/out/limit"
+    out = f"{root}/out-kt/limit"
     (root / "data" / "fake_step_seconds").write_text("0.2")
     try:
         t0 = time.monotonic()
