@@ -74,6 +74,7 @@ class Case:
 def _base() -> Doc:
     doc = yaml.safe_load(BASE_RECIPE.read_text())
     doc["deploy"]["scheduler"] = {"mem_gib": 8, "cpus": 4}   # no planner / host needed
+    doc["deploy"]["registry"] = "registry.example.com/ml"     # render --k8s refuses a local tag
     return doc
 
 
@@ -412,9 +413,7 @@ def _load(case: Case, tmp: Path) -> Any:
     name = case.stem.replace("/", "_").replace("\0", "_")[:120] or "x"
     p = tmp / f"{name}.yaml"
     p.write_text(yaml.safe_dump(case.doc, allow_unicode=False, width=10**9))
-    # render --k8s refuses a local tag: a registry, unless the case is about that key
-    base = [] if case.target == "deploy.registry" else ["deploy.registry=registry.example.com/ml"]
-    return load_recipe(p, [*base, *case.overrides])
+    return load_recipe(p, case.overrides)
 
 
 def judge_case(case: Case, report: Report, tmp: Path) -> None:
