@@ -36,7 +36,7 @@ from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.core.checks.isa import AMX_FLAGS, AVX512_FLAGS
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.sched.features import node_features, node_weight
-from ktdeploy.core.sched.slurm import SlurmNode, gres_conf, node_from_facts, slurm_conf
+from ktdeploy.core.sched.slurm import SlurmNode, cgroup_conf, gres_conf, node_from_facts, slurm_conf
 from tests.integration.hosts import docker, ensure_image, image_exists
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,10 +95,6 @@ class Cluster:
         return docker("ps", "-aq", "--filter", f"label={label}").stdout.split()
 
 
-# what a site that keeps jobs inside their cgroups sets (docs/scaling.md); slurm.cgroup checks these
-CGROUP_CONF = "CgroupPlugin=autodetect\nConstrainCores=yes\nConstrainRAMSpace=yes\nConstrainDevices=yes\n"
-
-
 def _write_config(conf: Path, specs: list[SlurmNode]) -> None:
     conf.mkdir(parents=True, exist_ok=True)
     (conf / "munge.key").write_bytes(secrets.token_bytes(1024))
@@ -110,7 +106,7 @@ def _write_config(conf: Path, specs: list[SlurmNode]) -> None:
                                                        # a requeued job waits this long before it may start again
                                                        # (default 120 s)
                                                        "AuthInfo=cred_expire=10")))
-    (conf / "cgroup.conf").write_text(CGROUP_CONF)
+    (conf / "cgroup.conf").write_text(cgroup_conf())     # what slurm.cgroup asks a site for
     (conf / "gres.conf").write_text(gres_conf(specs))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ktdeploy.core.sched.cluster import cgroup_check, choose_runtime, parse_probe, runtime_check
+from ktdeploy.core.sched.slurm import cgroup_conf
 from tests.fakes.slurm_probe import probe_answer, recorded_config
 
 
@@ -36,6 +37,9 @@ def test_runtime_choice_and_check(tmp_path, have, requested, chosen, status):
 def test_cgroup_check_reads_the_recorded_config(tmp_path):
     facts = parse_probe(probe_answer(tmp_path))
     assert facts.config["ProctrackType"] == "proctrack/cgroup" and facts.config["ConstrainCores"] == "yes"
+    for line in cgroup_conf().split():     # the cluster ran with ktdeploy's cgroup.conf (ansible writes the same)
+        key, value = line.split("=")
+        assert facts.config[key] == value, key
     ok = cgroup_check(facts, "podman", gpus=1)
     assert ok.status == "pass" and "ConstrainDevices" in ok.detail
     # the same cluster without cgroup.conf's section and with the old plugins: every gap named
