@@ -115,6 +115,9 @@ def render_cmd(
     variant: Optional[str] = typer.Option(None, "--variant", help=f"The kt-kernel build the nodes' image pins ({', '.join(V.NAMES)}): needed with "
                                                                   "deploy.image: auto."),
     namespace: str = typer.Option("default", "--namespace", help="Kubernetes namespace (--k8s)."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="--slurm: how the job starts the image (podman, "
+                                                                  "pyxis, apptainer, docker; default: the recipe's "
+                                                                  "deploy.scheduler.runtime, podman for auto)."),
 ) -> None:
     """Write the two YAML files and launch.sh (byte-identical for the same input); or, with --slurm / --k8s, the
     batch scripts / manifests. Refuses an invalid recipe."""
@@ -133,7 +136,7 @@ def render_cmd(
     for f in warnings:   # to stderr when the scripts/manifests go to stdout
         (err_console if slurm or k8s else console).print(f"[yellow]warn[/yellow] {esc(f.path)}: {esc(f.message)}")
     if slurm or k8s:
-        _render_scheduler(r, out, slurm=slurm, variant=variant, namespace=namespace, force=force)
+        _render_scheduler(r, out, slurm=slurm, variant=variant, namespace=namespace, force=force, runtime=runtime)
         return
     assert out is not None
     files = render(r).write(out, overwrite=force)
@@ -142,13 +145,13 @@ def render_cmd(
 
 
 def _render_scheduler(r: Recipe, out: Optional[Path], *, slurm: bool, variant: Optional[str], namespace: str,
-                      force: bool) -> None:
+                      force: bool, runtime: Optional[str] = None) -> None:
     from ktdeploy.core.safeio import write_file
     from ktdeploy.core.sched.job_files import k8s_manifests, slurm_scripts
     from ktdeploy.core.sched.k8s import render_yaml
 
     if slurm:
-        files = {f"{j.role}.sbatch": j.script for j in slurm_scripts(r, variant)}
+        files = {f"{j.role}.sbatch": j.script for j in slurm_scripts(r, variant, runtime=runtime)}
     else:
         docs = k8s_manifests(r, variant, namespace)
         files = {"train-job.yaml": render_yaml(docs[:2]), "serve.yaml": render_yaml([docs[0], *docs[2:]])}
