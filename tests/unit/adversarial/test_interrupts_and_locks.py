@@ -52,21 +52,26 @@ def _interrupt_at(argv: list[str], delay: float, env: dict | None = None) -> tup
 
 
 def test_ctrl_c_at_any_moment_of_ups_start_is_one_line(tmp_path):
-    """30 SIGINTs, 0 to 290 ms after `ktdeploy up --dry-run` starts (the import of typer alone takes ~50 ms)."""
+    """30 SIGINTs spread over one uninterrupted `ktdeploy up --dry-run` (timed first: a loaded machine stretches the
+    start, and fixed delays would then all land in the interpreter's own start, before any ktdeploy code runs)."""
+    argv = [EXE, "up", "--dry-run", "--host", "gpu01", "--facts", FACTS, RECIPE]
+    env = {**os.environ, "KTDEPLOY_HOME": str(tmp_path / "home")}
     t0 = time.monotonic()
+    assert subprocess.run(argv, capture_output=True, cwd=ROOT, env=env, timeout=300).returncode in (0, 1, 4)
+    whole = time.monotonic() - t0
     counts = {"ours": 0, "interpreter": 0, "clean": 0}
     for i in range(30):
-        rc, err = _interrupt_at([EXE, "up", "--dry-run", "--host", "gpu01", "--facts", FACTS, RECIPE], i * 0.01,
-                                {"KTDEPLOY_HOME": str(tmp_path / "home")})
+        rc, err = _interrupt_at(argv, i * whole / 30, {"KTDEPLOY_HOME": str(tmp_path / "home")})
         if "Traceback" in err or "KeyboardInterrupt" in err:
             counts["ours" if _ktdeploy_frames(err) else "interpreter"] += 1
             assert not _ktdeploy_frames(err), err[-1500:]
         else:
-            assert rc in (0, 1, 130, -signal.SIGINT), (rc, err[-800:])
+            assert rc in (0, 1, 4, 130, -signal.SIGINT), (rc, err[-800:])
             assert rc != 130 or err.strip().endswith("interrupted"), err[-800:]
             counts["clean"] += 1
+    # most moments are after the interpreter has started ktdeploy: those must all be one line (or a finished run)
     assert counts["clean"] >= 20, counts
-    assert time.monotonic() - t0 < 120
+    assert time.monotonic() - t0 < 120 + 60 * whole
 
 
 def test_ctrl_c_during_the_image_entry_points_isa_check(tmp_path):
@@ -130,26 +135,41 @@ def test_sigterm_marks_the_run_record(silent_host, tmp_path):
     assert time.monotonic() - t0 < 60
 
 
+def _second_up_and_down(host: str, home: Path) -> tuple[tuple[int, str], subprocess.CompletedProcess]:
+    """A second `up` of the job and a `down`, started together (a silent host keeps the first `up` in its ssh
+    handshake only for paramiko's 15 s banner timeout; on a loaded machine two starts one after the other take
+    longer than that)."""
+    second = _start_up(host, home)
+    down = subprocess.Popen([EXE, "down", "--host", host], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "KTDEPLOY_HOME": str(home)}, start_new_session=True)
+    rc2, err2 = _finish(second, timeout=60)
+    out, err = down.communicate(timeout=60)
+    return (rc2, err2), subprocess.CompletedProcess(down.args, down.returncode, out, err)
+
+
 def test_two_ups_of_one_job_one_refusal_and_down_waits_its_turn(silent_host, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "known_hosts").write_text("")
     t0 = time.monotonic()
-    first = _start_up(silent_host, home)
-    _wait_for_record(home)
-    records = sorted((home / "runs").iterdir())
-    second = _start_up(silent_host, home)
-    rc2, err2 = _finish(second, timeout=30)
+    for attempt in range(3):
+        home = tmp_path / f"home{attempt}"
+        home.mkdir()
+        (home / "known_hosts").write_text("")
+        first = _start_up(silent_host, home)
+        _wait_for_record(home)
+        records = sorted((home / "runs").iterdir())
+        (rc2, err2), down = _second_up_and_down(silent_host, home)
+        if first.poll() is None:       # the first up still held its lock while both ran: their answers count
+            break
+        _finish(first, signal.SIGKILL)
+    else:
+        pytest.fail("the first up ended (ssh banner timeout) before a second up and a down had run, three times")
     assert rc2 == 6 and "already working on the job" in " ".join(err2.split()), (rc2, err2[-1500:])
     assert sorted((home / "runs").iterdir()) == records            # the refused up recorded nothing
-    down = subprocess.run([EXE, "down", "--host", silent_host], cwd=ROOT, capture_output=True, text=True,
-                          timeout=30, env={**os.environ, "KTDEPLOY_HOME": str(home)})
     assert down.returncode == 6 and "already working" in " ".join(down.stderr.split()), down.stderr[-1500:]
     rc1, err1 = _finish(first, signal.SIGKILL)                     # killed outright: the lock goes with it
     third = _start_up(silent_host, home)
     _wait_for_record(home, count=2)                                # not refused: it got to work
     _finish(third, signal.SIGKILL)   # (how Ctrl-C ends an ssh handshake is test_sigterm's and paramiko's matter)
-    assert time.monotonic() - t0 < 90
+    assert time.monotonic() - t0 < 400
 
 
 def test_a_dry_run_takes_no_lock(silent_host, tmp_path):
