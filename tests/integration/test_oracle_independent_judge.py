@@ -127,7 +127,9 @@ def test_the_stack_accepts(verdicts, name):
 # never pass what the stack refuses on the cases whose verdict does not need the model (0 looser); on the
 # model-dependent cases, `check --stack --model-config CONFIG` (one container process, stack_check_batch.py) must
 # not either. The second test needs branch judge (check's --model-config and its model skeleton): until it is
-# merged the option is absent and the test is an expected failure that says so.
+# merged the option is absent and the test is an expected failure that says so. Both are opt-in
+# (KTDEPLOY_ORACLE_STANDING=1): with the model setup on the meta device for every case the judge takes about an
+# hour for 2,000 recipes on 2 cores (bench/results/oracle-independent/issue49 has the measured run).
 
 SEED_49 = 20261207
 N_49 = int(os.environ.get("KTDEPLOY_ORACLE_N", "2000"))
@@ -135,6 +137,9 @@ N_49 = int(os.environ.get("KTDEPLOY_ORACLE_N", "2000"))
 
 @pytest.fixture(scope="module")
 def issue49():
+    if os.environ.get("KTDEPLOY_ORACLE_STANDING") != "1":
+        pytest.skip("the standing oracle judges 2,000 recipes with every model built (about an hour on 2 cores): "
+                    "KTDEPLOY_ORACLE_STANDING=1 runs it")
     if not _image_present():
         pytest.skip(f"no {IMAGE} on this machine (the full image: ktdeploy image build --stack full)")
     import time
