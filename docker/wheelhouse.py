@@ -29,12 +29,24 @@ def main() -> int:
     dest = args.dest or ROOT / ".wheelhouse" / args.stack
     dest.mkdir(parents=True, exist_ok=True)
     target = tomllib.loads(STACK_FILE.read_text())["target"]
+    lock = LOCK_DIR / f"{args.stack}.lock"
     cmd = [
         sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--progress-bar", "off",
-        "--no-deps", "--require-hashes", "--dest", str(dest), *platform_args(target),
-        "-r", str(LOCK_DIR / f"{args.stack}.lock"),
+        "--no-deps", "--require-hashes", "--dest", str(dest), *platform_args(target), "-r", str(lock),
     ]
-    return subprocess.call(cmd)
+    try:   # ktdeploy's progress (a bar on a terminal, a line per wheel elsewhere) where it is installed
+        sys.path.insert(0, str(ROOT))
+        from ktdeploy.cli.output import err_console
+        from ktdeploy.cli.progress import Ticker
+        from ktdeploy.controller.images.lockfile import read_lock
+        from ktdeploy.controller.images.wheelhouse import pip_download
+    except ImportError:
+        return subprocess.call(cmd)
+    with Ticker(f"wheels of {lock.name}", err_console, total=len(read_lock(lock).pins)) as ticker:
+        rc, output = pip_download(cmd, ticker.total or 0, ticker.tick)
+    if rc != 0:
+        sys.stderr.write(output[-4000:])
+    return rc
 
 
 if __name__ == "__main__":

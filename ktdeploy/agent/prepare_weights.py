@@ -1,4 +1,4 @@
-"""``ktdeploy prepare-weights MODEL --format int8|amxint4 -o OUT``: the routed experts converted for kt-kernel.
+"""``ktdeploy prepare-weights MODEL_DIR --format int8|amxint4 -o OUT``: the routed experts converted for kt-kernel.
 
 kt-kernel 0.7.2 trains INT8 and AMXINT4 LoRA only from pre-converted ``.kt`` trees (``kt_weight_path``); its wheel
 ships no converter (``kt quant`` looks for a script the wheel lacks). This command makes the tree with kt-kernel's
@@ -36,6 +36,7 @@ from ktdeploy import __version__
 from ktdeploy.core import kt_weights as kw
 from ktdeploy.core.errors import KtdeployError, UsageError
 from ktdeploy.core.hashing import sha256_file
+from ktdeploy.core.progress import tick
 from ktdeploy.core.safeio import MAX_JSON, load_json, parse_json, write_file
 from ktdeploy.core.sizing.model_config import load_model_config, native_format
 
@@ -441,7 +442,7 @@ def prepare(model_dir: str | os.PathLike, out: str | os.PathLike | None, fmt: st
                              fix="drop --ephemeral, or use --format int8")
         return _prepare_ephemeral(source, ephemeral_run_id, threads, verify, say)
     if out is None:
-        raise UsageError("no output folder", key="-o", fix="prepare-weights MODEL --format ... -o NEW_FOLDER")
+        raise UsageError("no output folder", key="-o", fix="prepare-weights MODEL_DIR --format ... -o NEW_FOLDER")
     dst = _destination(Path(out), model)
     plan_id = _plan_id(source, wfmt)
     if dst.exists():
@@ -463,6 +464,7 @@ def prepare(model_dir: str | os.PathLike, out: str | os.PathLike | None, fmt: st
     check: dict[str, Any] = {}
     todo = [layer for layer in source.layers if layer not in kept]
     per_layer = kw.layer_bytes(wfmt, source.shape)
+    tick(say, 0, len(todo), "loading the first layer")
     for n, layer in enumerate(todo, 1):
         tl = time.monotonic()
         tensors = _load_layer(source, layer, loader)
@@ -482,6 +484,7 @@ def prepare(model_dir: str | os.PathLike, out: str | os.PathLike | None, fmt: st
         del tensors
         eta = (time.monotonic() - tl) * (len(todo) - n)
         say(f"layer {layer}: {n}/{len(todo)} converted ({per_layer / 2**20:.1f} MiB), ~{eta:.0f} s left")
+        tick(say, n, len(todo), f"layer {layer}")
     loader.close_all_handles()
     shutil.rmtree(work)
     summary = _publish(stage, dst, source, wfmt, journal, plan_id, verify)
@@ -612,6 +615,7 @@ def _prepare_ephemeral(source: Source, run_id: str, threads: int, verify: bool, 
                     raise PrepareError(f"layer {layer}'s INT8 forward is off by {check['rel_l2']:.3f} against BF16",
                                        fix="report it with the model's config.json")
             say(f"layer {layer}: {n}/{len(source.layers)} staged in {stage}")
+            tick(say, n, len(source.layers), f"layer {layer}")
         s = source.shape
         root = eph.publish_ephemeral_int8_weights(str(stage), run_id=run_id, layer_indices=source.layers,
                                                   numa_count=s.pools, expert_num=s.expert_num,

@@ -116,7 +116,7 @@ def build_serve_command(recipe: Recipe, served: Served, *, cpuinfer: int | None 
     if whole is None and isinstance(weights, str) and EPHEMERAL_ROOT.fullmatch(weights):
         raise UsageError(f"kt_weight_path {weights} is an ephemeral INT8 root: kt-kernel deleted it layer by layer "
                          "while training loaded it, and sglang-kt reads a persistent tree", key="train.kt_weight_path",
-                         fix="make a persistent tree (ktdeploy prepare-weights MODEL --format int8 -o DIR) and serve "
+                         fix="make a persistent tree (ktdeploy prepare-weights MODEL_DIR --format int8 -o DIR) and serve "
                              "with --set train.kt_weight_path=DIR, or serve the merged model (deploy.serve.merge: true)")
     served_name = s.served_model_name or Path(str(keys.model_name_or_path)).name
     argv = [python, "-m", LAUNCHER,

@@ -37,10 +37,10 @@ def train(
     cpu_only: bool = typer.Option(False, "--cpu-only", help="Test profile for a host without a GPU: waive the GPU "
                                                             "checks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate, doctor and render; print what would run."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="'auto' (last checkpoint-* of output_dir) or a "
+    resume: Optional[str] = typer.Option(None, "--resume", metavar="auto|DIR", help="'auto' (last checkpoint-* of output_dir) or a "
                                                                 "checkpoint-N path."),
     skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not run the host checks (nor the stack's judgement of the rendered files) first (not recommended); kt threads are still derived from this host's topology."),
-    run_root: Optional[str] = typer.Option(None, "--run-root", help="Where run records go (default: "
+    run_root: Optional[str] = typer.Option(None, "--run-root", metavar="DIR", help="Where run records go (default: "
                                                                      "<output_dir's parent>/.ktdeploy-runs/<name>)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan (dry run) or the summary as JSON."),
     tuned: Optional[Path] = typer.Option(None, "--tuned", help="Apply the settings chosen by `ktdeploy tune` "
@@ -108,8 +108,8 @@ def train(
 @app.command(rich_help_panel=IN_IMAGE)
 def convert(
     output_dir: Path = typer.Argument(..., help="Training output_dir (or one checkpoint-* in it)."),
-    out: str = typer.Option(..., "-o", "--out", help="New adapter directory for sglang-kt --lora-paths."),
-    base_model: Optional[str] = typer.Option(None, "--base-model", help="Base model path to record (default: "
+    out: str = typer.Option(..., "-o", "--out", metavar="DIR", help="New adapter directory for sglang-kt --lora-paths."),
+    base_model: Optional[str] = typer.Option(None, "--base-model", metavar="MODEL_DIR", help="Base model path to record (default: "
                                                                          "the one the adapter names)."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the manifest's size/SHA-256 check."),
     as_json: bool = typer.Option(False, "--json", help="Print the conversion summary as JSON."),
@@ -164,8 +164,11 @@ def merge(
                              "merge", output_dir, base, Path(out).parent,
                              args=shlex.join([str(output_dir), "--base", str(base), "-o", out]))) from None
 
-    s = do_merge(output_dir, base, out, base_root=base_root, verify_manifest=not no_verify, workers=threads,
-                 say=None if as_json else (lambda m: err_console.print(esc(m), highlight=False)))
+    from ktdeploy.cli.progress import Ticker
+
+    with Ticker("merge: shards", err_console, plain_ticks=False, quiet=as_json) as ticker:   # a bar on a terminal
+        s = do_merge(output_dir, base, out, base_root=base_root, verify_manifest=not no_verify, workers=threads,
+                     say=None if as_json else ticker)
     if as_json:
         print_json(asdict(s))
         return
@@ -180,7 +183,7 @@ def merge(
 
 @app.command("prepare-weights", rich_help_panel=IN_IMAGE)
 def prepare_weights(
-    model: Optional[Path] = typer.Argument(None, metavar="MODEL", show_default=False,
+    model: Optional[Path] = typer.Argument(None, metavar="MODEL_DIR", show_default=False,
                                            help="The BF16 or block-FP8 model folder (or --recipe)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="int8 | amxint4 (default: the recipe's)."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", metavar="DIR",
@@ -225,18 +228,19 @@ def prepare_weights(
         else:
             out = out or Path(need.output or "")
     if model is None or fmt is None:
-        raise UsageError("no model or format given", key="MODEL",
-                         fix="ktdeploy prepare-weights MODEL --format int8 -o DIR, or --recipe RECIPE")
+        raise UsageError("no model or format given", key="MODEL_DIR",
+                         fix="ktdeploy prepare-weights MODEL_DIR --format int8 -o DIR, or --recipe RECIPE")
     if threads is None:
         from ktdeploy.controller.local_host import local_threads
 
         threads = local_threads(2)[0]
-    say = (lambda m: None) if as_json else (lambda m: err_console.print(esc(m), highlight=False))
     from ktdeploy.agent.prepare_weights import stdout_to_stderr
+    from ktdeploy.cli.progress import Ticker
 
-    with stdout_to_stderr():
+    with stdout_to_stderr(), Ticker(f"prepare-weights {fmt}: layers", err_console, plain_ticks=False,
+                                    quiet=as_json) as ticker:   # a bar on a terminal, else the lines
         s = prepare(model, out, fmt, pools=threadpools or 1, threads=threads, verify=not no_verify,
-                    ephemeral_run_id=ephemeral, say=say)
+                    ephemeral_run_id=ephemeral, say=(lambda m: None) if as_json else ticker)
     if as_json:
         print_json(s.to_json())
         return
@@ -263,12 +267,14 @@ def serve(
                                                                    "weights themselves (no adapter, no LoRA)."),
     merged: Optional[Path] = typer.Option(None, "--merged", metavar="MERGED_DIR", help="A model written by `ktdeploy merge`: served as a "
                                                                  "plain BF16 model (--kt-method BF16, no LoRA)."),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     cpuinfer: Optional[int] = typer.Option(None, "--kt-cpuinfer", help="CPU expert threads (default: derived "
                                                                          "from this host's physical cores)."),
     threadpools: Optional[int] = typer.Option(None, "--kt-threadpool-count", help="Default: NUMA nodes."),
     print_only: bool = typer.Option(False, "--print", help="Print the command instead of starting the server."),
     as_json: bool = typer.Option(False, "--json", help="With --print: the argv as JSON."),
+    waive: list[str] = typer.Option([], "--waive", metavar="CHECK", help="Start even though this check fails "
+                                                                         "(gpu.present: a test double of sglang)."),
 ) -> None:
     """Serve the base model with the converted KT adapter (or a full fine-tune's weights, or a merged model) through
     sglang-kt."""
@@ -293,6 +299,13 @@ def serve(
     from ktdeploy.controller.local_host import local_threads
     from ktdeploy.core.served import Served
 
+    if not print_only:   # before anything slow: a server needs sglang-kt (the image) and a GPU
+        flag, served = next((f, d) for f, d in (("--adapter", adapter), ("--weights", weights), ("--merged", merged))
+                            if d is not None)
+        require_module("sglang", "serve", "sglang-kt", recipe.resolve(), served.resolve(),
+                       args=shlex.join([str(recipe.resolve()), flag, str(served.resolve()),
+                                        *(x for s in set_ for x in ("--set", s))]))
+        _require_gpu(waive)
     cmd = build_serve_command(r, Served.one_of(adapter, weights, merged), cpuinfer=cpuinfer, threadpools=threadpools,
                               host_threads=local_threads, kt_build=os.environ.get("KT_KERNEL_CPU_VARIANT") or None)
     if print_only:
@@ -302,14 +315,25 @@ def serve(
             console.print(" ".join(f"{k}={v}" for k, v in cmd.env.items()) + " " + cmd.shell(), markup=False,
                           highlight=False)
         return
-    flag, served = next((f, d) for f, d in (("--adapter", adapter), ("--weights", weights), ("--merged", merged))
-                        if d is not None)
-    require_module("sglang", "serve", "sglang-kt", recipe.resolve(), served.resolve(),
-                   args=shlex.join([str(recipe.resolve()), flag, str(served.resolve()),
-                                    *(x for s in set_ for x in ("--set", s))]))
     env = {**os.environ, **cmd.env}
     err_console.print(f"starting: {cmd.shell()}", markup=False, highlight=False)
     os.execvpe(cmd.argv[0], cmd.argv, env)
+
+
+def _require_gpu(waive: list[str]) -> None:
+    """sglang-kt runs attention on a GPU: without one it would load for minutes, then fail deep in CUDA. doctor's own
+    gpu.present check on this host (or container), in seconds, before the server starts (exit 1)."""
+    from ktdeploy.controller.local_host import local_facts
+    from ktdeploy.core.checks.resources import gpu_present_check
+    from ktdeploy.core.errors import CheckFailed
+
+    result = gpu_present_check(local_facts(probes=False))
+    if result.status != "pass" and str(result.name) in waive:
+        err_console.print(f"[yellow]waived {esc(result.name)}[/]: {esc(result.detail)}", highlight=False)
+    elif result.status != "pass":
+        raise CheckFailed(f"serve needs an NVIDIA GPU (sglang-kt runs attention and the LoRA on it): {result.detail}; "
+                          "nothing was started", results=[result], key=str(result.name),
+                          fix=f"{result.fix} `ktdeploy serve --print` shows the command without starting it.")
 
 
 @app.command("tiny-model", rich_help_panel=IN_IMAGE)

@@ -13,6 +13,7 @@ from ktdeploy.cli.output import console, print_doctor, print_json
 from ktdeploy.core import variants as V
 from ktdeploy.core.checks.gate import profile_hint
 from ktdeploy.core.command_requests import DoctorRequest, SshOptions
+from ktdeploy.core.errors import UsageError
 from ktdeploy.core.terminal_text import esc
 
 if TYPE_CHECKING:   # the CLI imports the controller lazily (a fast --help)
@@ -33,7 +34,7 @@ def doctor_cmd(
     host: str = typer.Option("localhost", "--host", "-H",
                              help="Where to look: localhost, user@host, ssh://user@host:port or docker://CONTAINER."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="Also check the host against this recipe."),
-    set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE (with --recipe), "
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a recipe value: SECTION.KEY=VALUE (with --recipe), "
                                                      f"repeatable; e.g. --set deploy.image={V.AVX2}."),
     image: Optional[str] = typer.Option(None, "--image", help="Container readiness: run this image (e.g. ktsft:amx) "
                                                               "on the host with the training container's flags and "
@@ -75,9 +76,20 @@ def doctor_cmd(
 
     ssh = SshOptions(key=str(ssh_key) if ssh_key else None, known_hosts=str(known_hosts) if known_hosts else None,
                      accept_new_host_key=accept_new_host_key or None)
-    report = doctor(DoctorRequest(host=host, recipe=recipe, overrides=tuple(set_), image=image, variant=variant,
-                                  gpus=gpus, stack=stack, container=container, waive=tuple(waive), cpu_only=cpu_only,
-                                  ssh=ssh))
+    from ktdeploy.cli.output import err_console
+    from ktdeploy.cli.progress import waiting
+    from ktdeploy.core.host_target import parse_host
+
+    try:
+        shown = parse_host(host).redacted   # never a password on the screen
+    except UsageError:
+        shown = "the host"                  # doctor itself says what is wrong with it
+    what = f"doctor: proving {shown}'s CPU and reading its facts" + (f", then checking {image} in a container"
+                                                                     if image else "")
+    with waiting(err_console, what, plain=False):   # seconds (the AMX probe), 20 s and more with --image
+        report = doctor(DoctorRequest(host=host, recipe=recipe, overrides=tuple(set_), image=image, variant=variant,
+                                      gpus=gpus, stack=stack, container=container, waive=tuple(waive),
+                                      cpu_only=cpu_only, ssh=ssh))
     if only:
         report = dataclasses.replace(report, checks=[c for c in report.checks
                                                      if any(c.name == g or c.name.startswith(g + ".") for g in only)])

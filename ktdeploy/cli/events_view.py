@@ -212,10 +212,13 @@ class EventView:
     def __init__(self, console: Console, *, bar: bool = False) -> None:
         self.console, self.bar_wanted = console, bar
         self._bar: ProgressBar | None = None
+        self._spinner: Any = None
 
     def __call__(self, e: ev.Event) -> None:
         if isinstance(e, ev.Following):
             self._follow(e)
+        elif isinstance(e, ev.Waiting):
+            self._wait(e)
         elif isinstance(e, ev.Progress) and self._bar is not None:
             self._bar.show_entry(e.entry)
         elif isinstance(e, ev.PlanText):
@@ -223,6 +226,24 @@ class EventView:
         else:
             for line in lines(e):
                 print_wrapped(line, self.console)
+
+    def _wait(self, e: ev.Waiting) -> None:
+        """A spinner with the time so far while a long uncounted step runs (a terminal); else its line, once."""
+        if e.phase == "started":
+            line = _fill(GO + " {e.stage}: {e.what}", e)
+            if self.bar_wanted:
+                from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+                text = line.replace("{", "{{").replace("}", "}}")   # a column's text is a format string
+                self._spinner = Progress(SpinnerColumn(), TextColumn(text), TimeElapsedColumn(),
+                                         console=self.console, transient=True)
+                self._spinner.add_task("wait", total=None)
+                self._spinner.start()
+            else:
+                print_wrapped(line, self.console)
+        elif self._spinner is not None:
+            self._spinner.stop()
+            self._spinner = None
 
     def _follow(self, e: ev.Following) -> None:
         """The bar: made when following starts (on a terminal, without --no-progress), its status shown, ended."""

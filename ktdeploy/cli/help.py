@@ -28,7 +28,9 @@ def _default_metavar(param: TyperOption) -> str:
     if param.is_flag or param.count:
         return ""
     ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-    name = (param.name or "value").upper().replace("-", "_")
+    name = (param.name or "value").upper().replace("-", "_").strip("_")
+    if name.endswith(("DIR", "ROOT")):   # a folder, whatever its type: never FILE
+        return "DIR"
     if ann is Path:
         return "FILE"
     if ann is int:

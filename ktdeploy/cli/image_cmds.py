@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -10,7 +12,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.core import variants as V
-from ktdeploy.core.errors import UsageError
+from ktdeploy.core.errors import KtdeployError, UsageError
 from ktdeploy.core.terminal_text import esc
 
 ISA_HELP = (f"A kt-kernel CPU build ({', '.join(V.NAMES)}; docs/cpu-builds.md says which CPU needs which) or all. "
@@ -49,18 +51,14 @@ def build_cmd(
     """Build ktsft:<isa> from the Dockerfile and the hash-locked wheelhouse; fails if verification fails."""
     from dataclasses import asdict
 
-    from ktdeploy.controller.images.build import BuildOptions, build, find_context
+    from ktdeploy.controller.images.build import BuildOptions, find_context
     from ktdeploy.controller.images.tags import expand_isa
 
     opts = BuildOptions(context=find_context(context), isas=expand_isa(isa), stack=stack, repo=repo,
                         base_image=base_image, wheelhouse=wheelhouse, port=port, no_cache=no_cache,
                         method=method)
 
-    def show(line: str) -> None:
-        if not quiet or line.startswith(("Step ", "verify_stack", "Successfully")):
-            err_console.print(line, markup=False, highlight=False)
-
-    report = build(opts, on_line=show)
+    report = _build_with_progress(opts, quiet=quiet)
     if as_json:
         print_json(asdict(report))
         return
@@ -71,6 +69,51 @@ def build_cmd(
     console.print(f"variants share {esc(report.shared_layers)} filesystem layers; extra layers per variant: "
                   f"{extra or 'n/a'}; lock sha256 {report.lock_sha256[:16]}…; added by {report.method}",
                   highlight=False)
+
+
+TIMES = "image-build-times.json"   # in $KTDEPLOY_HOME: the last build's part-by-part seconds (core/build_clock.py)
+
+
+def _build_with_progress(opts: Any, *, quiet: bool) -> Any:
+    """The build, its lines on stderr (with --quiet: the stage and step lines only) and, on a terminal, a bar below
+    them: stage i/N, docker's step n/M, the time so far and the ETA from the last build's timings (elsewhere the
+    ETA ends each stage's line). A build that succeeds leaves its timings for the next one."""
+    import time
+
+    from ktdeploy.cli.progress import Ticker, hms
+    from ktdeploy.controller.images.build import build
+    from ktdeploy.controller.runs import home
+    from ktdeploy.core.build_clock import STAGE, BuildClock
+    from ktdeploy.core.safeio import load_json, write_file
+
+    try:
+        last = load_json(home() / TIMES, 1 << 20, "image build timings")
+    except (KtdeployError, OSError):   # none yet, or unreadable: no ETA, never a failed build
+        last = {}
+    clock = BuildClock(last={k: float(v) for k, v in last.items() if isinstance(v, (int, float))}
+                       if isinstance(last, dict) else {})
+    with Ticker("image build", err_console, plain_ticks=False, rate_eta=False) as ticker:
+        def show(line: str) -> None:
+            now = time.monotonic()
+            moved = clock.feed(line, now)
+            left = clock.remaining(now) if moved else None
+            eta = (f" (about {hms(left[0])}{'' if left[1] else ' or more'} left, by the last build)"
+                   if left is not None else "")
+            if STAGE.match(line):
+                ticker.say(line + ("" if ticker.live else eta))
+            elif not quiet or line.startswith(("Step ", "verify_stack", "Successfully")):
+                ticker.say(line)
+            if moved:
+                ticker.tick(clock.stage_i, clock.stages, clock.where(), eta_s=left[0] if left else None)
+
+        report = build(opts, on_line=show)
+    clock.finish(time.monotonic())
+    try:
+        home().mkdir(parents=True, exist_ok=True)
+        write_file(home(), TIMES, json.dumps(clock.timings(), indent=1) + "\n", overwrite=True)
+    except (KtdeployError, OSError):   # the next build only lacks an ETA
+        pass
+    return report
 
 
 @image_app.command("save")

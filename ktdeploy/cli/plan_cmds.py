@@ -21,11 +21,13 @@ _TITLES = {"host": "host memory (peak RSS, rank 0 owns the experts)", "gpu": "GP
 def plan_cmd(
     recipe: Path = typer.Argument(..., help="Recipe YAML (train/accelerate/deploy sections)."),
     model_config: Optional[Path] = typer.Option(
-        None, "--model-config", help="The model's config.json (or its directory). Default: "
+        None, "--model-config", metavar="FILE|DIR", help="The model's config.json (or its directory). Default: "
         "<model_name_or_path>/config.json, else recipes/models/<basename>.json."),
     gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="Plan for N GPUs (num_processes) instead of the recipe's."),
-    set_: list[str] = typer.Option([], "--set", help="Override a recipe value: SECTION.KEY=VALUE, repeatable."),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a recipe value: SECTION.KEY=VALUE, repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    explain: bool = typer.Option(False, "--explain", help="Every term behind each figure, with its formula and "
+                                                          "source (default: the figures and a verdict)."),
     facts: Optional[Path] = typer.Option(None, "--facts", help="doctor's facts (`ktdeploy doctor --json`) of the host "
                                          "that will train: its cores and build set the time plan."),
     tuned: Optional[Path] = typer.Option(None, "--tuned", help="tune.json from `ktdeploy tune` on that host: its "
@@ -34,7 +36,8 @@ def plan_cmd(
     sample_tokens: Optional[int] = typer.Option(None, "--sample-tokens", min=1,
                                                 help="Mean tokens per sample (default: samples fill cutoff_len)."),
 ) -> None:
-    """Predict peak host RSS, GPU memory per GPU and disk before downloading any weights."""
+    """Predict peak host RSS, GPU memory per GPU, disk and the time before downloading any weights: the figures
+    and a verdict (with --facts: against that host); --explain shows every term behind them."""
     from ktdeploy.cli.plan_time import host_of, print_time_plan, terms_table, time_json, time_plan
     from ktdeploy.core.recipe import load_recipe, require_valid
     from ktdeploy.core.sizing import plan_recipe
@@ -59,6 +62,20 @@ def plan_cmd(
                         "non_expert_params": arch.non_expert_params, "total_params": arch.total_params}
         out["throughput"] = time_json(tp, host)
         print_json(out)
+        return
+    if not explain:
+        from ktdeploy.cli.plan_summary import print_summary
+
+        checks = None
+        if facts is not None:   # doctor's own plan checks against that host (one source of truth)
+            from ktdeploy.controller.up_inputs import load_facts_file
+            from ktdeploy.core.checks.resources import gpu_present_check
+            from ktdeploy.core.sizing.checks import plan_check_results
+
+            hf = load_facts_file(facts)
+            gpu = gpu_present_check(hf)   # no GPU at all: the GPU plan has nothing to be measured against
+            checks = plan_check_results(r, hf, planned=(plan, arch, where)) + ([gpu] if gpu.status == "fail" else [])
+        print_summary(recipe, plan, tp, host, checks)
         return
     console.print(f"[bold]{esc(recipe)}[/bold]  model config: {esc(where)}  ({esc(arch.family)}, "
                   f"{arch.total_params / 1e9:.1f} B params, {arch.routed_expert_params / 1e9:.1f} B in routed experts)")

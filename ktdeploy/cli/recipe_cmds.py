@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -39,7 +40,7 @@ def check(
     train: Optional[Path] = typer.Option(None, "--train", help="Native LlamaFactory training YAML."),
     accelerate: Optional[Path] = typer.Option(None, "--accelerate", help="Native Accelerate YAML."),
     deploy: Optional[Path] = typer.Option(None, "--deploy", help="Optional deploy YAML for the native pair."),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print findings as JSON."),
     stack: bool = typer.Option(False, "--stack", help="Also let the stack judge: accelerate's launch parsing and the "
                                                       "KT plugin, LlamaFactory's get_train_args on the rendered "
@@ -49,11 +50,19 @@ def check(
                                                               "recipe's deploy.image; auto = the first "
                                                               "ktsft:<build> on this machine; inside the "
                                                               "image: its own stack)."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", metavar="PATH",
+                                                help="With --stack: the model's config.json (or its directory) the "
+                                                     "judge builds the model skeleton from (LoRA targets, kt-kernel's "
+                                                     "model checks; no weights). Default: <model_name_or_path>/"
+                                                     "config.json, then recipes/models/<name>.json."),
 ) -> None:
     """Validate a recipe against every cookbook, LlamaFactory and kt-kernel rule. Exit 0 valid, 2 invalid
     (--stack: 7 when the stack's judgement cannot run)."""
     if image is not None and not stack:
         raise UsageError("--image names the image --stack judges in", key="--image", fix="add --stack")
+    if model_config is not None and not stack:
+        raise UsageError("--model-config is the config the --stack judge builds the model skeleton from",
+                         key="--model-config", fix="add --stack")
     judged = None
     try:
         r = load_from_cli(recipe, train, accelerate, deploy, set_)
@@ -62,7 +71,7 @@ def check(
             from ktdeploy.controller.stack_judge_runner import check_with_stack
             from ktdeploy.core.recipe.stack_judge_payload import merge
 
-            stack_findings, judged, where = check_with_stack(r, image=image)
+            stack_findings, judged, where = check_with_stack(r, image=image, model_config=model_config)
             findings = merge(findings, stack_findings)
     except RecipeError as err:
         if not as_json:
@@ -93,12 +102,12 @@ def check(
 @app.command("render")
 def render_cmd(
     recipe: Optional[Path] = typer.Argument(None, help="Recipe YAML."),
-    out_text: Optional[str] = typer.Option(None, "-o", "--out", help="Directory for train.yaml, accelerate.yaml and "
+    out_text: Optional[str] = typer.Option(None, "-o", "--out", metavar="DIR", help="Directory for train.yaml, accelerate.yaml and "
                                                                      "launch.sh (with --slurm / --k8s: their files; "
                                                                      "without -o they go to stdout)."),
     train: Optional[Path] = typer.Option(None, "--train", help="Native LlamaFactory training YAML."),
     accelerate: Optional[Path] = typer.Option(None, "--accelerate", help="Native Accelerate YAML."),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     force: bool = typer.Option(False, "--force", help="Replace files already present in -o."),
     slurm: bool = typer.Option(False, "--slurm", help="The sbatch scripts (training, then conversion)."),
     k8s: bool = typer.Option(False, "--k8s", help="Kubernetes ConfigMap, Job (training), Deployment + Service "
@@ -170,8 +179,9 @@ def from_lf(
                                                 help="Accelerate's YAML (default: the cookbook's FSDP2, 1 GPU)."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", metavar="FILE",
                                        help="Recipe to write (default: TRAIN's name + -recipe.yaml, here)."),
+    force: bool = typer.Option(False, "--force", help="Replace the recipe file if it exists (atomically)."),
 ) -> None:
-    """Write a recipe from a LlamaFactory training YAML (and Accelerate YAML); never over a file.
+    """Write a recipe from a LlamaFactory training YAML (and Accelerate YAML); never over a file without --force.
 
     deploy: is derived from the paths the training YAML names (core/recipe/from_lf.py); the recipe is checked
     at once: exit 0 when it is valid, 2 when `ktdeploy check` finds errors (the file is written either way, to
@@ -206,10 +216,13 @@ def from_lf(
                           f"recipe; nothing was written", findings=secrets, key="TRAIN",
                           fix="Remove them from the training YAML (a token in the environment or a credential "
                               "file instead), then run `ktdeploy recipe from-lf` again.")
-    try:
-        written = write_file(target.parent, target.name, text)
-    except RunRecordError as e:   # the file exists: never overwritten
-        raise RunRecordError(e.message, key="--out", fix="Choose another file with -o FILE.") from None
+    try:   # the safe writer: a new file renamed into place, so an interrupted write never leaves half a recipe
+        written = write_file(target.parent, target.name, text, overwrite=force)
+    except RunRecordError:   # the file exists (or is a link): never overwritten without --force
+        again = shlex.join(["ktdeploy", "recipe", "from-lf", str(train), *([str(accelerate)] if accelerate else []),
+                            *(["-o", str(out)] if out else []), "--force"])
+        raise RunRecordError(f"{target.resolve()} exists; not overwritten", key="--out",
+                             fix=f"Replace it: {again}; or write another file with -o FILE.") from None
     console.print(f"wrote {esc(written)}", highlight=False)
     for key in unresolved(t):
         console.print(f"[yellow]note:[/yellow] train.{esc(key)} is not an absolute host path: deploy.volumes keeps "
@@ -219,7 +232,9 @@ def from_lf(
     if findings:
         print_findings(findings)
     if errs:
-        console.print(f"[red]✗ {esc(written)}: {len(errs)} error(s) for `ktdeploy check`; fix them in the file[/red]",
-                      highlight=False)
+        console.print(f"[red]✗ {esc(written)}: {len(errs)} error(s) for `ktdeploy check`; fix them in the file, "
+                      f"then: ktdeploy check {esc(shlex.quote(str(written)))}[/red]", highlight=False)
         raise typer.Exit(2)
-    console.print(f"[green]✓ {esc(written)} is valid[/green]: ktdeploy up --host HOST {esc(written)}", highlight=False)
+    q = esc(shlex.quote(str(written)))
+    console.print(f"[green]✓ {esc(written)} is valid[/green]. Next: ktdeploy plan {q} (memory and time), then "
+                  f"ktdeploy up {q} (this machine; --host for another)", highlight=False)

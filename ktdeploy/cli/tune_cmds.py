@@ -25,7 +25,7 @@ def tune(
     warmup_steps: int = typer.Option(3, "--warmup-steps", min=1, help="Steps left out of the measurement."),
     measure_steps: int = typer.Option(6, "--measure-steps", min=2, help="Steps measured per trial."),
     workdir: Optional[Path] = typer.Option(None, "--workdir", metavar="DIR", help="Trial logs and tune.json (default: <deploy.volumes.output>/.ktdeploy-tune/<name>; trial outputs always stay on the output volume)."),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the tune record as JSON."),
 ) -> None:
     """Measure the CPU-expert settings with short real trials; write tune.json.

@@ -51,7 +51,7 @@ def _recipe_argument() -> Any:
 
 
 def _resume_option() -> Any:
-    return typer.Option(None, "--resume", metavar="auto|PATH", help="Newest complete checkpoint, or this one.")
+    return typer.Option(None, "--resume", metavar="auto|DIR", help="Newest complete checkpoint, or this one.")
 
 
 def _set_option() -> Any:
@@ -229,7 +229,7 @@ def native_pair(recipe: Optional[Path], train: Optional[Path], accelerate: Optio
 def status(
     host: Optional[str] = typer.Option(None, "--host", "-H", metavar="HOST", help="Only runs on this host (as up had it)."),
     run: Optional[str] = typer.Option(None, "--run", metavar="RUN", help=RUN_HELP),
-    all_: bool = typer.Option(False, "--all", help="List every recorded run."),
+    all_: bool = typer.Option(False, "--all", help="Every recorded run: target, stage, state, age, reason."),
     as_json: bool = typer.Option(False, "--json", help="Print the record and the live state as JSON."),
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", metavar="FILE", help=SSH_KEY_HELP),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
@@ -238,15 +238,20 @@ def status(
 ) -> None:
     """The latest run: how it ended (a failure's stage, error and fix), its containers and progress now, its
     evaluation and loss curve."""
+    from ktdeploy.cli.status_table import no_runs_line, print_all
+    from ktdeploy.controller.run_queries import host_filter
     from ktdeploy.controller.run_queries import status as run_status
-    from ktdeploy.controller.runs import find_runs
+    from ktdeploy.controller.runs import find_runs, runs_dir
 
     if all_:
-        rows = [r.status() for r in find_runs(host)]
+        rows = [r.status() for r in find_runs(host_filter(host))]
         if as_json:
             print_json(rows)
             return
-        _print_all(rows)
+        print_all(rows, str(runs_dir()), host)
+        return
+    if run is None and not as_json and not find_runs(host_filter(host)):   # nothing run yet: not an error
+        console.print(esc(no_runs_line(str(runs_dir()), host)), highlight=False, soft_wrap=True)
         return
     st = run_status(host, run, ssh=_ssh(ssh_key, known_hosts, False))
     if as_json:
@@ -258,33 +263,27 @@ def status(
     print_eval_and_curve(st, _line, plot=plot)
 
 
-def _print_all(rows: list[RunStatus]) -> None:
-    from rich.table import Column, Table
-
-    # run ids (what --run takes) and container names are printed whole, never folded or cut: a table when
-    # every cell fits the terminal, else one block per run with the id on its own line
-    keys: tuple[str, ...] = ("id", "name", "host", "recipe", "state", "container")
-    keys = tuple(k for k in keys if k != "name" or any(s.get("name") for s in rows))
-    widths = [max([len(str(s.get(k) or "")) for s in rows] + [len(k)]) for k in keys]
-    if sum(widths) + 3 * len(keys) + 1 > console.width:
-        for s in rows:
-            console.print(s.get("id", ""), style="bold", markup=False, highlight=False, crop=False, overflow="ignore")
-            for k in keys[1:]:
-                console.print(f"  {k:<9} {esc(s.get(k) or '')}", highlight=False, crop=False, overflow="ignore")
-        return
-    t = Table(*[Column("run" if k == "id" else k, no_wrap=True, overflow="ignore", min_width=w)
-                for k, w in zip(keys, widths, strict=False)])
-    for s in rows:
-        t.add_row(*[esc(s.get(k) or "") for k in keys])
-    console.print(t)
-
-
 def _line(text: str, first: str = "  ", rest: str = "    ", style: str = "") -> None:
     """One wrapped field of `status` (at spaces, continuation indented)."""
     from rich.text import Text
 
     for ln in wrap_words(text, console.width, first, rest):
         console.print(Text(ln, style=style), soft_wrap=True, highlight=False)
+
+
+def _next_step(st: RunStatus, c: dict[str, Any] | None) -> str:
+    """What to run next for a run nobody follows (a detached `up`), from its container's live state; a failed or
+    crashed run's fix already says it."""
+    from ktdeploy.core.run_summary import rerun_command
+
+    if st.get("state") != "detached" or c is None:
+        return ""
+    if c.get("status") == "exited" and c.get("exit_code") == 0:
+        return f"next: training finished; {rerun_command(st, resume=False)} converts and serves it"
+    if c.get("status") in ("running", "restarting"):
+        return (f"next: ktdeploy logs -f --run {st.get('id')} follows its log; {rerun_command(st, resume=False)} "
+                "follows it, then converts and serves")
+    return ""
 
 
 def _print_status(st: RunStatus) -> None:
@@ -325,6 +324,9 @@ def _print_status(st: RunStatus) -> None:
         eta = status_eta(st.get("eta"), p)
         if eta:
             _line(eta)
+    nxt = _next_step(st, c)
+    if nxt:
+        _line(nxt, rest="       ", style="green")
     serve = live.get("serve")
     if serve:
         _line(f"serving {st['serve_container']}: {serve['status']}")
@@ -335,16 +337,20 @@ def _print_status(st: RunStatus) -> None:
 def logs(
     host: Optional[str] = typer.Option(None, "--host", "-H", metavar="HOST", help="The latest run on this host."),
     run: Optional[str] = typer.Option(None, "--run", metavar="RUN", help=RUN_HELP),
+    stage: str = typer.Option("train", "--stage", metavar="train|convert|serve",
+                              help="Whose log: the training, conversion (and merge) or serving container's."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the container exits (Ctrl-C stops)."),
     tail: int = typer.Option(100, "--tail", metavar="N", help="Lines from the end to start with."),
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", metavar="FILE", help=SSH_KEY_HELP),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", metavar="FILE", help=KNOWN_HOSTS_HELP),
 ) -> None:
-    """The training container's log (docker logs) of the latest run."""
+    """A stage's container log (docker logs) of the latest run: training by default; a container that is gone,
+    from the copy the run record keeps."""
     from ktdeploy.controller.run_queries import logs as run_logs
 
-    run_logs(host, run, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
-             write=lambda line: console.print(_log_text(line), highlight=False, markup=False, soft_wrap=True))
+    run_logs(host, run, stage=stage, follow=follow, tail=tail, ssh=_ssh(ssh_key, known_hosts, False),
+             write=lambda line: console.print(_log_text(line), highlight=False, markup=False, soft_wrap=True),
+             say=lambda text: err_console.print(esc(text), highlight=False, soft_wrap=True))
 
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m")   # a colour code: dropped (it only colours; any other escape is shown)

@@ -10,9 +10,10 @@ environment variable the recipe names (``deploy.serve.api_key_env``) and travels
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,23 +204,47 @@ def _one(c: Any, sides: dict[str, Endpoint], sample: Sample, s: Settings, logpro
 def evaluate(samples: Sequence[Sample], sides: dict[str, Endpoint], s: Settings,
              on_progress: Callable[[Progress], None] | None = None) -> list[SampleResult]:
     """Every sample against every side (``tuned``, and ``base`` when given), ``s.concurrency`` at a time; the results
-    in the samples' order. Ctrl-C cancels what has not started and re-raises."""
+    in the samples' order. Ctrl-C returns at once (exit 130, as every Ctrl-C): the workers are daemon threads, so a
+    request still in flight (up to --timeout seconds) never holds the exit back, and they start nothing more."""
     out: dict[int, SampleResult] = {}
     logprobs: dict[str, bool] = {}
+    todo: queue.SimpleQueue[tuple[int, Sample]] = queue.SimpleQueue()
+    done: queue.SimpleQueue[tuple[int, SampleResult | None, BaseException | None]] = queue.SimpleQueue()
+    for i, smp in enumerate(samples):
+        todo.put((i, smp))
+    stop = threading.Event()
+
+    def work(c: Any) -> None:
+        while not stop.is_set():
+            try:
+                i, smp = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((i, _one(c, sides, smp, s, logprobs), None))
+            except BaseException as err:   # noqa: BLE001 - handed to the caller's thread, raised there
+                done.put((i, None, err))
+
     t0, failed = time.monotonic(), 0
-    with client(s.timeout_s) as c, ThreadPoolExecutor(max_workers=max(1, s.concurrency)) as pool:
-        futures = {pool.submit(_one, c, sides, smp, s, logprobs): i for i, smp in enumerate(samples)}
+    with client(s.timeout_s) as c:
+        for n in range(max(1, min(s.concurrency, len(samples)))):
+            threading.Thread(target=work, args=(c,), name=f"ktdeploy-eval-{n}", daemon=True).start()
         try:
-            for f in as_completed(futures):
-                r = f.result()
-                out[futures[f]] = r
+            while len(out) < len(samples):
+                try:
+                    i, r, err = done.get(timeout=0.5)   # a timeout: Ctrl-C is delivered between waits
+                except queue.Empty:
+                    continue
+                if err is not None:
+                    raise err
+                assert r is not None
+                out[i] = r
                 failed += sum(1 for a in r.answers.values() if a.text is None)
                 if on_progress is not None:
                     on_progress(Progress(done=len(out), total=len(samples), elapsed_s=time.monotonic() - t0,
                                          failed=failed))
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+        finally:
+            stop.set()
     return [out[i] for i in range(len(samples))]
 
 

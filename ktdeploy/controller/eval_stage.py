@@ -7,6 +7,7 @@ failing exit (CheckFailed: exit 1).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 from collections.abc import Callable, Mapping
@@ -130,7 +131,12 @@ def run_eval(loaded: ds.Loaded, sides: dict[str, Endpoint], s: Settings, folder:
                                                                    f"{loaded.skipped[0]})" if loaded.skipped else ""),
                          key="dataset", fix="Evaluate a dataset with at least one prompt.")
     check_available()
-    results = evaluate(loaded.samples, sides, s, on_progress)
+    try:
+        results = evaluate(loaded.samples, sides, s, on_progress)
+    except KeyboardInterrupt:   # nothing was written: the folder this evaluation made goes (the same -o works again)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+        raise
     summary = summarize(results, meta={**meta, "skipped_rows": len(loaded.skipped)})
     samples_file, _ = write_results(folder, results, summary)
     summary["samples_file"] = str(samples_file)

@@ -45,7 +45,7 @@ from ktdeploy.core.plan.state import ContainerState, parse_container_state
 from ktdeploy.core.plan.steps import Plan, Stage, Step, StepAction
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
-from ktdeploy.core.safeio import read_text, write_file
+from ktdeploy.core.safeio import read_text, redact, write_file
 from ktdeploy.core.trainer_log import LogEntry, describe, latest
 
 # The snapshot's framing (FOLLOW_SH, parse_follow) lives in core/markers.py: every part is framed and the
@@ -159,14 +159,16 @@ def _refusal(lines: list[str]) -> str | None:
 
 
 def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
-                progressed: bool | None = None, role: str = "train") -> str:
+                progressed: bool | None = None, role: str = "train", command: str | None = None) -> str:
     """What to do about a stopped container, by how it stopped: the agent's own refusal (its doctor, the recipe,
     the output dir) needs a fix, an OOM the planner's knobs; then, always, the same `up` with --resume auto, which
-    replaces the stopped container (``progressed``: kept for callers; the advice no longer depends on it)."""
+    replaces the stopped container (``progressed``: kept for callers; the advice no longer depends on it;
+    ``command``: that `up` spelled out, where the caller knows it — `status` of a detached run)."""
     # One restart story: a stopped training container stays until an `up` with --resume replaces it (the same
     # command without --resume only reports the crash again, host_plan's train.crashed), so every crash says so.
-    again = ("then run the same `ktdeploy up` with --resume auto (it replaces the stopped container and goes on "
-             "from the newest complete checkpoint, or starts fresh when there is none)")
+    same = f"`{command}`" if command else "the same `ktdeploy up` with --resume auto"
+    again = (f"then run {same} (it replaces the stopped container and goes on from the newest complete checkpoint, "
+             "or starts fresh when there is none)")
     if role == "serve":
         return "the server stopped: see its log lines above (`ktdeploy logs`), fix the cause, then run the same " \
                "`ktdeploy up` again."
@@ -262,9 +264,14 @@ class Executor:
         failure is the stack refusing the recipe (stack.judge), `up` stops with the stack's findings (RecipeError:
         exit 2), the same report as `ktdeploy check --stack`."""
         p = s.typed(ImageCheckParams)
-        report = image_doctor(self.conn, p.image, recipe=self.recipe, gpus=list(p.gpus),
-                              user=p.user or "", memlock=p.memlock, name=p.name,
-                              host_facts=self.facts, replace_stale=bool(p.name))
+        self.emit(ev.Waiting("started", stage.name, f"checking {p.image} in a container started with the training "
+                                                   "flags (doctor, then the stack's judgement of the recipe)"))
+        try:
+            report = image_doctor(self.conn, p.image, recipe=self.recipe, gpus=list(p.gpus),
+                                  user=p.user or "", memlock=p.memlock, name=p.name,
+                                  host_facts=self.facts, replace_stale=bool(p.name))
+        finally:
+            self.emit(ev.Waiting("ended", stage.name))
         report.waived = tuple(self.plan.waived)
         failed, waived = report.failed, report.waived_failures
         self.emit(ev.ImageChecked(image=p.image, summary=report.summary(), summary_text=report.summary_text(),
@@ -318,6 +325,9 @@ class Executor:
     def _do_run(self, stage: Stage, s: Step) -> None:
         self.emit(ev.Said(ev.Mark.GO, s.title, stage.name))
         r = self.conn.run(self._argv(s), timeout=s.timeout or 600)
+        if s.id in rr.STEP_LOGS:   # its container is gone once it ends: `ktdeploy logs --stage` reads this copy
+            write_file(self.record.path / rr.ARTIFACTS, rr.STEP_LOGS[s.id], redact(r.stdout + r.stderr),
+                       overwrite=True)
         if r.rc != 0:
             # what the failed step leaves behind (the serving key file), removed first
             if isinstance(s.params, RunParams) and s.params.cleanup:
@@ -330,8 +340,11 @@ class Executor:
     def _do_fail(self, stage: Stage, s: Step) -> None:
         # a second `up` finds the training container stopped: why, and what to do
         if isinstance(s.params, CrashParams) and s.params.crash:
-            what, advice = self._crash_details(self.plan.job)
-            raise StepError(f"{stage.name}: {what}", step=s.id, fix=advice)
+            name = self.plan.job   # the crash an earlier run (or nobody: --detach) left: said as FOLLOW says it
+            write_file(self.record.path / rr.ARTIFACTS, rr.TRAIN_LOG, redact(container_logs(self.conn, name, tail=None)),
+                       overwrite=True)
+            what, advice = self._crash_details(name)
+            raise StepError(f"{stage.name}: {self._trainer_reason(name)}{what}", step=s.id, fix=advice)
         raise StepError(f"{stage.name}: {s.why}", step=s.id, fix=s.fix)
 
     def _local(self, rel: str) -> Path:
@@ -470,7 +483,7 @@ class Executor:
         self.record.write_json("eta.json", eta.record())
         self.emit(ev.TrainExited(exit_code=st.exit_code, oom_killed=st.oom_killed, status=st.status))
         self._fetch_agent_record(posixpath.dirname(log))
-        write_file(self.record.path / rr.ARTIFACTS, "container.log", container_logs(self.conn, name, tail=None),
+        write_file(self.record.path / rr.ARTIFACTS, rr.TRAIN_LOG, container_logs(self.conn, name, tail=None),
                    overwrite=True)
         if not st.succeeded:
             what, advice = self._crash_details(name, st, progressed=last_step is not None)
@@ -485,7 +498,7 @@ class Executor:
         exc = last_exception(container_logs(self.conn, name, tail=2000))
         if exc is None:
             return ""
-        log = self.record.path / rr.ARTIFACTS / "container.log"
+        log = self.record.path / rr.ARTIFACTS / rr.TRAIN_LOG
         return f"the trainer crashed: {exc.line()}; full log: {log}\n"
 
     def _crash_details(self, name: str, st: ContainerState | None = None, *, progressed: bool | None = None,

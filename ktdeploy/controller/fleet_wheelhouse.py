@@ -24,7 +24,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ktdeploy.controller.images.lockfile import Lock, read_lock
-from ktdeploy.controller.images.wheelhouse import missing_wheels
+from ktdeploy.controller.images.wheelhouse import missing_wheels, pip_download
 from ktdeploy.core.errors import ImageError
 from ktdeploy.core.hashing import sha256_file
 from ktdeploy.core.safeio import write_file, write_path
@@ -49,14 +49,18 @@ def newest(wheels: Path, pattern: str) -> Path:
     return found[-1]
 
 
-def _download(wheels: Path, args: list[str], target: list[str]) -> None:
-    base = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--quiet", "--no-deps",
+def _download(wheels: Path, args: list[str], target: list[str], total: int = 1) -> None:
+    base = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
             "--dest", str(wheels), "--find-links", str(wheels), *target, *args]
-    if subprocess.run([*base, "--no-index"], capture_output=True).returncode == 0:
+    if subprocess.run([*base, "--quiet", "--no-index"], capture_output=True).returncode == 0:
         return
-    p = subprocess.run(base, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise ImageError(f"pip download {' '.join(args)} failed: {p.stderr.strip()[-600:]}",
+
+    def tick(done: int, of: int, wheel: str) -> None:   # a line per wheel on stderr (ansible keeps it)
+        print(f"wheel {done}/{of}: {wheel}", file=sys.stderr, flush=True)
+
+    rc, output = pip_download([*base, "--progress-bar", "off"], total, tick)
+    if rc != 0:
+        raise ImageError(f"pip download {' '.join(args)} failed: {output.strip()[-600:]}",
                          fix="Make the package index reachable from the controller once, or fill the wheelhouse "
                              "folder with the lock's wheels (python docker/wheelhouse.py --stack reduced --dest DIR).")
 
@@ -86,7 +90,7 @@ def build(lock_path: Path, wheels: Path, tarball: Path, target: list[str]) -> st
     lock = read_lock(lock_path)
     wheels.mkdir(parents=True, exist_ok=True)
     if missing_wheels(lock, wheels, verify_hashes=True):
-        _download(wheels, ["--require-hashes", "-r", str(lock_path)], target)
+        _download(wheels, ["--require-hashes", "-r", str(lock_path)], target, total=len(lock.pins))
     bad = missing_wheels(lock, wheels, verify_hashes=True)
     if bad:
         raise ImageError(f"{wheels} lacks {len(bad)} wheel(s) of {lock_path.name}: {', '.join(bad[:5])}",

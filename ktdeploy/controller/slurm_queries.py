@@ -48,18 +48,22 @@ def status(conn: Connector, rec: RunRecord, st: rr.RunStatus) -> rr.LiveStatus:
 
 
 def logs(conn: Connector, rec: RunRecord, st: rr.RunStatus, *, follow: bool, tail: int, write: Callable[[str], None],
-         poll_s: float) -> None:
-    """The training job's log file (appended by every run of a requeued job); -f until the job ends."""
+         poll_s: float, role: str = "train") -> None:
+    """A job's log file (``role``: train or convert; appended by every run of a requeued job); -f until the job
+    ends."""
     jobs = recorded_jobs(rec, st)
-    job_id = jobs.get("train")
+    job_id = jobs.get(role)
     if not job_id:
+        if role != "train":
+            raise StepError(f"run {rec.id} submitted no {role} job (yet), so it has no {role} log",
+                            fix=f"Where it stands: ktdeploy status --run {rec.id}")
         raise StepError(f"run record {rec.id} holds no training job id", fix="ktdeploy up-slurm submits one.")
     job_dir = rec.status_text("job_dir", st)
     shown = 0
     first = True
     while True:
         info, _ = job_state(conn, job_id)
-        text = job_log(conn, job_dir, "train", job_id, tail=None)
+        text = job_log(conn, job_dir, role, job_id, tail=None)
         lines = text.splitlines()
         new = lines[max(shown, len(lines) - tail) if first else shown:]
         for line in new:

@@ -78,8 +78,16 @@ def apply_phase(conn: Connector, plan: Plan, recipe: Recipe, report: DoctorRepor
     else:
         record.set_status("finished")
         result.state = "finished"
-        events.emit(ev.Said(ev.Mark.DONE, f"adapter {plan.adapter_dir}; run record {record.path}", lead="done:"))
+        events.emit(ev.Said(ev.Mark.DONE, f"adapter {plan.adapter_dir}; run record {record.path}; next: "
+                                          f"{next_step(plan, record.id)}", lead="done:"))
     return result
+
+
+def next_step(plan: Plan, run_id: str) -> str:
+    """What to run after a finished `up`: talk to the served model and score it; without a server, its status."""
+    if any(st.name == StageName.SERVE and not st.skipped for st in plan.stages):
+        return f"ktdeploy chat {run_id} (talk to it), ktdeploy eval {run_id} (base vs tuned)"
+    return f"ktdeploy status --run {run_id}"
 
 
 def _stopped(stop: KeyboardInterrupt, conn: Connector, events: Emitter, executor: Executor, result: UpResult, *,

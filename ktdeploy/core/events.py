@@ -94,6 +94,16 @@ class Following(Event):
     status: str = ""
 
 
+@dataclass(frozen=True)
+class Waiting(Event):
+    """A step that takes a while with nothing to count (the image check's container): ``started`` (a spinner on a
+    terminal, else its line), ``ended`` (the spinner goes; the step's own result lines follow)."""
+
+    phase: Literal["started", "ended"]
+    stage: str = ""
+    what: str = ""
+
+
 # -- the run's setup: waivers, connection, uploads, doctor (controller/up_host.py, up_phases.py, sync.py) ---------
 @dataclass(frozen=True)
 class WaiversRecorded(Event):

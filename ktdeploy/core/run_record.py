@@ -40,6 +40,9 @@ DOCTOR = "doctor.json"
 JOB_STATE = "job_state.json"
 RENDERED = "rendered"
 ARTIFACTS = "artifacts"
+TRAIN_LOG = "container.log"   # artifacts/: the training container's whole log, kept when FOLLOW ends
+# artifacts/: the output of a stage's one-shot container (`docker run --rm`: gone once it ends), kept by the executor
+STEP_LOGS = {"weights.prepare": "prepare-weights.log", "convert.adapter": "convert.log", "convert.merge": "merge.log"}
 
 
 class LiveStatus(TypedDict, total=False):
@@ -96,6 +99,7 @@ class RunStatus(TypedDict, total=False):
     eval: object   # the EVAL stage's summary (controller/eval_stage.py)
     lock: str      # the job lock's key (controller/runs.lock_key): one run of a job on a place, however spelled
     eta: object    # planned and measured step time of the training (core/eta.py)
+    progress: object   # the newest trainer-log entry FOLLOW saw (core/trainer_log.LogEntry.to_json)
     record: str
     live: LiveStatus
 

@@ -384,6 +384,7 @@ def test_the_serving_container_starts_as_a_uid_absent_from_passwd(images, tmp_pa
     assert argv[argv.index("--user") + 1] == "4242:4242"
     i = argv.index("--restart")
     del argv[i:i + 2]                   # the double exits once it has reported; no restart loop in a test
+    argv += ["--waive", "gpu.present"]   # no GPU here: the double stands in for sglang-kt, which would need one
     cut = argv.index("--")
     argv[cut:cut] = ["--mount", f"type=bind,source={ROOT / 'tests/fakes/sglang_pkg'},target=/fake,readonly",
                      "--mount", f"type=bind,source={report},target=/report", "--env", "PYTHONPATH=/fake",

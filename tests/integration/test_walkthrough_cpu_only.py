@@ -1,7 +1,7 @@
 """The walkthrough on a CPU-only host with the profile, over SSH, as a newcomer types it: the tiny model and its
 data uploaded from this machine (`--sync-model`, `--sync-data`: rsync through pyinfra with the session's key and
 known_hosts), `up --cpu-only` through to SERVE, the same command again, `status`, `down` — each output compared
-with docs/up.md's samples (tests/docs.py) — then what the upload promises: resumable, checked, never into a model
+with docs/testing.md's samples (tests/docs.py) — then what the upload promises: resumable, checked, never into a model
 folder with other content.
 
 Training runs the LlamaFactory TEST DOUBLE image (tests/fakes/fake_llamafactory.py: no torch, hence
@@ -86,18 +86,18 @@ def test_walkthrough_on_a_cpu_only_host_with_the_profile(walk):
     r = cli(w, *up)
     assert r.returncode == 0, r.stdout + r.stderr
     shown = {str(w["root"]): "/v", str(w["local"]): "~/ktd", str(w["home"]): "~/.local/share/ktdeploy"}
-    compare("up-session", "docs/up.md", r.stdout, shown)
+    compare("up-session", "docs/testing.md", r.stdout, shown)
     model = w["root"] / "models" / "tiny-qwen3-moe"
     assert (model / "model.safetensors").stat().st_size == WEIGHTS_BYTES
     assert json.loads((w["root"] / "data" / "dataset_info.json").read_text())["tiny_sft"]
 
     again = cli(w, *up)
     assert again.returncode == 0, again.stdout + again.stderr
-    compare("up-again", "docs/up.md", again.stdout, shown)
+    compare("up-again", "docs/testing.md", again.stdout, shown)
     assert "✓ SYNC: " in again.stdout and "→ SYNC" not in again.stdout   # checked again, nothing re-sent
     st = cli(w, "status", "--run", "walk")
     assert st.returncode == 0, st.stderr
-    compare("status-finished", "docs/up.md", st.stdout, shown)
+    compare("status-finished", "docs/testing.md", st.stdout, shown)
     d = cli(w, "down", "--run", "walk")
     assert d.returncode == 0, d.stderr
     after = cli(w, "status", "--run", "walk").stdout

@@ -36,12 +36,14 @@ def cli(*args, home: Path, cwd: Path = REPO) -> subprocess.CompletedProcess:
 @pytest.fixture
 def lf_pair(tmp_path) -> tuple[Path, Path]:
     """The tiny recipe's two sections as a LlamaFactory user has them: two plain YAML files."""
-    doc = YAML(typ="safe").load((REPO / "recipes/tiny-moe-lora.yaml").read_text())
+    from ktdeploy.core.recipe import load_recipe
+
+    r = load_recipe(REPO / "recipes/tiny-moe-lora.yaml")   # its host paths made absolute under deploy.root
     y = YAML()
     with open(tmp_path / "train.yaml", "w") as f:
-        y.dump(doc["train"], f)
+        y.dump(r.train, f)
     with open(tmp_path / "accelerate.yaml", "w") as f:
-        y.dump(doc["accelerate"], f)
+        y.dump(r.accelerate, f)
     return tmp_path / "train.yaml", tmp_path / "accelerate.yaml"
 
 
@@ -55,8 +57,35 @@ def test_recipe_from_lf_writes_a_valid_recipe_and_never_overwrites(tmp_path, lf_
     assert doc["deploy"]["gpus"] == [0] and doc["train"]["kt_config"]["kt_backend"] == "auto"
     before = (tmp_path / "mine.yaml").read_bytes()
     again = cli("recipe", "from-lf", str(t), str(a), "-o", "mine.yaml", home=tmp_path, cwd=tmp_path)
-    assert again.returncode == 6 and "-o FILE" in again.stderr, again.stderr
+    err = " ".join(again.stderr.split())
+    assert again.returncode == 6 and f"{tmp_path / 'mine.yaml'} exists; not overwritten" in err, err
+    assert f"ktdeploy recipe from-lf {t} {a} -o mine.yaml --force" in err and "-o FILE" in err, err
     assert (tmp_path / "mine.yaml").read_bytes() == before
+
+
+def test_recipe_from_lf_force_replaces_it_whole_or_not_at_all(tmp_path, lf_pair):
+    t, a = lf_pair
+    assert cli("recipe", "from-lf", str(t), str(a), "-o", "mine.yaml", home=tmp_path, cwd=tmp_path).returncode == 0
+    before = (tmp_path / "mine.yaml").read_bytes()
+    t.write_text(t.read_text().replace("learning_rate: 0.0001", "learning_rate: 0.0002"))
+    r = cli("recipe", "from-lf", str(t), str(a), "-o", "mine.yaml", "--force", home=tmp_path, cwd=tmp_path)
+    assert r.returncode == 0 and "Next: ktdeploy plan mine.yaml" in " ".join(r.stdout.split()), r.stdout + r.stderr
+    assert "HOST" not in r.stdout   # the next step is a command to run, not a placeholder
+    assert YAML(typ="safe").load((tmp_path / "mine.yaml").read_text())["train"]["learning_rate"] == 0.0002
+    # the safe writer leaves no temporary file behind
+    assert {p.name for p in tmp_path.iterdir()} <= {"accelerate.yaml", "mine.yaml", "train.yaml", "runs"}
+    # refused before anything is written (a secret in the training YAML): the recipe there stays whole
+    now = (tmp_path / "mine.yaml").read_bytes()
+    assert now != before
+    t.write_text(t.read_text() + "hub_token: hf_abcdefghijklmnopqrstuvwxyz0123456789\n")
+    r = cli("recipe", "from-lf", str(t), str(a), "-o", "mine.yaml", "--force", home=tmp_path, cwd=tmp_path)
+    assert r.returncode == 2 and (tmp_path / "mine.yaml").read_bytes() == now, r.stderr
+    # a link planted where the recipe goes is never followed, --force or not
+    (tmp_path / "victim.yaml").write_text("keep\n")
+    (tmp_path / "link.yaml").symlink_to(tmp_path / "victim.yaml")
+    t.write_text(t.read_text().replace("hub_token: hf_abcdefghijklmnopqrstuvwxyz0123456789\n", ""))
+    r = cli("recipe", "from-lf", str(t), str(a), "-o", "link.yaml", "--force", home=tmp_path, cwd=tmp_path)
+    assert r.returncode != 0 and (tmp_path / "victim.yaml").read_text() == "keep\n", r.stderr
 
 
 def test_recipe_from_lf_with_the_training_yaml_alone(tmp_path, lf_pair):

@@ -44,6 +44,7 @@ from ktdeploy.agent.merge import arith, layout
 from ktdeploy.agent.merge.layout import MergeError
 from ktdeploy.agent.merge.stream import LoraCache, ShardPlan, check_contiguous, write_shard
 from ktdeploy.core.hashing import sha256_file
+from ktdeploy.core.progress import tick
 from ktdeploy.core.safeio import MAX_JSON, inside, load_json, overlaps, redact, write_file, writing
 
 FORMAT, VERSION = "ktdeploy-merge", 1
@@ -572,6 +573,7 @@ def _run(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: layout
     cache = LoraCache()
     bytes_in = bytes_out = 0
     try:
+        tick(say, 0, len(todo), "the first shard")
         for i, p in enumerate(todo, 1):
             t = time.monotonic()
             part = stage.path / (p.name + ".partial")
@@ -587,6 +589,7 @@ def _run(adapter: _Adapter, base: _Base, plans: list[ShardPlan], mapping: layout
             dt = time.monotonic() - t
             say(f"{p.name}: merged ({i}/{len(todo)}), {p.file_size / 1e9:.2f} GB in {dt:.1f} s "
                 f"({p.file_size / 1e9 / max(dt, 1e-9):.2f} GB/s)")
+            tick(say, i, len(todo), p.name)
     finally:
         cache.close()
     return _publish(adapter, base, plans, mapping, stage, dst, fp8, _Counts(kept, bytes_in, bytes_out), t0, say)

@@ -46,10 +46,12 @@ from ktdeploy.controller.images.lockfile import Lock, read_lock
 from ktdeploy.controller.images.tags import DEFAULT_REPO, LABELLED_DISTRIBUTIONS, STACKS, image_tag, image_tags
 from ktdeploy.controller.images.wheelhouse import DEFAULT_PORTS, check_wheelhouse, serve
 from ktdeploy.core import variants as V
+from ktdeploy.core.build_clock import stage_line
 from ktdeploy.core.errors import ImageError, UsageError
 from ktdeploy.core.safeio import write_file, writing
 
 DEFAULT_BASE_IMAGE = "ktdeploy/base:bookworm"
+STAGES = ("deps", "light", "layer", "verify", "images")   # what `image build` says as [stage i/N] (core/build_clock)
 
 
 @dataclass
@@ -289,7 +291,8 @@ def build(opts: BuildOptions, on_line: Callable[[str], None] | None = None) -> B
     with tempfile.TemporaryDirectory(prefix="ktsft-context-") as tmp, serve(opts.wheelhouse_dir, port) as url:
         snap = BuildOptions(**{**opts.__dict__, "context": snapshot_context(opts.context, Path(tmp) / "ctx")})
         t0 = time.monotonic()
-        for target in ("deps", "light"):
+        for i, target in enumerate(("deps", "light"), 1):
+            line(stage_line(i, len(STAGES), target, f"docker build --target {target}"))
             iid = Path(tmp) / f"{target}.iid"
             proc = docker_cli.run(stage_argv(snap, target, lock, url, iid, no_cache=opts.no_cache),
                                   env=docker_cli.CLASSIC_BUILD_ENV, on_line=line)
@@ -298,6 +301,7 @@ def build(opts: BuildOptions, on_line: Callable[[str], None] | None = None) -> B
             report.stage_ids[target] = iid.read_text().strip()
         report.phases["stages"] = round(time.monotonic() - t0, 1)
         t1 = time.monotonic()
+        line(stage_line(3, len(STAGES), "layer", "ktdeploy's own layer, written once for every build"))
         layer = write_layer(report.stage_ids["light"], Path(tmp) / "light-layer.tar")
         report.phases["layer"] = round(time.monotonic() - t1, 1)
         cache = None if opts.no_cache else manifest_cache_dir(report.stage_ids["deps"])
@@ -344,6 +348,7 @@ def _images_by_load(opts: BuildOptions, report: BuildReport, layer: LayerFile, c
     report.phases["load_verify_image"] = round(time.monotonic() - t, 1)
     try:
         t = time.monotonic()
+        line(stage_line(4, len(STAGES), "verify", "verify_stack in the image: every installed file against the lock"))
         mounts, verify = _verify_argv(opts, cache)
         ctr = _create(provisional, mounts, verify)
         try:
@@ -353,6 +358,7 @@ def _images_by_load(opts: BuildOptions, report: BuildReport, layer: LayerFile, c
         report.phases["verify"] = round(time.monotonic() - t, 1)
         # 2. every variant in one archive: same layers, the variant's config
         t = time.monotonic()
+        line(stage_line(5, len(STAGES), "images", f"the {len(opts.isas)} build(s) tagged, one archive loaded"))
         lab = labels(manifest, created)
         tags = [image_tags(opts.image_repo, isa) for isa in opts.isas]
         images = [(image_config(deps, history, layer.diff_id, created, variant_settings(isa, lab)), names)
@@ -375,9 +381,11 @@ def _images_by_commit(opts: BuildOptions, report: BuildReport, layer: LayerFile,
     try:
         _copy_layer(layer, ctr)
         t = time.monotonic()
+        line(stage_line(4, len(STAGES), "verify", "verify_stack in the image: every installed file against the lock"))
         lab = labels(_run_verification(ctr, line), _now())
         report.phases["verify"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
+        line(stage_line(5, len(STAGES), "images", f"the {len(opts.isas)} build(s) committed and tagged"))
         for isa in opts.isas:
             tag = image_tag(opts.image_repo, isa)
             argv = ["commit", "--pause=false"]

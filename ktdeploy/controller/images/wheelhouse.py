@@ -8,8 +8,10 @@ else matters: pip runs with --no-index and --require-hashes.
 from __future__ import annotations
 
 import functools
+import re
+import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -45,6 +47,25 @@ def check_wheelhouse(lock: Lock, wheelhouse: Path, stack: str) -> None:
             key="--wheelhouse",
             fix=f"Run `python docker/wheelhouse.py --stack {stack} --dest {wheelhouse}` where PyPI is "
                 "reachable (air-gapped: there, then copy the folder here).")
+
+
+# pip download's line for each requirement it has: fetched, or found already there (its hash checked)
+PIP_GOT = re.compile(r"^\s*(?:Saved|File was already downloaded) (.+?)\s*$")
+
+
+def pip_download(argv: list[str], total: int, tick: Callable[[int, int, str], None]) -> tuple[int, str]:
+    """Run ``pip download`` (argv), telling ``tick(done, total, wheel)`` as each wheel is there; (its exit status,
+    its output) — the output for the error when it fails."""
+    done, out = 0, []
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            if (m := PIP_GOT.match(line)):
+                done += 1
+                tick(done, max(total, done), Path(m.group(1)).name)
+        rc = proc.wait()
+    return rc, "".join(out)
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):

@@ -70,7 +70,7 @@ FSDP_CONFIG_KEYS = (
     "fsdp_transformer_layer_cls_to_wrap", "fsdp_use_orig_params", "fsdp_version", "fsdp_sharding_strategy",
 )
 
-DEPLOY_KEYS = ("image", "image_repo", "registry", "gpus", "volumes", "reserve_cores", "serve", "scheduler")
+DEPLOY_KEYS = ("image", "image_repo", "registry", "gpus", "root", "volumes", "reserve_cores", "serve", "scheduler")
 
 TRAIN_KEY_SET = frozenset(TRAIN_KEYS)
 ACCELERATE_KEY_SET = frozenset(ACCELERATE_KEYS)

@@ -79,6 +79,9 @@ class RecipeSections(Protocol):
 
 
 def build(raw: RawRecipe) -> Recipe:
+    from ktdeploy.core.recipe.root import resolve_root
+
+    raw = resolve_root(raw)   # deploy.root: the relative host paths made absolute under it, before anything reads them
     d = raw.doc.get("deploy")
     if not isinstance(d, dict):
         return Recipe(raw=raw, deploy=None)

@@ -46,6 +46,9 @@ class Volumes(_Strict):
     @field_validator("model", "data", "output")
     @classmethod
     def _abs(cls, v: str, info: ValidationInfo) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"deploy.volumes.{info.field_name} must be an absolute path on the training host, got "
+                             f"{v!r} (or set deploy.root, the folder relative paths resolve against)")
         return _absolute(v, f"deploy.volumes.{info.field_name}")
 
 
@@ -171,12 +174,21 @@ class Deploy(_Strict):
     gpus: list[StrictInt] = Field(default_factory=lambda: [0], min_length=1,
                             description="GPU indices for CUDA_VISIBLE_DEVICES; their count must equal "
                                         "accelerate.num_processes.")
+    root: str | None = Field(None, description="A host folder the recipe's relative host paths resolve against "
+                                               "(train.model_name_or_path, dataset_dir, output_dir, kt_weight_path, "
+                                               "deploy.volumes.*): one setting moves them all, e.g. --set "
+                                               "deploy.root=/data/kt. Absolute paths stay as written.")
     volumes: Volumes
     reserve_cores: int = Field(2, ge=0, description="Physical cores kept free for the DataLoader and the system when "
                                                     "ktdeploy derives kt_num_threads.")
     serve: Serve = Field(default_factory=Serve)
     scheduler: Scheduler = Field(default_factory=Scheduler)
     eval: Evaluation | None = Field(None, description="Evaluate the served model after SERVE (the EVAL stage).")
+
+    @field_validator("root")
+    @classmethod
+    def _root_abs(cls, v: str | None) -> str | None:
+        return None if v is None else _absolute(v, "deploy.root")
 
     @field_validator("gpus")
     @classmethod

@@ -127,8 +127,8 @@ def test_f1_control_characters_refused_at_check_naming_the_key(key, value):
 def test_f1_check_cli_refuses_a_newline_volume_cleanly(tmp_path):
     recipe = tmp_path / "r.yaml"
     text = TINY.read_text()
-    assert "output: /srv/ktdeploy/output" in text
-    recipe.write_text(text.replace("output: /srv/ktdeploy/output", 'output: "/srv/ktdeploy/output\\n#SBATCH --uid=0"'))
+    assert "    output: output\n" in text   # deploy.volumes.output, relative to deploy.root
+    recipe.write_text(text.replace("    output: output\n", '    output: "/srv/ktdeploy/output\\n#SBATCH --uid=0"\n'))
     rc, out, _ = invoke(["check", str(recipe)], cwd=tmp_path)
     assert rc == 2 and "deploy.volumes.output" in out and not problems(rc, out)
     rc, out, _ = invoke(["render", "--slurm", "--variant", "amx", "--set", "deploy.scheduler.cpus=4", str(recipe)],

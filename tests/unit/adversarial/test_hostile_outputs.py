@@ -138,7 +138,8 @@ def test_up_dry_run_never_prints_a_control_character_from_the_recipe(tmp_path, e
     """train.output_dir (passes check) and the recipe's name are printed by the plan."""
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     p = tmp_path / f"r{esc.replace('/', '_').replace(chr(0), '')}.yaml"
-    p.write_text(TINY.replace("output_dir: /srv/ktdeploy/output/tiny-moe-lora",
+    assert "output_dir: output/tiny-moe-lora" in TINY   # relative to deploy.root
+    p.write_text(TINY.replace("output_dir: output/tiny-moe-lora",
                               f"output_dir: {json.dumps('/srv/ktdeploy/output/tiny' + esc)}"), encoding="utf-8")
     rc, out, _ = invoke(["up", "--dry-run", "--host", "gpu01", "--facts",
                          str(ROOT / "examples" / "facts" / "gpu-h200-1gpu.json"), p.name], cwd=tmp_path)
@@ -355,9 +356,10 @@ def test_non_finite_sampling_is_bounded_for_a_big_tensor(tmp_path):
     p = tmp_path / "big.safetensors"
     p.write_bytes(_st({"t": {"dtype": "BF16", "shape": [n], "data_offsets": [0, 2 * n]}}, b"\xc0\x7f" * n))
     info = st.read_header(p)[0]["t"]
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     assert st.non_finite(p, info) > 0
-    assert time.monotonic() - t0 < 2
+    # CPU time bounds the work (a loaded CI machine stretches the wall clock); the wall bound catches a hang
+    assert time.process_time() - c0 < 2 and time.monotonic() - t0 < 60
 
 
 # ---------------------------------------------------------------- image load: only the names asked for

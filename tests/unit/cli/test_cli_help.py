@@ -85,19 +85,31 @@ def test_the_commands_the_image_runs_are_listed_apart():
     assert {"up", "status", "check", "doctor"} <= _panel(text, "Commands")
 
 
-def test_directory_options_say_dir():
-    """An option that takes a folder shows DIR, never FILE."""
-    from typer.core import TyperOption
+FOLDER_WORDS = re.compile(r"\b(directory|folder|output_dir)\b")
 
+
+def test_directory_options_say_dir():
+    """An option or argument that takes a folder shows a DIR (DIR, MODEL_DIR, FILE|DIR: a file or its folder),
+    never FILE, PATH or the parameter's Python name (OUT_TEXT, RUN_ROOT); no metavar is a Python name (SET_)."""
     bad = []
     for path, cmd in COMMANDS:
         for p in cmd.params:
-            text = (p.help or "") if isinstance(p, TyperOption) else ""
-            if isinstance(p, TyperOption) and p.metavar == "FILE" and (
-                    re.search(r"\b(directory|folder|output_dir)\b(?! *\))", text) or (p.name or "").endswith("dir")):
-                bad.append(f"{' '.join(path)} {p.opts[0]}: {text[:60]}")
+            if getattr(p, "is_flag", False) or p.name == "help":
+                continue
+            text, mv = (getattr(p, "help", None) or ""), p.metavar or ""
+            opt = p.opts[0] if p.opts else p.name
+            takes_folder = (FOLDER_WORDS.search(text.split(".")[0]) and not re.search(r"\b(file|YAML|tarball)\b",
+                                                                                   text.split(".")[0], re.I)) \
+                or (p.name or "").rstrip("_").endswith(("dir", "root"))
+            if takes_folder and "DIR" not in mv:
+                bad.append(f"{' '.join(path)} {opt} {mv}: {text[:60]}")
+            if mv.endswith(("_", "_TEXT")):
+                bad.append(f"{' '.join(path)} {opt}: metavar {mv} is a Python name")
     assert not bad, bad
-    assert "--data-dir DIR" in " ".join(help_text(["tiny-model"]).split())
+    for cmd, shown in ((["tiny-model"], "--data-dir DIR"), (["render"], "--out -o DIR"), (["convert"], "--out -o DIR"),
+                       (["train"], "--run-root DIR"), (["plan"], "--model-config FILE|DIR"),
+                       (["check"], "--set KEY=VALUE")):
+        assert shown in " ".join(help_text(cmd).replace("│", " ").split()), (cmd, shown)
 
 
 @pytest.mark.parametrize("path", [["render"], ["image", "load"]])

@@ -45,10 +45,72 @@ def test_amxint4_recipe_needs_less_host_than_bf16(capsys):
     assert json.loads(int4)["host_memory_gib"] < 0.5 * json.loads(bf16)["host_memory_gib"]
 
 
-def test_human_output_lists_terms(capsys):
-    code, out, _ = run_cli(["plan", str(RECIPES / "deepseek-v3-fp8-lora.yaml")], capsys)
+def test_explain_lists_terms(capsys):
+    code, out, _ = run_cli(["plan", str(RECIPES / "deepseek-v3-fp8-lora.yaml"), "--explain"], capsys)
     assert code == 0
     assert "routed experts (fp8)" in out and "KT forward cache" in out and "checkpoints" in out
+    assert "routed experts (CPU GEMM)" in out      # the time terms too
+
+
+def _rows(out: str) -> dict[str, str]:
+    """The summary's rows: label -> its text (continuation lines joined)."""
+    rows: dict[str, str] = {}
+    label = ""
+    for line in out.splitlines():
+        head, text = line[:13].strip(), line[13:].strip()
+        label = head or label
+        rows[label] = f"{rows.get(label, '')} {text}".strip()
+    return rows
+
+
+def test_the_default_is_the_figures_and_a_verdict(capsys):
+    recipe = str(RECIPES / "tiny-moe-lora.yaml")
+    code, out, _ = run_cli(["plan", recipe, "--samples", "400"], capsys)
+    _, full, _ = run_cli(["plan", recipe, "--json", "--samples", "400"], capsys)
+    d = json.loads(full)
+    assert code == 0 and len(out.splitlines()) <= 20, out   # at 80 columns, the full path twice
+    assert "KT forward cache" not in out and "┃" not in out          # no term tables
+    rows = _rows(out)
+    assert set(rows) >= {"recipe", "host memory", "GPU memory", "disk", "time", "verdict"}, rows
+    from ktdeploy.core.sizing.calibration import band
+    host = d["error_band"]["host"]
+    assert rows["host memory"].startswith(f"{d['host_memory_gib']:.1f} GiB peak RSS ± {band('host', 1) * 100:.1f} %")
+    assert f"{host['upper_edge_gib']:.1f} GiB" in rows["host memory"]
+    assert rows["GPU memory"].startswith(f"{d['gpu_memory_gib_per_gpu']:.1f} GiB per GPU ± {band('gpu', 1) * 100:.1f} %")
+    t = d["throughput"]
+    assert rows["time"].startswith(f"{t['tokens_per_s']['value']:.1f} tokens/s ± {t['band'] * 100:.0f} %")
+    assert f"{t['steps']} steps:" in rows["time"] and "reference host" in rows["time"]
+    assert rows["verdict"].startswith(f"needs {host['upper_edge_gib']:.1f} GiB of available host memory")
+    assert f"ktdeploy doctor --recipe {recipe}" in rows["verdict"]
+    assert f"ktdeploy plan {recipe} --explain" in " ".join(out.split())
+
+
+def test_with_facts_the_verdict_is_doctors_plan_checks(capsys):
+    facts = str(REPO / "examples/facts/gpu-h200-1gpu.json")
+    code, out, _ = run_cli(["plan", str(RECIPES / "tiny-moe-lora.yaml"), "--facts", facts], capsys)
+    assert code == 0 and _rows(out)["verdict"].startswith("fits this host"), out
+    code, out, _ = run_cli(["plan", str(RECIPES / "qwen35-397b-bf16-lora.yaml"), "--facts", facts], capsys)
+    verdict = _rows(out)["verdict"]
+    assert code == 0 and verdict.startswith("does not fit this host: plan.host_memory"), out
+    assert "short by" in verdict and "fix:" in verdict
+
+
+def test_a_host_without_a_gpu_does_not_fit(capsys, tmp_path):
+    d = json.loads((REPO / "examples/facts/gpu-h200-1gpu.json").read_text())
+    d["facts"]["gpu"] = {"nvidia_smi": "missing", "error": "nvidia-smi: command not found", "gpus": [],
+                         "device_nodes": []}
+    facts = tmp_path / "cpu-only.json"
+    facts.write_text(json.dumps(d))
+    code, out, _ = run_cli(["plan", str(RECIPES / "tiny-moe-lora.yaml"), "--facts", str(facts)], capsys)
+    verdict = _rows(out)["verdict"]
+    assert code == 0 and verdict.startswith("does not fit this host: gpu.present"), out
+
+
+def test_json_is_the_same_with_or_without_explain(capsys):
+    recipe = str(RECIPES / "qwen3-235b-int8-lora.yaml")
+    _, a, _ = run_cli(["plan", recipe, "--json"], capsys)
+    _, b, _ = run_cli(["plan", recipe, "--json", "--explain"], capsys)
+    assert json.loads(a) == json.loads(b) and {"host_memory_gib", "throughput", "error_band"} <= set(json.loads(a))
 
 
 def test_explicit_model_config_and_unknown_architecture(tmp_path, capsys):
@@ -61,7 +123,7 @@ def test_explicit_model_config_and_unknown_architecture(tmp_path, capsys):
 
 def test_missing_model_config_is_a_one_screen_error(tmp_path, capsys):
     text = (RECIPES / "tiny-moe-lora.yaml").read_text().replace(
-        "/srv/ktdeploy/models/tiny-qwen3-moe", "/srv/ktdeploy/models/no-such-model")
+        "model_name_or_path: models/tiny-qwen3-moe", "model_name_or_path: models/no-such-model")
     p = tmp_path / "r.yaml"
     p.write_text(text)
     code, _, err = run_cli(["plan", str(p)], capsys)

@@ -1,7 +1,17 @@
-"""Ctrl-C while following exits 130 (docs/security.md, README "Exit codes"), the same in `up` (the run is recorded
-"detached": training keeps running on the host) and `logs -f`; before, both exited 0."""
+"""Ctrl-C exits 130 (docs/security.md, README "Exit codes") wherever ktdeploy waits: `up` following (the run is
+recorded "detached": training keeps running on the host), `logs -f` and `eval` (at once, though a request is still
+in flight, and without leaving the folder it made); before, the first two exited 0 and eval waited for its last
+request."""
 
 from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -52,6 +62,9 @@ def test_logs_follow_exits_130_on_ctrl_c(monkeypatch, tmp_path):
     closed = []
 
     class Conn:
+        def run(self, argv, timeout=None):   # the container exists
+            return type("R", (), {"rc": 0, "stdout": "", "stderr": ""})()
+
         def close(self):
             closed.append(True)
 
@@ -64,3 +77,39 @@ def test_logs_follow_exits_130_on_ctrl_c(monkeypatch, tmp_path):
     monkeypatch.setattr(run_queries, "_container_log", interrupted)
     r = CliRunner().invoke(app, ["logs", "-f"])
     assert r.exit_code == EXIT_INTERRUPTED and closed == [True], r.output
+
+
+REPO = Path(__file__).resolve().parents[3]
+# A Ctrl-C at a terminal: SIGINT handled as Python does by default (a process started from a background job of a
+# non-interactive shell inherits SIGINT ignored, and keeps it: tests/integration/test_up_hosts.py says more)
+CTRL_C_ABLE = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "sys.argv[0] = 'ktdeploy'; runpy.run_module('ktdeploy', run_name='__main__', alter_sys=True)")
+
+
+def test_eval_exits_130_at_once_on_ctrl_c_while_a_request_is_in_flight(tmp_path):
+    from tests.fakes.openai_server import OpenAIDouble
+
+    srv = OpenAIDouble(mode="slow", delay=90)     # an answer slower than any test: only Ctrl-C ends the wait
+    held = tmp_path / "held.json"
+    held.write_text(json.dumps([{"instruction": "", "input": f"q{i}", "output": "a"} for i in range(3)]))
+    out = tmp_path / "ev"
+    try:
+        p = subprocess.Popen([sys.executable, "-c", CTRL_C_ABLE, "eval", "--endpoint", srv.url, "--dataset", str(held),
+                              "--no-base", "--concurrency", "1", "-o", str(out)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=REPO,
+                             env={**os.environ, "KTDEPLOY_HOME": str(tmp_path / "home"), "COLUMNS": "100"})
+        deadline = time.monotonic() + 120
+        while not srv.requests:                   # the first question is being answered (slowly)
+            assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline, "eval sent no request in 120 s"
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        srv.stop()
+    assert p.returncode == EXIT_INTERRUPTED, (stdout, stderr)
+    assert stderr.strip().splitlines()[-1] == "interrupted" and "Traceback" not in stderr, stderr
+    assert took < 30, took                      # not the 90 s the request in flight would take
+    assert not out.exists()                     # the folder it made, empty, is gone: the same -o works again

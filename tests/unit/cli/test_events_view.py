@@ -26,7 +26,7 @@ def test_outside_values_are_escaped_once_in_the_renderer():
 
 def test_every_event_is_recorded_or_shown():
     for event, kind, _fields, shown in CASES:
-        assert kind or shown or isinstance(event, (ev.PlanText, ev.Following)), \
+        assert kind or shown or isinstance(event, (ev.PlanText, ev.Following, ev.Waiting)), \
             type(event).__name__
 
 
@@ -68,3 +68,19 @@ def test_long_lines_wrap_at_spaces_with_their_continuation_indented():
     *done, plan = con.file.getvalue().splitlines()
     assert done == ["done: adapter /out/" + "a" * 40 + "; run record", "    /r/" + "b" * 90]   # a path stays whole
     assert plan == "[red]plan[/red] " + "word " * 30          # the plan is printed as it is
+
+
+def test_a_long_uncounted_step_is_a_spinner_on_a_terminal_and_one_line_elsewhere():
+    started = ev.Waiting("started", "IMAGE", "checking ktsft:{amx} in a container [/x]")
+    buf = io.StringIO()
+    view = EventView(SafeConsole(file=buf, width=100, force_terminal=False))
+    view(started)
+    view(ev.Waiting("ended", "IMAGE"))
+    assert buf.getvalue() == "→ IMAGE: checking ktsft:{amx} in a container [/x]\n"
+    tty = io.StringIO()
+    view = EventView(SafeConsole(file=tty, width=100, force_terminal=True), bar=True)
+    view(started)                                  # braces and markup in the text: shown, never read
+    assert view._spinner is not None
+    view._spinner.refresh()
+    view(ev.Waiting("ended", "IMAGE"))
+    assert view._spinner is None and "checking ktsft:{amx} in a container [/x]" in tty.getvalue()

@@ -57,3 +57,34 @@ def test_the_tag_is_the_cpus(monkeypatch, flags, tag):
 
     monkeypatch.setattr(in_image, "Path", lambda p: type("P", (), {"read_text": lambda self: f"flags\t: {flags}\n"})())
     assert in_image.local_image() == tag
+
+
+@pytest.mark.skipif(any(Path("/dev").glob("nvidia[0-9]*")), reason="this host has a GPU: serve would start")
+def test_serve_in_the_image_on_a_host_without_a_gpu_stops_in_seconds(tmp_path):
+    """With sglang-kt importable (as in the image) on a host with no GPU: doctor's gpu.present, exit 1, in seconds,
+    before the server (it would load for minutes, then fail in CUDA) — not exit 70, not a traceback."""
+    import time
+
+    stack = tmp_path / "stack" / "sglang"
+    stack.mkdir(parents=True)
+    (stack / "__init__.py").write_text("raise SystemExit('sglang was imported: the check came too late')\n")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "ktdeploy", "serve", "recipes/tiny-moe-lora.yaml", "--adapter",
+                        str(adapter)], capture_output=True, text=True, cwd=REPO, timeout=120,
+                       env={**os.environ, "COLUMNS": "200", "KTDEPLOY_HOME": str(tmp_path / "home"),
+                            "PYTHONPATH": f"{REPO}:{tmp_path / 'stack'}"})
+    out = " ".join((p.stdout + p.stderr).split())
+    assert p.returncode == 1 and "Traceback" not in out, out
+    assert out.startswith("CheckFailed: gpu.present: serve needs an NVIDIA GPU"), out
+    assert "starting:" not in out and "sglang was imported" not in out
+    assert time.monotonic() - t0 < 30
+    # waived (a test double of sglang-kt on a CPU-only test host): said, and the server starts
+    p = subprocess.run([sys.executable, "-m", "ktdeploy", "serve", "recipes/tiny-moe-lora.yaml", "--adapter",
+                        str(adapter), "--waive", "gpu.present"], capture_output=True, text=True, cwd=REPO,
+                       timeout=120, env={**os.environ, "COLUMNS": "200", "KTDEPLOY_HOME": str(tmp_path / "home"),
+                                         "PYTHONPATH": f"{REPO}:{tmp_path / 'stack'}"})
+    out = " ".join((p.stdout + p.stderr).split())
+    assert "waived gpu.present" in out and "starting:" in out and "sglang was imported" in out, out

@@ -85,3 +85,16 @@ def test_bad_facts_files_are_usage_errors(tmp_path):
         r = cli(["up", "--host", "gpu01", "recipes/tiny-moe-lora.yaml", *args], tmp_path)
         err = " ".join(re.sub("[│╭╮╰╯─]", " ", r.stderr).split())  # the panel box and its wrapping gone
         assert r.returncode == 2 and words in err and "Traceback" not in err, (args, err)
+
+
+def test_deploy_root_moves_the_tiny_recipes_mounts(tmp_path):
+    """One setting moves the shipped tiny recipe: the dry run's docker argv mounts the folders under the new root."""
+    args = [*readme_dry_run_line(), "--set", "deploy.root=/data/kt"]
+    r = cli(args, tmp_path)
+    out = " ".join(r.stdout.split())
+    assert r.returncode == 4, r.stdout + r.stderr
+    for mount in ("type=bind,source=/data/kt/models,target=/data/kt/models,readonly",
+                  "type=bind,source=/data/kt/data,target=/data/kt/data",
+                  "type=bind,source=/data/kt/output,target=/data/kt/output"):
+        assert mount in out, (mount, out[:3000])
+    assert "/srv/ktdeploy" not in out

@@ -299,3 +299,33 @@ def test_follow_says_the_planned_eta_then_the_measured_one_and_records_both(tmp_
     assert eta["planned_step_s"] > 0 and eta["planned_tokens_per_s"] > 0
     assert eta["measured_step_s"] is not None and eta["measured_over_planned"] is not None
     assert ex.record.status()["eta"]["planned_step_s"] == eta["planned_step_s"]
+
+
+def test_an_up_that_finds_the_crash_an_earlier_run_left_says_it_as_follow_does(tmp_path):
+    """A detached run crashed; the next `up` (no --resume) reports it with the trainer's own exception and the whole
+    log kept in its record, and the one restart: --resume auto."""
+    from ktdeploy.core.plan.params import CrashParams
+
+    log = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/x/trainer.py\", line 7, in step\n"
+           "[rank0]: ValueError: loss is nan\n")
+    conn = FakeConnector().on(("docker", "logs"), ok(log)).on(("sh", "-c", FOLLOW_SCRIPT), _snap("exited", exit_code=1))
+    plan = _plan(Step("train.crashed", "training container job1", action=StepAction.FAIL, params=CrashParams()))
+    ex = _executor(conn, plan, tmp_path)
+    with pytest.raises(StepError) as e:
+        ex.apply()
+    kept = ex.record.path / "artifacts" / "container.log"
+    assert kept.read_text() == log
+    assert e.value.message.startswith(f"TRAIN: the trainer crashed: ValueError: loss is nan (/x/trainer.py:7); full "
+                                      f"log: {kept}"), e.value.message
+    assert "--resume auto" in e.value.fix
+
+
+@pytest.mark.parametrize("skipped,want", [(None, "ktdeploy chat R1 (talk to it), ktdeploy eval R1 (base vs tuned)"),
+                                          ("deploy.serve.enabled is false", "ktdeploy status --run R1")])
+def test_a_finished_up_names_the_next_command(skipped, want):
+    from ktdeploy.controller.up_phases import next_step
+
+    plan = Plan(host="h", recipe="r", job="job1", image="img", variant=None, output_dir="/out",
+                adapter_dir="/out/adapter", job_dir="/job",
+                stages=(Stage("TRAIN", "train", ()), Stage("SERVE", "serve", (), skipped=skipped)))
+    assert next_step(plan, "R1") == want

@@ -108,6 +108,8 @@ CASES = [
     (ev.Progress(entry=ENTRY), "progress", ("current_steps", "total_steps", "loss", "remaining_time", "throughput"),
      ["  step 2/3  loss 0.5000  200 tok/s  eta 0:00:01"]),
     (ev.Following("ended"), None, None, []),
+    (ev.Waiting("started", "IMAGE", "checking ktsft:amx in a container"), None, None, []),   # EventView draws it
+    (ev.Waiting("ended", "IMAGE"), None, None, []),
     (ev.TrainExited(exit_code=0, oom_killed=False, status="exited"), "train_exited",
      ("exit_code", "oom_killed", "status"), []),
     (ev.AgentRecordRead(dir="/d", state="succeeded", rc=0, steady_tokens_per_s=9.5), "agent_record",
