@@ -195,7 +195,3 @@ def docker_create(job: Job) -> list[str]:
     run = dk.run_convert(name=CNAME, image=job.image, run_id=job.run_id, volumes=job.volumes,
                          output_dir=job.output_dir, adapter_dir=adapter, user=None)
     return [*run[:3], DYNAMIC, *run[3:]]
-
-
-def uses_srun(runtime: str) -> bool:
-    return runtime in (PYXIS, APPTAINER)
