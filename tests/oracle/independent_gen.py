@@ -135,8 +135,27 @@ def _bases_frozen() -> tuple[tuple[str, str], ...]:
     out = []
     for name in BASES:
         p = REPO / "recipes" / f"{name}.yaml"
-        out.append((p.stem, json.dumps(yaml.load(p.read_text()))))
+        out.append((p.stem, json.dumps(_written_out(yaml.load(p.read_text())))))
     return tuple(out)
+
+
+def _written_out(doc: dict) -> dict:
+    """A recipe with its host paths absolute, as the stack gets them and as the recorded seeds' bases were written:
+    a `deploy.root` (docs/recipes.md: relative host paths are under it) joined in and dropped."""
+    import posixpath
+
+    deploy = doc.get("deploy") or {}
+    root = deploy.pop("root", None)
+    if not root:
+        return doc
+    train = doc.get("train") or {}
+    for key in ("model_name_or_path", "dataset_dir", "output_dir", "kt_weight_path"):
+        if isinstance(train.get(key), str) and not train[key].startswith("/"):
+            train[key] = posixpath.normpath(posixpath.join(root, train[key]))
+    for key, value in list((deploy.get("volumes") or {}).items()):
+        if isinstance(value, str) and not value.startswith("/"):
+            deploy["volumes"][key] = posixpath.normpath(posixpath.join(root, value))
+    return doc
 
 
 # The shipped recipes the recorded seeds were drawn from (the generator mutates these; a recipe shipped later joins
