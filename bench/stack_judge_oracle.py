@@ -102,7 +102,8 @@ def run_cases(cases, table, *, limit_examples: int = 8):
 
 def verdicts(cases_file: str, out_file: str) -> int:
     """Per-case verdicts for a list of (name, YAML text) JSON lines: ktdeploy's errors (rule, path, message) and the
-    stack's answer; one process for all (tests/integration/test_stack_judge.py reads them)."""
+    stack's answer; one process for all (tests/integration/test_stack_judge.py reads them). A case's optional
+    ``model_config`` ({text, source}) is the config.json the judge builds the model skeleton from."""
     from ktdeploy.agent.stack_judge import judge
     from ktdeploy.core.recipe.render import render
 
@@ -113,7 +114,7 @@ def verdicts(cases_file: str, out_file: str) -> int:
         v = None
         if recipe is not None:
             r = render(recipe)
-            v = judge(r.train_yaml, r.accelerate_yaml, list(r.launch_argv), dict(r.env))
+            v = judge(r.train_yaml, r.accelerate_yaml, list(r.launch_argv), dict(r.env), case.get("model_config"))
         rows.append({"name": case["name"], "ktdeploy": kd, "stack": v})
     Path(out_file).write_text(json.dumps(rows, indent=1) + "\n")
     return 0
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus-singles", action="store_true")
     ap.add_argument("--extra", action="append", default=[])
     ap.add_argument("--json", dest="json_out")
-    ap.add_argument("--cases", help="JSON lines {name, yaml}: write per-case verdicts to --out instead")
+    ap.add_argument("--cases", help="JSON lines {name, yaml[, model_config]}: write per-case verdicts to --out instead")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     if a.cases:

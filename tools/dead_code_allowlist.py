@@ -26,3 +26,6 @@ _.serve_container, _.failed_stage, _.stop_reason, _.updated, _.schema, _.down_at
 _.subpool_count, _.subpool_numa_map, _.subpool_thread_count, _.layer_idx, _.max_len, _.gate_proj, _.up_proj
 # prepare-weights' summary fields: written by --json and read by people and bench/gpu/formats.py
 _.source_format
+# the model skeleton's config, as from_pretrained sets it: kt-kernel's wrapper reads model.config.name_or_path
+# (agent/stack_skeleton.py)
+_.name_or_path

@@ -20,15 +20,25 @@ What is read, and from where:
   (model/model_utils/quantization.py), and LOCKED: the distributions the image's lock installs;
 - REPORT_INTEGRATIONS: transformers' INTEGRATION_TO_CALLBACK names (each callback needs its package);
 - KT_FIELDS: kt-kernel's KTConfig fields (what LlamaFactory forwards from kt_config);
-- DISTRIBUTED_TYPES, PRECISION_TYPES, DYNAMO_BACKENDS and FSDP_*: accelerate's enums and lists.
+- DISTRIBUTED_TYPES, PRECISION_TYPES, DYNAMO_BACKENDS and FSDP_*: accelerate's enums and lists;
+- ARG_CONDITIONS: the stack's argument checks that are an `and` of field-vs-literal tests (tools/gen_arg_conditions.py:
+  TrainingArguments._validate_args, LlamaFactory's FinetuningArguments/DataArguments.__post_init__, get_train_args,
+  _verify_model_args), each with its message; rules_conditions.lf.conditions evaluates them;
+- FIELD_CHOICES: TrainingArguments fields whose metadata lists their choices (ddp_backend);
+- TORCH_REFUSED_DDP_BACKENDS: those ddp_backend names the image's torch refuses, with its message (a fact of the
+  torch build, measured in the image by tools/torch_backends.py into docker/requirements/torch_backends.json).
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import sys
 import zipfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gen_arg_conditions as gac  # noqa: E402 - a sibling module of this script
 
 TYPES: dict[str, str] = {}  # key -> annotation text as written in the wheel (first owner wins)
 DEFAULTS: dict[str, object] = {}  # key -> its default when written as a literal (first owner wins)
@@ -214,6 +224,54 @@ def _read(wheel_dir: Path, dist: str, member_suffix: str) -> list[tuple[str, str
     return found
 
 
+def _members(found: list[tuple[str, str]]) -> dict[str, dict[str, object]]:
+    """Enum-like classes' members -> their constant values (``EngineName.HF`` -> 'huggingface')."""
+    members: dict[str, dict[str, object]] = {}
+    for _name, src in found:
+        if _name.endswith(("extras/constants.py", "trainer_utils.py", "transformers/training_args.py")):
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, ast.ClassDef):
+                    members.setdefault(node.name, {}).update(
+                        {t.id: s.value.value for s in node.body if isinstance(s, ast.Assign)
+                         for t in s.targets if isinstance(t, ast.Name) and isinstance(s.value, ast.Constant)})
+    return members
+
+
+def _post_init_rewrites(found: list[tuple[str, str]], enums: set[str]) -> set[str]:
+    """Fields rewritten by an argument class's __post_init__ or by the training parser before it checks them."""
+    out: set[str] = set()
+    for name, src in found:
+        if "/hparams/" in name or name == "transformers/training_args.py":
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, ast.FunctionDef) and (node.name == "__post_init__" or (
+                        name.endswith("hparams/parser.py") and node.name in PARSER_FUNCTIONS)):
+                    out |= gac.rewritten(ast.unparse(node), enums)
+    return out
+
+
+# where the training start checks its arguments: (wheel member, {function: its class, or None})
+PARSER_FUNCTIONS = ("get_train_args", "_verify_model_args", "_parse_train_args")
+CONDITION_SOURCES = (
+    ("transformers/training_args.py", {"_validate_args": "TrainingArguments"}, "transformers"),
+    ("hparams/finetuning_args.py", {"__post_init__": "FinetuningArguments"}, "LlamaFactory"),
+    ("hparams/data_args.py", {"__post_init__": "DataArguments"}, "LlamaFactory"),
+    ("hparams/parser.py", {"get_train_args": None, "_verify_model_args": None}, "LlamaFactory"),
+)
+
+
+def _conditions(lf: list[tuple[str, str]], tf: list[tuple[str, str]], train: dict[str, str],
+                enums: dict[str, list[str]]) -> list[tuple[tuple[gac.Atom, ...], str, str]]:
+    members = _members(lf + tf)
+    skip = _post_init_rewrites(lf + tf, set(enums) | set(members))
+    out: list[tuple[tuple[gac.Atom, ...], str, str]] = []
+    for suffix, functions, owner in CONDITION_SOURCES:
+        for atoms, msg, fn in gac.conditions(_one(lf + tf, suffix), functions, set(train), members):
+            where = f"{owner} {suffix.split('/')[-1]} {fn}"
+            if not any(a[0] in skip for a in atoms) and all((atoms, msg) != o[:2] for o in out):
+                out.append((atoms, msg, where))
+    return out
+
+
 def main(wheel_dir: str, lock: str) -> None:
     wd = Path(wheel_dir)
     train: dict[str, str] = {}
@@ -336,14 +394,7 @@ def main(wheel_dir: str, lock: str) -> None:
         print(f"    {k!r}: {v!r},")
     print("}")
     print()
-    members: dict[str, dict[str, str]] = {}
-    for _name, src in lf + tf:
-        if _name.endswith(("extras/constants.py", "trainer_utils.py", "transformers/training_args.py")):
-            for node in ast.walk(ast.parse(src)):
-                if isinstance(node, ast.ClassDef):
-                    members.setdefault(node.name, {}).update(
-                        {t.id: s.value.value for s in node.body if isinstance(s, ast.Assign)
-                         for t in s.targets if isinstance(t, ast.Name) and isinstance(s.value, ast.Constant)})
+    members = _members(lf + tf)
     print("# training-YAML key -> its default when the owning dataclass writes it as a literal or an enum member")
     print("TRAIN_DEFAULTS: dict[str, object] = {")
     for k in sorted(train):
@@ -358,6 +409,33 @@ def main(wheel_dir: str, lock: str) -> None:
     print("LAUNCH_DEFAULTS: dict[str, object] = {")
     for k, v in sorted(_launch_defaults(_one(acc, "accelerate/commands/launch.py")).items()):
         print(f"    {k!r}: {v!r},")
+    print("}")
+    print()
+    print("# The stack's argument checks decidable from the recipe's text (tools/gen_arg_conditions.py): each is")
+    print("# ((field, op, literal), ...) joined by `and`, the message it raises, and where: transformers")
+    print("# TrainingArguments._validate_args, LlamaFactory FinetuningArguments/DataArguments.__post_init__, hparams/parser.py")
+    print("# get_train_args/_verify_model_args.")
+    print("ARG_CONDITIONS: tuple[tuple[tuple[tuple[str, str, object], ...], str, str], ...] = (")
+    for atoms, msg, where in _conditions(lf, tf, train, enums):
+        print(f"    ({atoms!r}, {msg!r}, {where!r}),")
+    print(")")
+    print()
+    print("# TrainingArguments fields whose metadata lists their choices (transformers/training_args.py)")
+    print("FIELD_CHOICES: dict[str, tuple[str, ...]] = {")
+    field_choices = gac.metadata_choices(ta_src, "TrainingArguments")
+    for f, values in sorted(field_choices.items()):
+        print(f"    {f!r}: {values!r},")
+    print("}")
+    print()
+    measured = json.loads((Path(lock).parent / "torch_backends.json").read_text())
+    if tuple(measured["choices"]) != field_choices["ddp_backend"]:
+        raise SystemExit("docker/requirements/torch_backends.json was measured on other ddp_backend choices: rerun "
+                         "tools/torch_backends.py in the image")
+    print(f"# ddp_backend names the image's torch ({measured['torch']}) refuses in init_process_group, with its message")
+    print("# (tools/torch_backends.py, run in the image -> docker/requirements/torch_backends.json)")
+    print("TORCH_REFUSED_DDP_BACKENDS: dict[str, str] = {")
+    for name, why in sorted(measured["refused"].items()):
+        print(f"    {name!r}: {why!r},")
     print("}")
     print()
     out_tuple("DISTRIBUTED_TYPES", _class_members(acc_dc, "DistributedType"), "accelerate DistributedType values")

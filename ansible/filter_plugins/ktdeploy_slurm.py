@@ -41,6 +41,13 @@ def ktdeploy_slurm_conf(lines, cluster, controller, partition="main") -> str:
     return head + "".join(f"{line}\n" for line in lines) + "PartitionName=" + tail
 
 
+def ktdeploy_cgroup_conf(_=None) -> str:
+    """cgroup.conf: every job fenced to its cores, memory and GPUs (what slurm.cgroup checks)."""
+    slurm, _ = _slurm()
+    return slurm.cgroup_conf()
+
+
 class FilterModule:
     def filters(self):
-        return {"ktdeploy_slurm_node": ktdeploy_slurm_node, "ktdeploy_slurm_conf": ktdeploy_slurm_conf}
+        return {"ktdeploy_slurm_node": ktdeploy_slurm_node, "ktdeploy_slurm_conf": ktdeploy_slurm_conf,
+                "ktdeploy_cgroup_conf": ktdeploy_cgroup_conf}

@@ -1,12 +1,15 @@
 """Training entry point that ``ktdeploy train`` hands to ``accelerate launch -m``.
 
-It is LlamaFactory's own ``run_exp`` (the same code as ``llamafactory.launcher``) with two small
+It is LlamaFactory's own ``run_exp`` (the same code as ``llamafactory.launcher``) with small
 callbacks added:
 
 * ``RunMetrics`` appends one JSON line per logged step to ``$KTDEPLOY_METRICS`` (loss, tokens seen,
   step time, peak GPU memory: ``torch.cuda.max_memory_allocated`` and the caching allocator's
   ``max_memory_reserved``, which is what the GPU really holds) so ``ktdeploy`` can follow a run and
   calibrate its resource model without parsing logs;
+* ``SaveOnStopRequest`` (when ``ktdeploy train`` names the stop request, agent/stop_request.py): a scheduler's
+  warning before the time limit or a preemption makes the trainer save a checkpoint at the next step boundary and
+  stop cleanly, so the requeued job resumes from exactly that step;
 * ``ProbeLogits`` (only when ``$KTDEPLOY_PROBE_PROMPTS`` names a JSON list of prompts) runs the
   fine-tuned model - KT experts and all - on those prompts at the end of training and saves the
   logits, the reference ``ktdeploy convert`` output is checked against.
@@ -18,9 +21,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
+from ktdeploy.agent.stop_request import EXIT_SAVED, StoppedAfterSave, StopRequest
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.safeio import appending, read_text, write_path
 
@@ -152,12 +158,58 @@ def _callbacks() -> list[Any]:
             model.train(was_training)
             write_path(self.out_path, save(out, metadata={"prompts": json.dumps(self.prompts)}), overwrite=True)
 
-    cbs = []
+    cbs: list[Any] = []
+    stop = StopRequest.from_env(os.environ)
+    if stop is not None:
+        cbs.append(save_on_stop_request(TrainerCallback, stop))
     if os.environ.get("KTDEPLOY_METRICS"):
         cbs.append(RunMetrics(os.environ["KTDEPLOY_METRICS"]))
     if os.environ.get("KTDEPLOY_PROBE_PROMPTS") and os.environ.get("KTDEPLOY_PROBE_OUT"):
         cbs.append(ProbeLogits(os.environ["KTDEPLOY_PROBE_PROMPTS"], os.environ["KTDEPLOY_PROBE_OUT"]))
     return cbs
+
+
+def agreed(flag: bool) -> bool:
+    """Every rank's answer when any rank says yes (a MAX all-reduce): the ranks must stop at the same step, since
+    the checkpoint they save there is a collective operation. One process: the flag itself."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return flag
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def save_on_stop_request(base: type, stop: StopRequest, agree: Callable[[bool], bool] = agreed) -> Any:
+    """A TrainerCallback (``base`` is transformers' TrainerCallback) that honours ``stop`` (agent/stop_request.py):
+    at the step boundary after the request appears it makes the Trainer save a checkpoint there and stop; once the
+    checkpoint is on disk (``on_save``, called after the Trainer wrote it) rank 0 names it in the stopped marker and
+    every rank raises StoppedAfterSave, so LlamaFactory never writes its final model and results."""
+
+    class SaveOnStopRequest(base):
+        def __init__(self) -> None:
+            self.stopping = False
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+            if not self.stopping and agree(stop.requested()):
+                self.stopping = True
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+            if not self.stopping:
+                return control
+            checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            if _rank0():
+                stop.mark_saved(int(state.global_step), checkpoint)
+            raise StoppedAfterSave(int(state.global_step), checkpoint)
+
+    return SaveOnStopRequest()
 
 
 def _vm_hwm_bytes() -> int:
@@ -201,8 +253,13 @@ def main() -> None:
     try:
         run_exp(callbacks=_callbacks())
         rc = 0
+    except StoppedAfterSave as saved:
+        print(f"ktdeploy: {saved}; start again with --resume auto", flush=True)
+        rc = EXIT_SAVED
     finally:
         finish(rc)
+    if rc == EXIT_SAVED:
+        sys.exit(rc)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,12 @@ runs, in order, what a training start runs before any weight is read:
    the activation-policy check: the wrapper is called with a stand-in Qwen3-MoE module and stopped right after
    ``_validate_rawint4_activation_policy`` returns, before any kernel is selected or weight is read.
 
+5. **the model skeleton** (agent/stack_skeleton.py, issue #49): the recipe's model built from its config.json on
+   the meta device (no weight read, nothing allocated), kt-kernel's wrapping run on it as a non-owner rank (format,
+   dimension and checkpoint checks, expert discovery), then LlamaFactory's patch_model and init_adapter with PEFT
+   (LoRA targets, additional targets, freeze settings). The config is the model's own directory when the judge sees
+   it (``up``, ``train``), else the config.json ``check --stack`` sends; with neither it is skipped and said so.
+
 What needs a GPU is not run, and is said in the answer (``bypassed``):
 
 - the launched process's distributed state (torchrun + NCCL): the distributed type is derived from the launcher
@@ -31,8 +37,8 @@ What needs a GPU is not run, and is said in the answer (``bypassed``):
   ``is_torch_bf16_gpu_available`` / ``is_torch_tf32_available`` and LlamaFactory's ``pure_bf16`` device check are
   told the recipe's GPU host has bf16 and TF32 (an Ampere+ GPU). On the GPU host (up's image check, ``train``) they
   run unchanged, so a GPU without bf16 is refused by transformers itself;
-- kt-kernel's checks that need the model or the kernels (FP8/RAWINT4 dimension checks, checkpoint resolution, the
-  INT8/FP8 kernel selection) and weight loading; kt-kernel is loaded with the build this CPU runs
+- the weights, the CPU kernels (rank 0's kernel selection and INT8 manifest, doctor's checks) and what the
+  Trainer does after FSDP placed the model (kt_adapt_peft_lora); kt-kernel is loaded with the build this CPU runs
   (``KT_KERNEL_CPU_VARIANT`` is dropped for the judge: it judges configuration, doctor judges the CPU).
 
 Each judgement runs in a sandbox: the process environment, ``sys.argv``, the working directory, torch's thread
@@ -323,13 +329,45 @@ def kt_kernel_stage() -> None:
 
 # ---------------------------------------------------------------- the whole judgement
 
-def judge(train_yaml: str, accelerate_yaml: str, launch_argv: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """The stack's verdict on one rendered recipe: {"status", "stages", "refusals", "bypassed", ...}."""
+def skeleton_stage(model_args: Any, finetuning_args: Any, use_kt: bool, model_config: dict[str, Any] | None,
+                   scratch: Path, gpu_here: bool) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    """The model skeleton (agent/stack_skeleton.py): (its summary, its refusal if any, what it left out)."""
+    from ktdeploy.agent import stack_skeleton as sks
+
+    text = model_config.get("text") if isinstance(model_config, dict) else None
+    label = str(model_config.get("source") or "") if isinstance(model_config, dict) else ""
+    source = sks.locate(getattr(model_args, "model_name_or_path", None), text if isinstance(text, str) else None,
+                        label, scratch)
+    if isinstance(source, str):
+        return {"status": "skipped", "detail": source}, [], [source]
+    try:
+        sk = sks.run(model_args, finetuning_args, use_kt, source, gpu_here)
+    except sks.Refused as refused:
+        if refused.stage == "model" and not source.own:   # a sent config transformers cannot build alone
+            why = (f"the model skeleton was not built from {source.label} ({type(refused.err).__name__}: "
+                   f"{str(refused.err)[:300]}); on the GPU host the model's own directory (and code) decides")
+            return {"status": "skipped", "source": source.label, "detail": why}, [], [why]
+        refusal: dict[str, Any] = _refusal(refused.stage, refused.err, refused.where)
+        if refused.key:
+            refusal["key"] = refused.key
+        if refused.choices:
+            refusal["choices"] = refused.choices
+        return {"status": "refused", "source": source.label}, [refusal], []
+    summary = {"status": sk.status, "source": sk.source, "steps": sk.steps, "seconds": sk.seconds,
+               "modules": sk.modules, "lora_targets": sk.lora_targets}
+    return summary, [], sk.bypassed
+
+
+def judge(train_yaml: str, accelerate_yaml: str, launch_argv: list[str], env: dict[str, str],
+          model_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The stack's verdict on one rendered recipe: {"status", "stages", "refusals", "bypassed", "skeleton", ...}."""
     import torch
 
     t0 = time.monotonic()
-    refusals: list[dict[str, str]] = []
-    stages = {"accelerate": "not reached", "llamafactory": "not reached", "kt-kernel": "not reached"}
+    refusals: list[dict[str, Any]] = []
+    stages = {"accelerate": "not reached", "llamafactory": "not reached", "kt-kernel": "not reached",
+              "model": "not reached"}
+    skeleton: dict[str, Any] = {}
     bypass_gpu = not torch.cuda.is_available()
     bypassed = ["the launched process's distributed state (torchrun, NCCL): derived from accelerate's launcher "
                 "and its environment as PartialState/AcceleratorState do with a CUDA device"]
@@ -337,8 +375,9 @@ def judge(train_yaml: str, accelerate_yaml: str, launch_argv: list[str], env: di
         bypassed.append("no CUDA device here: transformers' bf16/TF32 GPU checks, LlamaFactory's pure_bf16 check "
                         "and the FSDP plugin's current-device lookup (sync_module_states) were told the target GPU "
                         "host has an Ampere+ CUDA device")
-    bypassed.append("kt-kernel's model- and kernel-dependent checks (FP8/RAWINT4 dimensions, checkpoint files, "
-                    "kernel selection) and weight loading")
+    bypassed.append("the weights: nothing is read; the model is a skeleton on the meta device (see `model`), and "
+                    "what the Trainer does once FSDP has placed it on the GPUs (kt_adapt_peft_lora, the optimizer) "
+                    "is not run")
     quiet = io.StringIO()
     with _sandbox({**env, "LLAMAFACTORY_VERBOSITY": "WARN"}) as tmp, \
             contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
@@ -356,9 +395,11 @@ def judge(train_yaml: str, accelerate_yaml: str, launch_argv: list[str], env: di
         lf_env = {**base_env, **(launch.env if launch is not None else {})}
         training_args = None
         use_kt = False
+        model_args = finetuning_args = None
         try:
             with _environ(lf_env):
-                args, (_m, _d, training_args, _f, _g) = llamafactory_stage(train_path, launch, lf_env, bypass_gpu)
+                args, (model_args, _d, training_args, finetuning_args, _g) = llamafactory_stage(
+                    train_path, launch, lf_env, bypass_gpu)
             use_kt = isinstance(args, dict) and args.get("use_kt") is True
             stages["llamafactory"] = "accepted"
         except (Exception, SystemExit) as err:  # noqa: BLE001
@@ -380,8 +421,17 @@ def judge(train_yaml: str, accelerate_yaml: str, launch_argv: list[str], env: di
             except (Exception, SystemExit) as err:  # noqa: BLE001
                 refusals.append(_refusal("kt-kernel", err, "kt_kernel.sft (KTConfig, wrap_moe_layers_with_kt_wrapper)"))
                 stages["kt-kernel"] = "refused"
+        if training_args is not None and not refusals:   # the real start stops at the first refusal before this
+            with _environ(lf_env):
+                skeleton, found, left_out = skeleton_stage(model_args, finetuning_args, use_kt, model_config, tmp,
+                                                           not bypass_gpu)
+            refusals += found
+            bypassed += left_out
+            stages["model"] = {"skipped": "skipped (see bypassed)"}.get(skeleton["status"], skeleton["status"])
+            if found and found[0]["stage"] != "model":
+                stages[found[0]["stage"]] = "refused (model skeleton)"
     return {"schema": SCHEMA, "status": "refused" if refusals else "accepted", "stages": stages,
-            "refusals": refusals, "bypassed": bypassed, "versions": versions(),
+            "refusals": refusals, "bypassed": bypassed, "versions": versions(), "skeleton": skeleton,
             "seconds": round(time.monotonic() - t0, 3),
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
@@ -422,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         data = _read_payload(argv)
         env = {str(k): str(v) for k, v in (data.get("env") or {}).items()}
         argv_launch = [str(a) for a in (data.get("launch_argv") or [])]
-        verdict = judge(data["train_yaml"], data["accelerate_yaml"], argv_launch, env)
+        model_config = data.get("model_config") if isinstance(data.get("model_config"), dict) else None
+        verdict = judge(data["train_yaml"], data["accelerate_yaml"], argv_launch, env, model_config)
     except (Exception, TimeoutError) as err:  # noqa: BLE001 - any failure of the judge itself is reported as such
         return _answer({"schema": SCHEMA, "status": "broken", "detail": f"{type(err).__name__}: {err}"[:600]},
                        EXIT_BROKEN)

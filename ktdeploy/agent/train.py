@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ktdeploy.agent.stop_request import StopRequest
 from ktdeploy.core import run_record as rr
 from ktdeploy.core.checkpoints import CHECKPOINT_RE, FINISHED_MARKERS, choose_resume, finished_markers
 from ktdeploy.core.checks.gate import AGENT_DEFERRED, gate, profile_hint
@@ -274,6 +275,7 @@ def plan_train(recipe_path: str, overrides: Sequence[str] = (), *, resume: str |
             "--config_file", str(run_dir / rr.ACCELERATE_YAML), "-m", ENTRY_MODULE, str(run_dir / rr.TRAIN_YAML)]
     env = dict(rendered.env)
     env["KTDEPLOY_METRICS"] = str(run_dir / rr.METRICS)
+    env.update(StopRequest.for_output(str(out_dir)).env())   # lf_entry's SaveOnStopRequest looks for it each step
     need = needed_by(recipe.weight_setup(), {**recipe.keys.kt_config, **_derived_kt(derived)},
                      recipe.keys.model_name_or_path, recipe.keys.kt_weight_path)
     stage = asdict(need) if need is not None and need.ephemeral_run_id is not None else None
@@ -444,6 +446,7 @@ def execute(plan: TrainPlan, echo: IO[str] | None = sys.stdout, *, exec_launch: 
 
     carve_holdout(plan)   # a refused split (other data under the same output) leaves no run record
     d = write_record(plan)
+    StopRequest.for_output(plan.output_dir).clear()   # a request left by an earlier run is not this run's
     env = trainer_env(plan)
     stage_ephemeral_weights(plan, lambda m: print(m, file=sys.stderr, flush=True))
     if exec_launch:

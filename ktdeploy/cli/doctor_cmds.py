@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -58,6 +59,10 @@ def doctor_cmd(
     cpu_only: bool = typer.Option(False, "--cpu-only", help="Test profile for a host without a GPU: waive exactly the "
                                                             "GPU checks."),
     every: bool = typer.Option(False, "--all", help="One line per check, passes included, in doctor's order."),
+    only: list[str] = typer.Option([], "--only", metavar="GROUP",
+                                   help="Judge only the checks of this group (repeatable): a name or a dotted prefix, "
+                                        "e.g. --only cpu --only image.variant (a Kubernetes init container's proof "
+                                        "that the node runs the image's CPU build)."),
     ssh_key: Optional[Path] = typer.Option(None, "--ssh-key", help="Private key for SSH (default: agent / ~/.ssh)."),
     known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key",
@@ -85,6 +90,9 @@ def doctor_cmd(
         report = doctor(DoctorRequest(host=host, recipe=recipe, overrides=tuple(set_), image=image, variant=variant,
                                       gpus=gpus, stack=stack, container=container, waive=tuple(waive),
                                       cpu_only=cpu_only, ssh=ssh))
+    if only:
+        report = dataclasses.replace(report, checks=[c for c in report.checks
+                                                     if any(c.name == g or c.name.startswith(g + ".") for g in only)])
     if as_json:
         print_json(report.to_json())
     else:

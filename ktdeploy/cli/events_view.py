@@ -118,6 +118,10 @@ RENDER: dict[type[ev.Event], Callable[[Any], list[str]]] = {
     ev.Connected: _template(OK + " PREFLIGHT: connected to {e.connector}"),
     ev.SlurmFit: lambda e: [_fill((NO if e.check.status == "fail" else OK) + " PREFLIGHT: {name}: {detail}",
                                   name=e.check.name, detail=e.check.detail)],
+    ev.SlurmCheck: lambda e: [_fill({"fail": NO, "warn": "[yellow]![/yellow]"}.get(e.check.status, OK)
+                                    + " PREFLIGHT: {name}: {detail}", name=e.check.name, detail=e.check.detail)]
+                             + ([_fill("  fix: {fix}", fix=e.check.fix)] if e.check.status != "pass" and e.check.fix
+                                else []),
     ev.ResumeNote: _template("[yellow]note:[/yellow] {e.note}"),
     ev.StageSkipped: _template("[dim]- {e.stage}: skipped ({e.reason})[/dim]"),
     ev.StepSatisfied: _template(OK + " {e.stage}: {e.title} [dim](already satisfied: {e.why})[/dim]"),

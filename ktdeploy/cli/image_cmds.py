@@ -12,7 +12,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_json
 from ktdeploy.core import variants as V
-from ktdeploy.core.errors import KtdeployError
+from ktdeploy.core.errors import KtdeployError, UsageError
 from ktdeploy.core.terminal_text import esc
 
 ISA_HELP = (f"A kt-kernel CPU build ({', '.join(V.NAMES)}; docs/cpu-builds.md says which CPU needs which) or all. "
@@ -121,14 +121,29 @@ def save_cmd(
     output: Path = typer.Option(..., "--output", "-o", help="Tarball to write (must not exist)."),
     isa: str = typer.Option("all", "--isa", help=ISA_HELP),
     repo: str = typer.Option(V.IMAGE_REPO, "--repo", help="Image repository."),
+    fmt: str = typer.Option("docker", "--format", help="docker: a tarball for `ktdeploy image load` and rootless "
+                                                       "podman; squashfs: one image for pyxis (enroot import, where "
+                                                       "enroot exists); sif: one image for apptainer (apptainer build, "
+                                                       "where apptainer exists). docs/scaling.md."),
 ) -> None:
-    """Write the images to one tarball for hosts without a registry (shared layers stored once)."""
+    """Write the images to one tarball for hosts without a registry (shared layers stored once), or one image as
+    a Slurm runtime reads it (--format squashfs | sif)."""
     from ktdeploy.controller.images.build import save
 
+    if fmt not in ("docker", "squashfs", "sif"):
+        raise UsageError(f"--format {fmt!r}: not a format", key="--format", fix="Use docker, squashfs or sif.")
     tags = _tags(repo, isa)
+    if fmt != "docker":
+        from ktdeploy.controller.images.runtime_files import save_for_runtime
+
+        size = save_for_runtime(fmt, tags, output)
+        console.print(f"saved {esc(tags[0])} -> {esc(output)} ({size / 1e9:.2f} GB, {fmt}); on a folder every node "
+                      f"sees, set deploy.scheduler.image_file: {esc(output)}", highlight=False)
+        return
     size = save(tags, output)
     console.print(f"saved {esc(', '.join(tags))} -> {esc(output)} ({size / 1e9:.2f} GB); on the target host: "
-                  f"ktdeploy image load {esc(output.name)}", highlight=False)
+                  f"ktdeploy image load {esc(output.name)}; for rootless podman on a Slurm cluster put it on a folder "
+                  "every node sees and set deploy.scheduler.image_file", highlight=False)
 
 
 @image_app.command("load")

@@ -35,6 +35,20 @@ def isa_gate(variant: str | None, argv: list[str]) -> CheckResult | None:
     return variant_check(facts, variant)
 
 
+def pin_job_cpus(argv: list[str]) -> None:
+    """A trainer in a scheduler's job runs on the job's CPUs (agent/job_cpus.py): the mask is narrowed before the
+    ISA gate gathers the facts that train's doctor reuses, so the derived threads are the job's cores."""
+    if not argv or argv[0] not in ("train", "tune"):
+        return
+    from ktdeploy.agent.job_cpus import pin_to_job
+    from ktdeploy.cli.output import err_console
+
+    pinned = pin_to_job()
+    if pinned is not None:
+        err_console.print(f"ktdeploy: the job's CPUs {pinned.text} ({pinned.source}): this process and everything "
+                          "it starts run there", markup=False, highlight=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv) or ["doctor"]
     variant = os.environ.get("KTSFT_VARIANT") or None
@@ -47,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         from ktdeploy.core import variants as V
         from ktdeploy.core.errors import CheckFailed
 
+        pin_job_cpus(argv)
         result = isa_gate(variant, argv)
         if result is not None and result.status == "fail":
             print_error(CheckFailed(

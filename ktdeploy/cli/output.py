@@ -156,6 +156,12 @@ def print_judgement(result: JudgeResult, where: str, stream: Console | None = No
     secs = f" in {result.seconds:.1f} s" if result.seconds is not None else ""
     stream.print(Text(f"stack judge ({_clip(where, 200)}{secs}): " + ", ".join(
         f"{k} {v}" for k, v in result.stages.items())), highlight=False)
+    sk = result.skeleton
+    if sk.get("status") == "accepted":
+        steps = "; ".join(f"{k}: {v}" for k, v in (sk.get("steps") or {}).items())
+        stream.print(Text(f"      model skeleton from {_clip(str(sk.get('source', '')), 200)} "
+                          f"({sk.get('modules', '?')} modules, {sk.get('seconds', 0):.1f} s): {_clip(steps)}"),
+                     highlight=False)
     for b in result.bypassed:
         stream.print(Text("      not run: " + _clip(b), style="dim"), highlight=False)
 

@@ -50,11 +50,19 @@ def check(
                                                               "recipe's deploy.image; auto = the first "
                                                               "ktsft:<build> on this machine; inside the "
                                                               "image: its own stack)."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", metavar="PATH",
+                                                help="With --stack: the model's config.json (or its directory) the "
+                                                     "judge builds the model skeleton from (LoRA targets, kt-kernel's "
+                                                     "model checks; no weights). Default: <model_name_or_path>/"
+                                                     "config.json, then recipes/models/<name>.json."),
 ) -> None:
     """Validate a recipe against every cookbook, LlamaFactory and kt-kernel rule. Exit 0 valid, 2 invalid
     (--stack: 7 when the stack's judgement cannot run)."""
     if image is not None and not stack:
         raise UsageError("--image names the image --stack judges in", key="--image", fix="add --stack")
+    if model_config is not None and not stack:
+        raise UsageError("--model-config is the config the --stack judge builds the model skeleton from",
+                         key="--model-config", fix="add --stack")
     judged = None
     try:
         r = load_from_cli(recipe, train, accelerate, deploy, set_)
@@ -63,7 +71,7 @@ def check(
             from ktdeploy.controller.stack_judge_runner import check_with_stack
             from ktdeploy.core.recipe.stack_judge_payload import merge
 
-            stack_findings, judged, where = check_with_stack(r, image=image)
+            stack_findings, judged, where = check_with_stack(r, image=image, model_config=model_config)
             findings = merge(findings, stack_findings)
     except RecipeError as err:
         if not as_json:
@@ -107,6 +115,9 @@ def render_cmd(
     variant: Optional[str] = typer.Option(None, "--variant", help=f"The kt-kernel build the nodes' image pins ({', '.join(V.NAMES)}): needed with "
                                                                   "deploy.image: auto."),
     namespace: str = typer.Option("default", "--namespace", help="Kubernetes namespace (--k8s)."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="--slurm: how the job starts the image (podman, "
+                                                                  "pyxis, apptainer, docker; default: the recipe's "
+                                                                  "deploy.scheduler.runtime, podman for auto)."),
 ) -> None:
     """Write the two YAML files and launch.sh (byte-identical for the same input); or, with --slurm / --k8s, the
     batch scripts / manifests. Refuses an invalid recipe."""
@@ -125,7 +136,7 @@ def render_cmd(
     for f in warnings:   # to stderr when the scripts/manifests go to stdout
         (err_console if slurm or k8s else console).print(f"[yellow]warn[/yellow] {esc(f.path)}: {esc(f.message)}")
     if slurm or k8s:
-        _render_scheduler(r, out, slurm=slurm, variant=variant, namespace=namespace, force=force)
+        _render_scheduler(r, out, slurm=slurm, variant=variant, namespace=namespace, force=force, runtime=runtime)
         return
     assert out is not None
     files = render(r).write(out, overwrite=force)
@@ -134,13 +145,13 @@ def render_cmd(
 
 
 def _render_scheduler(r: Recipe, out: Optional[Path], *, slurm: bool, variant: Optional[str], namespace: str,
-                      force: bool) -> None:
+                      force: bool, runtime: Optional[str] = None) -> None:
     from ktdeploy.core.safeio import write_file
     from ktdeploy.core.sched.job_files import k8s_manifests, slurm_scripts
     from ktdeploy.core.sched.k8s import render_yaml
 
     if slurm:
-        files = {f"{j.role}.sbatch": j.script for j in slurm_scripts(r, variant)}
+        files = {f"{j.role}.sbatch": j.script for j in slurm_scripts(r, variant, runtime=runtime)}
     else:
         docs = k8s_manifests(r, variant, namespace)
         files = {"train-job.yaml": render_yaml(docs[:2]), "serve.yaml": render_yaml([docs[0], *docs[2:]])}

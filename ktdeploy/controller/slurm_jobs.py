@@ -18,6 +18,7 @@ from ktdeploy.core.plan.params import FollowJobParams, SubmitAfterParams, Submit
 from ktdeploy.core.plan.steps import Plan, Stage, Step
 from ktdeploy.core.safeio import write_file
 from ktdeploy.core.sched import slurm as sl
+from ktdeploy.core.sched.cluster import PROBE_SH, ClusterFacts, parse_probe
 from ktdeploy.core.sched.slurm_plan import log_path
 from ktdeploy.core.trainer_log import LogEntry, latest
 
@@ -41,6 +42,12 @@ def cluster_nodes(conn: Connector) -> list[sl.ClusterNode]:
                         step="preflight.cluster",
                         fix="Run ktdeploy up-slurm against a Slurm login node (sinfo, sbatch, scontrol on PATH).")
     return sl.parse_sinfo(r.stdout)
+
+
+def cluster_facts(conn: Connector) -> ClusterFacts:
+    """The login node's answer about the cluster's setup (core/sched/cluster.py): its config and runtimes."""
+    r = conn.run(["sh", "-c", PROBE_SH], timeout=60)
+    return parse_probe(r.stdout if r.rc == 0 else "")
 
 
 def queued_jobs(conn: Connector, name: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import secrets
 import sys
+from pathlib import Path
 from typing import Any
 
 from ktdeploy.controller.connectors.base import Connector
@@ -26,7 +27,15 @@ from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.render import Rendered, render
-from ktdeploy.core.recipe.stack_judge_payload import BOOTSTRAP, JUDGE_SECONDS, JudgeResult, parse_output, payload
+from ktdeploy.core.recipe.stack_judge_payload import (
+    BOOTSTRAP,
+    JUDGE_SECONDS,
+    MAX_CONFIG,
+    JudgeResult,
+    ModelConfig,
+    parse_output,
+    payload,
+)
 
 JUDGE_TIMEOUT_S = JUDGE_SECONDS + 90   # + starting the container / the interpreter
 
@@ -36,13 +45,42 @@ def stack_here() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("llamafactory", "kt_kernel", "accelerate", "torch"))
 
 
-def judge_payload(recipe: Recipe, derived: dict[str, Any] | None = None, *, in_container: bool = False) -> str:
+def model_config_for(recipe: Recipe, explicit: str | os.PathLike[str] | None = None) -> ModelConfig | None:
+    """The model's config.json this machine has for the recipe, for the judge's model skeleton: ``explicit``
+    (--model-config), the model directory's own, else the shipped recipes/models/<name>.json (as plan resolves it);
+    None when there is none (the judge then says which checks it skipped). An explicit path that cannot be read is
+    a usage error."""
+    from ktdeploy.core.errors import KtdeployError
+    from ktdeploy.core.recipe.train_keys import TrainKeys
+    from ktdeploy.core.safeio import read_text
+    from ktdeploy.core.sizing.model_config import shipped_models_dir
+
+    if explicit is not None:
+        p = Path(explicit)
+        p = p / "config.json" if p.is_dir() else p
+        return ModelConfig(read_text(p, MAX_CONFIG, "model config.json"), str(p))
+    name = str(TrainKeys(recipe.train).model_name_or_path or "").rstrip("/")
+    if not name:
+        return None
+    for p in (Path(name) / "config.json", shipped_models_dir() / f"{Path(name).name}.json"):
+        try:
+            if p.is_file():
+                return ModelConfig(read_text(p, MAX_CONFIG, "model config.json"), str(p))
+        except (OSError, KtdeployError):
+            continue
+    return None
+
+
+def judge_payload(recipe: Recipe, derived: dict[str, Any] | None = None, *, in_container: bool = False,
+                  model_config: ModelConfig | None = None) -> str:
     """The rendered files the launcher would get (``derived``: what ``train`` fills in from this host). In a container
-    started with ``--gpus device=…`` the chosen GPUs are 0..n-1 (what up ships: plan.build.shipped_recipe)."""
+    started with ``--gpus device=…`` the chosen GPUs are 0..n-1 (what up ships: plan.build.shipped_recipe). The
+    model's config.json goes along (``model_config``, else what this machine has): where the judge runs without the
+    model's directory, the skeleton is built from it."""
     if in_container and recipe.deploy is not None:
         recipe = dataclasses.replace(recipe, deploy=recipe.deploy.model_copy(
             update={"gpus": list(range(len(recipe.deploy.gpus)))}))
-    return payload(render(recipe, derived))
+    return payload(render(recipe, derived), model_config or model_config_for(recipe))
 
 
 def stack_judge_check(connector: Connector, recipe: Recipe, *, python: str = "python3", in_container: bool = True) -> CheckResult:
@@ -141,11 +179,13 @@ def stack_findings(recipe: Recipe, result: JudgeResult) -> list[Finding]:
 
 
 def check_with_stack(recipe: Recipe, *, image: str | None = None, source: str | None = None,
-                     connector: Connector | None = None) -> tuple[list[Finding], JudgeResult, str]:
+                     connector: Connector | None = None,
+                     model_config: str | os.PathLike[str] | None = None) -> tuple[list[Finding], JudgeResult, str]:
     """``ktdeploy check --stack``: (the stack's findings, the judgement, where it ran). In this Python when it has
     the stack, or runs inside a ktsft image (``$KTSFT_VARIANT``: a reduced image then says "absent"), and no image
-    is named; else in ``image`` (default ``image_for(recipe)``) on this machine."""
-    text = judge_payload(recipe)
+    is named; else in ``image`` (default ``image_for(recipe)``) on this machine. ``model_config``: the model's
+    config.json for the skeleton (default: the model directory's own, else recipes/models/<name>.json)."""
+    text = judge_payload(recipe, model_config=model_config_for(recipe, model_config))
     if image is None and source is None and (stack_here() or os.environ.get("KTSFT_VARIANT")):
         result = require_judged(judge_locally(text), "this Python")
         return stack_findings(recipe, result), result, "this Python"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ktdeploy.controller.connectors import Connector
 from ktdeploy.controller.emitter import Emitter
 from ktdeploy.controller.runs import job_lock, output_lock
-from ktdeploy.controller.slurm_jobs import cluster_nodes, queued_jobs
+from ktdeploy.controller.slurm_jobs import cluster_facts, cluster_nodes, queued_jobs
 from ktdeploy.controller.up_inputs import check_up_arguments, load_up_recipe
 from ktdeploy.controller.up_phases import apply_phase, connect_phase, gather_job_state
 from ktdeploy.controller.up_record import UpResult, fail, interrupted, new_record
@@ -27,7 +27,9 @@ from ktdeploy.core.plan.host_plan import shipped_recipe
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.sched import slurm as sl
 from ktdeploy.core.sched.batch import convert_script, job_dir_of, train_script
+from ktdeploy.core.sched.cluster import cgroup_check, choose_runtime, runtime_check
 from ktdeploy.core.sched.features import LADDER
+from ktdeploy.core.sched.job_files import launch_for
 from ktdeploy.core.sched.request import JobRequest, request_for
 from ktdeploy.core.sched.slurm_plan import build_slurm_plan
 
@@ -97,6 +99,7 @@ class _Fit:
     how: str                 # why this image (the plan's note)
     request: JobRequest
     detail: str              # slurm.fit's detail: the nodes that fit
+    runtime: str             # how the job starts the image (slurm.runtime)
 
 
 def _fit(run: _SlurmRun, conn: Connector, where: str, events: Emitter) -> _Fit:
@@ -115,12 +118,25 @@ def _fit(run: _SlurmRun, conn: Connector, where: str, events: Emitter) -> _Fit:
         raise fail(events, "failed", e) from None
     check = sl.fit_check(request, nodes)
     events.emit(ev.SlurmFit(check=check))
-    record.write_json(rr.DOCTOR, {"checks": [check.model_dump(mode="json")], "request": request.__dict__})
+    cluster = cluster_facts(conn)
+    record.write_json("cluster_setup.json", {"config": cluster.config, "runtimes": list(cluster.runtimes)})
+    requested = run.recipe.require_deploy().scheduler.runtime
+    rt_check = runtime_check(requested, cluster)
+    runtime = choose_runtime(requested, cluster)
+    setup = [rt_check] + ([cgroup_check(cluster, runtime, request.gpus)] if runtime is not None else [])
+    for c in setup:
+        events.emit(ev.SlurmCheck(check=c))
+    record.write_json(rr.DOCTOR, {"checks": [c.model_dump(mode="json") for c in (check, *setup)],
+                                  "request": request.__dict__})
     if check.status == "fail":
         raise fail(events, "failed", CheckFailed(
             f"slurm on {where}: no node can run this job; nothing was queued", results=[check], key=CheckName.SLURM_FIT,
             fix=check.fix or "See the reasons below."))
-    return _Fit(image, variant, how, request, check.detail)
+    if rt_check.status == "fail" or runtime is None:
+        raise fail(events, "failed", CheckFailed(
+            f"slurm on {where}: {rt_check.detail}; nothing was queued", results=[rt_check],
+            key=CheckName.SLURM_RUNTIME, fix=rt_check.fix or "See the reasons below."))
+    return _Fit(image, variant, how, request, check.detail, runtime)
 
 
 def _submit(run: _SlurmRun, conn: Connector, where: str, events: Emitter) -> UpResult:
@@ -135,8 +151,8 @@ def _submit(run: _SlurmRun, conn: Connector, where: str, events: Emitter) -> UpR
                      preflight={"connect": f"connected ({where})"})
     plan = build_slurm_plan(recipe, state, opts, image=image, variant=fit.variant, queued=queued,
                             fit_detail=fit.detail)
-    plan = dataclasses.replace(plan, rendered=_batch_files(run, record.id, image, request, events),
-                               notes=(*plan.notes, f"image: {fit.how}"))
+    plan = dataclasses.replace(plan, rendered=_batch_files(run, record.id, fit, events),
+                               notes=(*plan.notes, f"image: {fit.how}", f"runtime: {fit.runtime}"))
     record.write_json(rr.PLAN, plan.to_json())
     record.set_status("planned", image=image, adapter_dir=plan.adapter_dir,
                       slurm_request={"mem_mib": request.mem_mib, "cpus": request.cpus, "gpus": request.gpus,
@@ -149,13 +165,17 @@ def _submit(run: _SlurmRun, conn: Connector, where: str, events: Emitter) -> UpR
     return apply_phase(conn, plan, recipe, None, result, events, host=run.login, detach=run.req.detach)
 
 
-def _batch_files(run: _SlurmRun, run_id: str, image: str, request: JobRequest, events: Emitter) -> dict[str, str]:
+def _batch_files(run: _SlurmRun, run_id: str, fit: _Fit, events: Emitter) -> dict[str, str]:
     """The training and conversion batch scripts, written into the record (what is submitted)."""
     recipe, record = run.recipe, events.record
     gpus_waived = CheckName.DOCKER_NVIDIA_RUNTIME in run.waive or CheckName.GPU_PRESENT in run.waive
-    train = train_script(recipe, shipped_recipe(recipe, None), image=image, run_id=run_id, request=request,
-                         gpus_waived=gpus_waived, memlock=CheckName.DOCKER_MEMLOCK not in run.waive)
-    conv = convert_script(recipe, image=image, run_id=run_id, request=request)
+    try:
+        launch = launch_for(recipe, fit.image, fit.runtime, gpus=not gpus_waived,
+                            memlock=CheckName.DOCKER_MEMLOCK not in run.waive)
+        train = train_script(recipe, shipped_recipe(recipe, None), run_id=run_id, request=fit.request, launch=launch)
+        conv = convert_script(recipe, run_id=run_id, request=fit.request, launch=launch)
+    except KtdeployError as e:
+        raise fail(events, "failed", e) from None
     return {"slurm/train.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/train.sbatch", train.script)),
             "slurm/convert.sbatch": str(record.write_text(f"{rr.RENDERED}/slurm/convert.sbatch", conv.script))}
 

@@ -82,6 +82,8 @@ class CheckName(StrEnum):
     STACK_JUDGE = "stack.judge"
     # a Slurm cluster (core/sched/slurm.py)
     SLURM_FIT = "slurm.fit"
+    SLURM_RUNTIME = "slurm.runtime"   # the container runtime the job starts the image with (core/sched/cluster.py)
+    SLURM_CGROUP = "slurm.cgroup"     # the job's cgroup fences its cores, memory and GPUs (core/sched/cluster.py)
     # the served model's evaluation against deploy.eval.fail_below (controller/eval_stage.py)
     EVAL_SCORE = "eval.score"
 

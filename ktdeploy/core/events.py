@@ -197,6 +197,19 @@ class SlurmFit(Event):
 
 
 @dataclass(frozen=True)
+class SlurmCheck(Event):
+    """up-slurm's PREFLIGHT on the cluster's setup: the container runtime (slurm.runtime), the job's cgroup
+    (slurm.cgroup)."""
+
+    KIND: ClassVar[str] = "slurm_check"
+    check: CheckResult
+
+    def record(self) -> dict[str, Any]:
+        return {"name": self.check.name, "status": self.check.status, "detail": self.check.detail,
+                "data": self.check.data}
+
+
+@dataclass(frozen=True)
 class PlanText(Event):
     """A dry run's plan (or a blocked one's), as core/plan's plan_text wrote it."""
 

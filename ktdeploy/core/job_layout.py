@@ -78,6 +78,20 @@ class JobLayout:
         return posixpath.join(self.trainer_workdir, CUDA_CACHE_DIRNAME)
 
     @property
+    def stop_request(self) -> str:
+        """Written to ask the trainer to save a checkpoint at its next step boundary and stop (the Slurm batch
+        script's USR1 trap before the time limit, the Kubernetes pod's TERM trap); beside the run records, never in
+        the output dir (LlamaFactory refuses a non-empty one). Any file there is a request: whoever starts a trainer
+        removes an old one first."""
+        return posixpath.join(self.agent_runs, "stop-request")
+
+    @property
+    def stopped_marker(self) -> str:
+        """The trainer's answer to ``stop_request``: JSON naming the step and the checkpoint it saved before it
+        stopped (its presence is what makes the batch script requeue the job)."""
+        return posixpath.join(self.agent_runs, "stopped.json")
+
+    @property
     def trainer_log(self) -> str:
         """LlamaFactory's trainer_log.jsonl (what `up` follows), spelled as ``output_dir`` is given."""
         return f"{self.output_dir}/{TRAINER_LOG}"

@@ -191,7 +191,12 @@ def status_text(state: str) -> str:
     return state + "\n"
 
 
+EXIT_SAVED_ON_REQUEST = 75   # agent/stop_request.EXIT_SAVED: a checkpoint saved on a scheduler's request, then stopped
+
+
 def final_state(rc: int) -> str:
+    if rc == EXIT_SAVED_ON_REQUEST:
+        return "stopped"   # resumable: `train --resume auto` starts from the checkpoint it saved
     return "succeeded" if rc == 0 else "failed"
 
 

@@ -19,6 +19,9 @@ LlamaFactory, and at the end writes train_results.json / all_results.json / trai
 plot. Knobs (files in the data volume, so a test can set them without touching the recipe):
   fake_crash_at_step   crash (exit 1, traceback on stderr) when this step is reached
   fake_step_seconds    seconds per step (default 0.2)
+Like the real entry point, it saves a checkpoint at the step boundary after a stop request appears and exits 75
+(agent/stop_request.py), and in a scheduler's job it runs on the job's CPUs (agent/job_cpus.py); both are the real
+package's code, copied into the image.
 Total steps: train.max_steps (default 30).
 """
 
@@ -104,6 +107,29 @@ def resume_auto(out, world):
     return os.path.join(out, choice.checkpoint.name)
 
 
+def job_cpus(reserve):
+    """Not a double: `ktdeploy train`'s own pinning (agent/job_cpus.py, the package copied into this image): in a
+    scheduler's job the trainer narrows its CPU mask to the job's CPUs and plans kt-kernel's threads on them."""
+    sys.path.insert(0, "/opt/ktdeploy-src")
+    from ktdeploy.agent.job_cpus import pin_to_job, threads_here
+
+    pinned = pin_to_job()
+    if pinned is not None:
+        threads, pools = threads_here(reserve)
+        print(f"ktdeploy: the job's CPUs {pinned.text} ({pinned.source}): kt_num_threads={threads} "
+              f"kt_threadpool_count={pools}", flush=True)
+
+
+def stop_request(out):
+    """Not a double: the stop request's contract (agent/stop_request.py), as lf_entry's SaveOnStopRequest keeps it."""
+    sys.path.insert(0, "/opt/ktdeploy-src")
+    from ktdeploy.agent.stop_request import StopRequest
+
+    req = StopRequest.for_output(out)
+    req.clear()       # an earlier run's request, unless a supervising shell started this run (it cleared them)
+    return req
+
+
 def train(recipe_path, resume_arg=None):
     doc = load_yaml(recipe_path)
     t, acc = doc.get("train", {}), doc.get("accelerate", {})
@@ -152,7 +178,9 @@ def train(recipe_path, resume_arg=None):
             print("ValueError: Output directory already exists and is not empty. Please set `overwrite_output_dir`.",
                   file=sys.stderr)
             return 1
+    job_cpus(int((doc.get("deploy") or {}).get("reserve_cores", 2)))
     os.makedirs(out, exist_ok=True)
+    stop = stop_request(out)
     t0 = time.time()
     for step in range(start + 1, total + 1):
         time.sleep(step_s)
@@ -175,9 +203,18 @@ def train(recipe_path, resume_arg=None):
                      "total_tokens": step * tokens_per_step}
             write(os.path.join(out, "trainer_log.jsonl"), json.dumps(entry) + "\n", "a")
             print(f"{{'loss': {loss}, 'learning_rate': {lr:.4e}, 'epoch': {epoch}}}", flush=True)
-        if step % save_every == 0:
+        asked = stop.requested()     # the step boundary: HF Trainer's on_step_end, where SaveOnStopRequest looks
+        if step % save_every == 0 or asked:
             state = {"global_step": step, "max_steps": total, "log_history": history, "epoch": epoch}
             save_checkpoint(out, step, state, world, pause=step_s / 2, t=t)
+        if asked:
+            checkpoint = os.path.join(out, f"checkpoint-{step}")
+            stop.mark_saved(step, checkpoint)
+            print(f"ktdeploy: stopped on request after saving {checkpoint} (step {step}); start again with "
+                  "--resume auto", flush=True)
+            from ktdeploy.agent.stop_request import EXIT_SAVED
+
+            return EXIT_SAVED
     metrics = {"epoch": 1.0, "train_loss": history[-1]["loss"] if history else None,
                "train_runtime": round(time.time() - t0, 3), "total_flos": 0}
     save_weights(out, t)

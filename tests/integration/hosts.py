@@ -129,7 +129,8 @@ class HostPool:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.tag = uuid.uuid4().hex[:8]
-        self.network = f"ktd-test-{self.tag}"
+        self.prefix = os.environ.get("KTDEPLOY_TEST_PREFIX", "ktd")   # who made them, where engines are shared
+        self.network = f"{self.prefix}-test-{self.tag}"
         self.key = self.workdir / "id_ed25519"
         self.known_hosts = self.workdir / "known_hosts"
         self.hosts: list[TestHost] = []
@@ -151,7 +152,7 @@ class HostPool:
               hide_flags=(), cpuinfo: str | None = None, user: str = "root", image: str | None = None) -> TestHost:
         image = image or ensure_image()
         self._ensure_network()
-        container = f"ktd-{self.tag}-{name}"
+        container = f"{self.prefix}-{self.tag}-{name}"
         args = ["run", "-d", "--name", container, "--hostname", name, "--network", self.network,
                 "--label", "ktdeploy-test=1", "-e", f"AUTHORIZED_KEY={Path(str(self.key) + '.pub').read_text().strip()}",
                 "-p", "127.0.0.1::22"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import secrets
 import subprocess
 import tempfile
@@ -35,7 +36,7 @@ from ktdeploy.controller.facts_gather import gather_facts
 from ktdeploy.core.checks.isa import AMX_FLAGS, AVX512_FLAGS
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.sched.features import node_features, node_weight
-from ktdeploy.core.sched.slurm import SlurmNode, gres_conf, node_from_facts, slurm_conf
+from ktdeploy.core.sched.slurm import SlurmNode, cgroup_conf, gres_conf, node_from_facts, slurm_conf
 from tests.integration.hosts import docker, ensure_image, image_exists
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,22 +98,39 @@ class Cluster:
 def _write_config(conf: Path, specs: list[SlurmNode]) -> None:
     conf.mkdir(parents=True, exist_ok=True)
     (conf / "munge.key").write_bytes(secrets.token_bytes(1024))
-    # linuxproc/none: containers have no cgroup of their own to hand slurmd; KillWait > the trap's docker stop
-    (conf / "slurm.conf").write_text(slurm_conf("ktdtest", "ctl", specs, proctrack="proctrack/linuxproc",
-                                                task="task/none", kill_wait=30,
+    # every job in its cgroup (each node container has its own cgroup namespace, mounted writable by
+    # ktd-slurm-start); KillWait > the trap's `podman/docker stop`
+    (conf / "slurm.conf").write_text(slurm_conf("ktdtest", "ctl", specs, proctrack="proctrack/cgroup",
+                                                task="task/cgroup,task/affinity", kill_wait=30,
                                                 extra=("SlurmctldTimeout=30", "SlurmdTimeout=30",
                                                        # a requeued job waits this long before it may start again
                                                        # (default 120 s)
                                                        "AuthInfo=cred_expire=10")))
+    (conf / "cgroup.conf").write_text(cgroup_conf())     # what slurm.cgroup asks a site for
     (conf / "gres.conf").write_text(gres_conf(specs))
+
+
+# A node container that can fence jobs with cgroups and run rootless podman, without --privileged (which asks for
+# every capability, and some machines' docker cannot grant CAP_SYS_RESOURCE): its own cgroup namespace, SYS_ADMIN to
+# mount the cgroup hierarchies writable, no seccomp filter (user namespaces), no masked /proc paths (a user
+# namespace may mount a fresh /proc only where none is masked)
+NODE_FLAGS = ("--cgroupns", "private", "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_NICE", "--security-opt", "seccomp=unconfined",
+              "--security-opt", "systempaths=unconfined", "--security-opt", "apparmor=unconfined", "-e", "KTD_CGROUP=1",
+              # the fake GPUs (/dev/nvidiaN, 195:N): the container's device cgroup must allow them for slurmd's job
+              # cgroups (ConstrainDevices) to grant them
+              "--device-cgroup-rule", "c 195:* rwm")
+KT_UID = 1000      # the test hosts' user kt (tests/hosts/Dockerfile): rootless podman's user
 
 
 def start_cluster(pool) -> Cluster:
     image = ensure_slurm_image()
     root = Path(tempfile.mkdtemp(prefix=f"ktd-slurm-it-{pool.tag}-", dir="/tmp"))
+    root.chmod(0o755)
     conf = root / "slurm-conf"
-    for d in ("models/tiny-qwen3-moe", "data", "out"):
+    for d in ("models/tiny-qwen3-moe", "data", "out", "out-kt", "images"):
         (root / d).mkdir(parents=True)
+    for d in ("data", "out-kt", "images"):  # kt's jobs (rootless podman) write here (out: root's docker jobs)
+        os.chown(root / d, KT_UID, KT_UID)
     shared = [str(root)]
     mount = ["-v", f"{conf}:/run/ktd-slurm:ro"]
     conf.mkdir()
@@ -120,9 +138,14 @@ def start_cluster(pool) -> Cluster:
     login = pool.start("ctl", image=image, shared=shared, extra=[*mount, "--network-alias", "ctl"], docker_socket=False)
     nodes = {}
     for name, (hidden, mem, gpus) in NODES.items():
+        store = root / "podman" / name         # kt's podman store: kernel overlayfs on this machine's disk
+        store.mkdir(parents=True)
+        os.chown(store, KT_UID, KT_UID)
+        os.chown(store.parent, KT_UID, KT_UID)
         nodes[name] = pool.start(name, image=image, shared=shared, hide_flags=hidden,
                                  extra=[*mount, "--network-alias", name, "--memory", mem, "--shm-size", "1g",
-                                        "-e", f"KTD_FAKE_GPUS={gpus}"])
+                                        "-e", f"KTD_FAKE_GPUS={gpus}", *NODE_FLAGS,
+                                        "-v", f"{store}:/home/kt/.local/share/containers"])
     specs, amx_source = {}, "this machine's CPU"
     for name, host in nodes.items():
         facts = gather_facts(DockerExecConnector(host.container))

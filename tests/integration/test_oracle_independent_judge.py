@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -115,3 +116,93 @@ def test_each_component_refuses_what_it_refuses(verdicts, name, component, phras
 def test_the_stack_accepts(verdicts, name):
     _entry, res = verdicts[name]
     assert res["verdict"] == "accept", res["stages"]
+
+
+# ---------------------------------------------------------------- issue 49: the standing oracle on the full image
+#
+# ≥ 2,000 recipes of the generator's "issue49" profile (its classes: lora_target null, LoRA-only flags on a full
+# fine-tune, dataloader_prefetch_factor without workers, ddp_backend, infer_backend, module names the model has or
+# lacks, kt-kernel's pools against the model's dimensions, another architecture) go through plain `ktdeploy check`
+# (load_recipe + validate, on the host) and the real stack (stack_judge.py: one container process). Plain check must
+# never pass what the stack refuses on the cases whose verdict does not need the model (0 looser); on the
+# model-dependent cases, `check --stack --model-config CONFIG` (one container process, stack_check_batch.py) must
+# not either. The second test needs branch judge (check's --model-config and its model skeleton): until it is
+# merged the option is absent and the test is an expected failure that says so.
+
+SEED_49 = 20261207
+N_49 = int(os.environ.get("KTDEPLOY_ORACLE_N", "2000"))
+
+
+@pytest.fixture(scope="module")
+def issue49():
+    if not _image_present():
+        pytest.skip(f"no {IMAGE} on this machine (the full image: ktdeploy image build --stack full)")
+    import time
+
+    work = harness.REPO / ".cache" / f"oracle-issue49-{uuid.uuid4().hex[:8]}"
+    t0 = time.monotonic()
+    try:
+        manifest = harness.prepare(SEED_49, N_49, work, "issue49")
+        t_prep = time.monotonic() - t0
+        harness.run_judge(work, IMAGE, per_case=120, timeout=7200, name=f"oracle-i49-{work.name[-8:]}")
+        stack_doc = json.loads((work / "stack.json").read_text())
+        res = harness.compare(manifest, stack_doc)
+        res["seconds"] = {"prepare": round(t_prep, 1), "judge": stack_doc["total_seconds"],
+                          "total": round(time.monotonic() - t0, 1)}
+        yield work, manifest, stack_doc, res
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _looser_lines(rows: list[dict]) -> str:
+    return "\n".join(f"{r['case_id']}: {r['description'][:160]} -> {r['stack_component']}: "
+                     f"{(r['stack_message'] or '')[:160]}" for r in rows[:20])
+
+
+def test_plain_check_is_never_looser_than_the_real_stack(issue49):
+    _work, _manifest, _stack, res = issue49
+    generated = [r for r in res["cases"] if not r["control"]]
+    assert len(generated) >= 2000 or N_49 < 2000
+    for cls in harness.ISSUE49_CLASSES:
+        assert res["by_class"].get(cls, {}).get("generated", 0) >= 20, (cls, res["by_class"])
+    controls = [r for r in res["cases"] if r["control"]]
+    assert all(r["class"] == "agree" and r["stack_verdict"] == "accept" for r in controls), controls
+    looser = [r for r in generated if r["class"] == "ktdeploy-looser" and not gen.model_dependent(r["description"])]
+    assert not looser, f"{len(looser)} case(s) plain check passes and the real stack refuses:\n{_looser_lines(looser)}"
+
+
+def stack_check_picks(res: dict, controls: int = 3) -> tuple[list[str], list[str]]:
+    """The model-dependent cases `check --stack` could be looser on: the real stack refuses and plain check passes
+    (check --stack keeps every finding of plain check, so a case plain check refuses stays refused); plus a few
+    the stack refuses and plain check refuses too, as controls of that premise."""
+    dep = [r for r in res["cases"] if not r["control"] and gen.model_dependent(r["description"])
+           and r["stack_verdict"] == "refuse"]
+    return ([r["case_id"] for r in dep if r["check_valid"]],
+            [r["case_id"] for r in dep if not r["check_valid"]][:controls])
+
+
+def run_stack_checks(work, ids: list[str]) -> dict:
+    out = work / "stack-check.json"
+    argv = ["docker", "run", "--rm", "--name", f"oracle-i49c-{work.name[-8:]}", "--user", "0", "--memory", "8g",
+            "--network", "none", "-v", f"{harness.REPO}:/src", "-w", "/src", "-e", "PYTHONPATH=/src",
+            "--entrypoint", "python3", IMAGE, "-m", "tests.oracle.stack_check_batch",
+            str((work / "cases").relative_to(harness.REPO)), str(out.relative_to(harness.REPO)), ",".join(ids)]
+    subprocess.run(argv, check=True, timeout=3600, capture_output=True)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.xfail(reason="needs branch judge (check --stack --model-config and its model skeleton); until then "
+                          "check --stack runs without the config.json and its looser count is in the message",
+                   strict=False)
+def test_check_stack_with_config_json_is_never_looser_on_model_dependent_classes(issue49):
+    work, _manifest, _stack_doc, res = issue49
+    by_id = {r["case_id"]: r for r in res["cases"]}
+    candidates, controls = stack_check_picks(res)
+    doc = run_stack_checks(work, candidates + controls)
+    verdicts = {r["case_id"]: r for r in doc["results"]}
+    assert all(not verdicts[c]["valid"] for c in controls), "check --stack passed a case plain check refuses"
+    looser = [by_id[c] for c in candidates if verdicts[c]["valid"]]
+    assert doc["option_present"], (f"ktdeploy check has no --model-config yet (branch judge); without the "
+                                   f"config.json check --stack is looser on {len(looser)} of {len(candidates)} "
+                                   f"model-dependent cases the stack refuses:\n{_looser_lines(looser)}")
+    assert not looser, f"{len(looser)} case(s) check --stack passes and the stack refuses:\n{_looser_lines(looser)}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -48,9 +49,14 @@ def cluster(host_pool, tmp_path_factory):  # noqa: F811
     c = start_cluster(host_pool)
     (c.root / "data" / "fake_step_seconds").write_text("0.05")
     build_dataset(c.root / "data", 64)
+    # the podman jobs' image: a docker-archive on the shared folder (what `ktdeploy image save` writes), loaded into
+    # kt's rootless store by the first job on each node
+    archive = c.root / "images" / "fake-amx.tar"
+    docker("save", "-o", str(archive), f"{repo}:amx")
+    archive.chmod(0o644)
     print(f"\nslurm cluster up in {c.startup_s:.1f} s, daemons to all idle {c.daemons_s:.1f} s (amx1 features from {c.amx_source}): "
           + "; ".join(n.conf_line() for n in c.specs.values()))
-    yield {"c": c, "repo": repo, "home": home, "pool": host_pool}
+    yield {"c": c, "repo": repo, "home": home, "pool": host_pool, "archive": str(archive)}
     stop_cluster(c, repo)
     for v in LADDER:
         docker("rmi", f"{repo}:{v}", check=False)
@@ -66,7 +72,22 @@ def sets(env, out: str, *extra) -> list[str]:
     return [f"deploy.volumes.model={r}/models", f"deploy.volumes.data={r}/data", f"deploy.volumes.output={r}/out",
             f"train.model_name_or_path={r}/models/tiny-qwen3-moe", f"train.dataset_dir={r}/data",
             f"train.output_dir={out}", f"deploy.image_repo={env['repo']}", "deploy.reserve_cores=0",
-            "deploy.scheduler.cpus=1", "train.max_steps=20", "train.save_steps=5", "train.logging_steps=2", *extra]
+            "deploy.scheduler.cpus=1", "train.max_steps=20", "train.save_steps=5", "train.logging_steps=2",
+            "deploy.scheduler.runtime=docker", *extra]
+
+
+def podman_sets(env, *extra) -> list[str]:
+    """Rootless podman as kt, on kt's own output volume, the image from the shared archive (a later --set wins over
+    sets()' docker and root's output volume)."""
+    return ["deploy.scheduler.runtime=podman", f"deploy.scheduler.image_file={env['archive']}", "deploy.image=amx",
+            f"deploy.volumes.output={env['c'].root}/out-kt", *extra]
+
+
+def up_as_kt(env, out: str, *extra, **kw):
+    """up-slurm as the unprivileged user kt (rootless podman runs as the job's user)."""
+    login = env["c"].login.target.replace("://root@", "://kt@")
+    return up_slurm(SlurmUpRequest(login=login, waive=WAIVE, overrides=tuple(sets(env, out, *podman_sets(env, *extra))),
+                                   ssh=SshOptions(**env["pool"].ssh_options()), **kw))
 
 
 def up(env, out: str, *extra, on_event=None, **kw):
@@ -239,3 +260,88 @@ def test_requeued_job_resumes_from_its_newest_checkpoint(cluster, attempt):
     steps = [json.loads(x)["current_steps"] for x in Path(out, "trainer_log.jsonl").read_text().splitlines()]
     assert steps[-1] == 60 and step + 2 in steps, log
     assert c.containers(f"ktdeploy.slurm_job={jid}") == []
+
+
+# -- rootless podman: the job's container inside the job -----------------------------------------------------------
+def trainer_processes(c, node: str) -> list[int]:
+    out = c.nodes[node].exec("pgrep", "-u", "kt", "-f", "fake_llamafactory.py train", check=False).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_podman_job_runs_inside_its_cgroup_on_its_cores(cluster):
+    c, root = cluster["c"], cluster["c"].root
+    out = f"{root}/out-kt/podman"
+    (root / "data" / "fake_step_seconds").write_text("0.3")
+    try:
+        res = up_as_kt(cluster, out, "train.max_steps=40", detach=True)
+        jid = job_id(res)
+        checks = {e["name"]: e for e in res.record.events() if e["event"] == "slurm_check"}
+        assert checks["slurm.runtime"]["status"] == "pass" and "podman" in checks["slurm.runtime"]["detail"]
+        assert checks["slurm.cgroup"]["status"] == "pass", checks["slurm.cgroup"]
+        deadline = time.monotonic() + 240           # the first job on a node loads the image (~30 s here)
+        while not Path(out, "trainer_log.jsonl").exists():
+            assert time.monotonic() < deadline, (c.job(jid), Path(res.record.status()["job_dir"], f"train-{jid}.out")
+                                                 .read_text() if Path(res.record.status()["job_dir"]).exists() else "")
+            time.sleep(0.5)
+        node = c.job(jid)["NodeList"]
+        pids = trainer_processes(c, node)
+        assert pids, "no trainer process on the node"
+        allotted = None
+        for pid in pids:
+            cg = dict(line.split(":", 2)[1:] for line in c.nodes[node].exec("cat", f"/proc/{pid}/cgroup").stdout.split())
+            status = c.nodes[node].exec("cat", f"/proc/{pid}/status").stdout
+            # slurmd's job cgroup (cgroup/v1: /slurm[_NODE]/uid_U/job_J/step_S), in every controller it fences with
+            for ctl in ("cpuset", "memory", "freezer", "devices"):
+                assert re.fullmatch(rf"/slurm[^/]*/uid_1000/job_{jid}/step_batch(/.*)?", cg[ctl]), (ctl, cg)
+            allotted = c.nodes[node].exec("cat", f"/sys/fs/cgroup/cpuset{cg['cpuset']}/cpuset.cpus").stdout.strip()
+            mask = next(x.split()[1] for x in status.splitlines() if x.startswith("Cpus_allowed_list"))
+            assert mask == allotted and len(allotted.split(",")) == 1, (mask, allotted)   # the job's 1 core
+    finally:
+        (root / "data" / "fake_step_seconds").write_text("0.05")
+    res2 = up_as_kt(cluster, out, "train.max_steps=40")      # follows the queued job to the end, then converts
+    assert res2.state == "finished"
+    log = Path(res.record.status()["job_dir"], f"train-{jid}.out").read_text()
+    assert f"runtime podman CPUs {allotted} (cgroup cpuset: {allotted})" in log
+    assert f"the job's CPUs {allotted} (cgroup): kt_num_threads={len(allotted.split(','))}" in log, log
+    assert "exited 0" in log and c.job(jid)["JobState"] == "COMPLETED"
+    assert Path(f"{out}-sglang", "ktdeploy_convert.json").exists()
+    print(f"\npodman job {jid} on {node}: CPUs {allotted}, trainer pids {pids}")
+
+
+def test_time_limit_saves_requeues_and_resumes_there_and_scancel_stops(cluster):
+    """--time=2 with USR1 60 s before it: the trainer saves at the next step, the job requeues itself and resumes
+    from exactly that checkpoint; `down` (scancel) then stops it for good: no requeue, no container left."""
+    c, root = cluster["c"], cluster["c"].root
+    out = f"{root}/out-kt/limit"
+    (root / "data" / "fake_step_seconds").write_text("0.2")
+    try:
+        t0 = time.monotonic()
+        res = up_as_kt(cluster, out, "train.max_steps=3000", "train.save_steps=1000", "deploy.scheduler.time=00:02:00",
+                       "deploy.scheduler.signal_seconds=60", detach=True)
+        jid = job_id(res)
+        log_path = Path(res.record.status()["job_dir"], f"train-{jid}.out")
+        deadline = time.monotonic() + 300
+        while "Resuming training from" not in (log_path.read_text() if log_path.exists() else ""):
+            assert time.monotonic() < deadline, (c.job(jid), log_path.read_text() if log_path.exists() else "")
+            time.sleep(1)
+        resumed_after = time.monotonic() - t0
+        # the second run gets its own USR1 (Slurm may send it up to 60 s early): whatever it did by now, scancel
+        # must add no requeue of its own
+        before = int(c.job(jid)["Restarts"])
+        d = cli(cluster, "down", "--host", c.login.target.replace("://root@", "://kt@"))
+        assert d.returncode == 0, d.stderr
+        end = c.wait_job(jid, states=("CANCELLED",), timeout=90)
+    finally:
+        (root / "data" / "fake_step_seconds").write_text("0.05")
+    log = log_path.read_text()
+    assert "USR1 from Slurm" in log and "requeueing job" in log, log
+    saved = int(re.search(r"stopped on request after saving \S+/checkpoint-(\d+) \(step \1\)", log).group(1))
+    resumed = int(re.search(r"Resuming training from \S+/checkpoint-(\d+) \(step (\d+)\)", log).group(1))
+    assert resumed == saved and 0 < saved < 3000, log
+    assert before >= 1 and int(end["Restarts"]) == before, (before, end)
+    time.sleep(3)
+    assert c.job(jid)["JobState"] == "CANCELLED" and int(c.job(jid)["Restarts"]) == before   # scancel: no requeue
+    names = c.nodes[end["NodeList"]].exec("runuser", "-u", "kt", "--", "podman", "ps", "-a", "--format",
+                                          "{{.Names}}", check=False).stdout.split()
+    assert not [n for n in names if n.endswith(f"-j{jid}")], names
+    print(f"\ntime limit: saved at step {saved}, requeued and resumed there {resumed_after:.0f} s after submit")

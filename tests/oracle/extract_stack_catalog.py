@@ -24,6 +24,7 @@ import typing
 from pathlib import Path
 
 OUT = Path(__file__).with_name("stack_catalog.json")
+MODELS = Path(__file__).resolve().parents[2] / "recipes" / "models"
 
 
 def _kinds_and_choices(tp) -> tuple[set[str], list]:
@@ -89,8 +90,10 @@ def describe_dataclass(cls) -> list[dict]:
             default = _jsonable(f.default_factory())
         else:
             default = "<required>"
-        out.append({"name": f.name, "kinds": sorted(kinds), "choices": [_jsonable(c) for c in choices],
-                    "default": default})
+        row = {"name": f.name, "kinds": sorted(kinds), "choices": [_jsonable(c) for c in choices], "default": default}
+        if f.metadata.get("choices"):  # choices argparse would enforce (HfArgumentParser.parse_dict does not)
+            row["meta_choices"] = [_jsonable(c) for c in f.metadata["choices"]]
+        out.append(row)
     return out
 
 
@@ -110,6 +113,64 @@ def accelerate_launch_args() -> list[dict]:
     return out
 
 
+def build_config(path: Path):
+    """A recipes/models config.json as the judge builds it (AutoConfig.for_model on the file's fields)."""
+    from transformers import AutoConfig
+
+    data = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+    return AutoConfig.for_model(data.pop("model_type"), **data)
+
+
+def load_class(config):
+    """The auto class LlamaFactory's load_model picks for a config (llamafactory/model/loader.py)."""
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoModelForSeq2SeqLM,
+        AutoModelForTextToWaveform,
+    )
+
+    for cls in (AutoModelForImageTextToText, AutoModelForSeq2SeqLM, AutoModelForTextToWaveform):
+        if type(config) in cls._model_mapping.keys():  # noqa: SIM118 - as LlamaFactory asks the lazy mapping
+            return cls
+    return AutoModelForCausalLM
+
+
+def model_modules() -> dict:
+    """Per recipes/models config.json: the module names the architecture builds (the model class the auto mapping
+    names, under from_pretrained's init contexts: on the meta device, no weights).
+    ``linear``: leaf names of the Linear-class modules (what LlamaFactory's lora_target "all" would collect, lm_head
+    included); ``names``: every leaf module name."""
+    import contextlib
+
+    from transformers.models.auto.auto_factory import _get_model_class
+
+    from tests.oracle.model_setup import init_contexts
+
+    out: dict = {}
+    for path in sorted(MODELS.glob("*.json")):
+        try:
+            config = build_config(path)
+            model_cls = _get_model_class(config, load_class(config)._model_mapping)
+            with contextlib.ExitStack() as stack:
+                for ctx in init_contexts(model_cls, config, False):
+                    stack.enter_context(ctx)
+                model = model_cls(config)
+        except Exception as exc:  # an architecture this transformers does not build (remote code)
+            out[path.stem] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            continue
+        linear, names = set(), set()
+        for name, module in model.named_modules():
+            leaf = name.split(".")[-1]
+            if not name or leaf.isdigit():
+                continue
+            names.add(leaf)
+            if "Linear" in type(module).__name__ and "Embedding" not in type(module).__name__:
+                linear.add(leaf)
+        out[path.stem] = {"model_class": type(model).__name__, "linear": sorted(linear), "names": sorted(names)}
+    return out
+
+
 def main() -> int:
     os.environ.setdefault("DISABLE_VERSION_CHECK", "1")
     from accelerate.commands.config.config_args import ClusterConfig
@@ -122,7 +183,7 @@ def main() -> int:
     catalog = {
         "generated_by": "tests/oracle/extract_stack_catalog.py inside the full image",
         "versions": {d: importlib.metadata.version(d) for d in
-                     ("llamafactory-kt", "transformers-kt", "accelerate-kt", "kt-kernel", "peft-kt")},
+                     ("llamafactory-kt", "transformers-kt", "accelerate-kt", "kt-kernel", "peft-kt", "torch")},
         "llamafactory": {cls.__name__: describe_dataclass(cls) for cls in
                          (ModelArguments, DataArguments, TrainingArguments, FinetuningArguments, GeneratingArguments)},
         "ktconfig": describe_dataclass(KTConfig),
@@ -136,6 +197,7 @@ def main() -> int:
             "mixed_precision": [m.value for m in PrecisionType],
             "dynamo_backends": [m.value for m in DynamoBackend],
         },
+        "model_modules": model_modules(),
     }
     OUT.write_text(json.dumps(catalog, indent=1, sort_keys=True) + "\n")
     n = sum(len(v) for v in catalog["llamafactory"].values())

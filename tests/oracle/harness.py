@@ -69,7 +69,7 @@ def prepare_cases(items: list[tuple[str, dict, str]], work: Path) -> list[dict]:
     """Write, check and render each ``(case_id, recipe, description)``; returns the manifest entries."""
     from ktdeploy.core.recipe import render
 
-    bases = gen.base_recipes()
+    bases = gen.base_recipes("issue49")  # every profile's bases (a superset of v1's)
     cases_dir = work / "cases"
     cases_dir.mkdir(parents=True, exist_ok=True)
     entries = []
@@ -114,15 +114,15 @@ def write_manifest(work: Path, entries: list[dict], **meta) -> dict:
     return manifest
 
 
-def prepare(seed: int, n: int, work: Path) -> dict:
-    bases = gen.base_recipes()
+def prepare(seed: int, n: int, work: Path, profile: str = "v1") -> dict:
+    bases = gen.base_recipes(profile)
     items = [(f"control-{name}", rec, f"{name}: unchanged shipped recipe") for name, rec in sorted(bases.items())]
     t0 = time.monotonic()
-    items += gen.cases(seed, n)
+    items += gen.cases(seed, n, profile)
     t_gen = time.monotonic() - t0
     t0 = time.monotonic()
     entries = prepare_cases(items, work)
-    return write_manifest(work, entries, seed=seed, n=n, generate_seconds=round(t_gen, 2),
+    return write_manifest(work, entries, seed=seed, n=n, profile=profile, generate_seconds=round(t_gen, 2),
                           check_render_seconds=round(time.monotonic() - t0, 2))
 
 
@@ -177,16 +177,26 @@ def apply_diffs(base: dict, diffs: list[tuple[tuple, str, Any]]) -> dict:
 
 # ---------------------------------------------------------------- 2. the real stack
 
-def run_judge(work: Path, image: str, per_case: float, timeout: float, name: str) -> Path:
+def run_judge(work: Path, image: str, per_case: float, timeout: float, name: str, local_python: str | None = None,
+              workers: int = 0) -> Path:
+    """One judge process for every case (``workers`` forked after its imports; 0: one per CPU): in a container of
+    ``image``, or with ``local_python`` an interpreter on this machine that has the stack's pinned wheels."""
     out = work / "stack.json"
     rel_cases = (work / "cases").resolve().relative_to(REPO)
     rel_out = out.resolve().relative_to(REPO)
-    argv = ["docker", "run", "--rm", "--name", name, "--user", "0", "--memory", "8g", "--network", "none",
-            "-v", f"{REPO}:/src", "-w", "/src", "-e", "PYTHONPATH=/src", "--entrypoint", "python3", image,
-            "-m", "tests.oracle.stack_judge", str(rel_cases), str(rel_out), str(per_case)]
+    judge = ["-m", "tests.oracle.stack_judge", str(rel_cases), str(rel_out), str(per_case)]
+    if local_python:
+        argv = [local_python, *judge]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "ORACLE_JUDGE_WORKERS": str(workers)}
+    else:
+        argv = ["docker", "run", "--rm", "--name", name, "--user", "0", "--memory", "8g", "--network", "none",
+                "-v", f"{REPO}:/src", "-w", "/src", "-e", "PYTHONPATH=/src", "-e", f"ORACLE_JUDGE_WORKERS={workers}",
+                "--entrypoint", "python3", image, *judge]
+        env = None
     log = work / "judge.log"
     with log.open("w") as fh:
-        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False, cwd=REPO,
+                              env=env)
     if proc.returncode != 0:
         raise SystemExit(f"the stack judge failed (exit {proc.returncode}); see {log}")
     return out
@@ -244,8 +254,8 @@ def minimise(manifest: dict, stack_doc: dict, work: Path, run) -> dict[str, list
     re-running single changes (round 1) and pairs (round 2) through check and the judge."""
     import itertools
 
-    bases = gen.base_recipes()
-    recipes = {cid: rec for cid, rec, _ in gen.cases(manifest["seed"], manifest["n"])}
+    bases = gen.base_recipes("issue49")
+    recipes = {cid: rec for cid, rec, _ in gen.cases(manifest["seed"], manifest["n"], manifest.get("profile", "v1"))}
     by_id = {r["case_id"]: r for r in stack_doc["results"]}
     todo = {e["case_id"]: (e["base"], leaf_diffs(bases[e["base"]], recipes[e["case_id"]]))
             for e in looser_entries(manifest, stack_doc) if not e["case_id"].startswith("control-")}
@@ -280,6 +290,16 @@ def minimise(manifest: dict, stack_doc: dict, work: Path, run) -> dict[str, list
         if cid not in culprits:
             culprits[cid] = [diff_text(d) for d in diffs] + ["(no smaller set reproduces it)"]
     return culprits
+
+
+ISSUE49_CLASSES = ("lora null", "adapter flags", "prefetch", "ddp backend", "infer backend", "modules", "kt dims",
+                   "model")
+
+
+def mutation_classes(description: str) -> set[str]:
+    """Issue 49's classes among a case's changes (the prefix each of its mutations writes)."""
+    parts = description.split(": ", 1)[-1].split(" | ")
+    return {c for c in ISSUE49_CLASSES for part in parts if part.startswith(c + ": ")}
 
 
 def compare(manifest: dict, stack_doc: dict, culprits: dict[str, list[str]] | None = None) -> dict:
@@ -327,7 +347,22 @@ def compare(manifest: dict, stack_doc: dict, culprits: dict[str, list[str]] | No
                  "examples": [{"case_id": m["case_id"], "description": m["description"]} for m in v[:3]]}
                 for k, v in sorted(stricter_groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
     exc_types = collections.Counter((r["stack_component"], r["stack_type"]) for r in generated if r["stack_type"])
+    by_class: dict[str, dict[str, int]] = {}
+    for r in generated:
+        for cls in mutation_classes(r["description"]):
+            row = by_class.setdefault(cls, {"generated": 0, "stack_refused": 0, "looser": 0, "stricter": 0})
+            row["generated"] += 1
+            row["stack_refused"] += r["stack_verdict"] == "refuse"
+            row["looser"] += r["class"] == "ktdeploy-looser"
+            row["stricter"] += r["class"] == "ktdeploy-stricter"
+    plain = [r for r in generated if not gen.model_dependent(r["description"])]
     return {
+        "profile": manifest.get("profile", "v1"), "partial_of": manifest.get("partial_of"),
+        "by_class": dict(sorted(by_class.items())),
+        "plain_cases": len(plain), "plain_looser": sum(r["class"] == "ktdeploy-looser" for r in plain),
+        "model_dependent_cases": len(generated) - len(plain),
+        "model_dependent_looser": sum(r["class"] == "ktdeploy-looser" for r in generated) -
+        sum(r["class"] == "ktdeploy-looser" for r in plain),
         "seed": manifest["seed"], "n": manifest["n"], "counts": dict(counts),
         "stricter_partial": sum(1 for r in generated if r["class"] == "ktdeploy-stricter" and r["stack_partial"]),
         "controls": [{k: r[k] for k in ("case_id", "class", "stack_verdict", "check_valid", "stack_message")}
@@ -351,6 +386,40 @@ def _md_escape(text: str) -> str:
     return (text or "").replace("|", "\\|").replace("\n", " ")
 
 
+ISSUE49_TEXT = {
+    "lora null": "`lora_target: null` (LlamaFactory keeps None; adapter setup takes its len())",
+    "adapter flags": "`use_dora`/`use_rslora`/`pissa_init`/`loraplus_lr_ratio` with full/freeze/LoRA tuning",
+    "prefetch": "`dataloader_prefetch_factor` with `dataloader_num_workers` 0/unset/>0",
+    "ddp backend": "`ddp_backend`: transformers' choices and names torch does not know",
+    "infer backend": "`infer_backend` (huggingface/vllm/sglang and spellings)",
+    "modules": "`lora_target`/`additional_target`/`modules_to_save` naming modules the model has or lacks",
+    "kt dims": "kt-kernel pools (`kt_threadpool_count`, `kt_num_threads`, `kt_tp_enabled`, format) vs the model's sizes",
+    "model": "`model_name_or_path` pointed at another architecture's config.json",
+}
+
+
+def issue49_md(res: dict) -> list[str]:
+    """The per-class table of profile issue49 (a case with several classes counts in each)."""
+    if res.get("profile") != "issue49":
+        return []
+    lines = ["## Issue 49's classes", "",
+             f"Plain `check` is judged on the cases without a model-dependent change: **{res['plain_cases']}** cases, "
+             f"**{res['plain_looser']}** looser. The **{res['model_dependent_cases']}** cases with a model-dependent "
+             f"change (modules, kt dims, model) have **{res['model_dependent_looser']}** looser for plain check "
+             "(which is not given the config.json); `check --stack --model-config` is judged on them separately "
+             "(below, when run).", "",
+             "| class | what | cases | refused by the real stack | looser (plain check) | stricter |",
+             "|---|---|---:|---:|---:|---:|"]
+    for cls in ISSUE49_CLASSES:
+        row = res["by_class"].get(cls, {})
+        lines.append(f"| {cls} | {ISSUE49_TEXT[cls]} | {row.get('generated', 0)} | {row.get('stack_refused', 0)} | "
+                     f"{row.get('looser', 0)} | {row.get('stricter', 0)} |")
+    stack_check = res.get("stack_check")
+    if stack_check:
+        lines += ["", f"`check --stack --model-config`: {stack_check}"]
+    return lines + [""]
+
+
 def report_md(res: dict, image: str, image_id: str) -> str:
     c = res["counts"]
     total = sum(c.values())
@@ -361,6 +430,9 @@ def report_md(res: dict, image: str, image_id: str) -> str:
         f"image `{image}` (`{image_id[:19]}`); stack: {', '.join(f'{k} {v}' for k, v in res['versions'].items())}. "
         "Machine-readable: `results.json` (every case: its changes, both verdicts, the refusing component and message).",
         "",
+        *([f"**Partial run**: the {total + len(res['controls'])} cases the judge finished of the "
+           f"{res['partial_of']} prepared (the judge takes the heaviest model configs first, so the finished cases "
+           "lean to the big models); looser cases were not minimised.", ""] if res.get("partial_of") else []),
         "| class | cases |", "|---|---:|",
         f"| agree | {c.get('agree', 0)} |",
         f"| **ktdeploy-looser** (check passes, the stack refuses: the bug class) | **{c.get('ktdeploy-looser', 0)}** |",
@@ -377,6 +449,8 @@ def report_md(res: dict, image: str, image_id: str) -> str:
         "all stack refusals: " + ", ".join(
             f"{k} {v}" for k, v in sorted(res["stack_refusals_by_component"].items(), key=lambda kv: -kv[1])) + ".",
         "",
+        *([res["note"], ""] if res.get("note") else []),
+        *issue49_md(res),
         "## Method",
         "",
         METHOD.strip(),
@@ -472,19 +546,51 @@ def dump_results(res: dict) -> str:
     return text[:-2] + ',\n "cases": [\n' + rows + "\n]\n}\n"
 
 
+def partial_run(work: Path, manifest: dict) -> tuple[dict, dict]:
+    """The manifest cut to the cases the judge finished (its per-case parts), and a stack document for them."""
+    results: dict[str, dict] = {}
+    parts = sorted(work.glob("stack.part*.jsonl"))
+    for part in parts:
+        for line in part.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            results[rec["case_id"]] = rec
+    cases = [e for e in manifest["cases"] if e["case_id"] in results]
+    first = min(p.stat().st_ctime for p in parts)
+    last = max(p.stat().st_mtime for p in parts)
+    doc = {"versions": gen.catalog()["versions"], "import_seconds": None,
+           "total_seconds": round(last - first, 1), "per_case_limit_seconds": None,
+           "results": [results[e["case_id"]] for e in cases]}
+    return {**manifest, "cases": cases, "partial_of": len(manifest["cases"])}, doc
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=20261204)
     ap.add_argument("-n", type=int, default=2500)
+    ap.add_argument("--profile", default="v1", choices=sorted(gen.PROFILES),
+                    help="the generator's mutation set: v1 (seed 20261204's record) or issue49")
     ap.add_argument("--image", default="ktsft:amx")
     ap.add_argument("--work", type=Path, default=REPO / ".cache" / "oracle-independent")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "oracle-independent")
     ap.add_argument("--per-case", type=float, default=30.0)
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--reuse", action="store_true", help="reuse WORK's cases and verdicts (compare and report only)")
+    ap.add_argument("--local-python", help="judge with this interpreter (the stack's pinned wheels installed) instead "
+                                           "of a container of --image")
+    ap.add_argument("--workers", type=int, default=0, help="judge processes (0: one per CPU)")
+    ap.add_argument("--note", default="", help="a paragraph for the report: how this run was obtained")
+    ap.add_argument("--no-minimise", action="store_true", help="report the looser cases without re-running their "
+                                                               "changes one by one")
+    ap.add_argument("--partial", action="store_true", help="with --reuse: report on the cases judged so far "
+                                                           "(the judge's per-case parts), without minimising")
     args = ap.parse_args(argv)
     image_id = subprocess.run(["docker", "image", "inspect", args.image, "--format", "{{.Id}}"], capture_output=True,
                               text=True, check=False).stdout.strip()
+    if args.local_python:
+        args.image, image_id = f"(no image) {args.local_python}", "local interpreter"
     if not image_id:
         print(f"image {args.image} not found: build it first (ktdeploy image build)", file=sys.stderr)
         return 2
@@ -492,23 +598,28 @@ def main(argv: list[str] | None = None) -> int:
 
     def judge(w: Path) -> dict:
         if not (args.reuse and (w / "stack.json").is_file()):
-            run_judge(w, args.image, args.per_case, args.timeout, name=f"oracle-gen-judge-{args.seed}-{w.name}")
+            run_judge(w, args.image, args.per_case, args.timeout, name=f"oracle-gen-judge-{args.seed}-{w.name}",
+                      local_python=args.local_python, workers=args.workers)
         return json.loads((w / "stack.json").read_text())
 
     if not args.reuse:
-        manifest = prepare(args.seed, args.n, work)
+        manifest = prepare(args.seed, args.n, work, args.profile)
         print(f"prepared {len(manifest['cases'])} cases in {work} (generate {manifest['generate_seconds']} s, "
               f"check+render {manifest['check_render_seconds']} s)")
     manifest = json.loads((work / "cases" / "manifest.json").read_text())
-    stack_doc = judge(work)
+    if args.partial:
+        manifest, stack_doc = partial_run(work, manifest)
+    else:
+        stack_doc = judge(work)
     t0 = time.monotonic()
-    culprits = minimise(manifest, stack_doc, work, judge)
+    culprits = {} if args.partial or args.no_minimise else minimise(manifest, stack_doc, work, judge)
     t_min = round(time.monotonic() - t0, 1)
     res = compare(manifest, stack_doc, culprits)
     res["minimise_cases"] = sum(len(json.loads(p.read_text())["cases"])
                                 for p in work.glob("minimise-*/cases/manifest.json"))
     res["minimise_seconds"] = t_min
     res["image"], res["image_id"] = args.image, image_id
+    res["note"] = args.note
     res["timing"]["host"] = f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} when the report was written"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(dump_results(res))

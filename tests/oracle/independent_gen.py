@@ -127,46 +127,37 @@ def catalog() -> dict:
     return json.loads(CATALOG_PATH.read_text())
 
 
-@functools.lru_cache(maxsize=1)
-def _bases_frozen() -> tuple[tuple[str, str], ...]:
+# The six recipes exactly as seed 20261204 was recorded from (copies: the shipped tiny recipe has since moved its
+# paths under deploy.root, and the recorded cases and the stack's verdicts on them are of these texts).
+BASES_V1_DIR = Path(__file__).with_name("bases_v1")
+
+
+@functools.lru_cache(maxsize=4)
+def _bases_frozen(names: tuple[str, ...], folder: Path = REPO / "recipes") -> tuple[tuple[str, str], ...]:
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="safe", pure=True)
     out = []
-    for name in BASES:
-        p = REPO / "recipes" / f"{name}.yaml"
-        out.append((p.stem, json.dumps(_written_out(yaml.load(p.read_text())))))
+    for name in names:
+        p = folder / f"{name}.yaml"
+        out.append((p.stem, json.dumps(yaml.load(p.read_text()))))
     return tuple(out)
-
-
-def _written_out(doc: dict) -> dict:
-    """A recipe with its host paths absolute, as the stack gets them and as the recorded seeds' bases were written:
-    a `deploy.root` (docs/recipes.md: relative host paths are under it) joined in and dropped."""
-    import posixpath
-
-    deploy = doc.get("deploy") or {}
-    root = deploy.pop("root", None)
-    if not root:
-        return doc
-    train = doc.get("train") or {}
-    for key in ("model_name_or_path", "dataset_dir", "output_dir", "kt_weight_path"):
-        if isinstance(train.get(key), str) and not train[key].startswith("/"):
-            train[key] = posixpath.normpath(posixpath.join(root, train[key]))
-    for key, value in list((deploy.get("volumes") or {}).items()):
-        if isinstance(value, str) and not value.startswith("/"):
-            deploy["volumes"][key] = posixpath.normpath(posixpath.join(root, value))
-    return doc
 
 
 # The shipped recipes the recorded seeds were drawn from (the generator mutates these; a recipe shipped later joins
 # only with a new recording, so seed 20261204 keeps making the recorded cases).
 BASES = ("deepseek-v3-fp8-lora", "glm-4.5-air-bf16-full", "qwen3-235b-int8-lora", "qwen35-397b-amxint4-lora",
          "qwen35-397b-bf16-lora", "tiny-moe-lora")
+# Profile "issue49" adds the tiny recipes of every expert format (their model's config.json is small and real: the
+# model-dependent checks see a second shape beside the big ones).
+BASES_49 = BASES + ("tiny-moe-fp8-lora", "tiny-moe-amxint4-lora", "tiny-moe-int8-lora", "tiny-moe-full",
+                    "tiny-moe-int8-ephemeral-lora")
 
 
-def base_recipes() -> dict[str, dict]:
-    """The shipped recipes as plain dicts (fresh copies)."""
-    return {name: json.loads(text) for name, text in _bases_frozen()}
+def base_recipes(profile: str = "v1") -> dict[str, dict]:
+    """The shipped recipes of a profile as plain dicts (fresh copies)."""
+    frozen = _bases_frozen(BASES_49) if profile == "issue49" else _bases_frozen(BASES, BASES_V1_DIR)
+    return {name: json.loads(text) for name, text in frozen}
 
 
 @functools.lru_cache(maxsize=1)
@@ -888,6 +879,196 @@ def s_accelerate_misc(rng: random.Random, recipe: dict) -> str:
     return "accelerate: " + ", ".join(parts)
 
 
+# ---------------------------------------------------------------- issue 49: what bites after the arguments parse
+#
+# Values come from the stack catalogue (argument choices, the metadata choices transformers lists) and, for the
+# model-dependent classes, from the model's config.json (recipes/models/<basename of model_name_or_path>.json, the
+# same file the judge builds the model from) and the module names the real architecture has (the catalogue's
+# model_modules, written in the image by building each config.json on the meta device).
+
+MODELS_DIR = REPO / "recipes" / "models"
+# Description prefixes of the classes whose verdict depends on the model (module names, dimensions, layout): plain
+# `check` is judged on the other cases; `check --stack` with the config.json given is judged on these.
+MODEL_DEPENDENT = ("modules: ", "kt dims: ", "model: ")
+
+
+@functools.cache
+def model_config(stem: str) -> dict:
+    """A config.json of recipes/models (keys starting with '_' are our notes, not the model's)."""
+    data = json.loads((MODELS_DIR / f"{stem}.json").read_text())
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+def model_stems() -> list[str]:
+    return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
+
+
+def model_stem_of(recipe: dict) -> str | None:
+    """The config.json a recipe's model resolves to (basename of model_name_or_path), if recipes/models has it."""
+    name = str((recipe.get("train") or {}).get("model_name_or_path", "")).rstrip("/").split("/")[-1]
+    return name if name and (MODELS_DIR / f"{name}.json").is_file() else None
+
+
+def _text(cfg: dict) -> dict:
+    return cfg.get("text_config") or cfg
+
+
+def modules_known(stem: str | None) -> bool:
+    """Whether the catalogue has the module names of this config.json (an architecture transformers builds)."""
+    return bool(stem) and "linear" in catalog().get("model_modules", {}).get(stem, {})
+
+
+def model_modules(stem: str) -> dict[str, list[str]]:
+    """The module names the architecture builds (catalogue, extracted in the image): ``linear`` (leaf names of the
+    Linear-class modules, what LlamaFactory's "all" finds) and ``names`` (every leaf module name)."""
+    mods = catalog().get("model_modules", {})
+    if "linear" not in mods.get(stem, {}):
+        raise KeyError(f"stack_catalog.json has no model_modules for {stem}: rerun extract_stack_catalog.py")
+    return mods[stem]
+
+
+def _names_lacking(stem: str) -> list[str]:
+    """Module names other architectures have and this one lacks (the realistic wrong guesses)."""
+    own = set(model_modules(stem)["names"])
+    other: set[str] = set()
+    for s, m in catalog().get("model_modules", {}).items():
+        if s != stem:
+            other |= set(m.get("linear", []))
+    return sorted(other - own) or ["query_key_value", "c_attn", "W_pack"]
+
+
+def _mangle(rng: random.Random, name: str) -> str:
+    return rng.choice([name.upper(), name + "s", name.replace("_", ""), name.replace("_", "-"), name[:-1],
+                       "model." + name + ".weight", name + "_x"])
+
+
+def s_lora_target_null(rng: random.Random, recipe: dict) -> str:
+    """lora_target: null (LlamaFactory keeps None; adapter setup takes its len() after the weights load)."""
+    parts = [_set(recipe, "train", "lora_target", rng.choice([None, None, Raw("~"), Raw("null"), Raw("Null")]))]
+    if rng.random() < 0.25:
+        parts.append(_set(recipe, "train", "finetuning_type", rng.choice(["lora", "full", "freeze"])))
+    return "lora null: " + ", ".join(parts)
+
+
+def s_full_adapter_flags(rng: random.Random, recipe: dict) -> str:
+    """LoRA-only flags on a full/freeze fine-tune, or on LoRA (where they are allowed)."""
+    parts = []
+    if recipe["train"].get("finetuning_type") != "full" or rng.random() < 0.3:
+        parts.append(_set(recipe, "train", "finetuning_type", rng.choice(["full", "full", "freeze", "lora"])))
+    flags = rng.sample(["use_dora", "use_rslora", "pissa_init", "loraplus_lr_ratio"], rng.choice([1, 1, 2]))
+    for f in flags:
+        value = 16.0 if f == "loraplus_lr_ratio" else rng.choice([True, True, Raw("yes"), False])
+        parts.append(_set(recipe, "train", f, value))
+    return "adapter flags: " + ", ".join(parts)
+
+
+def s_prefetch(rng: random.Random, recipe: dict) -> str:
+    parts = [_set(recipe, "train", "dataloader_prefetch_factor", rng.choice([1, 2, 4, 0, None]))]
+    workers = rng.choice(["keep", "drop", 0, 0, 2, 4, Raw("'0'")])
+    if workers == "drop":
+        parts.append(_drop(recipe, "train", "dataloader_num_workers"))
+    elif workers != "keep":
+        parts.append(_set(recipe, "train", "dataloader_num_workers", workers))
+    return "prefetch: " + ", ".join(parts)
+
+
+def _ddp_backends() -> list[str]:
+    spec = _fields()["train"]["ddp_backend"]
+    return list(spec.get("meta_choices") or spec.get("choices") or [])
+
+
+def s_ddp_backend(rng: random.Random, recipe: dict) -> str:
+    known = _ddp_backends()
+    pool = known + ["NCCL", " nccl", "nccl ", "Gloo", "cuda:nccl,cpu:gloo", "cpu:gloo,cuda:nccl", "ucc", "smddp",
+                    "fake", "nccl2", "tcp", "cuda:nccl", "cuda:gloo"]
+    parts = [_set(recipe, "train", "ddp_backend", rng.choice(pool))]
+    if rng.random() < 0.2:
+        parts.append(_set(recipe, "train", "ddp_timeout", rng.choice([60, 1800])))
+    return "ddp backend: " + ", ".join(parts)
+
+
+def s_infer_backend(rng: random.Random, recipe: dict) -> str:
+    choices = [c for c in _fields()["train"]["infer_backend"]["choices"] if isinstance(c, str)]
+    value = rng.choice(choices + choices + [rng.choice(spelling_variants(rng.choice(choices)))])
+    return "infer backend: " + _set(recipe, "train", "infer_backend", value)
+
+
+def _target_value(rng: random.Random, stem: str, kind: str) -> tuple[Any, str]:
+    """A module-name value for lora_target/additional_target: (value, what it names)."""
+    mods = model_modules(stem)
+    has = mods["linear"] if kind == "lora" else mods["names"]
+    lacks = _names_lacking(stem)
+    choice = rng.choice(["present", "present", "absent", "absent", "mixed", "mangled", "expert"])
+    if choice == "present":
+        names = rng.sample(has, min(len(has), rng.choice([1, 1, 2, 3])))
+    elif choice == "absent":
+        names = rng.sample(lacks, min(len(lacks), rng.choice([1, 1, 2])))
+    elif choice == "mixed":
+        names = [rng.choice(has), rng.choice(lacks)]
+    elif choice == "mangled":
+        names = [_mangle(rng, rng.choice(has))]
+    else:  # the routed experts' own names: KT owns those modules
+        names = rng.sample(["gate_proj", "up_proj", "down_proj", "experts", "gate", "shared_experts",
+                            "shared_expert"], rng.choice([1, 2]))
+    shape = rng.choice(["list", "comma", "one"]) if len(names) > 1 else rng.choice(["one", "list"])
+    value: Any = names if shape == "list" else (",".join(names) if shape == "comma" else names[0])
+    return value, choice
+
+
+def s_modules(rng: random.Random, recipe: dict) -> str:
+    """lora_target / additional_target / modules_to_save naming modules the model has or lacks (model-dependent)."""
+    stem = model_stem_of(recipe)
+    if not modules_known(stem):
+        return s_lora_target_null(rng, recipe)
+    parts = []
+    key = rng.choice(["lora_target", "lora_target", "additional_target", "additional_target", "modules_to_save"])
+    value, what = _target_value(rng, stem, "lora" if key == "lora_target" else "any")
+    parts.append(_set(recipe, "train", key, value) + f" ({what} in {stem})")
+    if rng.random() < 0.2:
+        parts.append(_set(recipe, "train", "finetuning_type", rng.choice(["lora", "full"])))
+    return "modules: " + ", ".join(parts)
+
+
+def s_kt_dims(rng: random.Random, recipe: dict) -> str:
+    """kt-kernel's thread pools against the model's dimensions (FP8/RAWINT4 slices, pool/thread counts)."""
+    stem = model_stem_of(recipe)
+    cfg = _text(model_config(stem)) if stem else {}
+    inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 1024)
+    divisors = [d for d in (1, 2, 3, 4, 6, 8, 12, 16, 32) if inter % d == 0]
+    non = [d for d in (3, 5, 6, 7, 12) if inter % d]
+    slice_edge = [max(1, inter // 128), inter // 128 * 2 or 2, max(1, inter // 32), max(1, inter // 64)]
+    tp = rng.choice(divisors + non + slice_edge + [0, -1])
+    parts = [_set(recipe, "kt_config", "kt_threadpool_count", tp)]
+    if rng.random() < 0.6:
+        parts.append(_set(recipe, "kt_config", "kt_tp_enabled", rng.choice([True, True, False])))
+    if rng.random() < 0.5:
+        threads = rng.choice([1, max(1, abs(tp)), max(1, abs(tp)) * 2, 64, max(0, abs(tp) - 1), 0, -4])
+        parts.append(_set(recipe, "kt_config", "kt_num_threads", threads))
+    if rng.random() < 0.3:
+        fmt = rng.choice(["fp8", "rawint4", "bf16", "int8"])
+        parts.append(_set(recipe, "kt_config", "kt_expert_weight_format", fmt))
+        parts.append(_set(recipe, "kt_config", "kt_backend", "auto"))
+    return f"kt dims: ({stem}: moe_intermediate_size={inter}) " + ", ".join(parts)
+
+
+def s_swap_model(rng: random.Random, recipe: dict) -> str:
+    """The recipe pointed at another architecture's config.json (expert layout, FP8 metadata, module names)."""
+    t = recipe["train"]
+    old = str(t.get("model_name_or_path", "/data/models/m"))
+    parent = old.rstrip("/").rsplit("/", 1)[0] or "/data/models"
+    stem = rng.choice([s for s in model_stems() if s != model_stem_of(recipe)])
+    parts = [_set(recipe, "train", "model_name_or_path", f"{parent}/{stem}")]
+    if rng.random() < 0.4 and modules_known(stem):
+        parts.append(_set(recipe, "train", "lora_target", rng.choice(model_modules(stem)["linear"])))
+    return "model: " + ", ".join(parts)
+
+
+MUTATIONS_49: list[tuple[Mutation, int]] = [
+    (s_lora_target_null, 5), (s_full_adapter_flags, 5), (s_prefetch, 5), (s_ddp_backend, 5), (s_infer_backend, 4),
+    (s_modules, 12), (s_kt_dims, 8), (s_swap_model, 6),
+]
+
+
 MUTATIONS: list[tuple[Mutation, int]] = [
     (m_valid, 10), (m_wrong_type, 8), (m_yaml11, 8), (m_spelling, 7), (m_boundary, 6), (m_list_scalar, 4),
     (m_drop, 6), (m_misspell, 3), (m_move, 3),
@@ -898,8 +1079,16 @@ MUTATIONS: list[tuple[Mutation, int]] = [
 ]
 
 
-def mutation_names() -> list[str]:
-    return [m.__name__ for m, _ in MUTATIONS]
+PROFILES = {"v1": MUTATIONS, "issue49": MUTATIONS + MUTATIONS_49}
+
+
+def mutation_names(profile: str = "v1") -> list[str]:
+    return [m.__name__ for m, _ in PROFILES[profile]]
+
+
+def model_dependent(description: str) -> bool:
+    """Whether a case's changes include a model-dependent class (its verdict needs the model's config.json)."""
+    return any(part.startswith(MODEL_DEPENDENT) for part in description.split(": ", 1)[-1].split(" | "))
 
 
 # ---------------------------------------------------------------- cases
@@ -908,11 +1097,11 @@ def _fingerprint(recipe: dict) -> str:
     return hashlib.sha256(dump_recipe(recipe).encode()).hexdigest()
 
 
-def _one(seed: int, i: int, bases: dict[str, dict], attempt: int) -> tuple[str, dict, str]:
+def _one(seed: int, i: int, bases: dict[str, dict], attempt: int, profile: str = "v1") -> tuple[str, dict, str]:
     rng = random.Random(f"ktdeploy-oracle-independent:{seed}:{i}:{attempt}")
     base_name = rng.choice(sorted(bases))
     recipe = copy.deepcopy(bases[base_name])
-    funcs, weights = zip(*MUTATIONS, strict=True)
+    funcs, weights = zip(*PROFILES[profile], strict=True)
     k = rng.choice([1, 1, 2, 2, 3, 4])
     descs = []
     for _ in range(k):
@@ -921,14 +1110,18 @@ def _one(seed: int, i: int, bases: dict[str, dict], attempt: int) -> tuple[str, 
     return f"s{seed}-{i:05d}", recipe, f"{base_name}: " + " | ".join(descs)
 
 
-def cases(seed: int, n: int = 2500) -> list[tuple[str, dict, str]]:
-    """``n`` distinct recipe variants for ``seed``: ``(case_id, recipe_dict, description)``; deterministic."""
-    bases = base_recipes()
+def cases(seed: int, n: int = 2500, profile: str = "v1") -> list[tuple[str, dict, str]]:
+    """``n`` distinct recipe variants for ``seed``: ``(case_id, recipe_dict, description)``; deterministic.
+
+    ``profile`` "v1" is the mutation set seed 20261204 was recorded with; "issue49" adds the tiny recipes as bases
+    and issue 49's classes (MUTATIONS_49: lora_target null, LoRA-only flags on full tuning, prefetch without
+    workers, ddp_backend, infer_backend, module names, kt-kernel dimensions, another architecture)."""
+    bases = base_recipes(profile)
     seen = {_fingerprint(b) for b in bases.values()}  # an unchanged shipped recipe is not a case
     out = []
     for i in range(n):
         for attempt in range(50):
-            case_id, recipe, desc = _one(seed, i, bases, attempt)
+            case_id, recipe, desc = _one(seed, i, bases, attempt, profile)
             fp = _fingerprint(recipe)
             if fp not in seen:
                 seen.add(fp)

@@ -13,6 +13,7 @@ install -o munge -g munge -m 0400 "$conf/munge.key" /etc/munge/munge.key
 install -d /etc/slurm /var/log/slurm
 install -m 0644 "$conf/slurm.conf" /etc/slurm/slurm.conf
 [ -f "$conf/gres.conf" ] && install -m 0644 "$conf/gres.conf" /etc/slurm/gres.conf
+[ -f "$conf/cgroup.conf" ] && install -m 0644 "$conf/cgroup.conf" /etc/slurm/cgroup.conf
 i=0
 while [ "$i" -lt "${KTD_FAKE_GPUS:-0}" ]; do
   [ -e "/dev/nvidia$i" ] || mknod "/dev/nvidia$i" c 195 "$i"
@@ -25,6 +26,20 @@ case "$role" in
     exec /usr/sbin/slurmctld ;;
   node)
     install -d /var/lib/slurm/slurmd
+    # KTD_CGROUP=1: slurmd fences its jobs with cgroups (proctrack/cgroup, task/cgroup). docker mounts this
+    # container's cgroup hierarchies read-only; mount them again, writable (its own cgroup namespace is the root)
+    if [ "${KTD_CGROUP:-0}" = 1 ]; then
+      if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+        umount /sys/fs/cgroup 2>/dev/null || true
+        mount -t cgroup2 -o rw,nosuid,nodev,noexec cgroup2 /sys/fs/cgroup
+      else
+        for s in cpuset memory devices freezer; do
+          umount "/sys/fs/cgroup/$s" 2>/dev/null || true
+          mkdir -p "/sys/fs/cgroup/$s"
+          mount -t cgroup -o "rw,nosuid,nodev,noexec,$s" cgroup "/sys/fs/cgroup/$s"
+        done
+      fi
+    fi
     exec /usr/sbin/slurmd ;;
   *) echo "ktd-slurm-start: controller or node, not $role" >&2; exit 2 ;;
 esac

@@ -14,19 +14,19 @@ from ktdeploy.core.check_names import CheckName
 from ktdeploy.core.check_result import CheckResult, Status
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe.train_keys import TrainKeys
+from ktdeploy.core.sched.cpuset import threads_for
 
 
 def derive_threads(facts: HostFacts, reserve_cores: int = 2) -> tuple[int, int]:
+    """``threads_for`` on the CPUs this process may use (its affinity: a Slurm job's cores, docker's --cpuset-cpus),
+    capped by a CPU quota (docker --cpus)."""
     cpu = facts.cpu
     physical = cpu.physical_cores or cpu.logical_cpus or 1
     if cpu.cpu_quota:  # docker --cpus: never plan more threads than the quota
         physical = min(physical, max(1, math.floor(cpu.cpu_quota)))
-    threads = max(1, physical - max(0, reserve_cores))
     allowed = set(cpu.allowed_cpus)
     nodes = [n for n in cpu.numa_nodes if not allowed or allowed.intersection(n.cpus)]
-    pools = max(1, len(nodes))
-    pools = min(pools, threads)
-    return threads, pools
+    return threads_for(physical, len(nodes), reserve_cores)
 
 
 def derived_kt_threads(train: Mapping[str, Any], facts: HostFacts, reserve_cores: int = 2) -> dict[str, int]:

@@ -11,31 +11,7 @@ from typing import Any
 from ktdeploy.core.facts.host import CpuFacts, NumaNode
 from ktdeploy.core.facts.total import PARSE_ERRORS
 from ktdeploy.core.safeio import parse_json
-
-MAX_CPUS = 1 << 16   # Linux's NR_CPUS is at most 8192; a list naming more is not a CPU list
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]. ValueError for anything else, or past MAX_CPUS ('0-99999999999'
-    would otherwise build a list of 10^11 numbers)."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        a, b = _cpu(lo), _cpu(hi) if hi else _cpu(lo)
-        if b < a or len(cpus) + (b - a) >= MAX_CPUS:
-            raise ValueError(f"not a CPU list: {part[:40]!r}")
-        cpus.extend(range(a, b + 1))
-    return cpus
-
-
-def _cpu(text: str) -> int:
-    text = text.strip()
-    if not text.isdigit() or len(text) > 6:
-        raise ValueError(f"not a CPU number: {text[:40]!r}")
-    return int(text)
+from ktdeploy.core.sched.cpuset import MAX_CPUS, parse_cpu_list  # noqa: F401 (one definition, re-exported)
 
 
 def parse_cpuinfo(text: str) -> dict[str, Any]:

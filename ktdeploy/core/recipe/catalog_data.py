@@ -1794,6 +1794,66 @@ LAUNCH_DEFAULTS: dict[str, object] = {
     'zero_stage': None,
 }
 
+# The stack's argument checks decidable from the recipe's text (tools/gen_arg_conditions.py): each is
+# ((field, op, literal), ...) joined by `and`, the message it raises, and where: transformers
+# TrainingArguments._validate_args, LlamaFactory FinetuningArguments/DataArguments.__post_init__, hparams/parser.py
+# get_train_args/_verify_model_args.
+ARG_CONDITIONS: tuple[tuple[tuple[tuple[str, str, object], ...], str, str], ...] = (
+    ((('logging_strategy', '==', 'steps'), ('logging_steps', '==', 0)), 'logging strategy {logging_strategy} requires non-zero --logging_steps', 'transformers training_args.py TrainingArguments._validate_args'),
+    ((('fp16', 'truthy', None), ('bf16', 'truthy', None)), 'At most one of fp16 and bf16 can be True, but not both', 'transformers training_args.py TrainingArguments._validate_args'),
+    ((('fp16_full_eval', 'truthy', None), ('bf16_full_eval', 'truthy', None)), 'At most one of fp16 and bf16 can be True for full eval, but not both', 'transformers training_args.py TrainingArguments._validate_args'),
+    ((('lr_scheduler_type', '==', 'reduce_lr_on_plateau'), ('eval_strategy', '==', 'no')), 'lr_scheduler_type reduce_lr_on_plateau requires an eval strategy', 'transformers training_args.py TrainingArguments._validate_args'),
+    ((('lr_scheduler_type', '==', 'greedy'), ('eval_strategy', '==', 'no')), 'lr_scheduler_type greedy requires an eval strategy', 'transformers training_args.py TrainingArguments._validate_args'),
+    ((('dataloader_num_workers', '==', 0), ('dataloader_prefetch_factor', 'is not None', None)), '--dataloader_prefetch_factor can only be set when data is loaded in a different process, i.e. when --dataloader_num_workers > 0.', 'transformers training_args.py TrainingArguments._validate_args'),
+    ((('stage', '==', 'ppo'), ('reward_model', 'is None', None)), '`reward_model` is necessary for PPO training.', 'LlamaFactory finetuning_args.py FinetuningArguments.__post_init__'),
+    ((('stage', '==', 'ppo'), ('reward_model_type', '==', 'lora'), ('finetuning_type', '!=', 'lora')), '`reward_model_type` cannot be lora for Freeze/Full PPO training.', 'LlamaFactory finetuning_args.py FinetuningArguments.__post_init__'),
+    ((('stage', '==', 'ppo'), ('reward_model_type', '==', 'oft'), ('finetuning_type', '!=', 'oft')), '`reward_model_type` cannot be oft for Freeze/Full PPO training.', 'LlamaFactory finetuning_args.py FinetuningArguments.__post_init__'),
+    ((('stage', '==', 'dpo'), ('pref_loss', '!=', 'sigmoid'), ('dpo_label_smoothing', '>', 1e-06)), '`dpo_label_smoothing` is only valid for sigmoid loss function.', 'LlamaFactory finetuning_args.py FinetuningArguments.__post_init__'),
+    ((('use_llama_pro', 'truthy', None), ('finetuning_type', '==', 'full')), '`use_llama_pro` is only valid for Freeze or LoRA training.', 'LlamaFactory finetuning_args.py FinetuningArguments.__post_init__'),
+    ((('finetuning_type', '!=', 'lora'), ('loraplus_lr_ratio', 'is not None', None)), '`loraplus_lr_ratio` is only valid for LoRA training.', 'LlamaFactory finetuning_args.py FinetuningArguments.__post_init__'),
+    ((('finetuning_type', '!=', 'lora'), ('use_rslora', 'truthy', None)), '`use_rslora` is only valid for LoRA training.', 'LlamaFactory finetuning_args.py FinetuningArguments.__post_init__'),
+    ((('finetuning_type', '!=', 'lora'), ('use_dora', 'truthy', None)), '`use_dora` is only valid for LoRA training.', 'LlamaFactory finetuning_args.py FinetuningArguments.__post_init__'),
+    ((('finetuning_type', '!=', 'lora'), ('pissa_init', 'truthy', None)), '`pissa_init` is only valid for LoRA training.', 'LlamaFactory finetuning_args.py FinetuningArguments.__post_init__'),
+    ((('dataset', 'is None', None), ('val_size', '>', 1e-06)), 'Cannot specify `val_size` if `dataset` is None.', 'LlamaFactory data_args.py DataArguments.__post_init__'),
+    ((('eval_dataset', 'is not None', None), ('val_size', '>', 1e-06)), 'Cannot specify `val_size` if `eval_dataset` is not None.', 'LlamaFactory data_args.py DataArguments.__post_init__'),
+    ((('streaming', 'truthy', None), ('val_size', '>', 1e-06), ('val_size', '<', 1)), 'Streaming mode should have an integer val size.', 'LlamaFactory data_args.py DataArguments.__post_init__'),
+    ((('streaming', 'truthy', None), ('max_samples', 'is not None', None)), '`max_samples` is incompatible with `streaming`.', 'LlamaFactory data_args.py DataArguments.__post_init__'),
+    ((('mask_history', 'truthy', None), ('train_on_prompt', 'truthy', None)), '`mask_history` is incompatible with `train_on_prompt`.', 'LlamaFactory data_args.py DataArguments.__post_init__'),
+    ((('reasoning_effort', 'not in', ('xhigh', 'medium', 'low')),), '`reasoning_effort` must be one of xhigh, medium, or low.', 'LlamaFactory data_args.py DataArguments.__post_init__'),
+    ((('quantization_bit', 'is not None', None), ('finetuning_type', 'not in', ('lora', 'oft'))), 'Quantization is only compatible with the LoRA or OFT method.', 'LlamaFactory parser.py _verify_model_args'),
+    ((('quantization_bit', 'is not None', None), ('pissa_init', 'truthy', None)), 'Please use scripts/pissa_init.py to initialize PiSSA for a quantized model.', 'LlamaFactory parser.py _verify_model_args'),
+    ((('quantization_bit', 'is not None', None), ('resize_vocab', 'truthy', None)), 'Cannot resize embedding layers of a quantized model.', 'LlamaFactory parser.py _verify_model_args'),
+    ((('stage', '!=', 'sft'), ('predict_with_generate', 'truthy', None)), '`predict_with_generate` cannot be set as True except SFT.', 'LlamaFactory parser.py get_train_args'),
+    ((('stage', '!=', 'sft'), ('neat_packing', 'truthy', None)), '`neat_packing` cannot be set as True except SFT.', 'LlamaFactory parser.py get_train_args'),
+    ((('stage', '==', 'sft'), ('do_predict', 'truthy', None), ('predict_with_generate', 'falsy', None)), 'Please enable `predict_with_generate` to save model predictions.', 'LlamaFactory parser.py get_train_args'),
+    ((('stage', 'in', ('rm', 'ppo')), ('load_best_model_at_end', 'truthy', None)), 'RM and PPO stages do not support `load_best_model_at_end`.', 'LlamaFactory parser.py get_train_args'),
+    ((('stage', '==', 'ppo'), ('do_train', 'falsy', None)), 'PPO training does not support evaluation, use the SFT stage to evaluate models.', 'LlamaFactory parser.py get_train_args'),
+    ((('stage', '==', 'ppo'), ('shift_attn', 'truthy', None)), 'PPO training is incompatible with S^2-Attn.', 'LlamaFactory parser.py get_train_args'),
+    ((('stage', '==', 'ppo'), ('reward_model_type', '==', 'lora'), ('use_kt', 'truthy', None)), 'KTransformers does not support lora reward model.', 'LlamaFactory parser.py get_train_args'),
+    ((('stage', '==', 'ppo'), ('reward_model_type', '==', 'lora'), ('use_unsloth', 'truthy', None)), 'Unsloth does not support lora reward model.', 'LlamaFactory parser.py get_train_args'),
+    ((('max_steps', '==', -1), ('streaming', 'truthy', None)), 'Please specify `max_steps` in streaming mode.', 'LlamaFactory parser.py get_train_args'),
+    ((('do_train', 'truthy', None), ('dataset', 'is None', None)), 'Please specify dataset for training.', 'LlamaFactory parser.py get_train_args'),
+    ((('predict_with_generate', 'truthy', None), ('compute_accuracy', 'truthy', None)), 'Cannot use `predict_with_generate` and `compute_accuracy` together.', 'LlamaFactory parser.py get_train_args'),
+    ((('do_train', 'truthy', None), ('quantization_device_map', '==', 'auto')), 'Cannot use device map for quantized models in training.', 'LlamaFactory parser.py get_train_args'),
+    ((('infer_backend', '!=', 'huggingface'),), 'vLLM/SGLang backend is only available for API, CLI and Web.', 'LlamaFactory parser.py get_train_args'),
+)
+
+# TrainingArguments fields whose metadata lists their choices (transformers/training_args.py)
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {
+    'ddp_backend': ('nccl', 'gloo', 'mpi', 'xccl', 'hccl', 'cncl', 'mccl'),
+    'train_sampling_strategy': ('random', 'sequential', 'group_by_length'),
+}
+
+# ddp_backend names the image's torch (2.9.1+cu128) refuses in init_process_group, with its message
+# (tools/torch_backends.py, run in the image -> docker/requirements/torch_backends.json)
+TORCH_REFUSED_DDP_BACKENDS: dict[str, str] = {
+    'cncl': 'AssertionError: Unknown backend type cncl',
+    'hccl': 'AssertionError: Unknown backend type hccl',
+    'mccl': 'AssertionError: Unknown backend type mccl',
+    'mpi': "RuntimeError: Distributed package doesn't have MPI built in. MPI is only included if you build PyTorch from source on a host that has MPI installed.",
+    'xccl': "RuntimeError: Distributed package doesn't have XCCL built in",
+}
+
 # accelerate DistributedType values
 DISTRIBUTED_TYPES: tuple[str, ...] = ('NO', 'MULTI_CPU', 'MULTI_GPU', 'MULTI_NPU', 'MULTI_MLU', 'MULTI_SDAA', 'MULTI_MUSA', 'MULTI_XPU', 'DEEPSPEED', 'FSDP', 'XLA', 'MEGATRON_LM', 'MULTI_HPU', 'MULTI_NEURON')
 

@@ -29,7 +29,7 @@ from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.safeio import read_bytes
 
 SECTIONS = ("train", "accelerate", "deploy")
-MAX_BYTES = 256 << 10  # a recipe is a few KB; refuse anything larger before parsing (ruamel reads ~130 KB/s)
+MAX_BYTES = 64 << 10  # a recipe is a few KB; refuse anything larger before parsing (ruamel parses ~25 KB per CPU second)
 
 
 @dataclass

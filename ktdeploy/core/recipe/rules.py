@@ -14,7 +14,7 @@ from typing import Any
 from ktdeploy.core.checkpoints import CHECKPOINT_RE
 from ktdeploy.core.kt_weights import EPHEMERAL_ROOT
 from ktdeploy.core.recipe import catalog as cat
-from ktdeploy.core.recipe import rules_deploy, rules_serving, rules_stack, rules_text
+from ktdeploy.core.recipe import rules_conditions, rules_deploy, rules_serving, rules_stack, rules_text
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.finding import Finding
 from ktdeploy.core.recipe.loader import SECTIONS
@@ -464,8 +464,9 @@ def finetuning_type(ctx: Ctx) -> None:
             path = "train.kt_config.kt_backend" if setup == "int4" else "train.kt_config.kt_expert_weight_format"
             ctx.error(path, f"full fine-tuning uses BF16 experts; {setup.upper()} is LoRA-only (cookbook §2.2)",
                       "use finetuning_type: lora, or kt_expert_weight_format: bf16 for full fine-tuning")
+        refused = rules_conditions.lora_only_refused(ctx)   # use_dora: true, ...: lf.conditions refuses them
         for key in cat.LORA_FIELDS:
-            if key in ctx.t:
+            if key in ctx.t and key not in refused:
                 ctx.warn(f"train.{key}", f"{key} is a LoRA field; LlamaFactory ignores it for full fine-tuning "
                          "(cookbook §2.4.4 writes none)", f"remove {key}")
 
@@ -609,7 +610,7 @@ def lora_values(ctx: Ctx) -> None:
     """Cookbook §3(1): LoRA fields only at the top level; start at rank 8, alpha ≈ 2×rank, dropout 0–0.05.
 
     Cookbook: §3(1).
-    Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1).
+    Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1); LF model/adapter.py _setup_lora_tuning (len(lora_target)) and PEFT tuners_utils.py inject_adapter ('Target modules ... not found') for a lora_target of null, '' or [].
     """
     if ctx.t.get("finetuning_type", "lora") != "lora":
         drop = ctx.t.get("lora_dropout")
@@ -618,6 +619,14 @@ def lora_values(ctx: Ctx) -> None:
             ctx.error("train.lora_dropout", f"lora_dropout must be in [0, 1), got {drop!r} (kt-kernel checks "
                       "kt_lora_dropout for full fine-tuning too)", "remove lora_dropout")
         return
+    if "lora_target" in ctx.t and ctx.t["lora_target"] in (None, "", []):
+        # LlamaFactory keeps the value; model/adapter.py's len(lora_target) (null) or PEFT (no module named '')
+        # refuses it at model setup, after the weights are read (the stack judge's model skeleton shows it)
+        v = ctx.t["lora_target"]
+        ctx.error("train.lora_target", f"lora_target {v!r} names no module: LlamaFactory's init_adapter refuses it "
+                  "once the model is loaded (" + ("'object of type NoneType has no len()'" if v is None else
+                                                  "PEFT: 'Target modules ... not found in the base model'") + ")",
+                  "use lora_target: all (every linear layer), or name the modules, e.g. q_proj,v_proj")
     r, alpha, drop = ctx.t.get("lora_rank"), ctx.t.get("lora_alpha"), ctx.t.get("lora_dropout")
     if r is not None and (not _is_int(r) or r <= 0):
         ctx.error("train.lora_rank", f"lora_rank must be a positive integer, got {r!r}", "use lora_rank: 8")
@@ -937,10 +946,11 @@ def catalog_types(ctx: Ctx) -> None:
 
 
 # The order `check` runs them in (and reports their findings): this module's, the rules that keep plain `check`
-# from being looser than the stack's own argument checks (issue #36), types.catalog (which skips the keys those
-# report), the serving and CPU-build rules, then the hostile-input and text rules (issue #35).
-RULES: list[tuple[str, RuleFn]] = [*rule.rules, *rules_stack.rule.rules, *last.rules, *rules_serving.rule.rules,
-                                   *rules_deploy.rule.rules, *rules_text.rule.rules]
+# from being looser than the stack's own argument checks (issue #36) and the stack's conditions read from its code
+# (issue #49), types.catalog (which skips the keys those report), the serving and CPU-build rules, then the
+# hostile-input and text rules (issue #35).
+RULES: list[tuple[str, RuleFn]] = [*rule.rules, *rules_stack.rule.rules, *rules_conditions.rule.rules, *last.rules,
+                                   *rules_serving.rule.rules, *rules_deploy.rule.rules, *rules_text.rule.rules]
 
 
 def run_rules(recipe: Recipe) -> list[Finding]:

@@ -213,11 +213,11 @@ def lf_values(ctx: Ctx) -> None:
 @rule("lf.methods")
 def lf_methods(ctx: Ctx) -> None:
     """LlamaFactory's combinations of fine-tuning methods: LoRA with GaLore/APOLLO/BAdam, two of those at once,
-    quantization or LLaMA Pro with full fine-tuning, LoRA-only switches without LoRA, and the optimizers that do
+    quantization or LLaMA Pro with full fine-tuning, an adapter without LoRA, and the optimizers that do
     not run distributed (every KT launch with FSDP is distributed).
 
     Cookbook: §2.2 (LoRA / full fine-tuning).
-    Code: LF hparams/finetuning_args.py FinetuningArguments.__post_init__ (LoRA vs GaLore/APOLLO/BAdam, use_llama_pro, loraplus_lr_ratio/pissa_init); LF hparams/parser.py _verify_model_args (quantization only LoRA/OFT; adapters only LoRA) and get_train_args (layer-wise GaLore/APOLLO and BAdam under distributed training).
+    Code: LF hparams/finetuning_args.py FinetuningArguments.__post_init__ (LoRA vs GaLore/APOLLO/BAdam, use_llama_pro; the LoRA-only switches are lf.conditions'); LF hparams/parser.py _verify_model_args (quantization only LoRA/OFT; adapters only LoRA) and get_train_args (layer-wise GaLore/APOLLO and BAdam under distributed training).
     """
     t = ctx.t
     ft = _v(ctx, "finetuning_type")
@@ -231,14 +231,10 @@ def lf_methods(ctx: Ctx) -> None:
     if t.get("use_llama_pro") is True and ft == "full":
         ctx.error("train.use_llama_pro", "use_llama_pro with full fine-tuning: LlamaFactory refuses it (Freeze or "
                   "LoRA only)", "remove use_llama_pro")
-    if ft != "lora":
-        for key in ("loraplus_lr_ratio", "pissa_init"):
-            if t.get(key) not in (None, False):
-                ctx.error(f"train.{key}", f"{key} with finetuning_type {ft}: LlamaFactory refuses it (LoRA only)",
-                          f"remove {key}")
-        if t.get("adapter_name_or_path") is not None:
-            ctx.error("train.adapter_name_or_path", f"adapter_name_or_path with finetuning_type {ft}: LlamaFactory "
-                      "refuses 'Adapter is only valid for the LoRA method'", "remove adapter_name_or_path")
+    # the LoRA-only switches (use_dora, pissa_init, ...) are lf.conditions', read from the wheel
+    if ft != "lora" and t.get("adapter_name_or_path") is not None:
+        ctx.error("train.adapter_name_or_path", f"adapter_name_or_path with finetuning_type {ft}: LlamaFactory "
+                  "refuses 'Adapter is only valid for the LoRA method'", "remove adapter_name_or_path")
     if t.get("quantization_bit") is not None and ft not in ("lora", "oft"):
         ctx.error("train.quantization_bit", f"quantization_bit with finetuning_type {ft}: LlamaFactory refuses "
                   "'Quantization is only compatible with the LoRA or OFT method'", "remove quantization_bit")

@@ -128,9 +128,38 @@ class Scheduler(_Strict):
                                   description="Host memory of the job in GiB; default: the planner's upper edge.")
     partition: str | None = Field(None, pattern=SCHED_NAME, description="Slurm partition (--partition).")
     account: str | None = Field(None, pattern=SCHED_NAME, description="Slurm account (--account).")
-    signal_seconds: int = Field(120, ge=10, le=3600,
-                                description="Seconds before the time limit at which Slurm signals the job, so it "
-                                            "stops its container and can be requeued from its last checkpoint.")
+    runtime: Literal["auto", "podman", "pyxis", "apptainer", "docker"] = Field(
+        "auto", description="How a Slurm job starts the image on its node, inside the job's cgroup (docs/scaling.md): "
+                            "'podman' (rootless, a child of the batch step), 'pyxis' (srun --container-image: enroot), "
+                            "'apptainer' (srun apptainer exec --nv on a SIF), or 'docker' only when asked: its "
+                            "container is dockerd's child, outside the job's cgroup, so Slurm's CPU, memory and GPU "
+                            "limits, accounting and OOM handling miss it, it outlives a SIGKILLed job step, and every "
+                            "user must be in the docker group. 'auto': what the cluster has (pyxis, then apptainer, "
+                            "then podman).")
+    image_file: str | None = Field(None, description="The image as the Slurm runtime reads it, on a folder every node "
+                                                     "sees: an enroot squashfs for pyxis (`ktdeploy image save --format "
+                                                     "squashfs`), a SIF for apptainer (`--format sif`), a docker-archive "
+                                                     "tarball for podman (`ktdeploy image save`). Unset: the registry "
+                                                     "reference (deploy.registry).")
+    step_seconds: float | None = Field(None, gt=0, le=86400,
+                                       description="Measured seconds per optimizer step (an earlier run's `ktdeploy "
+                                                   "status` shows it); sets how early the job is warned before its "
+                                                   "time limit. Unset: the planner's figure.")
+    signal_seconds: int | None = Field(None, ge=60, le=65535,
+                                       description="Seconds before the time limit at which Slurm sends USR1 (Kubernetes: "
+                                                   "the termination grace period): the trainer saves a checkpoint at "
+                                                   "the next step boundary and the job is requeued. Unset: from the "
+                                                   "step time (step_seconds, else the planner's) and the checkpoint's "
+                                                   "save time.")
+    cpus_are_threads: bool = Field(False, description="Kubernetes: the nodes' `cpu` counts SMT threads (hyperthreads), "
+                                                      "so a pod asks for 2 per physical core. Node Feature Discovery's "
+                                                      "SMT label selects nodes that say so; set this where NFD runs "
+                                                      "without it.")
+
+    @field_validator("image_file")
+    @classmethod
+    def _image_file(cls, v: str | None) -> str | None:
+        return None if v is None else _absolute(v, "deploy.scheduler.image_file")
 
 
 class Deploy(_Strict):

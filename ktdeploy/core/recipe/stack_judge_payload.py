@@ -31,7 +31,10 @@ EXIT_ACCEPTED, EXIT_REFUSED, EXIT_ABSENT, EXIT_BROKEN = 0, 2, 7, 1
 JUDGE_SECONDS = 240       # inside: torch + transformers + LlamaFactory import (~10-20 s cold) and the three stages
 MAX_PAYLOAD = 1 << 20     # the rendered files are a few KB
 MAX_MESSAGE = 1500        # a refusal's message as quoted back
-STAGES = ("accelerate", "llamafactory", "kt-kernel")
+MAX_CONFIG = 512 << 10    # a model's config.json sent to the judge (a few KB; the payload limit is 1 MiB)
+STAGES = ("accelerate", "llamafactory", "kt-kernel", "model")
+STAGE_LABELS = {"accelerate": "accelerate-kt", "llamafactory": "LlamaFactory-KT", "kt-kernel": "kt-kernel",
+                "model": "transformers"}
 
 # Run by the image's own python3 (stdlib only until the judge is imported): a test double or an image built before
 # the judge existed reports "absent" distinctly instead of a traceback.
@@ -49,10 +52,23 @@ sys.exit(stack_judge.main(sys.argv[1:]))
 '''.strip() + "\n"
 
 
-def payload(rendered: Rendered) -> str:
-    """What the judge reads on stdin: the rendered files exactly as the launcher gets them, and the launch env."""
-    return json.dumps({"schema": SCHEMA, "train_yaml": rendered.train_yaml, "accelerate_yaml": rendered.accelerate_yaml,
-                       "launch_argv": list(rendered.launch_argv), "env": dict(rendered.env)})
+@dataclass(frozen=True)
+class ModelConfig:
+    """The model's config.json as the controller found it (its text, and where from), for the model skeleton."""
+
+    text: str
+    source: str
+
+
+def payload(rendered: Rendered, model_config: ModelConfig | None = None) -> str:
+    """What the judge reads on stdin: the rendered files exactly as the launcher gets them, the launch env, and the
+    model's config.json when the controller has one (the judge prefers the model's own directory where it runs)."""
+    data: dict[str, Any] = {"schema": SCHEMA, "train_yaml": rendered.train_yaml,
+                            "accelerate_yaml": rendered.accelerate_yaml, "launch_argv": list(rendered.launch_argv),
+                            "env": dict(rendered.env)}
+    if model_config is not None and len(model_config.text) <= MAX_CONFIG:
+        data["model_config"] = {"text": model_config.text, "source": model_config.source}
+    return json.dumps(data)
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,8 @@ class Refusal:
     error_type: str       # the exception's class name
     message: str          # the real message
     where: str = ""       # the stack's function that raised
+    key: str = ""         # the recipe key, when the judge knows it (the model skeleton's refusals)
+    choices: tuple[str, ...] = ()   # what that key could name on this model (LoRA: its linear modules)
 
 
 @dataclass
@@ -74,6 +92,7 @@ class JudgeResult:
     detail: str = ""                                       # status absent/broken: why
     seconds: float | None = None
     peak_rss_mib: float | None = None
+    skeleton: dict[str, Any] = field(default_factory=dict)   # the model skeleton: status, source, steps, seconds
 
     @property
     def judged(self) -> bool:
@@ -82,7 +101,7 @@ class JudgeResult:
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "stages": self.stages, "bypassed": self.bypassed, "versions": self.versions,
                 "missing": self.missing, "detail": self.detail, "seconds": self.seconds,
-                "peak_rss_mib": self.peak_rss_mib,
+                "peak_rss_mib": self.peak_rss_mib, "skeleton": self.skeleton,
                 "refusals": [r.__dict__ for r in self.refusals]}
 
 
@@ -112,8 +131,12 @@ def parse_output(stdout: str, rc: int, stderr: str = "") -> JudgeResult:
     refusals = []
     for r in data.get("refusals") or []:
         if isinstance(r, dict) and r.get("stage") in STAGES:
+            key = _text(r.get("key"), 120)
+            raw = r.get("choices")
+            choices: list[Any] = raw if isinstance(raw, list) else []
             refusals.append(Refusal(str(r["stage"]), _text(r.get("error_type"), 80), _text(r.get("message")),
-                                    _text(r.get("where"), 200)))
+                                    _text(r.get("where"), 200), key if _KEY.fullmatch(key) else "",
+                                    tuple(_text(c, 80) for c in choices[:50])))
     if status == "refused" and not refusals:
         return JudgeResult("broken", detail="the stack judge refused without saying why")
     if status == "accepted" and refusals:
@@ -129,9 +152,25 @@ def parse_output(stdout: str, rc: int, stderr: str = "") -> JudgeResult:
 
     stages: dict[str, Any] = data["stages"] if isinstance(data.get("stages"), dict) else {}
     versions: dict[str, Any] = data["versions"] if isinstance(data.get("versions"), dict) else {}
-    return JudgeResult(status, refusals, {str(k)[:40]: _text(v, 40) for k, v in stages.items()}, _strs("bypassed"),
+    return JudgeResult(status, refusals, {str(k)[:40]: _text(v, 120) for k, v in stages.items()}, _strs("bypassed"),
                        {str(k)[:60]: _text(v, 60) for k, v in versions.items()}, _strs("missing"),
-                       _text(data.get("detail"), 600), _num("seconds"), _num("peak_rss_mib"))
+                       _text(data.get("detail"), 600), _num("seconds"), _num("peak_rss_mib"),
+                       _skeleton(data.get("skeleton")))
+
+
+def _skeleton(v: Any) -> dict[str, Any]:
+    """The model skeleton's summary, bounded: status/source text, steps, seconds, module count, LoRA targets."""
+    if not isinstance(v, dict):
+        return {}
+    out: dict[str, Any] = {k: _text(v.get(k), 300) for k in ("status", "source") if v.get(k) is not None}
+    if isinstance(v.get("steps"), dict):
+        out["steps"] = {str(k)[:40]: _text(s, 300) for k, s in list(v["steps"].items())[:10]}
+    for k in ("seconds", "modules"):
+        if isinstance(v.get(k), (int, float)) and not isinstance(v.get(k), bool):
+            out[k] = v[k]
+    if isinstance(v.get("lora_targets"), list):
+        out["lora_targets"] = [_text(t, 80) for t in v["lora_targets"][:50]]
+    return out
 
 
 # ---------------------------------------------------------------- refusals -> findings
@@ -148,6 +187,7 @@ _KT_FIELD_HOME = {
     "kt_lora_expert_intermediate_size": "train.kt_lora_expert_intermediate_size",
     "FSDP1": "accelerate.fsdp_config.fsdp_version", "FSDP2": "accelerate.fsdp_config.fsdp_version",
     "fsdp_version": "accelerate.fsdp_config.fsdp_version",
+    "threadpool_count": "train.kt_config.kt_threadpool_count",
 }
 _ENUM_FIELDS: dict[str, list[str]] = {}
 for _field, (_enum, _values) in ENUM_CHOICES.items():
@@ -155,6 +195,7 @@ for _field, (_enum, _values) in ENUM_CHOICES.items():
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _UNUSED = re.compile(r"not used by the HfArgumentParser: \[([^\]]*)\]")
 _UNKNOWN_KEYS = re.compile(r"unknown keys \(\[([^\]]*)\]\)")
+_KEY = re.compile(r"(train|accelerate)(\.[A-Za-z_][A-Za-z0-9_]*){1,3}")
 
 
 def _listed(text: str) -> list[str]:
@@ -164,6 +205,8 @@ def _listed(text: str) -> list[str]:
 def key_of(refusal: Refusal, train: dict[str, Any], accelerate: dict[str, Any]) -> str:
     """The recipe key a refusal is about: a key it names (HfArgumentParser's unused keys, accelerate's unknown
     keys, a `name` in the message), preferring one the recipe sets; the section when none is named."""
+    if refusal.key:
+        return refusal.key
     msg = refusal.message
     section = "accelerate" if refusal.stage == "accelerate" else "train"
     m = _UNUSED.search(msg)
@@ -209,11 +252,25 @@ def key_of(refusal: Refusal, train: dict[str, Any], accelerate: dict[str, Any]) 
 
 
 def _fix(refusal: Refusal, path: str) -> str:
-    stage = {"accelerate": "accelerate", "llamafactory": "LlamaFactory", "kt-kernel": "kt-kernel"}[refusal.stage]
+    stage = {"accelerate": "accelerate", "llamafactory": "LlamaFactory", "kt-kernel": "kt-kernel",
+             "model": "transformers"}[refusal.stage]
     if refusal.stage == "accelerate" and "FSDP1" in refusal.message:
         return "set accelerate.fsdp_config.fsdp_version: 2 (accelerate starts FSDP1 when it is not set)"
+    if path in _MODULE_FIXES:
+        return _MODULE_FIXES[path] + (f" (this model's linear modules: {', '.join(refusal.choices)})"
+                                      if refusal.choices else "")
     what = f"change {path}" if "." in path else f"change the {path} value the message names"
     return f"{what} as {stage}'s message asks (ktdeploy's own advice on the same recipe, if any, is listed beside it)"
+
+
+# The model skeleton's refusals: what the key must name instead.
+_MODULE_FIXES = {
+    "train.lora_target": "set lora_target to module names this model has (comma-separated), or all (LlamaFactory "
+                         "then targets every linear layer it finds)",
+    "train.additional_target": "remove additional_target, or name modules this model has",
+    "train.model_name_or_path": "check model_name_or_path and trust_remote_code: transformers could not build this "
+                                "model from its config.json",
+}
 
 
 def findings(result: JudgeResult, train: dict[str, Any], accelerate: dict[str, Any],
@@ -223,7 +280,7 @@ def findings(result: JudgeResult, train: dict[str, Any], accelerate: dict[str, A
     for r in result.refusals:
         path = key_of(r, train, accelerate)
         file, line = where(path)
-        label = {"accelerate": "accelerate-kt", "llamafactory": "LlamaFactory-KT", "kt-kernel": "kt-kernel"}[r.stage]
+        label = STAGE_LABELS[r.stage]
         msg = f"{label} refuses it: {r.error_type}: {r.message}" + (f" ({r.where})" if r.where else "")
         out.append(Finding("error", path, msg, _fix(r, path), f"stack.{r.stage}", file, line))
     return out

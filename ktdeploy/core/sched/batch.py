@@ -1,15 +1,19 @@
-"""The sbatch scripts of a Slurm job (pure): the header from ktdeploy's request (``request.py``), the body the same
-container commands as ``up --host`` (``core/plan/docker_argv.py``), with what only the node knows at run time —
-the job id, its GPUs, CPUs and memory, the user — filled in by the shell from Slurm's variables.
+"""The sbatch scripts of a Slurm job (pure): the header from ktdeploy's request (``request.py``), the body one
+container of the image started by the job's runtime (``runtimes.py``: podman, pyxis, apptainer, or docker on
+request), watched by the supervising shell (``supervise.py``), with what only the node knows at run time — the job
+id, its CPUs, GPUs and memory, the user — filled in by the shell from Slurm's variables and the job's cgroup.
 
 Every fixed value is shell-quoted; the recipe travels inside the script as base64 (no user text unquoted).
 The training script:
-  * names its container ``<job>-j<SLURM_JOB_ID>`` and traps TERM/INT (scancel, requeue, the --signal before the
-    time limit) to stop and remove it: killing the docker client alone leaves the container running;
-  * gives the container the allocation: ``--cpus`` = SLURM_CPUS_PER_TASK (the agent derives kt_num_threads from
-    this quota), ``--memory`` = SLURM_MEM_PER_NODE, ``--gpus device=SLURM_JOB_GPUS``;
+  * names its container ``<job>-j<SLURM_JOB_ID>``; TERM/INT (scancel, a requeue by hand, the time limit itself) stop
+    it at once and exit 143 (a user's stop is never requeued);
+  * asks Slurm for USR1 ``N`` seconds before the time limit (``signal_time.py``: from the step time): the trap writes
+    the stop request, the trainer saves a checkpoint at its next step boundary and exits, the script requeues the
+    job (``scontrol requeue``) and the next run resumes from exactly that checkpoint;
+  * reads the job's CPUs from its cgroup (else the shell's mask) and hands them to the container
+    (``KTDEPLOY_CPUSET``): the agent stays on them and derives kt_num_threads from their physical cores;
   * resumes with ``train --resume auto`` (the agent picks the newest complete checkpoint, same world size) when
-    the output dir holds a checkpoint — a requeued job goes on where it stopped.
+    the output dir holds a checkpoint — a job requeued after a node failure goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -21,19 +25,20 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from ktdeploy.core.errors import RecipeError
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import docker_argv as dk
 from ktdeploy.core.plan.host_plan import job_name, output_dir_of
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.recipe.render import dump_yaml
 from ktdeploy.core.recipe.schema import Scheduler
+from ktdeploy.core.sched import runtimes as rt
 from ktdeploy.core.sched.request import JobRequest
+from ktdeploy.core.sched.runtimes import CNAME, STOP_SECONDS, Job, words
+from ktdeploy.core.sched.supervise import CPUSET_FN, Supervision, epilogue, prologue, wait_lines
 
 JOBS_FOLDER = ".ktdeploy-jobs"
-CNAME = "\0cname\0"      # placeholders in an argv, written as shell expansions (never user text)
-DYNAMIC = "\0dynamic\0"
 CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-STOP_SECONDS = 20        # docker stop's grace period inside the trap; slurm.conf's KillWait must exceed it
 
 
 def job_dir_of(recipe: Recipe) -> str:
@@ -49,14 +54,17 @@ class BatchJob:
     script: str
 
 
-def _words(argv: list[str]) -> str:
-    out = []
-    for a in argv:
-        if a == DYNAMIC:
-            out.append('"${dyn[@]}"')
-        else:  # the container name inside an item (a label, NAME:PATH) becomes "$cname" next to quoted text
-            out.append('"$cname"'.join(shlex.quote(p) if p else "" for p in a.split(CNAME)))
-    return " ".join(out)
+@dataclass(frozen=True)
+class Launch:
+    """How the job's containers start: the runtime, the image (a reference, and the file the runtime reads when
+    deploy.scheduler.image_file names one), how early the job is warned, and the test clusters' waivers."""
+
+    runtime: str
+    image: str
+    image_file: str | None = None
+    signal_seconds: int = 120
+    gpus: bool = True          # False: GPU checks waived, the container starts without the job's GPUs
+    memlock: bool = True
 
 
 def sbatch_line(option: str, value: object | None = None) -> str:
@@ -114,78 +122,152 @@ def sbatch_values(recipe: Recipe) -> None:
                               "meant", key=key, fix=fix)
 
 
-def _header(name: str, role: str, job_dir: str, *, time: str, mem_mib: int, cpus: int, gpus: int,
-            constraint: str | None, sched: Scheduler, requeue: bool) -> list[str]:
+
+def _header(name: str, role: str, job_dir: str, *, request: JobRequest, sched: Scheduler, launch: Launch) -> list[str]:
     d = sbatch_line
-    lines = ["#!/bin/bash", d("--job-name", name + ("" if role == "train" else f"-{role}")),
+    train = role == "train"
+    time, mem_mib, cpus, gpus = ((request.time, request.mem_mib, request.cpus, request.gpus) if train
+                                 else ("02:00:00", 4096, 1, 0))
+    lines = ["#!/bin/bash", d("--job-name", name + ("" if train else f"-{role}")),
              d("--output", sbatch_output_path(job_dir, role)), d("--open-mode", "append"), d("--time", time),
              d("--mem", f"{int(mem_mib)}M"), d("--cpus-per-task", int(cpus)), d("--hint", "nomultithread")]
     if gpus:
         lines.append(d("--gres", f"gpu:{int(gpus)}"))
-    if constraint:
-        lines.append(d("--constraint", constraint))
+    if request.constraint:
+        lines.append(d("--constraint", request.constraint))
     if sched.partition:
         lines.append(d("--partition", sched.partition))
     if sched.account:
         lines.append(d("--account", sched.account))
-    if requeue:
-        lines += [d("--requeue"), d("--signal", f"B:TERM@{int(sched.signal_seconds)}")]
+    if train:
+        lines += [d("--requeue"), d("--signal", f"B:USR1@{int(launch.signal_seconds)}")]
     else:
         lines.append(d("--no-requeue"))
     return lines
 
 
-def _prologue(cname_prefix: str, *, gpus: bool) -> list[str]:
+def _node_lines(cname_prefix: str, launch: Launch) -> list[str]:
+    """The container's name, the job's CPUs, the runtime present on this node, the line that says it all."""
+    need = {"pyxis": "srun", "apptainer": "apptainer"}.get(launch.runtime, launch.runtime)
     return [
         "set -u",
         f"cname={shlex.quote(cname_prefix)}-j\"$SLURM_JOB_ID\"",
-        'echo "ktdeploy: job $SLURM_JOB_ID on $(hostname) restart ${SLURM_RESTART_COUNT:-0} '
-        'GPUs ${SLURM_JOB_GPUS:-none} CPUs ${SLURM_CPUS_PER_TASK:-?} memory ${SLURM_MEM_PER_NODE:-?}M container $cname"',
-        # the user the job runs as owns the output (up --host: the SSH user); a non-root uid gets a writable HOME
-        'dyn=(--user "$(id -u):$(id -g)" --label "ktdeploy.slurm_job=$SLURM_JOB_ID")',
-        '[ "$(id -u)" -eq 0 ] || dyn+=(--env HOME=/tmp)',
-        'dyn+=(--cpus "${SLURM_CPUS_PER_TASK:-1}")',
-        '[ -n "${SLURM_MEM_PER_NODE:-}" ] && dyn+=(--memory "${SLURM_MEM_PER_NODE}m")',
-        *(['[ -n "${SLURM_JOB_GPUS:-}" ] && dyn+=(--gpus "\\"device=$SLURM_JOB_GPUS\\"")'] if gpus else
-          ["# GPU checks waived: the container starts without --gpus (test clusters only)"]),
-        "stop() {",
-        '  echo "ktdeploy: signal received, stopping $cname"',
-        f'  docker stop --time {STOP_SECONDS} -- "$cname" >/dev/null 2>&1',
-        '  docker rm --force -- "$cname" >/dev/null 2>&1',
-        "  exit 143",
-        "}",
-        "trap stop TERM INT",
-        # an earlier run of this job (requeued from a node that died) may have left its container behind
-        'docker rm --force -- "$cname" >/dev/null 2>&1 || true',
+        CPUSET_FN,
+        # the job's cores: its cgroup's cpuset (ConstrainCores), else this shell's mask (task/affinity, or the node)
+        "job_cgroup_cpus=$(ktd_cgroup_cpus)",
+        "job_cpus=${job_cgroup_cpus:-$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)}",
+        'echo "ktdeploy: job $SLURM_JOB_ID on $(hostname) restart ${SLURM_RESTART_COUNT:-0} runtime '
+        f'{launch.runtime} CPUs $job_cpus (cgroup cpuset: ${{job_cgroup_cpus:-none}}) GPUs ${{SLURM_JOB_GPUS:-none}} '
+        'memory ${SLURM_MEM_PER_NODE:-?}M container $cname"',
+        f"command -v {shlex.quote(need)} >/dev/null 2>&1 || {{ echo \"ktdeploy: {launch.runtime} is not installed "
+        f"on $(hostname): install it on every node or set deploy.scheduler.runtime\"; exit 4; }}",
+        # the supervising shell owns the stop request (agent/stop_request.py): the agent leaves it alone
+        'export KTDEPLOY_CPUSET="$job_cgroup_cpus" KTDEPLOY_SUPERVISED=1',
     ]
 
 
-def _run_and_wait() -> list[str]:
-    # in the background + wait: the trap runs as soon as the signal arrives, not when the container exits
-    return ['docker start --attach -- "$cname" &',
-            "wait $!",
-            "rc=$?",
-            'docker rm --force -- "$cname" >/dev/null 2>&1',
-            'echo "ktdeploy: $cname exited $rc"',
-            'exit "$rc"']
+def _dyn(launch: Launch) -> list[str]:
+    """Per-job flags only the node knows (an array the container's argv expands)."""
+    lines = ['dyn=(--label "ktdeploy.slurm_job=$SLURM_JOB_ID")']
+    if launch.runtime == rt.DOCKER:
+        # docker's container is not the job's: give it the job's cores as a cpuset (a --cpus quota is CPU time on
+        # any core), its memory and its GPUs, and run it as the job's user
+        lines += ['dyn+=(--user "$(id -u):$(id -g)" --cpuset-cpus "$job_cpus" --env KTDEPLOY_CPUSET="$job_cpus" '
+                  '--env KTDEPLOY_SUPERVISED)',
+                  '[ -n "${SLURM_MEM_PER_NODE:-}" ] && dyn+=(--memory "${SLURM_MEM_PER_NODE}m")',
+                  '[ "$(id -u)" -eq 0 ] || dyn+=(--env HOME=/tmp)']
+        if launch.gpus:
+            lines.append('[ -n "${SLURM_JOB_GPUS:-}" ] && dyn+=(--gpus "\\"device=$SLURM_JOB_GPUS\\"")')
+    elif launch.runtime == rt.PODMAN:
+        lines += ['dyn+=(--env KTDEPLOY_CPUSET --env KTDEPLOY_SUPERVISED --env SLURM_JOB_ID --env SLURM_CPU_BIND)',
+                  '[ "$(id -u)" -eq 0 ] || dyn+=(--env HOME=/tmp)']
+        if launch.gpus:   # CDI names (nvidia-ctk cdi generate): the job's GPUs by index
+            lines.append('gpus=${SLURM_JOB_GPUS:-}; for g in ${gpus//,/ }; do dyn+=(--device "nvidia.com/gpu=$g"); done')
+    if not launch.gpus:
+        lines.append("# GPU checks waived: the container starts without the job's GPUs (test clusters only)")
+    return lines
 
 
-def train_script(recipe: Recipe, shipped: dict[str, Any], *, image: str, run_id: str, request: JobRequest, gpus_waived: bool = False,
-                 memlock: bool = True) -> BatchJob:
-    """The training job: ``docker create`` (up's argv, allocation added), recipe copied in, started attached."""
-    sbatch_values(recipe)
-    name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
+def _stop_lines(runtime: str) -> tuple[str, ...]:
+    if runtime == rt.DOCKER:
+        return (f'docker stop --time {STOP_SECONDS} -- "$cname" >/dev/null 2>&1',
+                'docker rm --force -- "$cname" >/dev/null 2>&1')
+    if runtime == rt.PODMAN:
+        return (f'podman stop --time {STOP_SECONDS} -- "$cname" >/dev/null 2>&1',
+                'podman rm --force --ignore -- "$cname" >/dev/null 2>&1')
+    return ('kill -TERM "$pid" 2>/dev/null',)   # srun passes it to the step
+
+
+def _start(runtime: str, job: Job, ship: str | None) -> tuple[list[str], str, list[str]]:
+    """(lines before the start, the line that runs the container in the foreground, lines after it ends)."""
+    if runtime == rt.DOCKER:
+        before = ['docker rm --force -- "$cname" >/dev/null 2>&1 || true',   # a container left by an earlier run
+                  words(rt.docker_create(job)) + " >/dev/null || exit 4"]
+        if ship:
+            before.append(words(dk.copy_job(ship, CNAME)) + " || exit 4")
+        return before, 'docker start --attach -- "$cname"', ['docker rm --force -- "$cname" >/dev/null 2>&1']
+    if runtime == rt.PODMAN:
+        before = ['podman rm --force --ignore -- "$cname" >/dev/null 2>&1 || true', *rt.podman_image_lines(job)]
+        return before, words(rt.podman_run(job)), []
+    env = ["export KTDEPLOY_RUN=" + shlex.quote(job.run_id) + " PYTHONUNBUFFERED=1"]
+    if runtime == rt.PYXIS:
+        # enroot's NVIDIA hook mounts the driver for these GPUs (the image sets no NVIDIA_VISIBLE_DEVICES of its own)
+        env.append('export NVIDIA_VISIBLE_DEVICES="${SLURM_JOB_GPUS:-void}" NVIDIA_DRIVER_CAPABILITIES=compute,utility')
+        return env, words(rt.pyxis_srun(job)), []
+    return env, words(rt.apptainer_exec(job)), []
+
+
+def require_image(recipe: Recipe, launch: Launch) -> None:
+    """RecipeError naming the key when the runtime cannot read the image it is given."""
+    suffixes = {rt.PYXIS: (".sqsh", ".squashfs", ".sqfs"), rt.APPTAINER: (".sif",), rt.PODMAN: (".tar",)}
+    fmt = {rt.PYXIS: "squashfs", rt.APPTAINER: "sif", rt.PODMAN: "docker"}
+    if launch.runtime == rt.DOCKER:
+        return
+    file = launch.image_file
+    if file is not None and not file.endswith(suffixes[launch.runtime]):
+        raise RecipeError(f"deploy.scheduler.image_file {file!r} is not what {launch.runtime} reads "
+                          f"({' or '.join(suffixes[launch.runtime])})", key="deploy.scheduler.image_file",
+                          fix=f"ktdeploy image save --format {fmt[launch.runtime]} --isa VARIANT -o FILE, on a folder "
+                              "every node sees.")
+    if file is None and launch.runtime != rt.PODMAN and not rt.has_registry(launch.image):
+        raise RecipeError(f"{launch.runtime} cannot find the image {launch.image!r}: it is a local tag, and neither a "
+                          "registry nor an image file is named", key="deploy.scheduler.image_file",
+                          fix=f"ktdeploy image save --format {fmt[launch.runtime]} --isa VARIANT -o FILE on a folder "
+                              f"every node sees and set deploy.scheduler.image_file: FILE, or push the image and set "
+                              "deploy.registry.")
     vol = recipe.require_deploy().volumes
-    create = dk.create_train(name=CNAME, image=image, run_id=run_id, volumes=vol, output_dir=out, gpus=None,
-                             memlock=memlock, user=None)
-    create = [*create[:2], DYNAMIC, *create[2:]]
+    mountable = {"deploy.volumes.model": vol.model, "deploy.volumes.data": vol.data, "deploy.volumes.output": vol.output}
+    if file:
+        mountable["deploy.scheduler.image_file"] = file
+    rt.require_mountable(launch.runtime, mountable)
+
+
+def train_script(recipe: Recipe, shipped: dict[str, Any], *, run_id: str, request: JobRequest,
+                 launch: Launch) -> BatchJob:
+    """The training job: the image's ``train`` in the job's runtime, watched for the time limit's warning."""
+    sbatch_values(recipe)
+    require_image(recipe, launch)
+    name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
+    deploy = recipe.require_deploy()
     ship = posixpath.join(job_dir, "ship")
+    job = Job(role="train", image=launch.image, image_file=launch.image_file, volumes=deploy.volumes,
+              output_dir=out, run_id=run_id, agent_args=("train", dk.CONTAINER_RECIPE), ship=ship,
+              gpus=launch.gpus, memlock=launch.memlock)
     recipe_b64 = base64.b64encode(dump_yaml(shipped).encode()).decode()
-    lines = _header(name, "train", job_dir, time=request.time, mem_mib=request.mem_mib, cpus=request.cpus,
-                    gpus=request.gpus, constraint=request.constraint, sched=recipe.require_deploy().scheduler, requeue=True)
+    layout = JobLayout(out)
+    sup = Supervision(save_on=("USR1",), stop_on=("TERM", "INT"), stop_request=layout.stop_request,
+                      stopped_marker=layout.stopped_marker, stop_lines=_stop_lines(launch.runtime),
+                      after_save=('echo "ktdeploy: requeueing job $SLURM_JOB_ID: it resumes from that checkpoint"',
+                                  'scontrol requeue "$SLURM_JOB_ID" && exit 0',
+                                  'echo "ktdeploy: scontrol requeue failed: run ktdeploy up-slurm again to resume"'),
+                      who="Slurm (the time limit is near, or a preemption)")
+    before, start, after = _start(launch.runtime, job, ship)
+    lines = _header(name, "train", job_dir, request=request, sched=deploy.scheduler, launch=launch)
     lines += ["# Written by `ktdeploy up-slurm` / `ktdeploy render --slurm`: the recipe's training job.",
+              f"# runtime: {launch.runtime}; USR1 {int(launch.signal_seconds)} s before the time limit: the trainer "
+              "saves at its next step, the job is requeued and resumes there.",
               f"# submit by hand: mkdir -p {shlex.quote(job_dir)} && sbatch THIS_FILE", ""]
-    lines += _prologue(name, gpus=not gpus_waived)
+    lines += _node_lines(name, launch)
     lines += [f"out={shlex.quote(out)}",
               f"ship={shlex.quote(ship)}",
               'mkdir -p -- "$ship"',
@@ -193,26 +275,40 @@ def train_script(recipe: Recipe, shipped: dict[str, Any], *, image: str, run_id:
               "resume=()",
               # which checkpoint is the agent's choice (newest complete, same world size); the shell only asks
               'if compgen -G "$out/checkpoint-*" >/dev/null; then resume=(--resume auto); '
-              'echo "ktdeploy: checkpoints in $out: resuming"; fi',
-              _words(create) + ' "${resume[@]}" >/dev/null || exit 4',
-              _words(dk.copy_job(ship, CNAME)) + " || exit 4",
-              *_run_and_wait()]
+              'echo "ktdeploy: checkpoints in $out: resuming"; fi']
+    lines += _dyn(launch)
+    lines += prologue(sup)
+    lines += before
+    lines += wait_lines(start)
+    lines += after
+    lines += epilogue(sup)
     return BatchJob(name=name, role="train", script="\n".join(lines) + "\n")
 
 
-def convert_script(recipe: Recipe, *, image: str, run_id: str, request: JobRequest) -> BatchJob:
+def convert_script(recipe: Recipe, *, run_id: str, request: JobRequest, launch: Launch) -> BatchJob:
     """The conversion job (after the training job: --dependency=afterok): CPU only, the variant's CPU needs."""
     sbatch_values(recipe)
+    require_image(recipe, launch)
     name, out, job_dir = job_name(recipe), output_dir_of(recipe), job_dir_of(recipe)
     adapter = JobLayout(out).adapter_dir
-    run = dk.run_convert(name=CNAME, image=image, run_id=run_id, volumes=recipe.require_deploy().volumes, output_dir=out,
-                         adapter_dir=adapter, user=None)
-    run = [*run[:3], DYNAMIC, *run[3:]]
-    lines = _header(name, "convert", job_dir, time="02:00:00", mem_mib=4096, cpus=1, gpus=0,
-                    constraint=request.constraint, sched=recipe.require_deploy().scheduler, requeue=False)
+    cl = Launch(runtime=launch.runtime, image=launch.image, image_file=launch.image_file,
+                signal_seconds=launch.signal_seconds, gpus=False, memlock=launch.memlock)
+    job = Job(role="convert", image=launch.image, image_file=launch.image_file, volumes=recipe.require_deploy().volumes,
+              output_dir=out, run_id=run_id, agent_args=("convert", out, "-o", adapter), gpus=False)
+    sup = Supervision(save_on=(), stop_on=("TERM", "INT"), stop_lines=_stop_lines(launch.runtime))
+    before, start, after = _start(launch.runtime, job, None)
+    if launch.runtime == rt.DOCKER:   # `docker run --rm` in the foreground, as before
+        before, start, after = ['docker rm --force -- "$cname" >/dev/null 2>&1 || true'], words(rt.docker_create(job)), []
+    lines = _header(name, "convert", job_dir, request=request, sched=recipe.require_deploy().scheduler, launch=cl)
     lines += ["# Written by `ktdeploy up-slurm`: converts the training output for sglang-kt.", ""]
-    lines += _prologue(f"{name}-convert", gpus=False)
+    lines += _node_lines(f"{name}-convert", cl)
     lines += [f"adapter={shlex.quote(adapter)}",
               'if [ -f "$adapter/ktdeploy_convert.json" ]; then echo "ktdeploy: already converted"; exit 0; fi',
-              _words(run) + " &", "wait $!", "rc=$?", 'echo "ktdeploy: convert exited $rc"', 'exit "$rc"']
+              "resume=()"]
+    lines += _dyn(cl)
+    lines += prologue(sup)
+    lines += before
+    lines += wait_lines(start)
+    lines += after
+    lines += epilogue(sup)
     return BatchJob(name=name, role="convert", script="\n".join(lines) + "\n")

@@ -102,6 +102,21 @@ MpiDefault=none
 """
 
 
+CGROUP_CONF = """\
+CgroupPlugin=autodetect
+ConstrainCores=yes
+ConstrainRAMSpace=yes
+ConstrainDevices=yes
+"""
+
+
+def cgroup_conf() -> str:
+    """cgroup.conf beside slurm.conf's proctrack/cgroup and task/cgroup: every job fenced to its cores (hwloc, which
+    kt-kernel pins its threads with, then sees only them), its memory and its GPUs (core/sched/cluster.py's
+    slurm.cgroup asks a cluster for exactly these)."""
+    return CGROUP_CONF
+
+
 def slurm_conf(cluster: str, controller: str, nodes: list[SlurmNode], *, partition: str = "main",
                proctrack: str = "proctrack/cgroup", task: str = "task/cgroup,task/affinity", min_job_age: int = 3600,
                kill_wait: int = 30, extra: tuple[str, ...] = ()) -> str:

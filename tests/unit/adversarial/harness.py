@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 130, 141, 143}
-DEADLINE_S = 10
+DEADLINE_S = 10       # CPU seconds one call may use (ITIMER_PROF: a loaded machine does not stretch it)
+HANG_S = 120          # wall seconds: a call that waits on something forever
 MAX_GROWTH_KIB = 512 << 10  # one call may raise the process's peak RSS by at most 512 MiB
 SECRET = "S3cr3tPW"
 TALLY: dict[str, list[int]] = {}
@@ -68,14 +69,17 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 
 def invoke(args: list[str], *, cwd: Path) -> tuple[int, str, float]:
-    """``ktdeploy ARGS`` in-process (the console entry point, with its exception mapping). A call that runs past
-    DEADLINE_S or raises the peak RSS by more than MAX_GROWTH_KIB gets a non-documented rc ("timeout"/"memory")."""
+    """``ktdeploy ARGS`` in-process (the console entry point, with its exception mapping). A call that uses more
+    than DEADLINE_S of CPU, waits past HANG_S or raises the peak RSS by more than MAX_GROWTH_KIB gets a
+    non-documented rc ("timeout"/"memory")."""
     from ktdeploy.cli import main
 
     out = io.StringIO()
     old_cwd = os.getcwd()
     old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(DEADLINE_S)
+    old_prof = signal.signal(signal.SIGPROF, _alarm)
+    signal.setitimer(signal.ITIMER_PROF, DEADLINE_S)
+    signal.alarm(HANG_S)
     t0 = time.monotonic()
     peak0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rc: object = 0
@@ -92,7 +96,9 @@ def invoke(args: list[str], *, cwd: Path) -> tuple[int, str, float]:
         rc = f"escaped {type(e).__name__}: {e}"
     finally:
         signal.alarm(0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGALRM, old)
+        signal.signal(signal.SIGPROF, old_prof)
         os.chdir(old_cwd)
     if isinstance(rc, str) and rc.isdigit():
         rc = int(rc)

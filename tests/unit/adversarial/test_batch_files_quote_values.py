@@ -19,9 +19,10 @@ from ktdeploy.core.errors import RecipeError, UsageError
 from ktdeploy.core.plan.host_plan import shipped_recipe
 from ktdeploy.core.recipe import load_recipe, validate
 from ktdeploy.core.recipe.finding import errors
-from ktdeploy.core.sched.batch import convert_script, job_dir_of, train_script
+from ktdeploy.core.sched.batch import Launch, convert_script, job_dir_of, train_script
 from ktdeploy.core.sched.job_files import k8s_manifests
 from ktdeploy.core.sched.request import request_for
+from ktdeploy.core.sched.runtimes import RUNTIMES
 from tests.unit.adversarial.harness import invoke, problems
 
 REPO = Path(__file__).resolve().parents[3]
@@ -88,8 +89,12 @@ def test_f1_output_volume_never_adds_an_sbatch_option(tmp_path, name):
         return
     r = tiny(*sets)
     req = request_for(r, "amx")
-    for job in (train_script(r, shipped_recipe(r, None), image="ktsft:amx", run_id="R", request=req),
-                convert_script(r, image="ktsft:amx", run_id="R", request=req)):
+    jobs = []
+    for runtime in RUNTIMES:
+        launch = Launch(runtime=runtime, image="registry.example.com/ktsft:amx")
+        jobs += [train_script(r, shipped_recipe(r, None), run_id="R", request=req, launch=launch),
+                 convert_script(r, run_id="R", request=req, launch=launch)]
+    for job in jobs:
         opts = sbatch_options(job.script)
         names = [o.split("=", 1)[0] for o in opts]
         assert set(names) <= {"--job-name", "--output", "--open-mode", "--time", "--mem", "--cpus-per-task", "--hint",
@@ -103,7 +108,8 @@ def test_f1_output_volume_never_adds_an_sbatch_option(tmp_path, name):
 def test_f1_backslash_in_the_output_volume_is_refused_for_slurm(tmp_path):
     r = tiny(f"deploy.volumes.output={tmp_path}/a\\b", f"train.output_dir={tmp_path}/a\\b/run")
     with pytest.raises(RecipeError) as e:
-        train_script(r, shipped_recipe(r, None), image="ktsft:amx", run_id="R", request=request_for(r, "amx"))
+        train_script(r, shipped_recipe(r, None), run_id="R", request=request_for(r, "amx"),
+                     launch=Launch(runtime="podman", image="ktsft:amx"))
     assert e.value.key == "deploy.volumes.output" and e.value.fix
 
 
@@ -135,7 +141,8 @@ def test_f1_k8s_manifests_come_from_the_yaml_library_and_a_bad_namespace_is_refu
     import yaml
 
     odd = "/srv/o: x\" #y"
-    r = tiny(f"deploy.volumes.output={json.dumps(odd)}", f"train.output_dir={json.dumps(odd + '/run')}")
+    r = tiny(f"deploy.volumes.output={json.dumps(odd)}", f"train.output_dir={json.dumps(odd + '/run')}",
+             "deploy.registry=registry.example.com/ml")
     assert r.deploy.volumes.output == odd
     from ktdeploy.core.sched.k8s import render_yaml
 
@@ -185,7 +192,8 @@ def test_f10_render_to_a_terminal_shows_control_characters_as_escapes():
 
     bidi = "a\u202eb\u2066c"
     rc, out = _on_a_terminal([sys.executable, "-m", "ktdeploy", "render", "--k8s", "--variant", "amx", "--set",
-                              "deploy.scheduler.cpus=4", "--set", f"train.run_name={json.dumps(bidi)}", str(TINY)])
+                              "deploy.scheduler.cpus=4", "--set", "deploy.registry=registry.example.com/ml", "--set",
+                              f"train.run_name={json.dumps(bidi)}", str(TINY)])
     assert rc == 0, out
     assert "kind: Job" in out and "a\\u202eb\\u2066c" in out
     assert "\u202e" not in out and "\u2066" not in out

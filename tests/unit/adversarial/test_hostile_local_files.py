@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ktdeploy.agent import convert as cv
+from ktdeploy.core.recipe.loader import MAX_BYTES
 from tests.unit.adversarial.harness import SECRET, invoke, problems
 from tests.unit.agent.conftest import write_safetensors
 
@@ -37,10 +38,11 @@ def _flat(out: str) -> str:
 
 @pytest.mark.parametrize("section", ["train", "accelerate"])
 def test_an_alias_bomb_in_a_yaml11_override_is_refused_at_once(tmp_path, section):
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     rc, out, _ = invoke(["check", str(RECIPE), "--set", f"{section}.foo={BOMB}"], cwd=tmp_path)
     assert rc == 2 and "alias bomb" in _flat(out) and not problems(rc, out), out
-    assert time.monotonic() - t0 < 5
+    # CPU time bounds the work (a loaded CI machine stretches the wall clock); the wall bound catches a hang
+    assert time.process_time() - c0 < 5 and time.monotonic() - t0 < 60
 
 
 # ---------------------------------------------------------------- run records
@@ -159,10 +161,11 @@ def test_a_small_fused_file_cannot_ask_for_millions_of_tensors(tmp_path, a_shape
     src.mkdir()
     _fused(src / cv.FUSED, 40, a_shape, b_shape)
     (src / cv.CONFIG).write_text(json.dumps({"r": a_shape[1], "lora_alpha": 16}))
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     with pytest.raises(cv.ConvertError, match=words):
         cv.convert(src, tmp_path / "adapter", verify_manifest=False)
-    assert time.monotonic() - t0 < 5
+    # CPU time bounds the work (a loaded CI machine stretches the wall clock); the wall bound catches a hang
+    assert time.process_time() - c0 < 5 and time.monotonic() - t0 < 60
 
 
 def test_a_deeply_nested_safetensors_header_is_a_format_error(tmp_path):
@@ -227,8 +230,10 @@ def test_a_deeply_nested_dataset_row_is_a_problem_not_a_crash():
 
 
 def test_findings_stay_one_screen_and_hide_passwords(tmp_path):
-    text = RECIPE.read_text().replace("train:\n", "train:\n" + "".join(f"  zz_unknown_{i}: 1\n" for i in range(9_000)), 1)
-    text = re.sub(r"(?m)^  template: .*$", f"  template: 'https://u:{SECRET}@h/{'x' * 40_000}'", text, count=1)
+    # as many unknown keys and as long a value as fit under the loader's size cap (a bigger file is refused unread)
+    text = RECIPE.read_text().replace("train:\n", "train:\n" + "".join(f"  zz_unknown_{i}: 1\n" for i in range(1_500)), 1)
+    text = re.sub(r"(?m)^  template: .*$", f"  template: 'https://u:{SECRET}@h/{'x' * 30_000}'", text, count=1)
+    assert len(text.encode()) < MAX_BYTES
     (tmp_path / "r.yaml").write_text(text)
     for args in (["check", "r.yaml"], ["check", "r.yaml", "--json"]):
         rc, out, _ = invoke(args, cwd=tmp_path)

@@ -356,9 +356,10 @@ def test_non_finite_sampling_is_bounded_for_a_big_tensor(tmp_path):
     p = tmp_path / "big.safetensors"
     p.write_bytes(_st({"t": {"dtype": "BF16", "shape": [n], "data_offsets": [0, 2 * n]}}, b"\xc0\x7f" * n))
     info = st.read_header(p)[0]["t"]
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     assert st.non_finite(p, info) > 0
-    assert time.monotonic() - t0 < 2
+    # CPU time bounds the work (a loaded CI machine stretches the wall clock); the wall bound catches a hang
+    assert time.process_time() - c0 < 2 and time.monotonic() - t0 < 60
 
 
 # ---------------------------------------------------------------- image load: only the names asked for

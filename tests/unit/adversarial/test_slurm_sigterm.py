@@ -22,7 +22,9 @@ def test_f18_sigterm_while_following_cancels_the_jobs_it_submitted(tmp_path, mon
     from ktdeploy.core import markers
     from ktdeploy.core.command_requests import SlurmUpRequest
     from ktdeploy.core.errors import Terminated
+    from ktdeploy.core.sched.cluster import PROBE_SH
     from tests.fakes.connector import FakeConnector, ok
+    from tests.fakes.slurm_probe import probe_answer
 
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path / "home"))
     ids = iter(["101", "102"])
@@ -35,6 +37,7 @@ def test_f18_sigterm_while_following_cancels_the_jobs_it_submitted(tmp_path, mon
             .on(["squeue"], ok(""))
             .on(["sbatch"], lambda argv: ok(next(ids) + "\n"))
             .on(["scancel"], ok(""))
+            .on(lambda argv: argv[:2] == ["sh", "-c"] and argv[2] == PROBE_SH, ok(probe_answer(tmp_path)))
             .on(lambda argv: argv[:3] == ["sh", "-c", markers.JOB_SH], sigterm)
             .on(lambda argv: True, ok("")))
     with pytest.raises(Terminated):

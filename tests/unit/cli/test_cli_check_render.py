@@ -143,3 +143,9 @@ def test_rendered_yaml_reads_the_same_under_yaml_1_1(tmp_path, capsys):
     train = (tmp_path / "r" / "train.yaml").read_text()
     assert "save_strategy: 'no'" in train
     assert pyyaml.safe_load(train)["save_strategy"] == "no"
+
+
+def test_model_config_goes_with_stack(capsys):
+    code, out, err = run_cli(["check", str(RECIPES / "tiny-moe-lora.yaml"), "--model-config",
+                              str(RECIPES / "models" / "tiny-qwen3-moe.json")], capsys)
+    assert code == 2 and "--model-config" in out + err and "add --stack" in out + err

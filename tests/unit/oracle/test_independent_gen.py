@@ -156,3 +156,82 @@ def test_classify():
     assert harness.classify(bad, {"verdict": "refuse"}) == "agree"
     assert harness.classify(ok, {"verdict": "refuse"}) == "ktdeploy-looser"
     assert harness.classify(bad, {"verdict": "accept"}) == "ktdeploy-stricter"
+
+
+# ---------------------------------------------------------------- profile "issue49"
+
+@pytest.fixture(scope="module")
+def corpus49():
+    return gen.cases(20261207, 1200, "issue49")
+
+
+def test_profile_v1_is_unchanged_by_issue49():
+    assert gen.mutation_names("v1") == gen.mutation_names()[:len(gen.MUTATIONS)]
+    assert set(gen.mutation_names("issue49")) - set(gen.mutation_names("v1")) == {m.__name__ for m, _ in gen.MUTATIONS_49}
+    assert set(gen.base_recipes("v1")) == set(gen.BASES) < set(gen.base_recipes("issue49"))
+
+
+def test_issue49_cases_deterministic_and_cover_each_class(corpus49):
+    again = gen.cases(20261207, 200, "issue49")
+    assert [(i, gen.dump_recipe(r), d) for i, r, d in again] == \
+        [(i, gen.dump_recipe(r), d) for i, r, d in corpus49[:200]]
+    counts = collections.Counter(c for _, _, d in corpus49 for c in harness.mutation_classes(d))
+    assert set(counts) == set(harness.ISSUE49_CLASSES), counts
+    assert min(counts.values()) >= 40, counts
+    assert {d.split(":", 1)[0] for _, _, d in corpus49} == set(gen.base_recipes("issue49"))
+    dependent = [d for _, _, d in corpus49 if gen.model_dependent(d)]
+    assert 0.15 < len(dependent) / len(corpus49) < 0.6
+    assert all(any(p in d for p in gen.MODEL_DEPENDENT) for d in dependent)
+
+
+def test_issue49_values_come_from_the_stack_and_the_model(corpus49):
+    text = "\n".join(d for _, _, d in corpus49)
+    for needle in ("train.lora_target=null", 'train.infer_backend="vllm"', "train.use_dora=true",
+                   "train.use_rslora=true", 'train.finetuning_type="full"', "train.dataloader_prefetch_factor=",
+                   "train.dataloader_num_workers=0", "train.ddp_backend=", "train.additional_target=",
+                   "train.modules_to_save=", "train.kt_config.kt_threadpool_count=", "train.model_name_or_path="):
+        assert needle in text, needle
+    # ddp_backend: transformers' own choices (argparse metadata) and names torch does not know
+    backends = {r["train"]["ddp_backend"] for _, r, _ in corpus49 if "ddp_backend" in r["train"]}
+    known = set(gen._fields()["train"]["ddp_backend"]["meta_choices"])
+    assert known == {"nccl", "gloo", "mpi", "xccl", "hccl", "cncl", "mccl"}
+    assert backends & known and backends - known
+    # module names: the architecture's own (the catalogue, built from recipes/models) and names it lacks
+    import re
+
+    seen = collections.Counter()
+    for _, recipe, desc in corpus49:
+        for m in re.finditer(r"modules: train\.(\w+)=[^|]*? \((present|absent) in ([^)]+)\)", desc):
+            key, what, stem = m.groups()
+            value = recipe["train"][key]
+            names = set(value if isinstance(value, list) else str(value).split(","))
+            own = set(gen.model_modules(stem)["names"])
+            assert (names <= own) if what == "present" else not (names & own), m.group(0)
+            seen[what] += 1
+    assert seen["present"] > 20 and seen["absent"] > 20, seen
+
+
+def test_model_modules_catalogue_is_the_architectures():
+    mods = gen.catalog()["model_modules"]
+    assert set(mods) == set(gen.model_stems())
+    assert {"q_proj", "k_proj", "v_proj", "o_proj"} <= set(mods["tiny-qwen3-moe"]["linear"])
+    assert "q_a_proj" in mods["DeepSeek-V3"]["linear"] and "q_a_proj" not in mods["tiny-qwen3-moe"]["names"]
+    assert "error" in mods["Kimi-K2-Instruct"]  # remote code: this transformers has no class for it
+
+
+def test_model_dependent_reads_the_prefixes():
+    assert gen.model_dependent("tiny-moe-lora: modules: train.lora_target=\"x\" (absent in tiny-qwen3-moe)")
+    assert gen.model_dependent("tiny-moe-lora: train.seed=1 | kt dims: (tiny-qwen3-moe: ...) a=1")
+    assert not gen.model_dependent("tiny-moe-lora: lora null: train.lora_target=null | train.seed=1")
+    assert harness.mutation_classes("x: lora null: a | model: b | train.seed=1") == {"lora null", "model"}
+
+
+def test_judge_workers_keep_a_model_config_together():
+    from tests.oracle import stack_judge
+
+    entries = [{"case_id": f"c{i}", "model_config": f"recipes/models/{m}.json"}
+               for i, m in enumerate(["tiny-qwen3-moe"] * 6 + ["DeepSeek-V3"] * 3 + ["GLM-4.5-Air"] * 4 + ["x"])]
+    chunks = stack_judge._chunks(entries, 2)
+    assert sorted(e["case_id"] for c in chunks for e in c) == sorted(e["case_id"] for e in entries)
+    owner = {e["model_config"]: {i for i, c in enumerate(chunks) if e in c} for e in entries}
+    assert all(len(v) == 1 for v in owner.values()), owner

@@ -183,3 +183,67 @@ def test_auto_judges_with_the_first_variant_present():
     assert runner.image_for(load_recipe(TINY, ["deploy.image=avx2"]), conn) == "ktsft:avx2"
     assert runner.image_for(load_recipe(TINY, ["deploy.image=avx512"]), conn) == "ktsft:avx512_bf16"   # old name
     assert runner.image_for(load_recipe(TINY, ["deploy.image=my/img:1"]), conn) == "my/img:1"
+
+
+# ---------------------------------------------------------------- the model skeleton (issue #49)
+
+MODELS = ROOT / "recipes" / "models"
+
+
+def test_the_payload_carries_the_models_config_and_where_it_came_from():
+    r = load_recipe(TINY)
+    data = json.loads(runner.judge_payload(r))
+    assert data["model_config"]["source"].endswith("models/tiny-qwen3-moe.json")   # the shipped fallback
+    assert json.loads(data["model_config"]["text"])["model_type"] == "qwen3_moe"
+    own = runner.model_config_for(r, MODELS / "tiny-qwen3-moe-fp8.json")
+    assert own is not None and json.loads(runner.judge_payload(r, model_config=own))["model_config"]["source"] == \
+        str(MODELS / "tiny-qwen3-moe-fp8.json")
+
+
+def test_the_models_own_directory_comes_before_the_shipped_config(tmp_path):
+    model = tmp_path / "tiny-qwen3-moe"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "mine"}')
+    r = load_recipe(TINY, [f"train.model_name_or_path={model}"])
+    mc = runner.model_config_for(r)
+    assert mc is not None and mc.source == str(model / "config.json") and "mine" in mc.text
+    assert runner.model_config_for(load_recipe(TINY, ["train.model_name_or_path=/srv/nowhere/unknown-model"])) is None
+    assert "model_config" not in json.loads(payload(render(r), None))
+
+
+def test_an_unreadable_model_config_is_a_usage_error(tmp_path):
+    from ktdeploy.core.errors import UsageError
+
+    with pytest.raises(UsageError):
+        runner.model_config_for(load_recipe(TINY), tmp_path / "missing.json")
+
+
+def test_a_skeleton_refusal_lands_on_the_key_the_judge_names_and_its_fix_says_what_to_do():
+    r = load_recipe(TINY)
+    result = parse_output(answer(status="refused", refusals=[
+        {"stage": "llamafactory", "error_type": "ValueError", "key": "train.lora_target", "choices": ["q_proj", "v_proj"],
+         "message": "Target modules {'q_projj'} not found in the base model. Please check the target modules and try "
+                    "again.", "where": "llamafactory.model.adapter.init_adapter (PEFT get_peft_model) on the model "
+                                       "skeleton"},
+        {"stage": "model", "error_type": "ValueError", "key": "train.model_name_or_path", "message": "unknown type"},
+        {"stage": "kt-kernel", "error_type": "KTAMXConfigError", "key": "not a key; rm -rf /",
+         "message": "FP8 SFT requires each TP intermediate slice divisible by 128; intermediate_size=256, "
+                    "threadpool_count=4"}]), 2)
+    found = findings(result, r.train, r.accelerate, r.raw.source.where)
+    assert [f.path for f in found] == ["train.lora_target", "train.model_name_or_path",
+                                       "train.kt_config.kt_threadpool_count"]
+    assert [f.rule for f in found] == ["stack.llamafactory", "stack.model", "stack.kt-kernel"]
+    assert "module names this model has" in found[0].fix and "linear modules: q_proj, v_proj" in found[0].fix
+    assert found[0].line
+    assert found[1].message.startswith("transformers refuses it")
+
+
+def test_the_skeletons_summary_is_read_back_bounded():
+    big = "x" * 10_000
+    r = parse_output(answer(status="accepted", skeleton={
+        "status": "accepted", "source": big, "steps": {f"s{i}": big for i in range(40)}, "seconds": 12.2,
+        "modules": 7491, "lora_targets": ["q_proj"] * 100, "extra": big}), 0)
+    sk = r.skeleton
+    assert sk["status"] == "accepted" and sk["seconds"] == 12.2 and sk["modules"] == 7491
+    assert len(sk["source"]) <= 300 and len(sk["steps"]) == 10 and len(sk["lora_targets"]) == 50 and "extra" not in sk
+    assert parse_output(answer(status="accepted", skeleton="nonsense"), 0).skeleton == {}

@@ -16,7 +16,8 @@ from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.plan.host_plan import shipped_recipe
 from ktdeploy.core.recipe import load_recipe
 from ktdeploy.core.sched import slurm as sl
-from ktdeploy.core.sched.batch import convert_script, train_script
+from ktdeploy.core.sched.batch import Launch, convert_script, train_script
+from ktdeploy.core.sched.cpuset import cpu_list_text
 from ktdeploy.core.sched.features import constraint, node_features, node_weight, variant_flags
 from ktdeploy.core.sched.request import request_for
 
@@ -145,21 +146,29 @@ def _run_script(script: str, tmp_path: Path, env: dict) -> tuple[subprocess.Comp
     return p, [json.loads(x) for x in calls.read_text().splitlines()] if calls.exists() else []
 
 
+def docker_launch(**kw) -> Launch:
+    return Launch(runtime="docker", image="ktsft:amx", **kw)
+
+
 def test_train_script_runs_the_container_with_the_allocation_and_resumes(tmp_path):
     out = tmp_path / "o; $(touch pwned)"
     r = tiny(f"deploy.volumes.output={tmp_path}", f"train.output_dir={out}")
     req = request_for(r, "amx")
-    job = train_script(r, shipped_recipe(r, None), image="ktsft:amx", run_id="R1", request=req)
+    job = train_script(r, shipped_recipe(r, None), run_id="R1", request=req, launch=docker_launch(signal_seconds=300))
     head = [x for x in job.script.splitlines() if x.startswith("#SBATCH")]
     assert {"#SBATCH --gres=gpu:1", "#SBATCH --constraint=amx", f"#SBATCH --mem={req.mem_mib}M",
-            "#SBATCH --cpus-per-task=6", "#SBATCH --requeue", "#SBATCH --signal=B:TERM@120"} <= set(head)
+            "#SBATCH --cpus-per-task=6", "#SBATCH --requeue", "#SBATCH --signal=B:USR1@300"} <= set(head)
     env = {"SLURM_JOB_ID": "77", "SLURM_CPUS_PER_TASK": "6", "SLURM_MEM_PER_NODE": "4000", "SLURM_JOB_GPUS": "2,3"}
     p, calls = _run_script(job.script, tmp_path, env)
     assert p.returncode == 0, p.stderr
     create = next(c for c in calls if c[0] == "create")
     cname = "ktd-tiny-moe-lora-" + create[create.index("--name") + 1].split("-")[-2] + "-j77"
     assert create[create.index("--name") + 1] == cname
-    assert create[create.index("--cpus") + 1] == "6" and create[create.index("--memory") + 1] == "4000m"
+    # docker's container is outside the job: it gets the job's cores as a cpuset (this shell's mask here), never a
+    # --cpus quota (CPU time on any core)
+    mine = sorted(os.sched_getaffinity(0))
+    assert create[create.index("--cpuset-cpus") + 1] == cpu_list_text(mine) and "--cpus" not in create
+    assert create[create.index("--memory") + 1] == "4000m"
     assert create[create.index("--gpus") + 1] == '"device=2,3"' and "ktdeploy.slurm_job=77" in create
     assert create[-2:] == ["train", "/ktdeploy-job/recipe.yaml"]           # no checkpoint: a fresh start
     assert ["start", "--attach", "--", cname] in calls and calls[-1] == ["rm", "--force", "--", cname]
@@ -174,8 +183,8 @@ def test_train_script_runs_the_container_with_the_allocation_and_resumes(tmp_pat
 
 def test_train_script_trap_stops_the_container(tmp_path):
     r = tiny(f"deploy.volumes.output={tmp_path}", f"train.output_dir={tmp_path}/o")
-    job = train_script(r, shipped_recipe(r, None), image="ktsft:amx", run_id="R1", request=request_for(r, "amx"),
-                       gpus_waived=True)
+    job = train_script(r, shipped_recipe(r, None), run_id="R1", request=request_for(r, "amx"),
+                       launch=docker_launch(gpus=False))
     # `docker start --attach` blocks like a running container; the job gets SIGTERM (scancel) once it waits
     script = job.script.replace('docker start --attach -- "$cname" &', 'sleep 30 >/dev/null & echo waiting')
     _run_script("true", tmp_path, {})            # the fake docker first: the script must never reach a real one
@@ -198,9 +207,10 @@ def test_train_script_trap_stops_the_container(tmp_path):
 
 def test_convert_script_waits_for_nothing_and_skips_a_converted_adapter(tmp_path):
     r = tiny(f"deploy.volumes.output={tmp_path}", f"train.output_dir={tmp_path}/o")
-    job = convert_script(r, image="ktsft:avx512_bf16", run_id="R1", request=request_for(r, "avx512_bf16"))
+    job = convert_script(r, run_id="R1", request=request_for(r, "avx512_bf16"),
+                         launch=Launch(runtime="docker", image="ktsft:avx512_bf16"))
     assert "#SBATCH --constraint=avx512_bf16" in job.script and "#SBATCH --gres" not in job.script
     (tmp_path / "o-sglang").mkdir()
     (tmp_path / "o-sglang" / "ktdeploy_convert.json").write_text("{}")
     p, calls = _run_script(job.script, tmp_path, {"SLURM_JOB_ID": "5"})
-    assert p.returncode == 0 and "already converted" in p.stdout and [c[0] for c in calls] == ["rm"]
+    assert p.returncode == 0 and "already converted" in p.stdout and calls == []     # nothing started
