@@ -36,9 +36,9 @@ from ktdeploy import __version__
 from ktdeploy.core import kt_weights as kw
 from ktdeploy.core.errors import KtdeployError, UsageError
 from ktdeploy.core.hashing import sha256_file
-from ktdeploy.core.progress import tick
 from ktdeploy.core.safeio import MAX_JSON, load_json, parse_json, write_file
 from ktdeploy.core.sizing.model_config import load_model_config, native_format
+from ktdeploy.core.ticks import tick
 
 JOURNAL = ".ktdeploy-weights-journal.json"
 WORK = ".work"

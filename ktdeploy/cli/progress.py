@@ -72,7 +72,7 @@ class Ticker:
         """A line of the step's own (above the bar on a terminal)."""
         self.console.print(Text(text), highlight=False, soft_wrap=True)
 
-    __call__ = say   # the work's ``say`` (core/progress.py): its lines, and ``tick`` for the bar
+    __call__ = say   # the work's ``say`` (core/ticks.py): its lines, and ``tick`` for the bar
 
 
 @contextmanager

@@ -44,8 +44,8 @@ from ktdeploy.agent.merge import arith, layout
 from ktdeploy.agent.merge.layout import MergeError
 from ktdeploy.agent.merge.stream import LoraCache, ShardPlan, check_contiguous, write_shard
 from ktdeploy.core.hashing import sha256_file
-from ktdeploy.core.progress import tick
 from ktdeploy.core.safeio import MAX_JSON, inside, load_json, overlaps, redact, write_file, writing
+from ktdeploy.core.ticks import tick
 
 FORMAT, VERSION = "ktdeploy-merge", 1
 MERGE_MANIFEST = "ktdeploy_merge.json"

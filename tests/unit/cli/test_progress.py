@@ -1,5 +1,5 @@
 """cli/progress.py: a long step's progress is a rich bar on a terminal (done/total, elapsed, ETA) and plain lines
-elsewhere (no control sequence in a log or a pipe); core/progress.tick reaches a `say` that draws progress and
+elsewhere (no control sequence in a log or a pipe); core/ticks.tick reaches a `say` that draws progress and
 leaves a plain one alone; merge ticks once per shard, and `ktdeploy merge` on a terminal draws the bar."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ktdeploy.cli.progress import Ticker, hms, waiting
-from ktdeploy.core.progress import tick
+from ktdeploy.core.ticks import tick
 from tests.unit.agent.merge.test_merge import MINI
 
 REPO = Path(__file__).resolve().parents[3]
