@@ -88,6 +88,8 @@ ISSUE_CLASSES = [
     ("use_rslora on a full fine-tune", FULL, ["train.use_rslora=true"]),
     ("dataloader_prefetch_factor without workers", TINY, ["train.dataloader_prefetch_factor=2"]),
     ("infer_backend vllm", TINY, ["train.infer_backend=vllm"]),
+    ("ddp_backend torch does not know", TINY, ["train.ddp_backend=hccl"]),
+    ("ddp_backend not built into torch", TINY, ["train.ddp_backend=mpi"]),
 ]
 
 # What the stack's own code needs past get_train_args (model load, Trainer start): the judge accepts these, plain
@@ -95,13 +97,14 @@ ISSUE_CLASSES = [
 PAST_THE_JUDGE = [
     ("bitsandbytes for quantization_bit", TINY, ["train.quantization_bit=4"]),
     ("wandb for report_to", TINY, ["train.report_to=wandb"]),
-    ("ddp_backend torch does not know", TINY, ["train.ddp_backend=hccl"]),   # init_process_group (issue #49)
     ("lora_target null", TINY, ["train.lora_target=null"]),   # init_adapter: test_stack_skeleton.py judges it
 ]
 
 # Refused before with a wrong reason; the stack accepts each, and so must plain check now.
 ACCEPTED = [
     ("kt_share_cache_pool", TINY, ["train.kt_config.kt_share_cache_pool=true"]),
+    ("ddp_backend nccl", TINY, ["train.ddp_backend=nccl"]),   # the judge refused any ddp_backend before issue #49
+    ("ddp_backend gloo", TINY, ["train.ddp_backend=gloo"]),
     ("kt_checkpoint_files", TINY, ["train.kt_config.kt_checkpoint_files=[/srv/ktdeploy/models/x.safetensors]"]),
     ("kt_wrap_kwargs", TINY, ["train.kt_config.kt_wrap_kwargs={a: 1}"]),
     ("downcast_bf16 'no'", TINY, ["accelerate.downcast_bf16='no'"]),
