@@ -238,9 +238,55 @@ def _parallel_mode(launch: Launch | None, env: dict[str, str]) -> Any:   # trans
     return ParallelMode.NOT_DISTRIBUTED if len(visible) > 1 else ParallelMode.NOT_PARALLEL
 
 
+class BackendRefused(Exception):
+    """torch refused the recipe's ddp_backend when it started the process group (the real exception inside)."""
+
+    def __init__(self, err: BaseException):
+        super().__init__(str(err))
+        self.err = err
+
+
+@contextlib.contextmanager
+def process_group(backend: Any, bypass_gpu: bool, notes: list[str]) -> Iterator[None]:
+    """With ``ddp_backend`` set, transformers hands it to accelerate's PartialState, which in each launched process
+    (torchrun) starts torch's process group with it and reads its world size. The judge starts the same
+    ``init_process_group(backend=...)`` for a one-process group on the loopback: torch itself refuses a name its build
+    does not know (raised as BackendRefused). Only where no CUDA device is visible, NCCL's own refusal ("only
+    supported with GPUs", a GPU gate) stands for the GPU host: a gloo group is started in its place (said in
+    ``notes``). Without ``ddp_backend`` nothing is started (PartialState then starts no group either)."""
+    import socket
+
+    import torch.distributed as dist
+
+    if backend is None:
+        yield
+        return
+
+    def start(name: Any) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        dist.init_process_group(backend=name, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+    try:
+        start(backend)
+    except Exception as err:  # noqa: BLE001 - torch's verdict on the name
+        if not (bypass_gpu and "only supported with GPUs" in str(err)):
+            raise BackendRefused(err) from err
+        notes.append(f"no CUDA device here: ddp_backend {backend!r} (NCCL) needs a GPU; torch knows it, and a gloo "
+                     "process group stood in for it while the arguments were parsed")
+        start("gloo")
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def llamafactory_stage(train_path: Path, launch: Launch | None, env: dict[str, str],
-                       bypass_gpu: bool) -> tuple[Any, tuple[Any, ...]]:   # (read_args(), get_train_args(...))
-    """run_exp's own reading (read_args on sys.argv) and get_ray_args + get_train_args."""
+                       bypass_gpu: bool, notes: list[str]) -> tuple[Any, tuple[Any, ...]]:
+    """run_exp's own reading (read_args on sys.argv) and get_ray_args + get_train_args (under the recipe's
+    ddp_backend process group, see ``process_group``)."""
     import llamafactory.hparams.parser as lf_parser
     import transformers.training_args as ta
     from llamafactory.hparams import get_ray_args, get_train_args, read_args
@@ -256,7 +302,9 @@ def llamafactory_stage(train_path: Path, launch: Launch | None, env: dict[str, s
         sys.argv[:] = ["llamafactory.launcher", str(train_path)]
         args = read_args()
         get_ray_args(args)
-        return args, get_train_args(args)
+        backend = args.get("ddp_backend") if isinstance(args, dict) else None
+        with process_group(backend, bypass_gpu, notes):
+            return args, get_train_args(args)
 
 
 # ---------------------------------------------------------------- 3. the Trainer's Accelerator (KT plugin)
@@ -399,9 +447,14 @@ def judge(train_yaml: str, accelerate_yaml: str, launch_argv: list[str], env: di
         try:
             with _environ(lf_env):
                 args, (model_args, _d, training_args, finetuning_args, _g) = llamafactory_stage(
-                    train_path, launch, lf_env, bypass_gpu)
+                    train_path, launch, lf_env, bypass_gpu, bypassed)
             use_kt = isinstance(args, dict) and args.get("use_kt") is True
             stages["llamafactory"] = "accepted"
+        except BackendRefused as refused:
+            refusals.append({**_refusal("llamafactory", refused.err, "torch.distributed.init_process_group with "
+                                        "ddp_backend (transformers -> accelerate PartialState, in each launched "
+                                        "process)"), "key": "train.ddp_backend"})
+            stages["llamafactory"] = "refused"
         except (Exception, SystemExit) as err:  # noqa: BLE001
             refusals.append(_refusal("llamafactory", err, "llamafactory.hparams.get_train_args"))
             stages["llamafactory"] = "refused"
