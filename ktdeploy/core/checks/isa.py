@@ -130,11 +130,12 @@ def weight_format_check(x: HostFacts | CpuFacts, weight_format: str, backend: st
         b = V.get(best) if best else None
         lowest = V.get(V.TRAINING[-1])
         missing = [f for f in lowest.requires if not has(x, f)]
-        why = ("no kt-kernel build runs here" if b is None else
+        needs = (f"the lowest build with SFT kernels ({lowest.name}) needs {' '.join(lowest.requires)}"
+                 + (f" (not listed here: {' '.join(missing)})" if missing else
+                    " (listed, but the probe shows it faulting)"))
+        why = (f"no kt-kernel build runs here (not even {V.AVX2} is listed), so no SFT kernels either; {needs}" if b is None else
                f"kt-kernel's {b.name} build (the best this CPU proves) has no SFT kernels, so it can neither train "
-               f"nor serve a LoRA; the lowest build with them ({lowest.name}) needs {' '.join(lowest.requires)}"
-               + (f" (not listed here: {' '.join(missing)})" if missing else " (listed, but the probe shows it faulting)")
-               if not b.sft else f"{fmt} experts need {_needs(fmt)}")
+               f"nor serve a LoRA; {needs}" if not b.sft else f"{fmt} experts need {_needs(fmt)}")
         data["missing_for_training"] = missing
         return CheckResult(name=name, status="fail", data=data,
                            detail=f"{fmt} LoRA ({e.sft_method if e else fmt}) cannot train on this CPU: {why}",
