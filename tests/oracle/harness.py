@@ -432,7 +432,8 @@ def report_md(res: dict, image: str, image_id: str) -> str:
         "",
         *([f"**Partial run**: the {total + len(res['controls'])} cases the judge finished of the "
            f"{res['partial_of']} prepared (the judge takes the heaviest model configs first, so the finished cases "
-           "lean to the big models); looser cases were not minimised.", ""] if res.get("partial_of") else []),
+           "lean to the big models); looser cases were not minimised.", ""]
+          if res.get("partial_of") and res["partial_of"] > total + len(res["controls"]) else []),
         "| class | cases |", "|---|---:|",
         f"| agree | {c.get('agree', 0)} |",
         f"| **ktdeploy-looser** (check passes, the stack refuses: the bug class) | **{c.get('ktdeploy-looser', 0)}** |",
