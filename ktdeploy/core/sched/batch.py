@@ -276,13 +276,15 @@ def train_script(recipe: Recipe, shipped: dict[str, Any], *, run_id: str, reques
               # which checkpoint is the agent's choice (newest complete, same world size); the shell only asks
               'if compgen -G "$out/checkpoint-*" >/dev/null; then resume=(--resume auto); '
               'echo "ktdeploy: checkpoints in $out: resuming"; fi']
-    lines += _dyn(launch)
-    lines += prologue(sup)
-    lines += before
-    lines += wait_lines(start)
-    lines += after
-    lines += epilogue(sup)
+    lines += _supervised(launch, sup, before, start, after)
     return BatchJob(name=name, role="train", script="\n".join(lines) + "\n")
+
+
+def _supervised(launch: Launch, sup: Supervision, before: list[str], start: str,
+                after: list[str]) -> list[str]:
+    """The part every job script shares: the runtime's settings, then the container started and waited on inside
+    the supervising shell's prologue and epilogue."""
+    return [*_dyn(launch), *prologue(sup), *before, *wait_lines(start), *after, *epilogue(sup)]
 
 
 def convert_script(recipe: Recipe, *, run_id: str, request: JobRequest, launch: Launch) -> BatchJob:
@@ -305,10 +307,5 @@ def convert_script(recipe: Recipe, *, run_id: str, request: JobRequest, launch: 
     lines += [f"adapter={shlex.quote(adapter)}",
               'if [ -f "$adapter/ktdeploy_convert.json" ]; then echo "ktdeploy: already converted"; exit 0; fi',
               "resume=()"]
-    lines += _dyn(cl)
-    lines += prologue(sup)
-    lines += before
-    lines += wait_lines(start)
-    lines += after
-    lines += epilogue(sup)
+    lines += _supervised(cl, sup, before, start, after)
     return BatchJob(name=name, role="convert", script="\n".join(lines) + "\n")
