@@ -7,10 +7,13 @@ atoms about argument fields compared with literals and joined by ``and``:
     if self.finetuning_type != "lora":
         if self.use_dora: raise ValueError("`use_dora` is only valid for LoRA training.")
     if model_args.infer_backend != EngineName.HF: raise ValueError("vLLM/SGLang backend is only ...")
+    if self.image_max_pixels < self.image_min_pixels: raise ValueError("`image_max_pixels` cannot be smaller ...")
+
+A comparison of two fields becomes ``(field, "field <", other_field)``: the op names the other operand a field.
 
 Each becomes ``((field, op, literal), ...), message`` in catalog_data.ARG_CONDITIONS; ``lf.conditions``
 (core/recipe/rules_stack.py) evaluates them on the recipe's values (or the dataclass defaults). Anything else in a
-test (a call, ``or``, a comparison of two fields, a property such as ``parallel_mode``) leaves the condition out, and
+test (a call, ``or``, a property such as ``parallel_mode``) leaves the condition out, and
 so does a field the stack rewrites before it checks (``self.warmup_steps = self.warmup_ratio``): only what can be
 decided from the recipe's text as the stack receives it is kept.
 """
@@ -64,7 +67,10 @@ def _atoms(test: ast.AST, fields: set[str], members: dict[str, dict[str, Any]]) 
         if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None:
             return [(f, "is None" if isinstance(op, ast.Is) else "is not None", None)]
         if type(op) in _CMP:
-            return [(f, _CMP[type(op)], _literal(right, members))]
+            try:
+                return [(f, "field " + _CMP[type(op)], _field(right, fields))]
+            except _NotAtom:
+                return [(f, _CMP[type(op)], _literal(right, members))]
         raise _NotAtom
     return [(_field(test, fields), "truthy", None)]
 
@@ -110,15 +116,18 @@ def _walk_ifs(body: list[ast.stmt], outer: list[Atom] | None, fields: set[str], 
         _walk_ifs(st.body, atoms, fields, members, out, fn)
 
 
-def conditions(source: str, functions: dict[str, str | None], fields: set[str],
+def conditions(source: str, functions: dict[str, str | tuple[str, ...] | None], fields: set[str],
                members: dict[str, dict[str, Any]]) -> list[Condition]:
-    """The conditions of ``functions`` ({name: its class, or None for a module function}) in ``source``."""
+    """The conditions of ``functions`` ({name: its class or classes, or None for a module function}) in
+    ``source``."""
     out: list[Condition] = []
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             for fn in node.body:
-                if isinstance(fn, ast.FunctionDef) and functions.get(fn.name, "") == node.name:
+                owners = functions.get(fn.name, ()) if isinstance(fn, ast.FunctionDef) else ()
+                if isinstance(fn, ast.FunctionDef) and node.name in ((owners,) if isinstance(owners, str) else
+                                                                     owners or ()):
                     _walk_ifs(fn.body, [], fields, members, out, f"{node.name}.{fn.name}")
         elif isinstance(node, ast.Module):
             for fn in node.body:

@@ -55,6 +55,17 @@ def _default(stmt: ast.AnnAssign):
         raise ValueError("no default")
     if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name):   # Enum.MEMBER: resolved in main()
         return EnumDefault(v.value.id, v.attr)
+    return _constant(v)
+
+
+def _constant(v: ast.AST):
+    """A literal, or arithmetic of number literals (``768 * 768``, LlamaFactory's pixel defaults)."""
+    if isinstance(v, ast.BinOp) and isinstance(v.op, (ast.Mult, ast.Add, ast.Sub, ast.Pow)):
+        left, right = _constant(v.left), _constant(v.right)
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (left, right)):
+            raise ValueError("not integer arithmetic")
+        return {ast.Mult: int.__mul__, ast.Add: int.__add__, ast.Sub: int.__sub__,
+                ast.Pow: int.__pow__}[type(v.op)](left, right)
     return ast.literal_eval(v)
 
 
@@ -255,6 +266,8 @@ CONDITION_SOURCES = (
     ("transformers/training_args.py", {"_validate_args": "TrainingArguments"}, "transformers"),
     ("hparams/finetuning_args.py", {"__post_init__": "FinetuningArguments"}, "LlamaFactory"),
     ("hparams/data_args.py", {"__post_init__": "DataArguments"}, "LlamaFactory"),
+    ("hparams/model_args.py", {"__post_init__": ("BaseModelArguments", "ProcessorArguments", "ExportArguments",
+                                                 "KTransformersArguments")}, "LlamaFactory"),
     ("hparams/parser.py", {"get_train_args": None, "_verify_model_args": None}, "LlamaFactory"),
 )
 

@@ -124,6 +124,7 @@ def build(model_args: Any, source: ModelSource, sk: Skeleton) -> tuple[Any, Any]
     import torch
     from llamafactory.model import loader
     from llamafactory.model.patcher import patch_config
+    from transformers.integrations.kt_artifacts import prepare_kt_pretrained_config
     from transformers.quantizers.auto import get_hf_quantizer
 
     model_args.model_name_or_path = str(source.directory)
@@ -132,13 +133,21 @@ def build(model_args: Any, source: ModelSource, sk: Skeleton) -> tuple[Any, Any]
         config = loader.load_config(model_args)
         patch_config(config, None, model_args, init_kwargs, True)
         load_class = _load_class(config)
+        # from_pretrained's order: KT may drop the source quantizer for what it owns, then the quantizer is made
+        # from the checkpoint's config merged with LlamaFactory's (FP8: FineGrainedFP8Config(dequantize=True))
+        explicit = init_kwargs.get("quantization_config")
+        prepare_kt_pretrained_config(config, explicit)
         with torch.device("meta"):
-            hf_quantizer, config, _device_map = get_hf_quantizer(config, None, None, True, {})
+            hf_quantizer, config, _device_map = get_hf_quantizer(config, explicit, None, True, {})
             model = load_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
             model.config.name_or_path = str(source.directory)   # as from_pretrained sets it
             if hf_quantizer is not None:
                 hf_quantizer.preprocess_model(model=model, dtype=getattr(config, "dtype", None), device_map=None,
                                               checkpoint_files=None, use_kernels=False)
+                if hf_quantizer.pre_quantized and getattr(hf_quantizer.quantization_config, "dequantize", False):
+                    # postprocess_model's first step once the weights are in: a dequantized model is not
+                    # quantized any more (LlamaFactory's "Quantized models can only be used for LoRA" then passes)
+                    hf_quantizer.remove_quantization_config(model)
     except Exception as err:  # noqa: BLE001 - the verdict is the exception itself
         raise Refused("model", "train.model_name_or_path", err,
                       "llamafactory.model.loader (load_config, patch_config, from_config on the meta device)") from err

@@ -1,6 +1,6 @@
 """The login node's answer to ktdeploy's cluster probe (core/sched/cluster.py PROBE_SH), made by running the REAL
 probe script under sh with stand-ins for the commands it asks about: ``scontrol show config`` prints a config
-recorded from the integration tier's Debian Slurm 22.05 cluster (tests/golden/slurm/), ``srun --help`` lists
+recorded from the integration tier's Debian Slurm 22.05 cluster (tests/slurm-recorded/), ``srun --help`` lists
 pyxis's options only when asked to, and the runtimes named exist as empty commands on PATH."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ktdeploy.core.sched.cluster import PROBE_SH
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
+GOLDEN = Path(__file__).resolve().parents[1] / "slurm-recorded"
 
 
 def recorded_config(name: str = "scontrol-show-config-cgroup.txt") -> str:

@@ -322,7 +322,7 @@ def gradient_checkpointing(ctx: Ctx) -> None:
     """LF configure_kt_checkpointing: with KT, LlamaFactory's disable_gradient_checkpointing is the only switch.
 
     Cookbook: §3(4).
-    Code: LF hparams/model_args.py configure_kt_checkpointing.
+    Code: LF hparams/model_args.py configure_kt_checkpointing; transformers-kt training_args.py __post_init__ (a str fsdp_config is open()ed as JSON).
     """
     if not ctx.use_kt:
         return
@@ -338,6 +338,13 @@ def gradient_checkpointing(ctx: Ctx) -> None:
                   "FSDP activation checkpointing must be off with KTransformers",
                   "set fsdp_activation_checkpointing: false (checkpointing is disable_gradient_checkpointing's job)")
     tfsdp = ctx.t.get("fsdp_config")
+    if isinstance(tfsdp, str):
+        # transformers open()s a string as a JSON file inside the training container (relative to its working
+        # folder), where neither this check nor LlamaFactory's KT check can read what it turns on
+        ctx.error("train.fsdp_config", f"fsdp_config {tfsdp!r} names a JSON file transformers opens when training "
+                  "starts ('No such file or directory' unless it is inside the container), and whose settings "
+                  "no check before the start can read", "write the settings as a mapping (accelerate.fsdp_config "
+                  "holds the FSDP2 setup of a KT run), or remove train.fsdp_config")
     if isinstance(tfsdp, dict) and _truthy(tfsdp.get("activation_checkpointing")):
         ctx.error("train.fsdp_config.activation_checkpointing", "FSDP activation checkpointing must be off with KTransformers",
                   "remove activation_checkpointing")
@@ -373,7 +380,7 @@ def kt_values(ctx: Ctx) -> None:
     """kt-facts: allowed kt_backend / kt_expert_weight_format / kt_weight_lifecycle values and integer ranges.
 
     Cookbook: §2.4 (backend names), A.3.2.
-    Code: kt-kernel sft/config.py _KNOWN_SFT_BACKENDS (str(kt_backend).lower(): case-insensitive, blanks not stripped), kt_expert_weight_format/kt_weight_lifecycle checks in KTConfig.__post_init__ (strip().lower()); experts_base.py _get_cpu_infer (threads split over kt_threadpool_count pools).
+    Code: kt-kernel sft/config.py _KNOWN_SFT_BACKENDS (str(kt_backend).lower(): case-insensitive, blanks not stripped), kt_expert_weight_format/kt_weight_lifecycle checks in KTConfig.__post_init__ (strip().lower()); experts_base.py _get_cpu_infer (threads split over kt_threadpool_count pools); sft/base.py _validate_sft_config (max_cache_depth > 0, lora_alpha > 0 with a LoRA rank).
     """
     k = ctx.k
     b = k.get("kt_backend")
@@ -409,7 +416,8 @@ def kt_values(ctx: Ctx) -> None:
 def _kt_counts(ctx: Ctx) -> None:
     """kt-kernel's counts: integers, since its CPU pool does integer arithmetic on them (experts_base.py
     _get_cpu_infer: kt_num_threads // kt_threadpool_count per pool, a list of ints handed to the C++ pool); a pool
-    count of 0 with kt_tp_enabled divides by zero. Other out-of-range counts are warnings: kt-kernel accepts them
+    count of 0 with kt_tp_enabled divides by zero, and a cache depth below 1 is refused by the SFT experts
+    (sft/base.py _validate_sft_config). Other out-of-range counts are warnings: kt-kernel accepts them
     and no failure has been shown (measured in ktsft:avx512: a pool of 0 threads starts, a negative pool count is
     taken by the binding)."""
     k = ctx.k
@@ -424,6 +432,10 @@ def _kt_counts(ctx: Ctx) -> None:
             ctx.error(f"train.kt_config.{key}", "kt_threadpool_count 0 with kt_tp_enabled: kt-kernel divides "
                       "kt_num_threads by the pool count (ZeroDivisionError when the experts are wrapped)",
                       "use one pool per NUMA node (>= 1)")
+        elif key == "kt_max_cache_depth" and v < 1 and ctx.use_kt:
+            ctx.error(f"train.kt_config.{key}", f"kt_max_cache_depth {v} is below 1: kt-kernel's SFT experts refuse "
+                      f"it when each MoE layer is wrapped ('max_cache_depth must be positive, got {v}')",
+                      "remove it (kt-kernel's default depth) or give a positive depth")
         elif v < (0 if key == "kt_num_gpu_experts" else 1):
             ctx.warn(f"train.kt_config.{key}", f"{key} {v} is below {0 if key == 'kt_num_gpu_experts' else 1}",
                      "remove it to let ktdeploy derive it, or give a positive count")
@@ -610,7 +622,7 @@ def lora_values(ctx: Ctx) -> None:
     """Cookbook §3(1): LoRA fields only at the top level; start at rank 8, alpha ≈ 2×rank, dropout 0–0.05.
 
     Cookbook: §3(1).
-    Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1); LF model/adapter.py _setup_lora_tuning (len(lora_target)) and PEFT tuners_utils.py inject_adapter ('Target modules ... not found') for a lora_target of null, '' or [].
+    Code: LF hparams/finetuning_args.py LoraArguments; PEFT LoraConfig (r > 0); kt-kernel sft/config.py kt_lora_dropout in [0, 1); LF model/adapter.py _setup_lora_tuning (len(lora_target)) and PEFT tuners_utils.py inject_adapter ('Target modules ... not found') for a lora_target of null, '' or []; kt-kernel sft/base.py _validate_sft_config (lora_alpha > 0 on a KT run).
     """
     if ctx.t.get("finetuning_type", "lora") != "lora":
         drop = ctx.t.get("lora_dropout")
@@ -633,6 +645,12 @@ def lora_values(ctx: Ctx) -> None:
         r = None
     if alpha is not None and _num(alpha) is None:
         ctx.error("train.lora_alpha", f"lora_alpha must be a number, got {alpha!r}", "use lora_alpha: 16")
+        alpha = None
+    elif alpha is not None and ctx.use_kt and alpha <= 0:
+        # LlamaFactory hands lora_alpha to kt-kernel as kt_lora_alpha; its SFT wrapper checks it per MoE layer
+        ctx.error("train.lora_alpha", f"lora_alpha must be positive for KTransformers LoRA, got {alpha!r} "
+                  f"(kt-kernel's SFT experts: 'lora_alpha must be positive, got {alpha}')",
+                  f"use lora_alpha: {2 * r if _is_int(r) and r > 0 else 16} (about twice lora_rank)")
         alpha = None
     drop_n = _num(drop)
     if drop is not None and (drop_n is None or not 0 <= drop_n < 1):

@@ -57,6 +57,21 @@ def holds(op: str, value: Any, literal: Any) -> bool | None:
     return _ORDER[op](value, literal)
 
 
+def atom_holds(ctx: Ctx, key: str, op: str, literal: Any) -> bool | None:
+    """One atom on the recipe: a ``field <op>`` atom compares with the other field's value (as the stack receives
+    it), any other with its literal."""
+    if op.startswith("field "):
+        other = _value(ctx, literal)
+        return None if other is _UNKNOWN else holds(op.removeprefix("field "), _value(ctx, key), other)
+    return holds(op, _value(ctx, key), literal)
+
+
+def _names(atoms: tuple[tuple[str, str, Any], ...]) -> list[str]:
+    """The fields a condition reads: each atom's, and the other field of a ``field <op>`` atom."""
+    out = [key for key, _op, _lit in atoms]
+    return out + [lit for _key, op, lit in atoms if op.startswith("field ") and lit not in out]
+
+
 def _fix(ctx: Ctx, atoms: tuple[tuple[str, str, Any], ...], first: str) -> str:
     """How to make the condition false: one way per key the recipe sets, the reported key's first."""
     ways = []
@@ -71,6 +86,8 @@ def _fix(ctx: Ctx, atoms: tuple[tuple[str, str, Any], ...], first: str) -> str:
             ways.append(f"set {key} to one of {', '.join(map(str, literal))}")
         elif op in ("==", "in", "is None", "falsy"):
             ways.append(f"change {key}")
+        elif op.startswith("field "):
+            ways.append(f"change {key} or {literal} (the stack refuses {key} {op.removeprefix('field ')} {literal})")
         else:
             ways.append(f"change {key} (the stack refuses {key} {op} {literal})")
     return " or ".join(ways) or "change the keys the message names"
@@ -78,7 +95,7 @@ def _fix(ctx: Ctx, atoms: tuple[tuple[str, str, Any], ...], first: str) -> str:
 
 def _blame(ctx: Ctx, atoms: tuple[tuple[str, str, Any], ...], message: str) -> str:
     """The key to report on: the first the message names among those the recipe sets, else the last it sets."""
-    keys = [k for k, _op, _lit in atoms]
+    keys = _names(atoms)
     set_keys = [k for k in keys if k in ctx.t]
     named = sorted((k for k in set_keys if k in message), key=message.index)
     return named[0] if named else (set_keys or keys)[-1]
@@ -89,7 +106,7 @@ def lora_only_refused(ctx: Ctx) -> set[str]:
     out = set()
     for atoms, _message, _where in cd.ARG_CONDITIONS:
         if ("finetuning_type", "!=", "lora") in atoms and \
-                all(holds(op, _value(ctx, key), lit) is True for key, op, lit in atoms):
+                all(atom_holds(ctx, key, op, lit) is True for key, op, lit in atoms):
             out |= {key for key, _op, _lit in atoms if key != "finetuning_type"}
     return out
 
@@ -100,26 +117,28 @@ def lf_conditions(ctx: Ctx) -> None:
     read from the wheels by tools/gen_arg_conditions.py): `use_dora`/`use_rslora`/`pissa_init`/`loraplus_lr_ratio`
     without LoRA ('... is only valid for LoRA training.'), `dataloader_prefetch_factor` without dataloader workers,
     `infer_backend` other than huggingface ('vLLM/SGLang backend is only available for API, CLI and Web.'),
-    `reasoning_effort` outside its three values, fp16 with bf16 for full eval, ... One error per condition that
+    `reasoning_effort` outside its three values, fp16 with bf16 for full eval, `image_max_pixels` below
+    `image_min_pixels` (a comparison of two fields), ... One error per condition that
     holds, quoting the stack's message, unless an earlier rule already refused one of its keys.
 
     Cookbook: §2.2 (LoRA / full fine-tuning), A.1.
-    Code: transformers-kt training_args.py TrainingArguments._validate_args; LF hparams/finetuning_args.py FinetuningArguments.__post_init__; LF hparams/data_args.py DataArguments.__post_init__; LF hparams/parser.py get_train_args and _verify_model_args; extracted by tools/gen_arg_conditions.py into catalog_data.ARG_CONDITIONS.
+    Code: transformers-kt training_args.py TrainingArguments._validate_args; LF hparams/finetuning_args.py FinetuningArguments.__post_init__; LF hparams/data_args.py DataArguments.__post_init__; LF hparams/model_args.py BaseModelArguments/ProcessorArguments/ExportArguments/KTransformersArguments.__post_init__; LF hparams/parser.py get_train_args and _verify_model_args; extracted by tools/gen_arg_conditions.py into catalog_data.ARG_CONDITIONS.
     """
     refused = {f.path for f in ctx.findings if f.severity == "error"}
     for atoms, template, where in cd.ARG_CONDITIONS:
-        verdicts = [holds(op, _value(ctx, key), literal) for key, op, literal in atoms]
-        if not all(v is True for v in verdicts) or not any(key in ctx.t for key, _op, _lit in atoms):
+        verdicts = [atom_holds(ctx, key, op, literal) for key, op, literal in atoms]
+        names = _names(atoms)
+        if not all(v is True for v in verdicts) or not any(key in ctx.t for key in names):
             continue
-        if any(f"train.{key}" in refused for key, _op, _lit in atoms):
+        if any(f"train.{key}" in refused for key in names):
             continue
-        values = {key: _value(ctx, key) for key, _op, _lit in atoms}
+        values = {key: _value(ctx, key) for key in names}
         try:
             message = template.format_map(values)
         except (KeyError, IndexError, ValueError):
             message = template
         key = _blame(ctx, atoms, message)
-        shown = ", ".join(f"{k}: {values[k]!r}" for k, _op, _lit in atoms if k in ctx.t)
+        shown = ", ".join(f"{k}: {values[k]!r}" for k in names if k in ctx.t)
         ctx.error(f"train.{key}", f"{shown}: {where.split()[0]} refuses it ('{message}'; {where})",
                   _fix(ctx, atoms, key))
         refused.add(f"train.{key}")
@@ -132,7 +151,7 @@ def lf_ddp_backend(ctx: Ctx) -> None:
     does not know. transformers lists the names it passes on (the field's metadata choices, catalog_data.FIELD_CHOICES);
     the image's torch refuses some of those too (catalog_data.TORCH_REFUSED_DDP_BACKENDS, measured in the image:
     mpi and xccl are not built in, hccl/cncl/mccl are other devices' plugins). Case-insensitive, as torch's Backend;
-    the `device:backend,...` form torch also takes.
+    the `device:backend,...` form torch also takes. Not stripped: torch looks up `' nccl'.upper()` and fails.
 
     Cookbook: A.2 (NCCL between the GPUs).
     Code: transformers-kt training_args.py ddp_backend field (metadata choices) and _setup_devices (AcceleratorState backend); accelerate-kt state.py PartialState._prepare_backend; torch distributed_c10d.py init_process_group / BackendConfig; tools/torch_backends.py -> docker/requirements/torch_backends.json.
@@ -143,8 +162,15 @@ def lf_ddp_backend(ctx: Ctx) -> None:
         return      # types.catalog reports a value that is not a string
     names = [pair.split(":", 1)[1] if ":" in pair else pair for pair in value.split(",")] if ":" in value else [value]
     taken = [c for c in choices if c not in cd.TORCH_REFUSED_DDP_BACKENDS]
+    if value != "".join(value.split()):
+        odd = next((n for n in names if n != "".join(n.split())), value)
+        ctx.error("train.ddp_backend", f"ddp_backend {value!r} has spaces: torch looks each name up as written "
+                  f"(upper-cased, not stripped) and knows no {odd.upper()!r} ('Unknown c10d backend type "
+                  f"{odd.upper()}' when the launched process starts)",
+                  f"write it without spaces: {''.join(value.split())!r}")
+        return
     for name in names:
-        low = name.strip().lower()
+        low = name.lower()
         if low in cd.TORCH_REFUSED_DDP_BACKENDS:
             ctx.error("train.ddp_backend", f"ddp_backend {value!r}: the image's torch refuses {name!r} when the "
                       f"launched process starts ('{cd.TORCH_REFUSED_DDP_BACKENDS[low]}')",

@@ -91,7 +91,7 @@ def parse_cpu_bind(value: str | None) -> list[int] | None:
 @dataclass(frozen=True)
 class Allotment:
     cpus: tuple[int, ...]
-    source: str          # cgroup | cpu_bind | affinity
+    source: str          # job_cgroup | slurm_cpu_bind | affinity
 
     @property
     def text(self) -> str:
@@ -106,7 +106,7 @@ def allotted(cgroup_cpus: str | None, cpu_bind: str | None, affinity: Iterable[i
         cg = parse_cpu_list(cgroup_cpus) if cgroup_cpus else []
     except ValueError:
         cg = []
-    for source, cpus in (("cgroup", cg), ("cpu_bind", parse_cpu_bind(cpu_bind) or [])):
+    for source, cpus in (("job_cgroup", cg), ("slurm_cpu_bind", parse_cpu_bind(cpu_bind) or [])):
         inside = sorted(set(cpus) & mask) if mask else sorted(set(cpus))
         if inside:
             return Allotment(tuple(inside), source)

@@ -317,6 +317,20 @@ BAD = [
     ("ddp-backend-pair-unknown", "lf.ddp_backend", [("train.ddp_backend", "cuda:nccl,cpu:glo")], "train.ddp_backend"),
     ("ddp-backend-not-built-in", "lf.ddp_backend", [("train.ddp_backend", "mpi")], "train.ddp_backend"),
     ("ddp-backend-other-device", "lf.ddp_backend", [("train.ddp_backend", "hccl")], "train.ddp_backend"),
+    # the oracle's last plain-check classes (bench/results/oracle-independent/issue49, rechecked)
+    ("ddp-backend-padded", "lf.ddp_backend", [("train.ddp_backend", " nccl")], "train.ddp_backend"),
+    ("ddp-backend-trailing", "lf.ddp_backend", [("train.ddp_backend", "nccl ")], "train.ddp_backend"),
+    ("ddp-backend-pair-padded", "lf.ddp_backend", [("train.ddp_backend", "cpu:gloo, cuda:nccl")],
+     "train.ddp_backend"),
+    ("image-pixels-below-min", "lf.conditions", [("train.image_max_pixels", 100)], "train.image_max_pixels"),
+    ("video-min-above-max", "lf.conditions", [("train.video_min_pixels", 10**9)], "train.video_min_pixels"),
+    ("save-strategy-null", "lf.choices", [("train.save_strategy", None)], "train.save_strategy"),
+    ("optim-null", "lf.choices", [("train.optim", None)], "train.optim"),
+    ("kt-lora-alpha-negative", "lora.values", [("train.lora_alpha", -1)], "train.lora_alpha"),
+    ("kt-lora-alpha-zero", "lora.values", [("train.lora_alpha", 0)], "train.lora_alpha"),
+    ("kt-cache-depth-zero", "kt.values", [("train.kt_config.kt_max_cache_depth", 0)],
+     "train.kt_config.kt_max_cache_depth"),
+    ("train-fsdp-config-file", "kt.gradient_checkpointing", [("train.fsdp_config", "x")], "train.fsdp_config"),
 ]
 
 
@@ -422,6 +436,13 @@ GOOD = [
                              ("train.kt_config.kt_expert_weight_format", "fp8"), ("train.kt_config.kt_threadpool_count", 8)]),
     ("kt-adapter-in-output-warns", [("train.adapter_name_or_path", "/data/output/earlier-run")]),
     ("special-tokens-in-data-warns", [("train.new_special_tokens_config", "/data/datasets/tokens.yaml")]),
+    # beside the oracle's last plain-check classes: what the stack takes
+    ("image-pixels-equal", [("train.image_max_pixels", 1024), ("train.image_min_pixels", 1024)]),
+    ("video-pixels-wider", [("train.video_max_pixels", 10**6), ("train.video_min_pixels", 256)]),
+    ("debug-null", [("train.debug", None)]),
+    ("fsdp-null", [("train.fsdp", None)]),
+    ("kt-cache-depth-two", [("train.kt_config.kt_max_cache_depth", 2)]),
+    ("train-fsdp-config-mapping", [("train.fsdp_config", {"min_num_params": 0})]),
 ]
 
 

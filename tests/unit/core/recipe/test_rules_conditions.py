@@ -49,7 +49,9 @@ class Args:
         if len(self.a) > 1:
             raise ValueError("a call: left out")
         if self.a == self.b:
-            raise ValueError("two fields: left out")
+            raise ValueError("two fields")
+        if self.a == len(self.b):
+            raise ValueError("a field and a call: left out")
 '''
 FIELDS = {"kind", "use_dora", "ratio", "workers", "prefetch", "backend", "effort", "warmup_steps", "warmup_ratio",
           "a", "b", "mode"}
@@ -66,6 +68,7 @@ def test_the_extractor_keeps_conjunctions_of_field_tests_and_leaves_the_rest_out
         "only huggingface": (("backend", "!=", "huggingface"),),
         "effort": (("effort", "not in", ("xhigh", "low")),),
         "rewritten first: not decidable from the text": (("warmup_steps", "<", 0),),
+        "two fields": (("a", "field ==", "b"),),
     }
     assert {fn for _a, _m, fn in found} == {"Args.__post_init__"}
     # a field the code rewrites is dropped by the generator; converting it with its own enum is not a rewrite

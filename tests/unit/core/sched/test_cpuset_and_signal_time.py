@@ -31,8 +31,8 @@ def test_cpu_bind_masks_and_maps():
 
 def test_the_cgroup_is_the_strongest_word_within_the_mask():
     mask = range(16)
-    assert allotted("4-7", "mask_cpu:0x3", mask).cpus == (4, 5, 6, 7) and allotted("4-7", None, mask).source == "cgroup"
-    assert allotted(None, "mask_cpu:0x3", mask).cpus == (0, 1) and allotted("", "mask_cpu:0x3", mask).source == "cpu_bind"
+    assert allotted("4-7", "mask_cpu:0x3", mask).cpus == (4, 5, 6, 7) and allotted("4-7", None, mask).source == "job_cgroup"
+    assert allotted(None, "mask_cpu:0x3", mask).cpus == (0, 1) and allotted("", "mask_cpu:0x3", mask).source == "slurm_cpu_bind"
     assert allotted("garbage", None, [2, 3]).cpus == (2, 3) and allotted(None, None, [2, 3]).source == "affinity"
     assert allotted("20-23", None, [0, 1]).cpus == (0, 1)      # a set outside the mask cannot be used
     assert cpu_list_text([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8" and allotted("0-2,5", None, mask).text == "0-2,5"
@@ -65,7 +65,7 @@ def test_the_agent_narrows_its_mask_to_the_jobs_cpus():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          env={**os.environ, "PYTHONPATH": str(REPO), "SLURM_JOB_ID": "5", "KTDEPLOY_CPUSET": one})
     source, cpus, threads = json.loads(run.stdout)
-    assert (source, cpus, threads) == ("cgroup", [int(one)], [1, 1]), run.stderr
+    assert (source, cpus, threads) == ("job_cgroup", [int(one)], [1, 1]), run.stderr
     outside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                              env={k: v for k, v in {**os.environ, "PYTHONPATH": str(REPO)}.items()
                                   if k not in ("SLURM_JOB_ID", "KTDEPLOY_CPUSET")})

@@ -2,7 +2,7 @@
 stand-ins for podman/srun/scontrol that record their argv: rootless podman inside the job (its cgroup, the job's
 GPUs by CDI name, the image loaded once from the shared file), the time limit's USR1 -> stop request -> checkpoint ->
 ``scontrol requeue``, TERM (scancel) -> stopped, never requeued. pyxis and apptainer are rendered and held to the
-options their own sources define (tests/golden/slurm/runtime-flags.json); they do not run here."""
+options their own sources define (tests/slurm-recorded/runtime-flags.json); they do not run here."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ktdeploy.core.sched.job_files import render_runtime, slurm_scripts
 from ktdeploy.core.sched.request import request_for
 
 REPO = Path(__file__).resolve().parents[4]
-FLAGS = json.loads((REPO / "tests" / "golden" / "slurm" / "runtime-flags.json").read_text())
+FLAGS = json.loads((REPO / "tests" / "slurm-recorded" / "runtime-flags.json").read_text())
 
 # podman's stand-in: every call recorded; `run` plays the trainer (ktdeploy's contract, agent/stop_request.py): a
 # step every 50 ms, and at the step after the stop request appears it writes the stopped marker and exits 75
