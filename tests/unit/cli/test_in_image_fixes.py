@@ -81,10 +81,16 @@ def test_serve_in_the_image_on_a_host_without_a_gpu_stops_in_seconds(tmp_path):
     assert out.startswith("CheckFailed: gpu.present: serve needs an NVIDIA GPU"), out
     assert "starting:" not in out and "sglang was imported" not in out
     assert time.monotonic() - t0 < 30
-    # waived (a test double of sglang-kt on a CPU-only test host): said, and the server starts
+    # waived (a test double of sglang-kt on a CPU-only test host): said, and the server starts; the launcher makes
+    # its cache folders under this HOME (a folder of the test's own), private
+    home = tmp_path / "user"
+    home.mkdir()
     p = subprocess.run([sys.executable, "-m", "ktdeploy", "serve", "recipes/tiny-moe-lora.yaml", "--adapter",
                         str(adapter), "--waive", "gpu.present"], capture_output=True, text=True, cwd=REPO,
                        timeout=120, env={**os.environ, "COLUMNS": "200", "KTDEPLOY_HOME": str(tmp_path / "home"),
-                                         "PYTHONPATH": f"{REPO}:{tmp_path / 'stack'}"})
+                                         "HOME": str(home), "PYTHONPATH": f"{REPO}:{tmp_path / 'stack'}"})
     out = " ".join((p.stdout + p.stderr).split())
     assert "waived gpu.present" in out and "starting:" in out and "sglang was imported" in out, out
+    caches = home / ".cache" / f"ktdeploy-{os.getuid()}"
+    assert {c.name for c in caches.iterdir()} == {"sglang-kt-lora", "torchinductor"}
+    assert all(c.stat().st_mode & 0o777 == 0o700 for c in caches.iterdir())
