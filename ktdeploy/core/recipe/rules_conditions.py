@@ -75,7 +75,11 @@ def _names(atoms: tuple[tuple[str, str, Any], ...]) -> list[str]:
 def _fix(ctx: Ctx, atoms: tuple[tuple[str, str, Any], ...], first: str) -> str:
     """How to make the condition false: one way per key the recipe sets, the reported key's first."""
     ways = []
-    for key, op, literal in sorted(atoms, key=lambda a: a[0] != first):
+    for key, op, literal in sorted(atoms, key=lambda a: a[0] != first and a[2] != first):
+        if op.startswith("field ") and (key in ctx.t or literal in ctx.t):
+            a, b = (literal, key) if literal == first else (key, literal)
+            ways.append(f"change {a} or {b} (the stack refuses {key} {op.removeprefix('field ')} {literal})")
+            continue
         if key not in ctx.t:
             continue
         if op in ("truthy", "is not None"):
@@ -86,8 +90,6 @@ def _fix(ctx: Ctx, atoms: tuple[tuple[str, str, Any], ...], first: str) -> str:
             ways.append(f"set {key} to one of {', '.join(map(str, literal))}")
         elif op in ("==", "in", "is None", "falsy"):
             ways.append(f"change {key}")
-        elif op.startswith("field "):
-            ways.append(f"change {key} or {literal} (the stack refuses {key} {op.removeprefix('field ')} {literal})")
         else:
             ways.append(f"change {key} (the stack refuses {key} {op} {literal})")
     return " or ".join(ways) or "change the keys the message names"
@@ -138,7 +140,9 @@ def lf_conditions(ctx: Ctx) -> None:
         except (KeyError, IndexError, ValueError):
             message = template
         key = _blame(ctx, atoms, message)
-        shown = ", ".join(f"{k}: {values[k]!r}" for k in names if k in ctx.t)
+        compared = {k for key, op, lit in atoms if op.startswith("field ") for k in (key, lit)}
+        shown = ", ".join(f"{k}: {values[k]!r}" + ("" if k in ctx.t else " (default)")
+                          for k in names if k in ctx.t or k in compared)
         ctx.error(f"train.{key}", f"{shown}: {where.split()[0]} refuses it ('{message}'; {where})",
                   _fix(ctx, atoms, key))
         refused.add(f"train.{key}")

@@ -106,3 +106,21 @@ def test_the_generated_catalogue_holds_the_four_classes_from_the_wheels():
 ])
 def test_an_atom_holds_as_python_evaluates_it_in_the_stack(op, value, literal, expected):
     assert holds(op, value, literal) is expected
+
+
+def test_the_docs_count_the_generated_conditions():
+    text = (Path(__file__).resolve().parents[4] / "docs" / "stack-rules.md").read_text()
+    assert f"`catalog_data.ARG_CONDITIONS` ({len(cd.ARG_CONDITIONS)} conditions)" in " ".join(text.split())
+
+
+def test_a_two_field_condition_reads_the_other_field_and_names_the_one_set():
+    from ktdeploy.core.recipe import load_recipe, validate
+
+    root = Path(__file__).resolve().parents[4]
+    r = load_recipe(root / "recipes" / "tiny-moe-lora.yaml", ["train.image_min_pixels=1000000"])
+    found = [f for f in validate(r) if f.rule == "lf.conditions"]
+    assert [f.path for f in found] == ["train.image_min_pixels"]
+    assert "image_min_pixels: 1000000" in found[0].message and "cannot be smaller" in found[0].message
+    assert "change image_min_pixels" in found[0].fix
+    ok = load_recipe(root / "recipes" / "tiny-moe-lora.yaml", ["train.image_min_pixels=589824"])
+    assert not [f for f in validate(ok) if f.rule == "lf.conditions"]
