@@ -144,10 +144,7 @@ def build(model_args: Any, source: ModelSource, sk: Skeleton) -> tuple[Any, Any]
             if hf_quantizer is not None:
                 hf_quantizer.preprocess_model(model=model, dtype=getattr(config, "dtype", None), device_map=None,
                                               checkpoint_files=None, use_kernels=False)
-                if hf_quantizer.pre_quantized and getattr(hf_quantizer.quantization_config, "dequantize", False):
-                    # postprocess_model's first step once the weights are in: a dequantized model is not
-                    # quantized any more (LlamaFactory's "Quantized models can only be used for LoRA" then passes)
-                    hf_quantizer.remove_quantization_config(model)
+                model._ktdeploy_source_quantizer = hf_quantizer   # loaded(): what postprocess_model does first
     except Exception as err:  # noqa: BLE001 - the verdict is the exception itself
         raise Refused("model", "train.model_name_or_path", err,
                       "llamafactory.model.loader (load_config, patch_config, from_config on the meta device)") from err
@@ -168,6 +165,17 @@ def _checkpoint_files(source: ModelSource) -> tuple[list[str] | None, dict[str, 
     return ([str(source.directory / "model.safetensors")], None,
             "the checkpoint's safetensors files are taken as present (only config.json is here; doctor checks the "
             "files on the GPU host)")
+
+
+def loaded(model: Any) -> None:
+    """What ``postprocess_model`` does first once the weights are in (after KT wrapped the experts, which reads the
+    checkpoint's quantization_config): a dequantized checkpoint (LlamaFactory's FineGrainedFP8Config(dequantize=True))
+    is not quantized any more, so init_adapter's "Quantized models can only be used for the LoRA or OFT tuning"
+    does not apply to it."""
+    hf_quantizer = model.__dict__.pop("_ktdeploy_source_quantizer", None)
+    if hf_quantizer is not None and hf_quantizer.pre_quantized and \
+            getattr(hf_quantizer.quantization_config, "dequantize", False):
+        hf_quantizer.remove_quantization_config(model)
 
 
 def kt_wrap(model: Any, source: ModelSource, sk: Skeleton, gpu_here: bool) -> None:
@@ -312,6 +320,7 @@ def run(model_args: Any, finetuning_args: Any, use_kt: bool, source: ModelSource
             config, model = build(model_args, source, sk)
             if use_kt:
                 kt_wrap(model, source, sk, gpu_here)
+            loaded(model)
             moved = placeholders_to_meta(model)
             model = adapt(config, model, model_args, finetuning_args, sk)
             note = cast_note(moved)

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "recipes" / "models"
 TINY = ROOT / "recipes" / "tiny-moe-lora.yaml"
 TINY_FP8 = ROOT / "recipes" / "tiny-moe-fp8-lora.yaml"
+TINY_FULL = ROOT / "recipes" / "tiny-moe-full.yaml"
 TINY_CONFIG = MODELS / "tiny-qwen3-moe.json"
 TINY_FP8_CONFIG = MODELS / "tiny-qwen3-moe-fp8.json"
 
@@ -43,6 +44,9 @@ ACCEPTED = [
     ("tiny LoRA, all linear layers", TINY, [], TINY_CONFIG),
     ("tiny LoRA, named targets", TINY, ["train.lora_target=q_proj,v_proj"], TINY_CONFIG),
     ("tiny FP8 LoRA", TINY_FP8, [], TINY_FP8_CONFIG),
+    # LlamaFactory loads a native-FP8 checkpoint with FineGrainedFP8Config(dequantize=True): once loaded it is not
+    # quantized, so full fine-tuning passes init_adapter (test_a_native_fp8_checkpoint_... shows it with weights)
+    ("full fine-tuning on a native-FP8 checkpoint", TINY_FULL, [], TINY_FP8_CONFIG),
 ]
 SHIPPED = {p.name: p for p in sorted((ROOT / "recipes").glob("*.yaml"))}
 
@@ -93,7 +97,10 @@ def test_the_skeleton_accepts_what_the_stack_sets_up(verdicts, case):
     v = verdicts[f"accepted: {case}"]["stack"]
     assert v["status"] == "accepted", (case, v["refusals"])
     sk = v["skeleton"]
-    assert sk["status"] == "accepted" and sk["modules"] > 0 and sk["lora_targets"], sk
+    assert sk["status"] == "accepted" and sk["modules"] > 0, sk
+    assert bool(sk["lora_targets"]) == ("full" not in case), sk
+    if "full" in case:
+        assert sk["steps"]["adapter"] == "full set up", sk
     if "named" in case:
         assert sk["lora_targets"] == ["q_proj", "v_proj"]
 
@@ -130,3 +137,21 @@ def test_check_stack_with_model_config_through_the_controller(full_image, tmp_pa
     (f,) = found
     assert f.path == "train.lora_target" and f.rule == "stack.llamafactory" and f.line
     assert "not found in the base model" in f.message and "lora_target" in f.fix
+
+
+def test_a_native_fp8_checkpoint_loads_dequantized_for_full_fine_tuning(full_image, tmp_path):  # noqa: F811
+    """The premise of the skeleton's dequantize step, with real weights: the tiny FP8 checkpoint loads through
+    LlamaFactory's load_model for full fine-tuning and for LoRA, with no quantization_method left on the model (the
+    independent oracle's model-setup stand-in refused full fine-tuning here: "Quantized models can only be used for
+    the LoRA or OFT tuning")."""
+    r = subprocess.run(["docker", "run", "--rm", "--user", "0", "--network", "none", "-v", f"{ROOT}:/src:ro",
+                        "-w", "/src", "-e", "PYTHONDONTWRITEBYTECODE=1", "--memory", "6g", "--entrypoint", "bash",
+                        full_image, "-c",
+                        "python3 -m ktdeploy.cli.image_entry tiny-model /tmp/m --data-dir /tmp/d --format fp8 "
+                        ">/dev/null && python3 tests/integration/probes/fp8_full_load.py /tmp/m /tmp/d"],
+                       capture_output=True, text=True, timeout=900)
+    rows = {row["finetuning_type"]: row for row in (json.loads(line[6:]) for line in r.stdout.splitlines()
+                                                    if line.startswith("PROBE "))}
+    assert set(rows) == {"full", "lora"}, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    for ft, row in rows.items():
+        assert row["loaded"] and row["quantization_method"] == "None", (ft, row)
