@@ -192,6 +192,12 @@ def meta_from_pretrained(auto_cls, notes: list[str], state: dict, **kwargs):
             notes.append(f"kt wrapped {len(model._kt_wrappers)} MoE layers")
     else:
         notes.append("KT expert loading disabled: from_pretrained does not wrap")
+    if quantizer is not None and quantizer.pre_quantized and getattr(quantizer.quantization_config, "dequantize", False):
+        # postprocess_model once the weights are in: a dequantized checkpoint is not quantized any more (the real
+        # load_model with the tiny FP8 weights: tests/integration/probes/fp8_full_load.py; this stand-in refused
+        # full fine-tuning there before)
+        quantizer.remove_quantization_config(model)
+        notes.append("dequantized when loaded: quantization config removed (postprocess_model)")
     model.eval()
     return model
 
