@@ -377,6 +377,22 @@ def kt_kernel_stage() -> None:
 
 # ---------------------------------------------------------------- the whole judgement
 
+def _remote_code(config_text: str | None) -> str | None:
+    """For a config.json whose model_type this transformers does not know: "untrusted" when it names its own code
+    (auto_map's AutoConfig: built only with trust_remote_code), "none" when it names none (nothing builds it);
+    None for a known model type or a config that cannot be read."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        doc = json.loads(config_text or "")
+        model_type, auto_map = doc.get("model_type"), doc.get("auto_map")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(model_type, str) or model_type in CONFIG_MAPPING:
+        return None
+    return "untrusted" if isinstance(auto_map, dict) and auto_map.get("AutoConfig") else "none"
+
+
 def skeleton_stage(model_args: Any, finetuning_args: Any, use_kt: bool, model_config: dict[str, Any] | None,
                    scratch: Path, gpu_here: bool) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     """The model skeleton (agent/stack_skeleton.py): (its summary, its refusal if any, what it left out)."""
@@ -391,6 +407,12 @@ def skeleton_stage(model_args: Any, finetuning_args: Any, use_kt: bool, model_co
     try:
         sk = sks.run(model_args, finetuning_args, use_kt, source, gpu_here)
     except sks.Refused as refused:
+        remote = _remote_code(text) if refused.stage == "model" and not source.own else None
+        if remote == "none" or remote == "untrusted" and not getattr(model_args, "trust_remote_code", False):
+            # no code to build it with, or code AutoConfig does not run without trust_remote_code
+            refusal_rc = _refusal(refused.stage, refused.err, refused.where)
+            refusal_rc["key"] = "train.trust_remote_code" if remote == "untrusted" else "train.model_name_or_path"
+            return {"status": "refused", "source": source.label}, [refusal_rc], []
         if refused.stage == "model" and not source.own:   # a sent config transformers cannot build alone
             why = (f"the model skeleton was not built from {source.label} ({type(refused.err).__name__}: "
                    f"{str(refused.err)[:300]}); on the GPU host the model's own directory (and code) decides")

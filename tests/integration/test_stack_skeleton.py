@@ -39,6 +39,9 @@ REFUSED = [
      ["train.kt_config.kt_tp_enabled=true", "train.kt_config.kt_threadpool_count=4"], TINY_FP8_CONFIG,
      "train.kt_config.kt_threadpool_count", "slice divisible by 128"),
     ("FP8 recipe on a BF16 checkpoint", TINY_FP8, [], TINY_CONFIG, "", "FP8"),
+    # a model type transformers lacks is built only by the checkpoint's code, which AutoConfig runs only when trusted
+    ("remote-code model without trust_remote_code", TINY, [], MODELS / "Kimi-K2.5.json", "train.trust_remote_code",
+     "trust_remote_code=True"),
 ]
 ACCEPTED = [
     ("tiny LoRA, all linear layers", TINY, [], TINY_CONFIG),
@@ -68,6 +71,12 @@ def verdicts(full_image, tmp_path_factory) -> dict:  # noqa: F811 - the fixture 
     rows += [{"name": f"shipped: {n}", "yaml": _case_text(p, []), "model_config": _shipped_config(p)}
              for n, p in SHIPPED.items()]
     rows.append({"name": "no config", "yaml": _case_text(TINY, [])})
+    rows.append({"name": "remote code trusted", "yaml": _case_text(TINY, ["train.trust_remote_code=true"]),
+                 "model_config": _config(MODELS / "Kimi-K2.5.json")})
+    codeless = json.loads((MODELS / "Kimi-K2.5.json").read_text())
+    del codeless["auto_map"]
+    rows.append({"name": "unknown model type, no code", "yaml": _case_text(TINY, ["train.trust_remote_code=true"]),
+                 "model_config": {"text": json.dumps(codeless), "source": "kimi-without-auto-map.json"}})
     (tmp / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = subprocess.run(["docker", "run", "--rm", "--user", "0", "--network", "none", "-v", f"{ROOT}:/src:ro",
                         "-v", f"{tmp}:/io", "-w", "/src", "-e", "PYTHONPATH=/src", "-e", "PYTHONDONTWRITEBYTECODE=1",
@@ -123,6 +132,20 @@ def test_without_a_config_the_skeleton_is_skipped_and_said(verdicts):
     assert v["status"] == "accepted" and v["skeleton"]["status"] == "skipped"
     assert v["stages"]["model"].startswith("skipped")
     assert any("no config.json" in b and "--model-config" in b for b in v["bypassed"])
+
+
+def test_a_trusted_remote_code_config_is_skipped_and_said(verdicts):
+    """With trust_remote_code the checkpoint's own code decides, which a sent config.json does not carry: skipped,
+    said, and judged again on the host where the model is."""
+    v = verdicts["remote code trusted"]["stack"]
+    assert v["status"] == "accepted" and v["skeleton"]["status"] == "skipped", v
+    assert any("kimi_k25" in b and "the model's own directory (and code) decides" in b for b in v["bypassed"])
+
+
+def test_an_unknown_model_type_naming_no_code_is_refused_even_when_trusted(verdicts):
+    v = verdicts["unknown model type, no code"]["stack"]
+    (refusal,) = v["refusals"]
+    assert refusal["key"] == "train.model_name_or_path" and "does not recognize this architecture" in refusal["message"]
 
 
 def test_check_stack_with_model_config_through_the_controller(full_image, tmp_path):  # noqa: F811

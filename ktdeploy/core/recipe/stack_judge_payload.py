@@ -270,6 +270,8 @@ _MODULE_FIXES = {
     "train.additional_target": "remove additional_target, or name modules this model has",
     "train.model_name_or_path": "check model_name_or_path and trust_remote_code: transformers could not build this "
                                 "model from its config.json",
+    "train.trust_remote_code": "set trust_remote_code: true: this model type is not in transformers, and only the "
+                               "checkpoint's own code (its auto_map) builds it, which transformers runs only then",
 }
 
 
