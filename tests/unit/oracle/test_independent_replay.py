@@ -35,6 +35,13 @@ EVERY = 1 if os.environ.get("KTDEPLOY_ORACLE_REPLAY") == "all" else 3
 # case -> the key check warns on: the stack refused because the path (inside deploy.volumes) was absent from the
 # judge's container; on a GPU host where it exists the stack accepts, so check cannot refuse it without the host.
 HOST_FACTS = {"s20261204-00413": "train.adapter_name_or_path"}   # /data/output/adapter, inside volumes.output
+# Where this record's judge stopped short (it did not construct kt-kernel's per-layer SFT wrappers, which rank 0 builds
+# in wrap_moe_layers_with_kt_wrapper and which check lora_alpha > 0 and max_cache_depth > 0 in
+# sft/base.py _validate_sft_config): the issue49 record, whose judge builds them, has the stack refusing both
+# (s20261207-00057 "max_cache_depth must be positive, got 0", s20261207-00136 "lora_alpha must be positive, got -1").
+# A case check refuses only on these keys, with kt-kernel's reason, is not a check grown stricter than the stack.
+RECORD_GAPS = {"train.kt_config.kt_max_cache_depth": "max_cache_depth must be positive",
+               "train.lora_alpha": "lora_alpha must be positive"}
 # The 29 cases check passed and the stack refused on main a430c83 (ktsft:amx, 14 classes): always replayed.
 MAIN_LOOSER = (
     "s20261204-00010", "s20261204-00265", "s20261204-00280", "s20261204-00413", "s20261204-00474", "s20261204-00551",
@@ -95,6 +102,8 @@ def test_cases_both_accepted_still_pass(replay, tmp_path):
     for cid in picked:
         entry, text = replay[cid]
         ok, errors = _check_passes(text, tmp_path)
+        if not ok and all(RECORD_GAPS.get(e["path"], "\0") in e["message"] for e in errors):
+            continue
         if not ok:
             stricter.append(f"{cid} ({entry['description'][:120]}): {errors[:1]}")
     assert len(picked) >= 100
