@@ -150,7 +150,7 @@ def logs(host: str | None = None, run_id: str | None = None, *, stage: str = "tr
         from ktdeploy.core.recipe.catalog import did_you_mean
 
         near = did_you_mean(stage, LOG_STAGES)
-        raise UsageError(f"{printable(stage)!r} is not a stage with a log"
+        raise UsageError(f"{printable(stage)} is not a stage with a log"
                          + (f" (did you mean {near}?)" if near else ""), key="--stage",
                          fix=f"one of {', '.join(LOG_STAGES)}: ktdeploy logs --stage {near or 'convert'}")
     rec = latest_run(host_filter(host), run_id=run_id)
