@@ -118,7 +118,8 @@ def _record_crash(conn: Connector, rec: RunRecord, st: rr.RunStatus, job: str, s
     lead = f"the trainer crashed: {exc.line()}" if exc is not None else \
         f"the training container stopped ({state.describe()}; no exception in its log)"
     recipe, facts = _recorded_inputs(rec)
-    fix = exit_advice(state, recipe, facts, lines, command=run_summary.rerun_command(st, resume=True))
+    fix = exit_advice(state, recipe, facts, lines, command=run_summary.rerun_command(st, resume=True),
+                      trainer_error=exc.line() if exc is not None else None)
     rec.set_status("crashed", failed_stage=st.get("stage") or "TRAIN",
                    error=f"{lead}; full log: {log}\n{how}", error_type="StepError", fix=fix,
                    exit_code=state.exit_code, oom_killed=state.oom_killed, found_by="status")
