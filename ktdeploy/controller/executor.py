@@ -312,8 +312,10 @@ class Executor:
             raise CheckFailed(f"{stage.name}: {p.image} is not ready on {self.plan.host}: "
                               f"{report.summary_text()}; nothing was trained",
                               results=failed, key="image.check",
-                              fix="Fix the checks listed below (the image: `ktdeploy image build`; the host: "
-                                  "`ktdeploy doctor --image " + p.image + "`)."
+                              fix=(f"{failed[0].fix.rstrip()} Then run the same command again."
+                                   if len(failed) == 1 and failed[0].fix else  # one check: its own fix first
+                                   "Fix the checks listed below (the image: `ktdeploy image build`; the host: "
+                                   "`ktdeploy doctor --image " + p.image + "`).")
                                   + profile_hint(failed, self.facts.gpu.count if self.facts is not None else None))
 
     def handlers(self) -> dict[StepAction, Callable[[Stage, Step], None]]:
