@@ -25,6 +25,7 @@ RULES: list[tuple[str, str]] = [
     (r"docker \d+\.\d+[\w.+~-]*", "docker VERSION"),
     (r"since [^\s)]+", "since TIME"),
     (r"\b\d+(\.\d+)? tok/s", "N tok/s"),
+    (r"\b\d+(\.\d+)? s per step, \d+ tokens/s", "N s per step, N tokens/s"),   # FOLLOW's plan: the host's figures
     (r"loss \d+\.\d+", "loss N"),
     (r"eta \d+:\d\d:\d\d", "eta T"),
     (r"\b\d+ (pass|warn|fail|skip|waived)\b", r"N \1"),
@@ -53,7 +54,8 @@ def normalize(text: str, root: str | dict[str, str] | None = None) -> str:
 MATTER = re.compile(r"^(✓|✗|→|- |done:|WARNING|CPU-only|CheckFailed:|StepError:|UsageError:|\S+\s+host )"
                     r"|^\s+fail  |^  (failed|fix|failed checks|container|serving|record|note|to repair|waived|lock|"
                     r"image check|containers)\b")
-PROGRESS = re.compile(r"^\s*step \d+/\d+")
+# progress lines, and FOLLOW's ETA lines: how many a run prints depends on timing
+PROGRESS = re.compile(r"^\s*step \d+/\d+|^→ FOLLOW: ETA ")
 FAIL_LINE = re.compile(r"^(\s*fail\s+\S+)\s.*$")   # doctor's `fail NAME detail`: the name matters, the detail is the host's
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ktdeploy.core.errors import RunRecordError, UsageError
+from ktdeploy.core.errors import OverwriteRefused, RunRecordError, UsageError
 from ktdeploy.core.eval import dataset as ds
 from ktdeploy.core.eval import split as sp
 from ktdeploy.core.job_layout import JobLayout
@@ -89,8 +89,8 @@ def carve(data_dir: str, names: Sequence[str], output_dir: str, holdout: float, 
         try:
             os.rename(tmp, target)   # published whole, or not at all
         except OSError:
-            raise RunRecordError(f"{target} appeared while the split was written; not overwritten",
-                                 fix=f"Remove {target} if it is stale, then run again.") from None
+            raise OverwriteRefused(f"{target} appeared while the split was written; not overwritten",
+                                   fix=f"Remove {target} if it is stale, then run again.") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)   # gone after the rename; a failed split leaves nothing
     return target

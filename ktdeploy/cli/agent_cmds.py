@@ -349,9 +349,12 @@ def tiny_model(
 ) -> None:
     """Build a tiny random Qwen3-MoE, a byte-level BPE tokenizer and a synthetic SFT dataset (needs torch)."""
     from ktdeploy.agent.tiny import build_all
+    from ktdeploy.cli.progress import waiting
 
-    try:
-        res = build_all(model_dir, data_dir, size=size, num_samples=samples, seed=seed, overwrite=overwrite, fmt=fmt)
+    try:   # torch loads first: seconds with nothing said, before
+        with waiting(err_console, f"tiny-model: building a random Qwen3-MoE in {model_dir} and its data in {data_dir}"):
+            res = build_all(model_dir, data_dir, size=size, num_samples=samples, seed=seed, overwrite=overwrite,
+                            fmt=fmt)
     except ImportError as err:  # a controller without the ML stack
         raise UsageError(f"tiny-model needs torch, transformers and tokenizers: {err}",
                          fix=in_image_fix("tiny-model", model_dir.parent, data_dir,

@@ -26,7 +26,11 @@ def _summary_line(report: DoctorReport) -> str:
     gpus = f"{f.gpu.count} GPU" if f.gpu.count else "no GPU"
     head = (f"{f.host} [{f.layer}]: {cpu.model_name or 'unknown CPU'}, {cpu.physical_cores} cores, "
             f"{(f.memory.total_bytes or 0) / 2**30:.0f} GiB, {gpus}, kernel {f.kernel.release}")
-    return head + "\n" + report.summary_text()
+    best = next(((c.data or {}).get("best") for c in report.checks
+                 if c.name == "cpu.variant" and c.status == "pass"), None)
+    tag = (f"\nimage for this CPU: {V.image(best)} (cpu.variant; deploy.image: auto picks it)"
+           if isinstance(best, str) and best else "")
+    return head + "\n" + report.summary_text() + tag
 
 
 @app.command("doctor")

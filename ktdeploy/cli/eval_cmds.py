@@ -80,8 +80,9 @@ def eval_(
                                                   "same server: sglang-kt's model=<served> beside <served>:<lora>)."),
     no_base: bool = typer.Option(False, "--no-base", help="Ask the tuned model only."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", metavar="PATH",
-                                           help="--endpoint: a JSON/JSONL file (alpaca, sharegpt or openai rows) or "
-                                                "a folder with a dataset_info.json."),
+                                           help="A JSON/JSONL file (alpaca, sharegpt or openai rows) or a folder "
+                                                "with a dataset_info.json: with RUN, instead of its recipe's "
+                                                "evaluation set; with --endpoint, the set to ask."),
     dataset_name: Optional[str] = typer.Option(None, "--dataset-name", metavar="NAME",
                                                help="The dataset_info.json entry (a --dataset folder)."),
     fmt: Optional[str] = typer.Option(None, "--format", metavar="FORMAT",

@@ -41,7 +41,8 @@ def _fill(template: str, event: ev.Event | None = None, **values: Any) -> str:
 def _said(e: ev.Said) -> list[str]:
     sign = SIGN[e.mark]
     head = (sign + " " if sign else "") + (f"{e.stage}: " if e.stage else "")
-    lead = f"[{LEAD_STYLE.get(e.mark, '')}]{esc(e.lead)}[/] " if e.lead else ""
+    style = LEAD_STYLE.get(e.mark)
+    lead = (f"[{style}]{esc(e.lead)}[/] " if style else f"{esc(e.lead)} ") if e.lead else ""
     return [head + lead + esc(e.text)]
 
 

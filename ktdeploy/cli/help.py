@@ -51,10 +51,20 @@ def tidy(params: list[Any]) -> None:
         params[i] = p
 
 
+def one_line(help_text: str | None) -> str | None:
+    """A command's line in `ktdeploy --help`: its docstring's first paragraph as one text (rich keeps the source's
+    line breaks, which cut the line short where the docstring's source line ended)."""
+    if not help_text:
+        return None
+    return " ".join(help_text.split("\n\n", 1)[0].split()) or None
+
+
 class Command(TyperCommand):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         tidy(self.params)
+        if self.short_help is None:
+            self.short_help = one_line(self.help)
 
     def get_help_option(self, ctx: Any) -> Any:
         opt = super().get_help_option(ctx)

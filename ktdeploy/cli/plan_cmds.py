@@ -78,7 +78,7 @@ def plan_cmd(
         print_summary(recipe, plan, tp, host, checks)
         return
     console.print(f"[bold]{esc(recipe)}[/bold]  model config: {esc(where)}  ({esc(arch.family)}, "
-                  f"{arch.total_params / 1e9:.1f} B params, {arch.routed_expert_params / 1e9:.1f} B in routed experts)")
+                  f"{_count(arch.total_params)} params, {_count(arch.routed_expert_params)} in routed experts)")
     s = plan.setup
     console.print(f"setup: {esc(s['finetuning'])} · experts {esc(s['expert_format'])} · {esc(s['num_processes'])} GPU(s) · "
                   f"cutoff {s['cutoff_len']} x batch {s['batch']} · cache depth {s['cache_depth']} · "
@@ -96,3 +96,8 @@ def plan_cmd(
     print_time_plan(tp, host)
     console.print("Figures are predicted peaks (GiB = 2^30 B) without a safety margin; "
                   "bench/results/planner-calibration.md compares them with measured runs.")
+
+
+def _count(n: float) -> str:
+    """A parameter count as a person reads it: billions, or millions below one (the tiny model: 33.2 M, not 0.0 B)."""
+    return f"{n / 1e9:.1f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"

@@ -12,7 +12,7 @@ from ktdeploy.cli import app
 from ktdeploy.cli.help import App
 from ktdeploy.cli.output import console, err_console, print_findings, print_json, print_judgement
 from ktdeploy.core import variants as V
-from ktdeploy.core.errors import RecipeError, RunRecordError, UsageError
+from ktdeploy.core.errors import OverwriteRefused, RecipeError, RunRecordError, UsageError
 from ktdeploy.core.recipe import Recipe, errors, load_native, load_recipe, render, require_valid, validate
 from ktdeploy.core.terminal_text import esc
 
@@ -221,8 +221,8 @@ def from_lf(
     except RunRecordError:   # the file exists (or is a link): never overwritten without --force
         again = shlex.join(["ktdeploy", "recipe", "from-lf", str(train), *([str(accelerate)] if accelerate else []),
                             *(["-o", str(out)] if out else []), "--force"])
-        raise RunRecordError(f"{target.resolve()} exists; not overwritten", key="--out",
-                             fix=f"Replace it: {again}; or write another file with -o FILE.") from None
+        raise OverwriteRefused(f"{target.resolve()} exists; not overwritten", key="--out",
+                               fix=f"Replace it: {again}; or write another file with -o FILE.") from None
     console.print(f"wrote {esc(written)}", highlight=False)
     for key in unresolved(t):
         console.print(f"[yellow]note:[/yellow] train.{esc(key)} is not an absolute host path: deploy.volumes keeps "

@@ -11,7 +11,8 @@ from ktdeploy.core.run_record import RunStatus
 from ktdeploy.core.terminal_text import esc, terminal_safe
 
 COLUMNS = ("run", "target", "stage", "state", "age", "reason")
-MIN_REASON = 24   # narrower than this, the table becomes one block per run
+MIN_REASON = 24   # narrower than this, each run's reason goes on the line below its row
+# narrower than the row itself (a long target): one block per run
 
 
 def no_runs_line(where: str, host: str | None) -> str:
@@ -40,9 +41,23 @@ def print_all(statuses: list[RunStatus], where: str, host: str | None) -> None:
         return
     table = rows(statuses)
     # run ids (what --run takes) and targets are printed whole, never folded or cut; the reason takes what is left
-    # of the line (cut with "…"); narrower than MIN_REASON, one block per run instead
+    # of the line (cut with "…"); narrower than MIN_REASON, the reason goes below its row; narrower than the row, one block per run
     widths = [max([len(r[i]) for r in table] + [len(c)]) for i, c in enumerate(COLUMNS[:-1])]
     fixed = sum(widths) + 2 * len(widths)
+    if fixed + MIN_REASON > console.width >= fixed - 2:
+        # still a table: one row per run, its reason on the line below (cut to the width)
+        def row(cells: tuple[str, ...], style: str = "") -> None:
+            text = "".join(f"{c:<{w}}  " for c, w in zip(cells, widths, strict=False)).rstrip()
+            console.print(Text(text, style=style), highlight=False, crop=False, overflow="ignore")
+
+        row(COLUMNS[:-1], style="bold")
+        room = console.width - 4
+        for r in table:
+            row(r[:-1])
+            if r[-1]:
+                reason = r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "…"
+                console.print(Text("    " + reason, style="dim"), highlight=False, crop=False, overflow="ignore")
+        return
     if fixed + MIN_REASON > console.width:
         for r in table:
             console.print(r[0], style="bold", markup=False, highlight=False, crop=False, overflow="ignore")

@@ -39,7 +39,11 @@ def _image_and_variant(request: DoctorRequest) -> tuple[str | None, str | None]:
     if image is not None and V.known(image):   # the former meaning of --image: an ISA variant
         variant, image = variant or image, None
     if variant is not None and not V.known(variant):
-        raise UsageError(f"--variant {variant!r} is not a kt-kernel build", fix=f"Use one of {', '.join(V.NAMES)}.")
+        from ktdeploy.core.recipe.catalog import did_you_mean
+
+        near = did_you_mean(variant, V.NAMES, cutoff=0.6)
+        raise UsageError(f"--variant {variant!r} is not a kt-kernel build" + (f" (did you mean {near}?)" if near else ""),
+                         key="--variant", fix=f"Use one of {', '.join(V.NAMES)}.")
     if image and request.container:
         raise UsageError("--image and --container both name the container to check",
                          fix="Pass --image IMAGE (started for the check) or --container NAME (already running).")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ktdeploy.controller.connectors.base import Connector
-from ktdeploy.controller.eval_run import Endpoint, Progress, Settings, evaluate
+from ktdeploy.controller.eval_run import Endpoint, Progress, Settings, evaluate, list_models
 from ktdeploy.controller.host_files import fetch_checked
 from ktdeploy.controller.runs import RunRecord
 from ktdeploy.core import events as ev
@@ -271,6 +271,14 @@ def eval_record(run_id: str | None, host: str | None, *, ssh: dict | None = None
     sides = {"tuned": Endpoint(url, m.tuned, key)}
     if m.base is not None and e.compare_base and not no_base:
         sides["base"] = Endpoint(url, m.base, key)
+    try:   # one question first: a server that is not there is said at once, not after every sample failed
+        list_models(sides["tuned"], timeout_s=min(settings(e).timeout_s, 30.0))
+    except ConnectError as err:
+        ended = f"; the run is {st.get('state')}" + (f" in {st['failed_stage']}" if st.get("failed_stage") else "") \
+            if st.get("state") not in (None, "finished", "detached", "training", "running") else ""
+        raise ConnectError(f"run {rec.id}: no server answers at {url} ({err.message}){ended}",
+                           fix="See where the run stands with `ktdeploy status`; the same `ktdeploy up` serves a "
+                               "trained run, or reach its server with --endpoint URL (an SSH tunnel).") from None
     folder = new_eval_dir(rec.path / EVAL_DIR)
     if local is not None:
         loaded, source, names = local_samples(*local, e.max_samples), str(local[0]), [local[1] or local[0].name]

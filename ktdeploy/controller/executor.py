@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -159,11 +160,13 @@ def _refusal(lines: list[str]) -> str | None:
 
 
 def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: HostFacts | None = None, lines: list[str] | tuple[str, ...] = (),
-                progressed: bool | None = None, role: str = "train", command: str | None = None) -> str:
+                progressed: bool | None = None, role: str = "train", command: str | None = None,
+                trainer_error: str | None = None) -> str:
     """What to do about a stopped container, by how it stopped: the agent's own refusal (its doctor, the recipe,
     the output dir) needs a fix, an OOM the planner's knobs; then, always, the same `up` with --resume auto, which
     replaces the stopped container (``progressed``: kept for callers; the advice no longer depends on it;
-    ``command``: that `up` spelled out, where the caller knows it — `status` of a detached run)."""
+    ``command``: that `up` spelled out, where the caller knows it — `status` of a detached run; ``trainer_error``:
+    the trainer's own last exception, as TrainerException.line() gives it)."""
     # One restart story: a stopped training container stays until an `up` with --resume replaces it (the same
     # command without --resume only reports the crash again, host_plan's train.crashed), so every crash says so.
     same = f"`{command}`" if command else "the same `ktdeploy up` with --resume auto"
@@ -208,7 +211,23 @@ def exit_advice(state: ContainerState, recipe: Recipe | None = None, facts: Host
                 f"Run `ktdeploy doctor`, set deploy.image: auto (or avx512), {again}.")
     if code == 139:
         return f"segmentation fault in the training process: see the log lines above; {again}."
+    if needs_a_gpu(facts, trainer_error):
+        # `up --cpu-only` with the real image: no rerun on this host gets further, so no restart story here
+        return ("this host has no GPU, and the trainer needs one (attention and the LoRA train on CUDA): on a host "
+                "without a GPU the path ends here, in TRAIN (docs/walkthrough.md, section 7). Train on a GPU host: "
+                "the same `ktdeploy up` with that host's --host, without --cpu-only.")
     return f"see the last log lines above; fix the cause, {again}."
+
+
+# what the real trainer says when it finds no GPU (transformers' TrainingArguments, torch's CUDA init)
+_NO_GPU_ERROR = re.compile(r"doesn't support bf16/gpu|Found no NVIDIA driver|no CUDA GPUs are available|"
+                           r"Torch not compiled with CUDA")
+
+
+def needs_a_gpu(facts: HostFacts | None, trainer_error: str | None) -> bool:
+    """The trainer stopped because the host has no GPU (the facts say none, the trainer's exception says so)."""
+    return (facts is not None and facts.gpu.nvidia_smi != "unknown" and facts.gpu.count == 0
+            and bool(trainer_error) and _NO_GPU_ERROR.search(trainer_error or "") is not None)
 
 
 
@@ -293,8 +312,10 @@ class Executor:
             raise CheckFailed(f"{stage.name}: {p.image} is not ready on {self.plan.host}: "
                               f"{report.summary_text()}; nothing was trained",
                               results=failed, key="image.check",
-                              fix="Fix the checks listed below (the image: `ktdeploy image build`; the host: "
-                                  "`ktdeploy doctor --image " + p.image + "`)."
+                              fix=(f"{failed[0].fix.rstrip()} Then run the same command again."
+                                   if len(failed) == 1 and failed[0].fix else  # one check: its own fix first
+                                   "Fix the checks listed below (the image: `ktdeploy image build`; the host: "
+                                   "`ktdeploy doctor --image " + p.image + "`).")
                                   + profile_hint(failed, self.facts.gpu.count if self.facts is not None else None))
 
     def handlers(self) -> dict[StepAction, Callable[[Stage, Step], None]]:
@@ -516,7 +537,12 @@ class Executor:
             what += f"\nexit code: {st.exit_code}   OOM-killed: {'yes' if st.oom_killed else 'no'}"
         if lines:
             what += "\nlast log lines:\n" + "\n".join(f"  {ln}" for ln in lines[-15:])
-        advice = exit_advice(st, self.recipe, self.facts, lines, progressed, role) if st is not None and not st.running \
+        from ktdeploy.core.trainer_exception import last_exception
+
+        exc = last_exception(container_logs(self.conn, name, tail=2000)) if role == "train" else None
+        advice = exit_advice(st, self.recipe, self.facts, lines, progressed, role,
+                             trainer_error=exc.line() if exc is not None else None) \
+            if st is not None and not st.running \
             else "see `ktdeploy logs`; fix the cause, then run the same `ktdeploy up` again."
         return what, advice
 

@@ -118,7 +118,8 @@ def _record_crash(conn: Connector, rec: RunRecord, st: rr.RunStatus, job: str, s
     lead = f"the trainer crashed: {exc.line()}" if exc is not None else \
         f"the training container stopped ({state.describe()}; no exception in its log)"
     recipe, facts = _recorded_inputs(rec)
-    fix = exit_advice(state, recipe, facts, lines, command=run_summary.rerun_command(st, resume=True))
+    fix = exit_advice(state, recipe, facts, lines, command=run_summary.rerun_command(st, resume=True),
+                      trainer_error=exc.line() if exc is not None else None)
     rec.set_status("crashed", failed_stage=st.get("stage") or "TRAIN",
                    error=f"{lead}; full log: {log}\n{how}", error_type="StepError", fix=fix,
                    exit_code=state.exit_code, oom_killed=state.oom_killed, found_by="status")
@@ -150,7 +151,7 @@ def logs(host: str | None = None, run_id: str | None = None, *, stage: str = "tr
         from ktdeploy.core.recipe.catalog import did_you_mean
 
         near = did_you_mean(stage, LOG_STAGES)
-        raise UsageError(f"{printable(stage)!r} is not a stage with a log"
+        raise UsageError(f"{printable(stage)} is not a stage with a log"
                          + (f" (did you mean {near}?)" if near else ""), key="--stage",
                          fix=f"one of {', '.join(LOG_STAGES)}: ktdeploy logs --stage {near or 'convert'}")
     rec = latest_run(host_filter(host), run_id=run_id)

@@ -259,5 +259,7 @@ def latest_run(host: str | None = None, *, run_id: str | None = None, root: Path
     if not runs:
         where = f" for host {host!r}" if host else ""
         raise RunRecordError(f"no ktdeploy run recorded{where} in {root}",
-                             fix="Start one with `ktdeploy up --host HOST RECIPE` (or set KTDEPLOY_HOME).")
+                             fix="Start one: `ktdeploy up` (the shipped tiny recipe on this machine), or `ktdeploy "
+                                 "up --host gpu01 recipes/tiny-moe-lora.yaml --dry-run` to see the plan first (records "
+                                 "are read from $KTDEPLOY_HOME/runs when it is set).")
     return runs[-1]

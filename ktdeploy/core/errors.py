@@ -79,6 +79,11 @@ class RunRecordError(KtdeployError):
     exit_code = 6
 
 
+class OverwriteRefused(RunRecordError):
+    """A file or folder would be overwritten (exit 6, as the README's table says): named as what it is, with the
+    --force or another-path fix, rather than as a run record's error."""
+
+
 class StackUnavailable(KtdeployError):
     """The stack's own judgement (``check --stack``, ``stack.judge``) could not run: the image is not there, it holds
     no LlamaFactory/kt-kernel stack (a reduced or test image), or the judge itself failed."""

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, overload
 
-from ktdeploy.core.errors import RunRecordError, UsageError
+from ktdeploy.core.errors import OverwriteRefused, RunRecordError, UsageError
 
 MAX_TEXT = 1 << 20          # recipes, YAML and JSON configs are small text files
 MAX_JSON = 16 << 20         # config.json, manifests, run records
@@ -185,8 +185,8 @@ def _check_target(dfd: int, d: Path, name: str, overwrite: bool) -> None:
         raise UsageError(f"{d / name} is a symbolic link; ktdeploy never writes through a link",
                          fix="remove the link or choose another folder")
     if not overwrite:
-        raise RunRecordError(f"{d / name} exists; ktdeploy does not overwrite files",
-                             fix="remove it, choose another folder, or pass --force")
+        raise OverwriteRefused(f"{d / name} exists; ktdeploy does not overwrite files",
+                               fix="remove it, choose another folder, or pass --force")
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{d / name} exists and is not a plain file", fix="choose another folder")
 
@@ -244,8 +244,8 @@ def _publish(dfd: int, d: Path, tmp: str, name: str, overwrite: bool) -> None:
         else:
             os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)  # fails if it appeared
     except FileExistsError:
-        raise RunRecordError(f"{d / name} appeared while writing; not overwritten",
-                             fix="remove it or choose another folder") from None
+        raise OverwriteRefused(f"{d / name} appeared while writing; not overwritten",
+                               fix="remove it or choose another folder") from None
     except OSError as err:
         raise UsageError(f"{d / name}: cannot write: {err.strerror}", fix="choose a writable folder") from None
 
@@ -286,8 +286,8 @@ def creating(directory: str | os.PathLike[str], name: str, *, overwrite: bool = 
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
                          mode, dir_fd=dfd)
         except FileExistsError:
-            raise RunRecordError(f"{d / name} appeared while writing; not overwritten",
-                                 fix="remove it or choose another folder") from None
+            raise OverwriteRefused(f"{d / name} appeared while writing; not overwritten",
+                                   fix="remove it or choose another folder") from None
         except OSError as err:
             raise UsageError(f"{d / name}: cannot write: {err.strerror}", fix="choose a writable folder") from None
     finally:

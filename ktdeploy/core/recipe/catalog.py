@@ -76,8 +76,9 @@ TRAIN_KEY_SET = frozenset(TRAIN_KEYS)
 ACCELERATE_KEY_SET = frozenset(ACCELERATE_KEYS)
 
 
-def did_you_mean(key: str, candidates: Iterable[str]) -> str | None:
-    match = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.75)
+def did_you_mean(key: str, candidates: Iterable[str], cutoff: float = 0.75) -> str | None:
+    """The closest candidate (``cutoff``: lower for short names, where one wrong letter is a third of the word)."""
+    match = difflib.get_close_matches(key, list(candidates), n=1, cutoff=cutoff)
     return match[0] if match else None
 
 

@@ -18,7 +18,7 @@ from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.representer import SafeRepresenter
 from ruamel.yaml.resolver import VersionedResolver
 
-from ktdeploy.core.errors import RunRecordError
+from ktdeploy.core.errors import OverwriteRefused
 from ktdeploy.core.recipe.document import Recipe
 from ktdeploy.core.safeio import printable, write_file
 
@@ -94,8 +94,8 @@ class Rendered:
         if d is not None and not overwrite:
             there = [n for n, _, _ in files if os.path.lexists(d / n)]
             if there:
-                raise RunRecordError(f"{d} already holds {', '.join(there)}; ktdeploy does not overwrite files",
-                                     fix="choose an empty folder, or pass --force to replace them")
+                raise OverwriteRefused(f"{d} already holds {', '.join(there)}; ktdeploy does not overwrite files",
+                                       fix="choose an empty folder, or pass --force to replace them")
         return {name: write_file(directory, name, text, mode=mode, overwrite=overwrite) for name, text, mode in files}
 
 

@@ -23,6 +23,8 @@ def test_tiny_model_without_torch_leaves_no_folder(tmp_path):
     err = " ".join(p.stderr.split())
     assert p.returncode == 2 and "needs torch" in err and "Traceback" not in err, err
     assert list(tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
+    # what it is doing is said before torch loads (seconds in the image, silent before): stderr, stdout stays JSON
+    assert err.startswith(f"tiny-model: building a random Qwen3-MoE in {model}"), err
 
 
 def test_a_failure_mid_build_removes_the_partial_folder_and_the_parents_it_made(tmp_path):

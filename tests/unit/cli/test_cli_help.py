@@ -119,3 +119,15 @@ def test_build_lists_are_the_real_ladder(path):
     text = " ".join(help_text(path).replace("│", " ").split())
     assert "(amx, avx512, avx2)" not in text
     assert ", ".join(variants.NAMES) in text
+
+
+def test_a_commands_line_in_the_list_is_its_first_paragraph_as_one_text():
+    """`ktdeploy --help` broke a command's line where its docstring's source line ended ("Exit 0 valid, 2 invalid"
+    then "(--stack: …" below, with room left): the list shows the first paragraph re-wrapped to the terminal."""
+    root = typer.main.get_command(app)
+    for path, cmd in _commands():
+        short = cmd.short_help or ""
+        assert "\n" not in short.strip(), (path, short)
+    wide = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}, terminal_width=200).output
+    assert "Exit 0 valid, 2 invalid (--stack: 7" in wide, wide
+    assert root is not None

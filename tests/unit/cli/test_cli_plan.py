@@ -146,3 +146,12 @@ def test_each_figure_carries_its_calibration_band(capsys):
     assert f"± {band('host', n) * 100:.1f} %" in human and "upper edge" in human
     _, one, _ = run_cli(["plan", str(RECIPES / "tiny-moe-lora.yaml"), "--json", "--gpus", "1"], capsys)
     assert json.loads(one)["error_band"]["gpu"]["setting"] == "single-GPU"
+
+
+def test_explain_counts_a_tiny_models_parameters_in_millions(capsys):
+    """The tiny recipe's --explain said "0.0 B params, 0.0 B in routed experts" (a random 33 M model)."""
+    _, out, _ = run_cli(["plan", str(RECIPES / "tiny-moe-lora.yaml"), "--explain"], capsys)
+    flat = " ".join(out.split())
+    assert "0.0 B" not in flat and " M params" in flat and " M in routed experts" in flat, flat[:300]
+    _, big, _ = run_cli(["plan", str(RECIPES / "deepseek-v3-fp8-lora.yaml"), "--explain"], capsys)
+    assert " B params" in " ".join(big.split())

@@ -93,3 +93,26 @@ def test_no_run_yet_as_json_is_an_empty_list(tmp_path):
 def test_a_named_run_that_does_not_exist_is_still_exit_6(tmp_path):
     p = cli("status", "--run", "nosuchrun", home=tmp_path)
     assert p.returncode == 6 and "status --all" in p.stderr
+
+
+def test_at_80_columns_the_shipped_recipes_runs_are_still_a_table(tmp_path, monkeypatch):
+    """A run id of the tiny recipe is 36 characters: with target, stage, state and age that left no room for the
+    reason at 80 columns, and the table became one five-line block per run. It stays a table — one row per run,
+    its reason on the line below, cut to the width."""
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    made = []
+    for i in range(2):
+        r = runs.RunRecord.create("tiny-moe-lora")
+        r.set_status("failed", host="localhost", created=time.time() - 60, failed_stage="PREFLIGHT",
+                     error="doctor on localhost: 17 pass, 2 warn, 7 fail (1 left to the RUNTIME stage), 3 skip; "
+                           "nothing was started " + "x" * i * 80)
+        made.append(r.id)
+    p = cli("status", "--all", home=tmp_path, columns=80)
+    lines = p.stdout.splitlines()
+    assert p.returncode == 0 and all(len(ln) <= 80 for ln in lines), p.stdout
+    assert lines[0].split() == ["run", "target", "stage", "state", "age"], p.stdout
+    for k, rid in enumerate(made):
+        row, reason = lines[1 + 2 * k], lines[2 + 2 * k]
+        assert row.split() == [rid, "localhost", "PREFLIGHT", "failed", "1m"], p.stdout
+        assert reason.startswith("    doctor on localhost: 17 pass"), p.stdout
+    assert lines[4].endswith("…") and len(lines) == 5, p.stdout

@@ -75,3 +75,17 @@ def test_doctor_cli_at_80_columns_keeps_tokens_whole_and_counts_once(tmp_path):
         counts = re.findall(r"(\d+) fail\b", text)
         assert up.returncode == 1 and counts and set(counts) == {str(n)}, text
         assert not re.search(r"found \d+ failing", text), text
+
+
+def test_doctor_names_the_image_tag_for_this_cpu_without_all():
+    """README: "Which tag a CPU takes: `ktdeploy doctor` names it" — in the default report, not only under --all
+    (where cpu.variant's pass line is the only place that says it)."""
+    js = json.loads(cli("doctor", "--json", columns=200).stdout)
+    variant = next(c for c in js["checks"] if c["name"] == "cpu.variant")
+    best = (variant.get("data") or {}).get("best")
+    r = cli("doctor")
+    head = r.stdout.splitlines()[:4]
+    if best:
+        assert any(ln.startswith(f"image for this CPU: ktsft:{best}") for ln in head), r.stdout
+    else:
+        assert not any(ln.startswith("image for this CPU") for ln in head), r.stdout

@@ -51,3 +51,10 @@ def test_image_options_are_checked_before_reaching_a_host():
                         (["--variant", "sse4"], "not a kt-kernel")):
         r = _doctor(*args)
         assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
+
+
+def test_a_mistyped_variant_gets_a_did_you_mean():
+    """`--variant amz`: a usage error (exit 2) that names the build meant, not only the list of six."""
+    p = subprocess.run([sys.executable, "-m", "ktdeploy", "doctor", "--variant", "amz"], capture_output=True,
+                       text=True, timeout=120, env={**__import__("os").environ, "COLUMNS": "200"})
+    assert p.returncode == 2 and "did you mean amx?" in p.stderr and "Traceback" not in p.stderr, p.stderr

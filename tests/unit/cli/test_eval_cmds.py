@@ -74,3 +74,33 @@ def test_a_key_is_named_never_given_and_an_unset_one_is_a_usage_error(servers, t
     r = _cli("chat", "--endpoint", tuned.url, "--prompt", "x", "--api-key-env", "KTD_TEST_KEY", tmp_path=tmp_path,
              KTD_TEST_KEY="s3cret")
     assert r.returncode == 0 and "s3cret" not in r.stdout + r.stderr
+
+
+def test_eval_of_a_run_whose_server_is_not_there_says_so_at_once(tmp_path):
+    """`ktdeploy eval` of the latest run (the walkthrough's 5b) when nothing listens on its port: exit 3 at once
+    with the fix, not every sample asked of both sides first (200 x 2 refused requests, ~50 s on the walk)."""
+    import socket
+    import time
+
+    from ktdeploy.controller.runs import RunRecord
+    from ktdeploy.core import run_record as rr
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]          # closed again: nothing listens there
+    recipe = (ROOT / "recipes" / "tiny-moe-lora.yaml").read_text().replace(
+        "    lora_name: tiny-lora", f"    lora_name: tiny-lora\n    port: {port}")
+    os.environ["KTDEPLOY_HOME"], old = str(tmp_path / "k"), os.environ.get("KTDEPLOY_HOME")
+    try:
+        rec = RunRecord.create("tiny-moe-lora")
+    finally:
+        os.environ.pop("KTDEPLOY_HOME") if old is None else os.environ.__setitem__("KTDEPLOY_HOME", old)
+    rec.write_text(rr.RECIPE, recipe)
+    rec.set_status("crashed", host="localhost", failed_stage="FOLLOW")
+    (tmp_path / "held.json").write_text(json.dumps(ROWS * 50))
+    t0 = time.monotonic()
+    r = _cli("eval", "--dataset", str(tmp_path / "held.json"), "--no-base", tmp_path=tmp_path)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert time.monotonic() - t0 < 20 and "eval 20/" not in r.stderr, r.stderr   # no sample was asked
+    assert "ktdeploy status" in r.stderr and f"127.0.0.1:{port}" in r.stderr, r.stderr
+    assert not (rec.path / "eval").exists() or not any((rec.path / "eval").iterdir())

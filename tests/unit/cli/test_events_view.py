@@ -84,3 +84,12 @@ def test_a_long_uncounted_step_is_a_spinner_on_a_terminal_and_one_line_elsewhere
     view._spinner.refresh()
     view(ev.Waiting("ended", "IMAGE"))
     assert view._spinner is None and "checking ktsft:{amx} in a container [/x]" in tty.getvalue()
+
+
+def test_a_lead_shows_with_every_mark():
+    """`up` printed `plan: 0.23 s per step` (Mark.GO, no lead style) as `[]plan:[/]`: rich's MarkupError, exit 70 at
+    the start of FOLLOW on the real path. Every mark with a lead renders."""
+    for mark in ev.Mark:
+        con = _console()
+        EventView(con)(ev.Said(mark, "0.23 s per step, 8857 tokens/s", ev.StageName.FOLLOW, lead="plan:"))
+        assert "FOLLOW: plan: 0.23 s per step, 8857 tokens/s" in con.file.getvalue(), (mark, con.file.getvalue())

@@ -109,3 +109,19 @@ def test_a_waived_judge_lets_up_go_on(monkeypatch, tmp_path):
     ex, _ = _run(monkeypatch, tmp_path, REFUSED, waived=("stack.judge",))
     ev = [e for e in ex.record.events() if e.get("event") == "image_check"]
     assert ev[0]["waived"] == ["stack.judge"] and ev[0]["failed"] == []
+
+
+def test_one_failed_check_leads_with_its_own_fix_not_an_image_rebuild(monkeypatch, tmp_path):
+    """Walk: docker could not raise memlock on the host (image.run); the fix led with "the image: `ktdeploy image
+    build`" — 30 minutes for a host setting — before the check's own fix (--waive docker.memlock)."""
+    memlock = [{"name": "image.run", "status": "fail", "layer": "container",
+                "detail": "ktsft:amx did not start with the training flags: error setting rlimit type 8",
+                "fix": "docker may not raise memlock here (rootless, or no CAP_SYS_RESOURCE): run docker with that "
+                       "capability, or --waive docker.memlock (containers then start without --ulimit memlock=-1)."}]
+    with pytest.raises(CheckFailed) as e:
+        _run(monkeypatch, tmp_path, memlock)
+    assert e.value.fix.startswith("docker may not raise memlock here"), e.value.fix
+    assert "image build" not in e.value.fix and "run the same command again" in e.value.fix
+    with pytest.raises(CheckFailed) as e:   # several: the overview, as before
+        _run(monkeypatch, tmp_path, FAILING)
+    assert "Fix the checks listed below" in e.value.fix

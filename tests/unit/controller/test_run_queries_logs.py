@@ -98,6 +98,7 @@ def test_an_unknown_stage_is_a_usage_error(tmp_path, monkeypatch):
     with pytest.raises(UsageError) as e:
         _logs(rec, "converts", tmp_path, monkeypatch)
     assert "did you mean convert?" in e.value.message and e.value.key == "--stage"
+    assert e.value.message.startswith('"converts" is not'), e.value.message   # quoted once, not '"converts"'
 
 
 def test_the_executor_keeps_the_output_of_a_one_shot_container(tmp_path):

@@ -65,6 +65,9 @@ def test_cli_dry_run_to_an_unreachable_host_leaves_status_logs_down_alone(tmp_pa
     assert len(recs) == 1 and recs[0].status()["dry_run"] is True
     for cmd in (("logs",), ("down",)):
         r = cli(*cmd)
-        assert r.returncode == 6 and "no ktdeploy run recorded" in " ".join(r.stderr.split()), (cmd, r.stderr)
+        said = " ".join(r.stderr.split())
+        assert r.returncode == 6 and "no ktdeploy run recorded" in said, (cmd, r.stderr)
+        # the fix is a command to paste, as `status` says it (no HOST/RECIPE placeholders)
+        assert "`ktdeploy up`" in said and "HOST RECIPE" not in said, (cmd, r.stderr)
     r = cli("status")   # nothing has run yet: said, not an error
     assert r.returncode == 0 and r.stdout.startswith("no run recorded yet"), (r.stdout, r.stderr)
