@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ktdeploy.agent import safetensors_io as st
 from ktdeploy.core.adapter_layout import destination_problem
-from ktdeploy.core.errors import UsageError
+from ktdeploy.core.errors import OverwriteRefused, UsageError
 from ktdeploy.core.hashing import sha256_file
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.safeio import inside, parse_json, redact, staging_dir, write_file
@@ -273,8 +273,8 @@ def _convert(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     if problem:
         raise ConvertError(problem, fix=f"choose a sibling directory, e.g. {JobLayout(str(Path(input_dir).resolve())).adapter_dir}")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise ConvertError(f"{dst} already exists and is not empty; ktdeploy never overwrites an adapter",
-                           fix="remove it yourself or choose another -o directory")
+        raise OverwriteRefused(f"{dst} already exists and is not empty; ktdeploy never overwrites an adapter",
+                               key="-o", fix="remove it yourself or choose another -o directory")
 
     checks: list[str] = []
     manifest = {}

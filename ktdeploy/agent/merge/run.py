@@ -43,6 +43,7 @@ from ktdeploy.agent.convert import (
 from ktdeploy.agent.merge import arith, layout
 from ktdeploy.agent.merge.layout import MergeError
 from ktdeploy.agent.merge.stream import LoraCache, ShardPlan, check_contiguous, write_shard
+from ktdeploy.core.errors import OverwriteRefused
 from ktdeploy.core.hashing import sha256_file
 from ktdeploy.core.safeio import MAX_JSON, inside, load_json, overlaps, redact, write_file, writing
 from ktdeploy.core.ticks import tick
@@ -135,8 +136,8 @@ def _destination(merged: str | os.PathLike) -> Path:
         raise MergeError(f"{merged} is a symbolic link; ktdeploy never writes through a link", fix="give the real folder")
     dst = Path(os.path.realpath(merged))
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise MergeError(f"{dst} already exists and is not empty; ktdeploy never overwrites a model",
-                         fix="remove it yourself or choose another -o folder")
+        raise OverwriteRefused(f"{dst} already exists and is not empty; ktdeploy never overwrites a model",
+                               key="-o", fix="remove it yourself or choose another -o folder")
     return dst
 
 

@@ -73,3 +73,15 @@ def test_full_finetune_converts_to_the_sibling_and_serves_it_as_weights():
     assert create[-2:] == ("--weights", f"{plan.output_dir}-sglang")   # the regrouped model, not the base
     assert "--adapter" not in create
     assert not any("model=" in n and ":" in n.split("model=")[1] for n in plan.notes)  # no MODEL:LORA
+
+
+def test_convert_never_overwrites_an_adapter_and_says_so_with_exit_6(tmp_path, st_writer):
+    from ktdeploy.core.errors import OverwriteRefused
+
+    make_output(tmp_path / "out" / "checkpoint-5", st_writer)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "adapter_config.json").write_text("mine")
+    with pytest.raises(OverwriteRefused, match="never overwrites an adapter") as err:
+        convert(tmp_path / "out", tmp_path / "taken")
+    assert err.value.exit_code == 6 and "-o" in err.value.fix
+    assert (tmp_path / "taken" / "adapter_config.json").read_text() == "mine"

@@ -90,7 +90,9 @@ def test_never_overwrites(tmp_path, st_writer):
     dst = tmp_path / "adapter"
     dst.mkdir()
     (dst / "keep.txt").write_text("x")
-    with pytest.raises(ConvertError, match="never overwrites"):
+    from ktdeploy.core.errors import OverwriteRefused
+
+    with pytest.raises(OverwriteRefused, match="never overwrites"):   # exit 6
         convert(src, dst)
     assert (dst / "keep.txt").read_text() == "x"
     with pytest.raises(ConvertError, match="outside the training output"):

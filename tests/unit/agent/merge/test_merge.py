@@ -21,6 +21,7 @@ import pytest
 
 from ktdeploy.agent.merge import MergeError, merge
 from ktdeploy.agent.merge.run import JOURNAL, MERGE_MANIFEST, STAGING_SUFFIX
+from ktdeploy.core.errors import OverwriteRefused
 from tests.fakes import kt_layout as kl
 
 MINI = {"hidden": 64, "layers": 2, "experts": 4, "moe_inter": 32, "heads": 2, "kv_heads": 1, "head_dim": 32,
@@ -299,13 +300,14 @@ def test_destination_rules(pair, tmp_path):
     out, base = pair
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("mine")
-    with pytest.raises(MergeError, match="not empty"):
+    with pytest.raises(OverwriteRefused, match="not empty") as refused:   # exit 6, as README's table says
         merge(out, base, tmp_path / "full")
+    assert refused.value.exit_code == 6
     assert (tmp_path / "full" / "x").read_text() == "mine"
     for inside in (base / "merged", out / "merged", out / "checkpoint-1"):
         with pytest.raises(MergeError, match="outside"):
             merge(out, base, inside)
-    with pytest.raises(MergeError, match="not empty"):
+    with pytest.raises(OverwriteRefused, match="not empty"):
         merge(out, base, base)
     os.symlink(tmp_path / "nowhere", tmp_path / "link")
     with pytest.raises(MergeError, match="symbolic link"):
