@@ -11,7 +11,7 @@ from ktdeploy.controller.executor import Executor
 from ktdeploy.controller.up_record import UpResult, fail
 from ktdeploy.core import events as ev
 from ktdeploy.core.command_requests import SshOptions
-from ktdeploy.core.errors import CheckFailed, ConnectError, RecipeError, StepError, Terminated
+from ktdeploy.core.errors import CheckFailed, ConnectError, KtdeployError, RecipeError, StepError, Terminated
 from ktdeploy.core.job_layout import JobLayout
 from ktdeploy.core.plan import job_name, output_dir_of, parse_state
 from ktdeploy.core.plan.state import STATE_SCRIPT, JobState
@@ -70,6 +70,14 @@ def apply_phase(conn: Connector, plan: Plan, recipe: Recipe, report: DoctorRepor
     except StepError as e:
         cur = record.status().get("state")
         raise fail(events, "crashed" if cur == "crashed" else "failed", e) from None
+    except KtdeployError as e:   # any other refusal: recorded with its own exit code
+        raise fail(events, "failed", e) from None
+    except Exception as e:
+        # a bug in ktdeploy (exit 70): the record must not keep saying "training" for good
+        record.set_status("failed", error=f"{type(e).__name__}: {e}"[:300], error_type=type(e).__name__,
+                          exit_code=70, note=f"ktdeploy itself failed (a bug); training, if it started, keeps "
+                                             f"running on the host: ktdeploy status --host {host}")
+        raise
     if detach:
         record.set_status("detached", note="--detach: training runs on the host")
         result.state = "detached"

@@ -113,3 +113,31 @@ def test_eval_exits_130_at_once_on_ctrl_c_while_a_request_is_in_flight(tmp_path)
     assert stderr.strip().splitlines()[-1] == "interrupted" and "Traceback" not in stderr, stderr
     assert took < 30, took                      # not the 90 s the request in flight would take
     assert not out.exists()                     # the folder it made, empty, is gone: the same -o works again
+
+
+def test_a_bug_while_the_plan_runs_leaves_the_record_failed_not_training(monkeypatch, tmp_path):
+    """An unexpected exception in FOLLOW (exit 70, a bug) used to leave status.json at "training" for good."""
+    import pytest
+
+    rec = RunRecord.create("tiny-moe-lora", root=tmp_path)
+    rec.set_status("training")
+
+    class Broken:
+        def __init__(self, *a, **k):
+            pass
+
+        def apply(self):
+            raise RuntimeError("boom")
+
+    class Plan:
+        notes = ()
+
+    class Events(_Events):
+        record = rec
+
+    monkeypatch.setattr(up_phases, "Executor", Broken)
+    with pytest.raises(RuntimeError):
+        up_phases.apply_phase(None, Plan(), None, None, UpResult(record=rec), Events(), host="gpu01", detach=False)
+    st = rec.status()
+    assert st["state"] == "failed" and st["exit_code"] == 70 and "RuntimeError: boom" in st["error"]
+    assert "ktdeploy status --host gpu01" in st["note"]
