@@ -98,10 +98,31 @@ def _message(exc: ast.AST | None) -> str | None:
 Condition = tuple[tuple[Atom, ...], str, str]   # (atoms, message, the function that raises it)
 
 
+_NEGATED = {"==": "!=", "!=": "==", "in": "not in", "not in": "in", "<": ">=", ">=": "<", ">": "<=", "<=": ">",
+            "truthy": "falsy", "falsy": "truthy", "is None": "is not None", "is not None": "is None"}
+
+
+def _negated(atom: Atom) -> Atom:
+    key, op, literal = atom
+    if op.startswith("field "):
+        return key, "field " + _NEGATED[op.removeprefix("field ")], literal
+    return key, _NEGATED[op], literal
+
+
 def _walk_ifs(body: list[ast.stmt], outer: list[Atom] | None, fields: set[str], members: dict[str, dict[str, Any]],
               out: list[Condition], fn: str) -> None:
-    """Nested ``if``s (not their ``else``): each raising body under a conjunction of atoms is one condition."""
+    """Nested ``if``s (not their ``else``): each raising body under a conjunction of atoms is one condition; an
+    ``assert`` of one atom raises when that atom does not hold (its negation, under the ``if``s around it)."""
     for st in body:
+        if isinstance(st, ast.Assert) and outer is not None:
+            try:
+                test = _atoms(st.test, fields, members)
+            except _NotAtom:
+                continue
+            msg = _message(ast.Call(func=ast.Name("AssertionError"), args=[st.msg], keywords=[])) if st.msg else None
+            if len(test) == 1 and msg:
+                out.append((tuple(outer + [_negated(test[0])]), msg, fn))
+            continue
         if not isinstance(st, ast.If):
             continue
         atoms: list[Atom] | None

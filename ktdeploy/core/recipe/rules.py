@@ -639,6 +639,16 @@ def lora_values(ctx: Ctx) -> None:
                   "once the model is loaded (" + ("'object of type NoneType has no len()'" if v is None else
                                                   "PEFT: 'Target modules ... not found in the base model'") + ")",
                   "use lora_target: all (every linear layer), or name the modules, e.g. q_proj,v_proj")
+    target = ctx.t.get("lora_target")
+    names = [n.strip() for n in target.split(",")] if isinstance(target, str) else target
+    if isinstance(names, list) and any(isinstance(n, str) and n.lower() == "all" for n in names) and names != ["all"]:
+        # LlamaFactory expands only exactly ["all"] (model/adapter.py: len(lora_target) == 1 and [0] == "all");
+        # anything else goes to PEFT as module names, and no model has a module called "all"
+        ctx.error("train.lora_target", f"lora_target {target!r}: 'all' selects every linear layer only alone and in "
+                  "lower case; here PEFT looks for a module named " + repr(next(n for n in names if isinstance(n, str)
+                                                                                 and n.lower() == "all"))
+                  + " and refuses it once the model is loaded ('Target modules ... not found in the base model')",
+                  "use lora_target: all, or name the modules, e.g. q_proj,v_proj")
     r, alpha, drop = ctx.t.get("lora_rank"), ctx.t.get("lora_alpha"), ctx.t.get("lora_dropout")
     if r is not None and (not _is_int(r) or r <= 0):
         ctx.error("train.lora_rank", f"lora_rank must be a positive integer, got {r!r}", "use lora_rank: 8")

@@ -331,6 +331,12 @@ BAD = [
     ("kt-cache-depth-zero", "kt.values", [("train.kt_config.kt_max_cache_depth", 0)],
      "train.kt_config.kt_max_cache_depth"),
     ("train-fsdp-config-file", "kt.gradient_checkpointing", [("train.fsdp_config", "x")], "train.fsdp_config"),
+    # the second seed's (20261208) plain-check classes
+    ("lora-target-all-twice", "lora.values", [("train.lora_target", ["all", "all"])], "train.lora_target"),
+    ("lora-target-all-upper", "lora.values", [("train.lora_target", "ALL")], "train.lora_target"),
+    ("lora-target-all-and-more", "lora.values", [("train.lora_target", "all,q_proj")], "train.lora_target"),
+    ("reward-quantization-2-bit", "lf.conditions", [("train.reward_model_quantization_bit", 2)],
+     "train.reward_model_quantization_bit"),
 ]
 
 
@@ -443,6 +449,8 @@ GOOD = [
     ("fsdp-null", [("train.fsdp", None)]),
     ("kt-cache-depth-two", [("train.kt_config.kt_max_cache_depth", 2)]),
     ("train-fsdp-config-mapping", [("train.fsdp_config", {"min_num_params": 0})]),
+    ("lora-target-all-in-a-list", [("train.lora_target", ["all"])]),
+    ("reward-quantization-4-bit", [("train.reward_model_quantization_bit", 4)]),
 ]
 
 

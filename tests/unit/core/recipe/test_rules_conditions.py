@@ -52,9 +52,11 @@ class Args:
             raise ValueError("two fields")
         if self.a == len(self.b):
             raise ValueError("a field and a call: left out")
+        assert self.bits in [None, 8, 4], "bits"
+        assert self.a or self.b, "an assert of an `or`: left out"
 '''
 FIELDS = {"kind", "use_dora", "ratio", "workers", "prefetch", "backend", "effort", "warmup_steps", "warmup_ratio",
-          "a", "b", "mode"}
+          "a", "b", "mode", "bits"}
 
 
 def test_the_extractor_keeps_conjunctions_of_field_tests_and_leaves_the_rest_out():
@@ -69,6 +71,7 @@ def test_the_extractor_keeps_conjunctions_of_field_tests_and_leaves_the_rest_out
         "effort": (("effort", "not in", ("xhigh", "low")),),
         "rewritten first: not decidable from the text": (("warmup_steps", "<", 0),),
         "two fields": (("a", "field ==", "b"),),
+        "bits": (("bits", "not in", (None, 8, 4)),),    # an assert raises when its test does not hold
     }
     assert {fn for _a, _m, fn in found} == {"Args.__post_init__"}
     # a field the code rewrites is dropped by the generator; converting it with its own enum is not a rewrite
