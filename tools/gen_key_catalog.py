@@ -14,6 +14,8 @@ What is read, and from where:
   Seq2SeqTrainingArguments, accelerate's ClusterConfig (unknown keys are errors: LlamaFactory's parser rejects them);
 - ENUM_CHOICES: the TrainingArguments fields __post_init__ converts with an enum (`IntervalStrategy(self.X)`,
   `[FSDPOption(s) for s in self.fsdp]`, ...), with that enum's values (the exact spellings the conversion takes);
+- LF_ENUM_FIELDS: LlamaFactory fields annotated with one of its StrEnums (`flash_attn: AttentionFunction`), with the
+  enum's values;
 - LIST_ARGS: LlamaFactory fields its __post_init__ passes through `split_arg` (a YAML list is taken as is);
 - FEATURE_PACKAGES / QUANTIZATION_PACKAGES: the distributions LlamaFactory's `check_version(..., mandatory=True)`
   demands for a switch (hparams/parser.py _check_extra_dependencies) or a quantization method
@@ -377,6 +379,21 @@ def main(wheel_dir: str, lock: str) -> None:
     print("ENUM_CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {")
     for f in sorted(enum_fields):
         print(f"    {f!r}: ({enum_fields[f]!r}, {tuple(enums[enum_fields[f]])!r}),")
+    print("}")
+    print()
+    constants = _one(lf, "extras/constants.py")
+    str_enums = {node.name for node in ast.walk(ast.parse(constants)) if isinstance(node, ast.ClassDef)
+                 and any(getattr(b, "id", "") == "StrEnum" for b in node.bases)}
+    lf_enum_fields = {}
+    for k in sorted(train):
+        bare = [part.strip() for part in TYPES.get(k, "").split("|") if part.strip() != "None"]
+        if "/" not in train[k] and len(bare) == 1 and bare[0] in str_enums:
+            lf_enum_fields[k] = (bare[0], tuple(_class_members(constants, bare[0])))
+    print("# LlamaFactory fields annotated with one of its StrEnums (extras/constants.py) -> (enum, its values); the")
+    print("# argument parser keeps the text as given, and the code compares it with the members")
+    print("LF_ENUM_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {")
+    for f, (enum, values) in lf_enum_fields.items():
+        print(f"    {f!r}: ({enum!r}, {values!r}),")
     print("}")
     print()
     print("# LlamaFactory fields its __post_init__ passes through split_arg: a comma string or a YAML list")

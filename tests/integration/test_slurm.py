@@ -302,7 +302,7 @@ def test_podman_job_runs_inside_its_cgroup_on_its_cores(cluster):
     assert res2.state == "finished"
     log = Path(res.record.status()["job_dir"], f"train-{jid}.out").read_text()
     assert f"runtime podman CPUs {allotted} (cgroup cpuset: {allotted})" in log
-    assert f"the job's CPUs {allotted} (cgroup): kt_num_threads={len(allotted.split(','))}" in log, log
+    assert f"the job's CPUs {allotted} (job_cgroup): kt_num_threads={len(allotted.split(','))}" in log, log
     assert "exited 0" in log and c.job(jid)["JobState"] == "COMPLETED"
     assert Path(f"{out}-sglang", "ktdeploy_convert.json").exists()
     print(f"\npodman job {jid} on {node}: CPUs {allotted}, trainer pids {pids}")

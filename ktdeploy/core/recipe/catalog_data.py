@@ -1005,6 +1005,15 @@ ENUM_CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
     'save_strategy': ('SaveStrategy', ('no', 'steps', 'epoch', 'best')),
 }
 
+# LlamaFactory fields annotated with one of its StrEnums (extras/constants.py) -> (enum, its values); the
+# argument parser keeps the text as given, and the code compares it with the members
+LF_ENUM_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    'flash_attn': ('AttentionFunction', ('auto', 'disabled', 'sdpa', 'fa2', 'fa3')),
+    'infer_backend': ('EngineName', ('huggingface', 'vllm', 'sglang')),
+    'quantization_method': ('QuantizationMethod', ('bnb', 'gptq', 'awq', 'aqlm', 'quanto', 'eetq', 'hqq', 'mxfp4', 'fp8')),
+    'rope_scaling': ('RopeScaling', ('linear', 'dynamic', 'yarn', 'llama3')),
+}
+
 # LlamaFactory fields its __post_init__ passes through split_arg: a comma string or a YAML list
 LIST_ARGS: frozenset[str] = frozenset({'additional_target', 'apollo_target', 'dataset', 'eval_dataset', 'freeze_extra_modules', 'freeze_trainable_modules', 'galore_target', 'interleave_probs', 'lora_target', 'oft_target'})
 

@@ -337,6 +337,8 @@ BAD = [
     ("lora-target-all-and-more", "lora.values", [("train.lora_target", "all,q_proj")], "train.lora_target"),
     ("reward-quantization-2-bit", "lf.conditions", [("train.reward_model_quantization_bit", 2)],
      "train.reward_model_quantization_bit"),
+    ("flash-attn-misspelt", "lf.enum_values", [("train.flash_attn", "fa3x")], "train.flash_attn"),
+    ("flash-attn-null", "lf.enum_values", [("train.flash_attn", None)], "train.flash_attn"),
 ]
 
 
@@ -451,6 +453,9 @@ GOOD = [
     ("train-fsdp-config-mapping", [("train.fsdp_config", {"min_num_params": 0})]),
     ("lora-target-all-in-a-list", [("train.lora_target", ["all"])]),
     ("reward-quantization-4-bit", [("train.reward_model_quantization_bit", 4)]),
+    ("flash-attn-sdpa", [("train.flash_attn", "sdpa")]),
+    ("rope-scaling-null", [("train.rope_scaling", None)]),
+    ("rope-scaling-unknown-warns", [("train.rope_scaling", "ntk")]),
 ]
 
 
