@@ -119,8 +119,9 @@ def _load_class(config: Any) -> Any:
     return AutoModelForCausalLM
 
 
-def build(model_args: Any, source: ModelSource, sk: Skeleton) -> tuple[Any, Any]:
-    """Steps 1: (config, model on the meta device, source quantizer applied). Raises Refused('model', ...)."""
+def build(model_args: Any, source: ModelSource, sk: Skeleton) -> tuple[Any, Any, Any]:
+    """Steps 1: (config, model on the meta device, the source quantizer it applied or None). Raises
+    Refused('model', ...)."""
     import torch
     from llamafactory.model import loader
     from llamafactory.model.patcher import patch_config
@@ -144,14 +145,13 @@ def build(model_args: Any, source: ModelSource, sk: Skeleton) -> tuple[Any, Any]
             if hf_quantizer is not None:
                 hf_quantizer.preprocess_model(model=model, dtype=getattr(config, "dtype", None), device_map=None,
                                               checkpoint_files=None, use_kernels=False)
-                model._ktdeploy_source_quantizer = hf_quantizer   # loaded(): what postprocess_model does first
     except Exception as err:  # noqa: BLE001 - the verdict is the exception itself
         raise Refused("model", "train.model_name_or_path", err,
                       "llamafactory.model.loader (load_config, patch_config, from_config on the meta device)") from err
     sk.steps["model"] = f"{type(model).__name__} ({load_class.__name__}) on the meta device"
     if hf_quantizer is not None:
         sk.steps["model"] += f", source quantizer {type(hf_quantizer).__name__}"
-    return config, model
+    return config, model, hf_quantizer
 
 
 def _checkpoint_files(source: ModelSource) -> tuple[list[str] | None, dict[str, Any] | None, str]:
@@ -167,12 +167,11 @@ def _checkpoint_files(source: ModelSource) -> tuple[list[str] | None, dict[str, 
             "files on the GPU host)")
 
 
-def loaded(model: Any) -> None:
+def loaded(model: Any, hf_quantizer: Any) -> None:
     """What ``postprocess_model`` does first once the weights are in (after KT wrapped the experts, which reads the
     checkpoint's quantization_config): a dequantized checkpoint (LlamaFactory's FineGrainedFP8Config(dequantize=True))
     is not quantized any more, so init_adapter's "Quantized models can only be used for the LoRA or OFT tuning"
     does not apply to it."""
-    hf_quantizer = model.__dict__.pop("_ktdeploy_source_quantizer", None)
     if hf_quantizer is not None and hf_quantizer.pre_quantized and \
             getattr(hf_quantizer.quantization_config, "dequantize", False):
         hf_quantizer.remove_quantization_config(model)
@@ -317,10 +316,10 @@ def run(model_args: Any, finetuning_args: Any, use_kt: bool, source: ModelSource
         model_args.resize_vocab = False
     try:
         with _env(OFFLINE):
-            config, model = build(model_args, source, sk)
+            config, model, hf_quantizer = build(model_args, source, sk)
             if use_kt:
                 kt_wrap(model, source, sk, gpu_here)
-            loaded(model)
+            loaded(model, hf_quantizer)
             moved = placeholders_to_meta(model)
             model = adapt(config, model, model_args, finetuning_args, sk)
             note = cast_note(moved)
