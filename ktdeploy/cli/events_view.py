@@ -5,6 +5,7 @@ host's answer, a check's detail, a trainer log's field) is escaped here (``_fill
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -79,7 +80,7 @@ def _detached(e: ev.Detached) -> list[str]:
         return []
     return [_fill("[yellow]Stopped following; the training container {e.job} keeps running on {e.host}.[/]\n"
                   "  ktdeploy status --host {e.host}   |   ktdeploy logs -f --host {e.host}   |   "
-                  "ktdeploy up (same args) to go on", e)]
+                  "{again} to go on", e, again=e.again or "ktdeploy up (same args)")]
 
 
 def _scores(metrics: Any) -> str:
@@ -210,12 +211,16 @@ class EventView:
     """The CLI's sink for `up`'s events: their lines, and (``bar``: a terminal, no --no-progress) a progress bar
     instead of the progress lines while training is followed."""
 
-    def __init__(self, console: Console, *, bar: bool = False) -> None:
-        self.console, self.bar_wanted = console, bar
+    def __init__(self, console: Console, *, bar: bool = False, again: str = "") -> None:
+        """``again``: the command that goes on after a detach (the CLI's own command line), shown instead of a
+        placeholder."""
+        self.console, self.bar_wanted, self.again = console, bar, again
         self._bar: ProgressBar | None = None
         self._spinner: Any = None
 
     def __call__(self, e: ev.Event) -> None:
+        if isinstance(e, ev.Detached) and self.again and not e.again:
+            e = dataclasses.replace(e, again=self.again)
         if isinstance(e, ev.Following):
             self._follow(e)
         elif isinstance(e, ev.Waiting):

@@ -138,12 +138,21 @@ def up(
     from ktdeploy.cli.events_view import EventView
     from ktdeploy.controller.up_host import up as run_up
 
-    view = EventView(console, bar=not no_progress and console.is_terminal)
+    view = EventView(console, bar=not no_progress and console.is_terminal, again=this_command())
     res = _until_sigterm(lambda: run_up(request, on_event=view))
     if res.interrupted:   # Ctrl-C: the record says "detached" and training keeps running; exit 130 as every Ctrl-C
         raise typer.Exit(EXIT_INTERRUPTED)
     if res.stops_at:   # a dry run whose plan stops: the code the real run would end with (a step fails: 4)
         raise typer.Exit(StepError.exit_code)
+
+
+def this_command() -> str:
+    """This process's command line as a user pastes it again (`ktdeploy` and its arguments, quoted); no secret is
+    ever an argument (docs/security.md)."""
+    import shlex
+    import sys
+
+    return shlex.join(["ktdeploy", *sys.argv[1:]])
 
 
 def _until_sigterm(run: Callable[[], T]) -> T:
@@ -179,7 +188,7 @@ def _run_up_slurm(request: SlurmUpRequest) -> None:
     from ktdeploy.cli.events_view import EventView
     from ktdeploy.controller.up_slurm import up_slurm as run_up_slurm
 
-    res = _until_sigterm(lambda: run_up_slurm(request, on_event=EventView(console)))
+    res = _until_sigterm(lambda: run_up_slurm(request, on_event=EventView(console, again=this_command())))
     if res.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
 

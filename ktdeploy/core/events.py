@@ -26,8 +26,10 @@ from ktdeploy.core.sched.slurm import JobInfo
 from ktdeploy.core.trainer_log import LogEntry
 
 
-def shown_only() -> Any:
-    """A field the sink shows but the run record does not keep."""
+def shown_only(*default: Any) -> Any:
+    """A field the sink shows but the run record does not keep (with a default when one is given)."""
+    if default:
+        return field(default=default[0], metadata={"shown_only": True})
     return field(metadata={"shown_only": True})
 
 
@@ -555,6 +557,7 @@ class Detached(Event):
     job: str = shown_only()
     host: str = shown_only()
     terminated: bool = shown_only()
+    again: str = shown_only("")   # the command that goes on (the CLI's own command line), when the view knows it
 
 
 

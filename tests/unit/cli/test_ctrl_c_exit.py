@@ -141,3 +141,22 @@ def test_a_bug_while_the_plan_runs_leaves_the_record_failed_not_training(monkeyp
     st = rec.status()
     assert st["state"] == "failed" and st["exit_code"] == 70 and "RuntimeError: boom" in st["error"]
     assert "ktdeploy status --host gpu01" in st["note"]
+
+
+def test_a_detach_names_the_command_that_goes_on_not_a_placeholder(monkeypatch):
+    """After Ctrl-C, `up` prints the very command to run again (its own command line, quoted), not "(same args)"."""
+    import io
+
+    from rich.console import Console
+
+    from ktdeploy.cli.events_view import EventView
+    from ktdeploy.cli.up_cmds import this_command
+    from ktdeploy.core import events as ev
+
+    monkeypatch.setattr(sys, "argv", ["/x/bin/ktdeploy", "up", "--host", "gpu01", "my recipe.yaml", "--resume", "auto"])
+    out = io.StringIO()
+    EventView(Console(file=out, width=300), again=this_command())(
+        ev.Detached(reason="interrupted (Ctrl-C)", job="ktd-job", host="gpu01", terminated=False))
+    text = out.getvalue()
+    assert "ktdeploy up --host gpu01 'my recipe.yaml' --resume auto to go on" in text, text
+    assert "same args" not in text
