@@ -34,7 +34,7 @@ from typing import Any
 
 from ktdeploy import __version__
 from ktdeploy.core import kt_weights as kw
-from ktdeploy.core.errors import KtdeployError, UsageError
+from ktdeploy.core.errors import KtdeployError, OverwriteRefused, UsageError
 from ktdeploy.core.hashing import sha256_file
 from ktdeploy.core.safeio import MAX_JSON, load_json, parse_json, write_file
 from ktdeploy.core.sizing.model_config import load_model_config, native_format
@@ -543,8 +543,8 @@ def _already(dst: Path, source: Source, fmt: kw.WeightFormat, plan_id: str) -> P
     man = load_json(mp, MAX_JSON, name) if mp.is_file() and not mp.is_symlink() else None
     prod = man.get("producer") if isinstance(man, dict) else None
     if not isinstance(man, dict) or not isinstance(prod, dict) or prod.get("plan") != plan_id:
-        raise PrepareError(f"{dst} exists and is not this conversion's output; ktdeploy never overwrites an output",
-                           key="-o", fix="choose a new -o folder (or remove the old one)")
+        raise OverwriteRefused(f"{dst} exists and is not this conversion's output; ktdeploy never overwrites an "
+                               "output", key="-o", fix="choose a new -o folder (or remove the old one)")
     layers = man.get("layers")
     if not isinstance(layers, list):
         raise PrepareError(f"{mp}: no layer list", fix=f"remove {dst} and run again")

@@ -138,7 +138,7 @@ def test_refusals_name_the_fix_and_write_nothing(image, work, models):
     foreign.mkdir()
     (foreign / "keep.txt").write_text("mine")
     p = run(image, work, "prepare-weights", str(models["bf16"]), "--format", "int8", "-o", str(foreign))
-    assert p.returncode == 2 and "never overwrites an output" in " ".join(p.stderr.split())
+    assert p.returncode == 6 and "never overwrites an output" in " ".join(p.stderr.split())   # README: exit 6
     assert (foreign / "keep.txt").read_text() == "mine"
     planted = work / ".planted.ktdeploy-weights"
     planted.mkdir(mode=0o777)
