@@ -30,6 +30,10 @@ from tests.oracle import independent_gen as gen  # noqa: E402
 
 # Cases whose recorded stack verdict was an artefact of the oracle's stand-ins, each with the evidence.
 ORACLE_ARTEFACTS = {
+    "KTransformers training requires a local adapter directory.":
+        "a host fact, not the recipe's: the adapter path lies inside deploy.volumes and did not exist in the "
+        "judge's container; check warns on it and doctor's data.start_files reads it on the host (the v1 replay's "
+        "HOST_FACTS)",
     "Quantized models can only be used for the LoRA or OFT tuning.":
         "the stand-in kept a dequantized FP8 checkpoint quantized; the real load_model with the tiny FP8 weights "
         "loads full fine-tuning with no quantization_method left "

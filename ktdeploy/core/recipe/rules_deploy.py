@@ -120,6 +120,28 @@ def volume_overlap(ctx: Ctx) -> None:
                       f"other: {why}", "keep the three volumes in separate folders")
 
 
+@rule("lf.llama_pro_layers")
+def llama_pro_layers(ctx: Ctx) -> None:
+    """LLaMA Pro (`use_llama_pro`) trains every k-th block: LlamaFactory needs the model's layer count divisible by
+    `freeze_trainable_layers` (default 2) and refuses it at model setup otherwise, after the weights are read.
+    Judged where the model's config.json is known (the planner's: the model folder, or recipes/models/NAME.json).
+
+    Cookbook: — (not a cookbook setup).
+    Code: LF model/adapter.py _setup_freeze_tuning and model/model_utils/misc.py find_expanded_modules ("`num_layers` N should be divisible by `num_layer_trainable` K").
+    """
+    if not ctx.t.get("use_llama_pro") or ctx.t.get("finetuning_type", "lora") not in ("lora", "freeze"):
+        return
+    k = ctx.t.get("freeze_trainable_layers", 2)
+    arch = model_arch(ctx.t)
+    if arch is None or not isinstance(k, int) or isinstance(k, bool) or k <= 0 or arch.num_layers % k == 0:
+        return
+    ctx.error("train.freeze_trainable_layers" if "freeze_trainable_layers" in ctx.t else "train.use_llama_pro",
+              f"use_llama_pro: {ctx.t.get('model_name_or_path')} has {arch.num_layers} layers, not divisible by "
+              f"freeze_trainable_layers {k}: LlamaFactory refuses it at model setup ('`num_layers` {arch.num_layers} "
+              f"should be divisible by `num_layer_trainable` {k}')",
+              f"set freeze_trainable_layers to a divisor of {arch.num_layers}, or remove use_llama_pro")
+
+
 @rule("format.fp8_model")
 def fp8_model(ctx: Ctx) -> None:
     """An FP8 expert setup needs a model that stores its experts as FP8 (by the config.json the planner resolves).

@@ -129,6 +129,25 @@ RAISES_ON_OTHER_VALUES = {"flash_attn": "LlamaFactory compares the text with the
                                         "attention type' at model load (model/model_utils/attention.py)"}
 
 
+@rule("kt.train_fsdp")
+def kt_train_fsdp(ctx: Ctx) -> None:
+    """transformers' own `fsdp` switch (TrainingArguments.fsdp, not accelerate's config) builds an FSDP plugin for the
+    Trainer with `fsdp_version` from train.fsdp_config's `version`, default 1; the KT plugin refuses FSDP1.
+
+    Cookbook: A.2 (FSDP2 comes from the Accelerate YAML).
+    Code: transformers-kt training_args.py _process_fsdp_args (fsdp_version = int(fsdp_config.get("version", 1))); accelerate-kt utils/dataclasses.py KTransformersPlugin.validate_distributed_setup.
+    """
+    value = ctx.t.get("fsdp")
+    on = bool(value.split()) if isinstance(value, str) else bool(value)
+    cfg = ctx.t.get("fsdp_config")
+    version = cfg.get("version", 1) if isinstance(cfg, dict) else 1
+    if ctx.use_kt and on and str(version).strip() != "2":
+        ctx.error("train.fsdp", f"fsdp {value!r} makes transformers build its own FSDP plugin, version "
+                  f"{version!r} (train.fsdp_config.version, default 1): the KT plugin refuses it ('KT plugin supports "
+                  "FSDP2, but not FSDP1')", "remove train.fsdp: the Accelerate YAML's fsdp_config (fsdp_version: 2) "
+                  "sets up FSDP2 for KT")
+
+
 @rule("lf.enum_values")
 def lf_enum_values(ctx: Ctx) -> None:
     """LlamaFactory's own enums (extras/constants.py StrEnums: `flash_attn: AttentionFunction`, `rope_scaling`,
@@ -441,6 +460,11 @@ def accelerate_launch(ctx: Ctx) -> None:
         ctx.error("accelerate.distributed_type", f"{dt!r} is not a valid DistributedType (accelerate takes exactly: "
                   f"{', '.join(cd.DISTRIBUTED_TYPES)})", f"did you mean {near[0]!r}?" if near else "use FSDP (cookbook A.2)")
         return
+    if "num_processes" not in a and dt != "NO":
+        # ClusterConfig's default is -1 ("for instance if we use SLURM"); launch refuses it from a config file
+        ctx.error("accelerate.num_processes", "num_processes is not set: accelerate reads -1 from the config file "
+                  "and refuses it ('You need to manually pass in `--num_processes` using this config yaml.')",
+                  "set num_processes to the number of GPUs in deploy.gpus")
     fsdp_on = dt == "FSDP"
     if ctx.use_kt and isinstance(dt, str) and dt in (*MULTI_DEVICE_TYPES, "MEGATRON_LM", "XLA"):
         ctx.error("accelerate.distributed_type", f"distributed_type {dt}: the KT plugin refuses it ('KT plugin "

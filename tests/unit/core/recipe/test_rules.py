@@ -339,6 +339,12 @@ BAD = [
      "train.reward_model_quantization_bit"),
     ("flash-attn-misspelt", "lf.enum_values", [("train.flash_attn", "fa3x")], "train.flash_attn"),
     ("flash-attn-null", "lf.enum_values", [("train.flash_attn", None)], "train.flash_attn"),
+    # the third seed's (20261209) plain-check classes
+    ("num-processes-missing", "accelerate.launch", [("accelerate.num_processes", _DEL)], "accelerate.num_processes"),
+    ("train-fsdp-switch", "kt.train_fsdp", [("train.fsdp", " full_shard")], "train.fsdp"),
+    ("llama-pro-61-layers", "lf.llama_pro_layers", [("train.use_llama_pro", True),
+                                                    ("train.model_name_or_path", "/data/models/DeepSeek-V3"),
+                                                    ("train.kt_config.kt_backend", "FP8")], "train.use_llama_pro"),
 ]
 
 
@@ -456,6 +462,7 @@ GOOD = [
     ("flash-attn-sdpa", [("train.flash_attn", "sdpa")]),
     ("rope-scaling-null", [("train.rope_scaling", None)]),
     ("rope-scaling-unknown-warns", [("train.rope_scaling", "ntk")]),
+    ("train-fsdp-version-2", [("train.fsdp", "full_shard"), ("train.fsdp_config", {"version": 2})]),
 ]
 
 
