@@ -76,6 +76,12 @@ AMX_CLASSES = {"AMXBF16_SFT": "AMXBF16_SFT_MOE", "AMXFP8_SFT": "AMXFP8_SFT_MOE",
                "AMXINT4_SFT_SkipLoRA": "AMXInt4_SFT_MOE_SkipLoRA"}
 
 
+def model_setup_unbuildable() -> type[Exception]:
+    from tests.oracle.model_setup import Unbuildable
+
+    return Unbuildable
+
+
 class _Stop(BaseException):
     """Raised by a stand-in where the real start would go on to load weights or train: the stage passed."""
 
@@ -313,9 +319,12 @@ class Judge:
 
     # -------------------------------------------------------------- stages 2-4: the training process
 
-    def model_config(self, path: str | None):
+    def model_config(self, path: str | None, trust_remote_code: bool = True):
         from transformers import AutoConfig, PretrainedConfig
 
+        if path:
+            raw = json.loads(Path(path).read_text())
+            self._remote_code_gate(raw, trust_remote_code)
         key = path or ""
         if key not in self._model_configs:
             data = json.loads(Path(path).read_text()) if path else {"model_type": "qwen3_moe"}
@@ -330,6 +339,25 @@ class Judge:
         import copy
 
         return copy.deepcopy(self._model_configs[key])
+
+    @staticmethod
+    def _remote_code_gate(raw: dict, trust_remote_code: bool) -> None:
+        """A model type transformers lacks whose config names its own code (Kimi-K2/K2.5's auto_map): AutoConfig
+        refuses it untrusted (transformers' own words); trusted, only the checkpoint's code builds it, which a
+        config stand-in does not carry (a generic PretrainedConfig in its place, text_config left a dict, is not
+        what the real start loads): not judged."""
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        from tests.oracle import model_setup
+
+        model_type, code = raw.get("model_type"), (raw.get("auto_map") or {}).get("AutoConfig")
+        if model_type in CONFIG_MAPPING or not code:
+            return
+        if not trust_remote_code:
+            raise ValueError("The repository contains custom code which must be executed to correctly load the "
+                             "model. Please pass the argument `trust_remote_code=True` to allow custom code to be run.")
+        raise model_setup.Unbuildable(f"model_type {model_type!r} is built by the checkpoint's own code ({code}), "
+                                      "not here")
 
     def training_process(self, entry: dict, state: dict) -> None:
         import llamafactory.model.loader as lf_loader
@@ -360,7 +388,7 @@ class Judge:
             raise _Stop("reached a non-sft workflow (not modelled further)")
 
         def load_config(model_args):
-            config = judge.model_config(entry.get("model_config"))
+            config = judge.model_config(entry.get("model_config"), bool(model_args.trust_remote_code))
             if model_args.use_kt:
                 from transformers.integrations.kt_artifacts import prepare_kt_pretrained_config
 
@@ -515,6 +543,9 @@ class Judge:
                     self.training_process(entry, state)
             except _Stop as stop:
                 note = str(stop)
+            except model_setup_unbuildable() as exc:   # a file gate wherever the config is read: not judged
+                state["partial"] = True
+                note = f"model setup not judged: {exc}"
             except (Exception, SystemExit) as exc:
                 failed = state["stage"]
                 refuse(failed, exc)
