@@ -124,12 +124,17 @@ ALL.update({f"shipped: {p.name}": (p, []) for p in sorted((ROOT / "recipes").glo
 def verdicts(full_image, tmp_path_factory) -> dict:
     """Every case above judged in one container process (bench/stack_judge_oracle.py --cases): per case,
     ktdeploy's errors and the stack's answer."""
-    tmp = tmp_path_factory.mktemp("judge")
-    (tmp / "cases.jsonl").write_text("".join(json.dumps({"name": n, "yaml": _case_text(r, s)}) + "\n"
-                                             for n, (r, s) in ALL.items()))
+    rows = [{"name": n, "yaml": _case_text(r, s)} for n, (r, s) in ALL.items()]
+    return judge_cases(full_image, tmp_path_factory.mktemp("judge"), rows)
+
+
+def judge_cases(image: str, tmp: Path, rows: list[dict], *docker_args: str) -> dict[str, dict]:
+    """``rows`` ({name, yaml[, model_config]}) judged in one container process of ``image``
+    (bench/stack_judge_oracle.py --cases): name -> its verdict row."""
+    (tmp / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = subprocess.run(["docker", "run", "--rm", "--user", "0", "--network", "none", "-v", f"{ROOT}:/src:ro",
                         "-v", f"{tmp}:/io", "-w", "/src", "-e", "PYTHONPATH=/src", "-e", "PYTHONDONTWRITEBYTECODE=1",
-                        "--entrypoint", "python3", full_image, "bench/stack_judge_oracle.py",
+                        *docker_args, "--entrypoint", "python3", image, "bench/stack_judge_oracle.py",
                         "--cases", "/io/cases.jsonl", "--out", "/io/verdicts.json"],
                        capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stderr[-3000:]

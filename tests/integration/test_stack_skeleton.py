@@ -16,7 +16,7 @@ import pytest
 
 from ktdeploy.controller.stack_judge_runner import check_with_stack, model_config_for
 from ktdeploy.core.recipe import load_recipe
-from tests.integration.test_stack_judge import _case_text, full_image  # noqa: F401 - the fixture
+from tests.integration.test_stack_judge import _case_text, full_image, judge_cases  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.docker
 
@@ -77,14 +77,7 @@ def verdicts(full_image, tmp_path_factory) -> dict:  # noqa: F811 - the fixture 
     del codeless["auto_map"]
     rows.append({"name": "unknown model type, no code", "yaml": _case_text(TINY, ["train.trust_remote_code=true"]),
                  "model_config": {"text": json.dumps(codeless), "source": "kimi-without-auto-map.json"}})
-    (tmp / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    r = subprocess.run(["docker", "run", "--rm", "--user", "0", "--network", "none", "-v", f"{ROOT}:/src:ro",
-                        "-v", f"{tmp}:/io", "-w", "/src", "-e", "PYTHONPATH=/src", "-e", "PYTHONDONTWRITEBYTECODE=1",
-                        "--memory", "6g", "--entrypoint", "python3", full_image, "bench/stack_judge_oracle.py",
-                        "--cases", "/io/cases.jsonl", "--out", "/io/verdicts.json"],
-                       capture_output=True, text=True, timeout=3600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return {row["name"]: row for row in json.loads((tmp / "verdicts.json").read_text())}
+    return judge_cases(full_image, tmp, rows, "--memory", "6g")
 
 
 @pytest.mark.parametrize("case", [c[0] for c in REFUSED])
