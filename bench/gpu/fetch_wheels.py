@@ -66,6 +66,7 @@ EVAL_PINS: dict[str, str] = {
     "fastapi": "==0.163.2", "starlette": ">=0.40", "uvicorn": "==0.55.0", "sse-starlette": "==3.7.1",
     "h11": ">=0.16", "anyio": ">=4", "httpx": "==0.29.0", "httpcore": ">=1.0.9", "nltk": ">=3.9",
     "rouge-chinese": "==1.0.3", "joblib": ">=1.4",
+    "opentelemetry-api": "==1.45.2", "annotated-doc": ">=0.0.2", "click": ">=7",   # fastapi 0.163 and uvicorn need them at start (the GPU run found opentelemetry missing)
 }
 JIEBA = "jieba==0.42.1"
 # jieba.cut (what LlamaFactory's metric calls) reads jieba/dict.txt and jieba/finalseg; the keyword extraction

@@ -83,9 +83,9 @@ class Shape:
 
     def sets(self) -> list[str]:
         """The recipe overrides (`ktdeploy train --set`) this shape's knobs map to."""
-        return [f"train.lora_rank={self.lora_rank}", f"train.lora_alpha={2 * self.lora_rank}",
-                f"train.cutoff_len={self.cutoff_len}", f"train.per_device_train_batch_size={self.batch}",
-                f"train.kt_config.kt_expert_weight_format={self.expert_format}"]
+        lora = [f"train.lora_rank={self.lora_rank}", f"train.lora_alpha={2 * self.lora_rank}"] if self.lora_rank else []
+        fmt = [f"train.kt_config.kt_expert_weight_format={self.expert_format}"] if self.expert_format else []
+        return [*lora, f"train.cutoff_len={self.cutoff_len}", f"train.per_device_train_batch_size={self.batch}", *fmt]
 
 
 def expert_bytes(s: Shape) -> float:
@@ -341,16 +341,19 @@ def tiny_long_dataset() -> str:
     return LONG_DATASET_NAME
 
 
-def measure(s: Shape, model_dir: Path, out_root: Path, steps: int, timeout: float) -> dict:
+def measure(s: Shape, model_dir: Path, out_root: Path, steps: int, timeout: float, recipe: Path = RECIPE,
+            extra: tuple[str, ...] = (), name: str | None = None) -> dict:
+    """One `ktdeploy train` of the shape, sampled from outside; ``recipe`` and ``extra`` (--set values) choose the
+    setup (bench/gpu/format_scale.py trains each expert format with its shipped tiny recipe)."""
     from ruamel.yaml import YAML
 
     from bench.gpu.gpu_bench import GpuSampler, common_sets, read_outputs
 
-    name = f"ws-{s.name}"
+    name = name or f"ws-{s.name}"
     out_dir = out_root / name
     shutil.rmtree(out_dir, ignore_errors=True)
-    sets = common_sets(name, model_dir, steps, [*s.sets(), f"train.dataset={s.dataset}"])
-    argv = [sys.executable, "-m", "ktdeploy", "train", str(RECIPE), *sets, "--run-root", str(out_root / ".runs" / name)]
+    sets = common_sets(name, model_dir, steps, [*s.sets(), f"train.dataset={s.dataset}", *extra])
+    argv = [sys.executable, "-m", "ktdeploy", "train", str(recipe), *sets, "--run-root", str(out_root / ".runs" / name)]
     gpu = GpuSampler(out_dir / "trainer_log.jsonl", interval=0.2)
     gpu.start()
     env = {**os.environ, "RECORD_VRAM": "1", "PYTHONUNBUFFERED": "1"}
@@ -372,8 +375,12 @@ def measure(s: Shape, model_dir: Path, out_root: Path, steps: int, timeout: floa
             rss.join()
             gpu_peak = gpu.stop()
     phases = summarize_timeline(rss.samples, start)
+    gpu._poll_log()
+    steady, steady_steps = gpu.steady_tokens_per_s()
     res = {"rc": proc.returncode, "peak_host_rss_gib": phases["peak_gib"],
            "peak_gpu_used_gib_nvsmi": round(gpu_peak, 3), "rss_phases": phases,
+           "steady_tokens_per_s": steady, "steady_steps": steady_steps,
+           "median_step_tokens_per_s": gpu.median_step_tokens_per_s(),
            "rss_timeline": thin(rss.samples), **read_outputs(out_dir)}
     runs = sorted((out_root / ".runs" / name).glob("*"))
     y = YAML(typ="safe", pure=True)

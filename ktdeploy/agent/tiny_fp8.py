@@ -49,9 +49,10 @@ def quantization_config(config: dict[str, Any]) -> dict[str, Any]:
             "weight_block_size": [BLOCK, BLOCK], "modules_to_not_convert": keep}
 
 
-def quantize_checkpoint(model_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
+def quantize_checkpoint(model_dir: Path, config: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
     """Rewrite the BF16 safetensors in ``model_dir`` (a staging folder this process made) as block FP8 in place;
-    returns the ``quantization_config`` for config.json."""
+    returns the ``quantization_config`` for config.json. ``device``: where the blocks are scaled (a GPU bench
+    quantizes gigabytes)."""
     from safetensors.torch import load_file, save_file
     from transformers.integrations.finegrained_fp8 import Fp8Quantize
 
@@ -66,7 +67,7 @@ def quantize_checkpoint(model_dir: Path, config: dict[str, Any]) -> dict[str, An
         out: dict[str, Any] = {}
         for key, value in tensors.items():
             if _QUANTIZED.search(key) and value.dim() == 2:
-                out.update(op.convert({key: [value]}))
+                out.update({k: v.cpu() for k, v in op.convert({key: [value.to(device)]}).items()})
             else:
                 out[key] = value
         shard.unlink()   # our own staging folder: the quantized shard takes the BF16 one's name
