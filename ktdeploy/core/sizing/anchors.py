@@ -6,7 +6,7 @@ both and writes ``bench/results/planner-calibration.md``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,11 @@ class Anchor:
     peak_host_rss_gib: float | None
     peak_gpu_mem_gib: float | None
     source: str
+    bf16_copy: bool = False   # the run read a BF16 conversion of an FP8 release (its config.json without quantization)
 
     def arch(self) -> MoEArchitecture:
-        return load_model_config(self.model_config)
+        a = load_model_config(self.model_config)
+        return replace(a, native_format="bf16", quant_block=None) if self.bf16_copy else a
 
 
 # Cookbook §4 (kt-facts.md "Published figures"): KTransformers BF16 LoRA, cutoff 2048, batch 1 per GPU, GA 1,
@@ -74,5 +76,5 @@ HELD_OUT = [
     Anchor(name="KT notes DeepSeek-V3.1 BF16 LoRA (about 1.4 TB)",
            model_config=shipped_models_dir() / "DeepSeek-V3.json", train=_deepseek("bf16"),
            accelerate=_A2_ACCELERATE, peak_host_rss_gib=1.4e12 / 2**30, peak_gpu_mem_gib=None,
-           source="KT release notes via kt-facts.md (rounded, setup unpublished)"),
+           source="KT release notes via kt-facts.md (rounded, setup unpublished)", bf16_copy=True),
 ]

@@ -197,13 +197,39 @@ def expert_lora_amx_copies(m: Model) -> Term | None:
                  "rank: see estimate.py)")
 
 
+# Host bytes per routed-expert parameter that a full fine-tune holds beyond the experts' own weights (kt-kernel's
+# BufferB, `routed_experts`): kt-kernel's full mode keeps the experts as bf16 nn.Parameters with bf16 gradient
+# buffers (sft/base.py init_full_weight_grad_buffers), and AdamW's moments come on top. Measured, not derived: the
+# residual of three full fine-tunes on the H100 GPU machine (bench/results/format-scale: full-v32 12.38, full-h1536
+# 12.37, full-l12 12.22 B/param); fitted on full-v32 alone, the other two and the H200's vs-v152-full-es held out
+# (bench/results/planner-calibration.md, "Full fine-tuning"). The old 16 B/param (fp32 master + grads + moments)
+# over-predicted every full run by 7-22 %.
+FULL_FT_EXPERT_STATE_BYTES = 12.38
+
+
 def expert_full_state(m: Model) -> Term | None:
-    """Full fine-tuning: fp32 master weights, gradients and AdamW states of every expert (not calibrated)."""
+    """Full fine-tuning: the experts' trainable copies, gradients and AdamW states (FULL_FT_EXPERT_STATE_BYTES)."""
     if m.s.finetuning != "full":
         return None
-    return _host("expert master weights, grads, AdamW (full FT)", m.arch.routed_expert_params * 16,
-                 "full fine-tuning: fp32 master weights + fp32 gradients + fp32 exp_avg/exp_avg_sq for every expert "
-                 "(16 B/param; not calibrated: no measured full-FT run)")
+    return _host("expert trainable copies, grads, AdamW (full FT)",
+                 m.arch.routed_expert_params * FULL_FT_EXPERT_STATE_BYTES,
+                 f"full fine-tuning: kt-kernel's bf16 expert parameters and gradient buffers plus AdamW's moments, "
+                 f"{FULL_FT_EXPERT_STATE_BYTES} B per expert parameter (measured on three full fine-tunes, "
+                 "bench/results/format-scale)")
+
+
+def fp8_dequantized_host(m: Model) -> Term | None:
+    """A block-FP8 checkpoint's non-expert linear weights are dequantized as they load: transformers' Fp8Dequantize
+    multiplies the FP8 values by their float32 scales, so the weights come out float32 (4 B/param), and that copy is
+    still held on the host through training (measured: the FP8 runs' peak falls in the training phase)."""
+    if m.arch.native_format != "fp8":
+        return None
+    n = m.arch.linear_non_expert_params
+    loaders = 1 if (m.s.cpu_ram_efficient_loading or m.s.num_processes == 1) else m.s.num_processes
+    return _host("FP8 non-expert weights dequantized (float32)", n * 4 * loaders,
+                 f"{n/1e9:.3f} B FP8 attention/shared/dense params dequantized to float32 by transformers' "
+                 f"Fp8Dequantize (x {loaders} loading process{'es' if loaders > 1 else ''}; derived from its float32 "
+                 "scales, checked on fA and fB of bench/results/format-scale)")
 
 
 def kt_forward_cache(m: Model) -> Term:
@@ -286,8 +312,8 @@ def host_slack(m: Model) -> Term | None:
 
 HOST_TERMS: tuple[TermFn, ...] = (routed_experts, backward_copies, ephemeral_staging, expert_lora_state,
                                   expert_lora_amx_copies, expert_full_state, kt_forward_cache, kt_work_pools,
-                                  rank_loaded_weights, full_state_dict, process_runtime, dataloader_workers,
-                                  host_slack)
+                                  rank_loaded_weights, fp8_dequantized_host, full_state_dict, process_runtime,
+                                  dataloader_workers, host_slack)
 
 
 def tokenization_workers(m: Model, host: Sequence[Term]) -> Term | None:
@@ -320,6 +346,20 @@ def non_expert_weights(m: Model) -> Term:
                 + (" (accelerate's FSDP upcasts them to fp32 when mixed_precision is set)" if upcast else "")
                 + (f", FSDP-sharded over {n} GPUs" if s.fsdp and n > 1 else ", replicated on every GPU" if n > 1
                    else ""))
+
+
+def fp8_dequantized_gpu(m: Model) -> Term | None:
+    """Where the planner keeps the non-expert weights in bf16 (one-GPU LoRA), an FP8 checkpoint's dequantized linear
+    weights are float32 instead (transformers' Fp8Dequantize: FP8 x float32 scales): 2 B more per param. Where FSDP
+    upcasts to fp32 anyway, nothing is added."""
+    s = m.s
+    upcast = s.fsdp and s.mixed_precision != "no" and (s.finetuning == "full" or s.num_processes > 1)
+    if m.arch.native_format != "fp8" or upcast:
+        return None
+    n = m.arch.linear_non_expert_params
+    return _gpu("FP8 non-expert weights dequantized (float32)", n * 2 / (s.num_processes if s.fsdp else 1),
+                f"{n/1e9:.3f} B FP8 attention/shared/dense params held in float32, not bf16 (+2 B/param; transformers' "
+                "Fp8Dequantize, checked on fA and fB of bench/results/format-scale)")
 
 
 def fsdp_unsharded_copies(m: Model) -> Term | None:
@@ -413,8 +453,8 @@ def allocator_reserve(m: Model) -> Term:
                 f"{rs_stream / GIB:.2f} GiB + rounding and small-block pool {gr.value:g} GiB ({gr.source})")
 
 
-GPU_TERMS: tuple[TermFn, ...] = (non_expert_weights, fsdp_unsharded_copies, trainable_state, activations,
-                                 loss_or_recompute, allocator_reserve)
+GPU_TERMS: tuple[TermFn, ...] = (non_expert_weights, fp8_dequantized_gpu, fsdp_unsharded_copies, trainable_state,
+                                 activations, loss_or_recompute, allocator_reserve)
 
 
 def allocator_slack(m: Model, gpu: Sequence[Term]) -> Term | None:

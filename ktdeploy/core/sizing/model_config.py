@@ -69,6 +69,15 @@ class MoEArchitecture:
                 + mlp + router + self.extra_non_expert_params)
 
     @property
+    def linear_non_expert_params(self) -> float:
+        """The non-expert weights a block-FP8 release stores as FP8: attention projections and the shared/dense MLPs
+        (embeddings, lm_head and the routers stay BF16: the releases' modules_to_not_convert)."""
+        dense_layers = self.num_layers - self.moe_layers
+        mlp = 3.0 * self.hidden_size * (self.dense_intermediate_size * dense_layers
+                                        + self.shared_expert_intermediate_size * self.moe_layers)
+        return self.attention_params_per_layer * self.num_layers + mlp
+
+    @property
     def total_params(self) -> float:
         return self.routed_expert_params + self.non_expert_params
 
