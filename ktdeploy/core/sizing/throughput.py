@@ -16,9 +16,10 @@ that layer and the next (rank 0's CPU serves the tokens of every rank), so the s
   ones (kt-kernel submits the CPU task first), so it counts only where it is longer;
 - the optimizer over the trainable parameters, and checkpoint saves at save_steps.
 
-Every constant is a ``Measured`` naming its source: the fitted ones come from the GPU machine's runs
-(``bench/throughput_calibration.py --fit``, table ``bench/results/throughput-calibration.md``); the others say
-they are derived from a datasheet or a kernel's layout, and their band is wider.
+Every constant is a ``Measured`` naming its source: the fitted ones come from the reference host's runs
+(``bench/throughput_calibration.py --fit``, table ``bench/results/throughput-calibration.md``); the expert formats'
+GEMM rates (``FORMAT_SPEED``) from runs side by side on a second host (the H100 VM); the others say they are
+derived from a datasheet or a kernel's code, and their band is wider.
 """
 
 from __future__ import annotations
