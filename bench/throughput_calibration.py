@@ -165,7 +165,6 @@ def _format_scale_runs() -> list[Run]:
     the train.yaml is the shipped tiny recipe with the script's --set values (the model path left out)."""
     sys.path.insert(0, str(ROOT / "bench" / "gpu"))
     from bench.gpu.weight_scale import Shape
-
     from ktdeploy.core.recipe import load_recipe
     runs = []
     for fname in FORMAT_SCALE:
@@ -399,7 +398,7 @@ def _side_by_side(runs: list[Run]) -> list[tuple[Run, Run]]:
     for r in h:
         if r.fmt in ("bf16", "full"):
             continue
-        out.append((r, fs[r.shape] if r.shape in fs else tiny))
+        out.append((r, fs.get(r.shape, tiny)))
     return out
 
 
