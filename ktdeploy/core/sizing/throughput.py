@@ -16,9 +16,10 @@ that layer and the next (rank 0's CPU serves the tokens of every rank), so the s
   ones (kt-kernel submits the CPU task first), so it counts only where it is longer;
 - the optimizer over the trainable parameters, and checkpoint saves at save_steps.
 
-Every constant is a ``Measured`` naming its source: the fitted ones come from the GPU machine's runs
-(``bench/throughput_calibration.py --fit``, table ``bench/results/throughput-calibration.md``); the others say
-they are derived from a datasheet or a kernel's layout, and their band is wider.
+Every constant is a ``Measured`` naming its source: the fitted ones come from the reference host's runs
+(``bench/throughput_calibration.py --fit``, table ``bench/results/throughput-calibration.md``); the expert formats'
+GEMM rates (``FORMAT_SPEED``) from runs side by side on a second host (the H100 VM); the others say they are
+derived from a datasheet or a kernel's code, and their band is wider.
 """
 
 from __future__ import annotations
@@ -53,19 +54,41 @@ TIME_CONSTANTS: dict[str, Measured] = {
                                    "not fitted (under 5 % of any calibration step)"),
     "optimizer_bytes_per_param": Measured(28.0, "AdamW fp32: read param, grad, m, v; write param, m, v (7 x 4 B); "
                                                 "derived from torch's AdamW, not measured"),
+    "full_cpu_bytes_per_param": Measured(56.0, "full fine-tuning, per routed expert param per optimizer step, all "
+                                               "bf16 on the CPU (kt-kernel 0.7.2 base.py init_full_weight_grad_buffers:"
+                                               " bf16 params + bf16 grad buffers): torch's foreach AdamW (decay 4, lerp"
+                                               " m 6, v 4+6, sqrt/div/add eps 12, addcdiv 8 B) 40 B + grad-norm clip 6 B"
+                                               " + update_base_weights re-packing the forward and backward kernel"
+                                               " layouts (amx.py: load_weights_task every step) 8 B + grad-buffer clear"
+                                               " 2 B; derived from the code, not measured"),
     "cpu_bytes_s": Measured(5.0e10, "host memory rate for the optimizer's streaming update: 8-channel DDR5 "
                                     "~300 GB/s datasheet, one socket's share at 1/6 assumed; not measured"),
     "gpu_bytes_s": Measured(2.0e12, "H100 3.35 TB/s HBM datasheet x 0.6 assumed; not measured"),
     "save_bytes_s": Measured(1.0e9, "1 GB/s sequential write assumed for the output volume; not measured"),
 }
 
-# GEMM rate of each weight format relative to bf16 AMX (kt-kernel's kernels: amxfp8 widens FP8 tiles to bf16 and runs
-# the bf16 AMX path; amxint8 and amxint4 run AMX int8 tiles, whose peak is 2x bf16's; AVX512 builds run
-# AVX512-BF16/VNNI at 1/16 of the AMX tile rate per cycle). Unmeasured: the band widens for them.
-FORMAT_SPEED = {"bf16": 1.0, "fp8": 1.0, "int8": 2.0, "int4": 2.0}
-FORMAT_SOURCE = ("derived from kt-kernel's kernels (amxfp8 runs bf16 tiles; amxint8/amxint4 int8 tiles at 2x the "
-                 "bf16 peak); not measured per format")
+# GEMM rate of each weight format relative to bf16 AMX, fitted on the format-scale shape fA (bench/gpu/format_scale.py:
+# the four formats side by side on one machine, the H100 VM) so the model's format/bf16 ratio of steady tokens/s is
+# the measured one; fB and the tiny formats runs are held out (CALIBRATION, "Expert formats"). kt-kernel 0.7.2's
+# native FP8 SFT kernel is "avx512-fp8-decode-bf16" (kt_kernel/sft/backend.py FP8_KERNEL): it decodes each FP8 block
+# to bf16 and multiplies with AVX512, not AMX tiles, and builds its backward weights from the forward buffers
+# ("FP8 SFT backward weights are built only from the shared forward BufferB pool", its extension's message) -- a
+# slower GEMM, which is what the runs show: the FP8 step grows with the GEMM FLOPs (fB/fA 0.63x) not the weight
+# bytes (1.25x). AVX512 builds run AVX512-BF16/VNNI at 1/16 of the AMX tile rate per cycle (derived).
+_FMT = ("measured side by side on the H100 VM (fit on shape fA, bench/results/format-scale/call2.json; "
+        f"{CALIBRATION}, \"Expert formats\")")
+FORMAT_SPEED: dict[str, Measured] = {
+    "bf16": Measured(1.0, "the reference (bf16 AMX tiles)"),
+    "fp8": Measured(0.0789, "native FP8: AVX512 FP8->bf16 decode GEMM, " + _FMT),
+    "int8": Measured(0.932, "INT8 (AMX int8 tiles, bf16 activations), " + _FMT),
+    "int4": Measured(0.723, "AMXINT4 (kt-kernel converted tree), " + _FMT),
+}
 AVX512_SPEED, AVX2_SPEED = 1.0 / 16, 1.0 / 32
+
+
+def format_speed(expert_format: str) -> Measured:
+    """GEMM rate of an expert format relative to bf16 (an unknown name counts as bf16's)."""
+    return FORMAT_SPEED.get(expert_format, FORMAT_SPEED["bf16"])
 
 
 def build_speed(build: str) -> float:
@@ -77,7 +100,7 @@ def build_speed(build: str) -> float:
 
 # Error bands (fraction of tokens/s): the held-out error of the calibration, widened where the model extrapolates.
 BAND_CALIBRATED = 0.15      # bf16, the calibrated host class (held-out max, see CALIBRATION)
-BAND_FORMAT = 0.30          # a format whose GEMM rate is derived, not measured
+BAND_FORMAT = 0.30          # fp8/int8/int4: rate measured on one shape of another host (CALIBRATION)
 BAND_OTHER_HOST = 0.40      # a host whose per-core rate is assumed equal to the GPU machine's
 BAND_TUNED = 0.10           # after `ktdeploy tune` measured this host (tune's own repeat spread)
 
@@ -220,7 +243,8 @@ def _secs(name: str, value: float, why: str) -> Term:
 
 def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]) -> list[Term]:
     """Seconds of one optimizer step, by term."""
-    fmt_speed = FORMAT_SPEED.get(s.expert_format, 1.0) * build_speed(host.build)
+    fmt = format_speed(s.expert_format)
+    fmt_speed = fmt.value * build_speed(host.build)
     rate = c["cpu_flop_s_per_core"].value * fmt_speed * sh.eff_threads
     m, slow = sh.micro_steps, sh.slowdown
     cpu = sh.expert_flops / rate * slow
@@ -229,14 +253,15 @@ def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]
     shared_gpu = sh.shared_flops / gpu_rate
     hidden = max(0.0, shared_gpu - cpu)
     opt_bytes = c["optimizer_bytes_per_param"].value
-    opt = sh.trainable_cpu_params * opt_bytes / c["cpu_bytes_s"].value
+    cpu_bytes = c["full_cpu_bytes_per_param"].value if s.finetuning == "full" else opt_bytes
+    opt = sh.trainable_cpu_params * cpu_bytes / c["cpu_bytes_s"].value
     opt += sh.trainable_gpu_params * opt_bytes / c["gpu_bytes_s"].value
     over = f" x {slow:.2f} oversubscribed" if slow > 1 else ""
     return [
         _secs("routed experts (CPU GEMM)", m * cpu,
               f"{m} x {sh.expert_flops:.3g} FLOPs ({sh.padded_tokens:.0f} padded tokens) / "
               f"({c['cpu_flop_s_per_core'].value:.3g} FLOP/s per thread [{c['cpu_flop_s_per_core'].source}] x "
-              f"format/build {fmt_speed:.3g} [{FORMAT_SOURCE}] x {sh.eff_threads:.0f} of {sh.threads} threads on "
+              f"format/build {fmt_speed:.3g} [{fmt.source}] x {sh.eff_threads:.0f} of {sh.threads} threads on "
               f"{host.cores} cores){over}"),
         _secs("per-expert dispatch (CPU)", m * sh.expert_dispatches * c["expert_dispatch_s"].value * slow,
               f"{m} x {sh.expert_dispatches:.0f} touched experts x layer passes x "
@@ -252,8 +277,9 @@ def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]
         _secs("fixed per micro-step", m * c["step_fixed_s"].value * slow,
               f"{m} x {c['step_fixed_s'].value:.3g} s [{c['step_fixed_s'].source}]{over}"),
         _secs("optimizer", opt,
-              f"{sh.trainable_cpu_params:.3g} CPU + {sh.trainable_gpu_params:.3g} GPU trainable params x "
-              f"{opt_bytes:g} B (AdamW) at {c['cpu_bytes_s'].value / 1e9:g} / {c['gpu_bytes_s'].value / 1e9:g} GB/s "
+              f"{sh.trainable_cpu_params:.3g} CPU params x {cpu_bytes:g} B"
+              f"{' (bf16 AdamW, clip, kernel re-pack)' if s.finetuning == 'full' else ' (AdamW)'} + "
+              f"{sh.trainable_gpu_params:.3g} GPU params x {opt_bytes:g} B (AdamW) at {c['cpu_bytes_s'].value / 1e9:g} / {c['gpu_bytes_s'].value / 1e9:g} GB/s "
               "(derived, not measured: TIME_CONSTANTS says from what)"),
     ]
 
@@ -320,7 +346,8 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
         notes.append(f"tokens/s assumes samples that fill cutoff_len ({s.cutoff_len}); shorter samples lower it "
                      "(pass --sample-tokens N)")
     if s.expert_format != "bf16":
-        notes.append(f"the {s.expert_format} GEMM rate is {FORMAT_SOURCE}")
+        fmt = format_speed(s.expert_format)
+        notes.append(f"the {s.expert_format} expert GEMM runs at {fmt.value:.3g} x bf16's rate, {fmt.source}")
     return ThroughputPlan(tps, step, steps, wall, band_for(s, host, measured_tokens_per_s is not None), terms,
                           tokens, notes, measured_tokens_per_s, predicted)
 
