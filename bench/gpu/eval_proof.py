@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     held = Path(f"{out}-holdout")
     result["holdout_manifest"] = json.loads((held / "holdout.json").read_text())["datasets"]
     log = [json.loads(x) for x in (out / "trainer_log.jsonl").read_text().splitlines() if x.strip()]
-    result["loss_first_last"] = [log[0].get("loss"), log[-1].get("loss")] if log else None
+    losses = [row["loss"] for row in log if row.get("loss") is not None]   # the last row is the run's summary
+    result["loss_first_last"] = [losses[0], losses[-1]] if losses else None
     merged = gb.OUTPUT / "eval-proof-merged"
     timed("merge", walls, [gb.PY, "-m", "ktdeploy", "merge", str(out), "--base", str(model), "-o", str(merged)], 300)
     procs = [serve(model, 8101, args.out / "api-base.log"), serve(merged, 8102, args.out / "api-merged.log")]
