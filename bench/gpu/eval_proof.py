@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_setup:
         result["setup"] = gb.setup()
     model, out = gb.MODELS / "tiny-eval", gb.OUTPUT / "eval-proof"
-    timed("tiny_model", walls, [gb.PY, "-m", "ktdeploy", "tiny-model", str(model), "--data-dir", str(gb.DATA)], 300)
+    timed("tiny_model", walls, [gb.PY, "-m", "ktdeploy", "tiny-model", str(model), "--data-dir", str(gb.DATA),
+                                    "--overwrite"], 300)   # a warm machine keeps the last call's model and data
     write_task(gb.DATA)
     sets = [f"train.output_dir={out}", f"train.model_name_or_path={model}", f"train.max_steps={args.steps}",
             f"train.dataset_dir={gb.DATA}", "train.dataset=add", "train.cutoff_len=64", "train.learning_rate=0.002",
