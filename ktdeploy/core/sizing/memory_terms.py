@@ -333,13 +333,19 @@ def tokenization_workers(m: Model, host: Sequence[Term]) -> Term | None:
 
 
 # ---------------------------------------------------------------- GPU (per process)
+def _fsdp_upcast(s: Setup) -> bool:
+    """Whether the non-expert weights sit on the GPU in fp32: accelerate's FSDP upcast with mixed precision, in a
+    full fine-tune or across GPUs (one-GPU LoRA keeps them bf16: see non_expert_weights)."""
+    return s.fsdp and s.mixed_precision != "no" and (s.finetuning == "full" or s.num_processes > 1)
+
+
 def non_expert_weights(m: Model) -> Term:
     """The non-expert weights on every GPU. One-GPU LoRA runs keep the frozen base weights in bf16 (GPU machine,
     bench/results/gpu/weight_scale: torch's peak 0.74 GiB at 0.187 B non-expert params is below their fp32 size plus
     activations, 0.70 + 0.38 GiB). Multi-GPU FSDP keeps the fp32 upcast: the cookbook 2-GPU row is only explained
     with it (no multi-GPU measurement of ours separates the two yet)."""
     s, n, ne = m.s, m.s.num_processes, m.arch.non_expert_params
-    upcast = s.fsdp and s.mixed_precision != "no" and (s.finetuning == "full" or s.num_processes > 1)
+    upcast = _fsdp_upcast(s)
     ne_bytes = ne * (4 if upcast else 2)
     return _gpu(f"non-expert weights ({'fp32' if upcast else 'bf16'})", ne_bytes / n if s.fsdp else ne_bytes,
                 f"{ne/1e9:.2f} B params: attention, embeddings, routers, shared/dense MLPs"
@@ -353,8 +359,7 @@ def fp8_dequantized_gpu(m: Model) -> Term | None:
     weights are float32 instead (transformers' Fp8Dequantize: FP8 x float32 scales): 2 B more per param. Where FSDP
     upcasts to fp32 anyway, nothing is added."""
     s = m.s
-    upcast = s.fsdp and s.mixed_precision != "no" and (s.finetuning == "full" or s.num_processes > 1)
-    if m.arch.native_format != "fp8" or upcast:
+    if m.arch.native_format != "fp8" or _fsdp_upcast(s):
         return None
     n = m.arch.linear_non_expert_params
     return _gpu("FP8 non-expert weights dequantized (float32)", n * 2 / (s.num_processes if s.fsdp else 1),

@@ -61,12 +61,8 @@ class MoEArchitecture:
     @property
     def non_expert_params(self) -> float:
         """Everything that lives on the GPU: embeddings, attention, routers, shared experts, dense MLPs, towers."""
-        dense_layers = self.num_layers - self.moe_layers
-        mlp = 3.0 * self.hidden_size * (self.dense_intermediate_size * dense_layers
-                                        + self.shared_expert_intermediate_size * self.moe_layers)
         router = float(self.hidden_size) * self.num_experts * self.moe_layers
-        return (self.embedding_params + self.attention_params_per_layer * self.num_layers
-                + mlp + router + self.extra_non_expert_params)
+        return self.embedding_params + self.linear_non_expert_params + router + self.extra_non_expert_params
 
     @property
     def linear_non_expert_params(self) -> float:
