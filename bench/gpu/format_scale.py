@@ -124,7 +124,8 @@ def train_one(s: Shape, fmt: str, model: Path, tree: Path | None, work: Path, st
     row["measured"] = {k: m.get(k) for k in ("rc", "peak_host_rss_gib", "peak_gpu_used_gib_nvsmi",
                                              "peak_gpu_alloc_gib", "steady_tokens_per_s", "steady_steps",
                                              "median_step_tokens_per_s", "tokens_per_s", "tokens", "steps",
-                                             "train_runtime_s", "loss_first", "loss_last", "rss_phases")}
+                                             "train_runtime_s", "loss_first", "loss_last", "rss_phases",
+                                             "step_arrivals")}
     row["rss_timeline"] = m.get("rss_timeline")
     if m.get("rc") != 0 and log.exists():
         row["tail"] = log.read_text(errors="replace")[-3000:]

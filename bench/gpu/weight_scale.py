@@ -381,6 +381,8 @@ def measure(s: Shape, model_dir: Path, out_root: Path, steps: int, timeout: floa
            "peak_gpu_used_gib_nvsmi": round(gpu_peak, 3), "rss_phases": phases,
            "steady_tokens_per_s": steady, "steady_steps": steady_steps,
            "median_step_tokens_per_s": gpu.median_step_tokens_per_s(),
+           # (seconds since the first trainer-log line, step, tokens): a stall shows as one long interval
+           "step_arrivals": [(round(t - gpu.log_rows[0][0], 3), st, tok) for t, st, tok in gpu.log_rows][:256],
            "rss_timeline": thin(rss.samples), **read_outputs(out_dir)}
     runs = sorted((out_root / ".runs" / name).glob("*"))
     y = YAML(typ="safe", pure=True)
