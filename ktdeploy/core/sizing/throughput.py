@@ -253,7 +253,8 @@ def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]
     shared_gpu = sh.shared_flops / gpu_rate
     hidden = max(0.0, shared_gpu - cpu)
     opt_bytes = c["optimizer_bytes_per_param"].value
-    cpu_bytes = c["full_cpu_bytes_per_param"].value if s.finetuning == "full" else opt_bytes
+    full = s.finetuning == "full"
+    cpu_bytes = c["full_cpu_bytes_per_param"].value if full else opt_bytes
     opt = sh.trainable_cpu_params * cpu_bytes / c["cpu_bytes_s"].value
     opt += sh.trainable_gpu_params * opt_bytes / c["gpu_bytes_s"].value
     over = f" x {slow:.2f} oversubscribed" if slow > 1 else ""
@@ -278,7 +279,7 @@ def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]
               f"{m} x {c['step_fixed_s'].value:.3g} s [{c['step_fixed_s'].source}]{over}"),
         _secs("optimizer", opt,
               f"{sh.trainable_cpu_params:.3g} CPU params x {cpu_bytes:g} B"
-              f"{' (bf16 AdamW, clip, kernel re-pack)' if s.finetuning == 'full' else ' (AdamW)'} + "
+              f"{' (bf16 AdamW, clip, kernel re-pack)' if full else ' (AdamW)'} + "
               f"{sh.trainable_gpu_params:.3g} GPU params x {opt_bytes:g} B (AdamW) at {c['cpu_bytes_s'].value / 1e9:g} / {c['gpu_bytes_s'].value / 1e9:g} GB/s "
               "(derived, not measured: TIME_CONSTANTS says from what)"),
     ]
