@@ -111,13 +111,14 @@ def prepare(fmt: str, model: Path, tree: Path) -> dict:
             "verify": (summary or {}).get("verify"), "stderr": p.stderr[-1500:] if p.returncode else ""}
 
 
-def train_one(s: Shape, fmt: str, model: Path, tree: Path | None, work: Path, steps: int, timeout: float) -> dict:
+def train_one(s: Shape, fmt: str, model: Path, tree: Path | None, work: Path, steps: int, timeout: float,
+              extra: tuple[str, ...] = (), name: str | None = None) -> dict:
     s = replace(s, expert_format="")   # the format is the shipped recipe's (AMXINT4 is a kt_backend, not a format key)
     recipe = REPO / "recipes" / RECIPES[fmt]
-    sets = sets_for(fmt, model, tree)
+    sets = [*sets_for(fmt, model, tree), *extra]
     row: dict = {"shape": s.name, "format": fmt, "recipe": f"recipes/{RECIPES[fmt]}", "expert_gb_bf16":
                  round(expert_bytes(s) / GB, 2), "shape_spec": asdict(s), "plan": plan(recipe, s, sets)}
-    name = f"fs-{s.name}-{fmt}"
+    name = name or f"fs-{s.name}-{fmt}"
     say(f"train {name} (plan host {row['plan'].get('host_gib')} GiB, gpu {row['plan'].get('gpu_gib')} GiB)")
     m = measure(s, model, work / "output", steps, timeout, recipe=recipe, extra=tuple(sets[1:]), name=name)
     log = work / "output" / f"{name}.log"

@@ -1,0 +1,136 @@
+"""Steady tokens/s of designed shapes on one machine, for the planner's time model (issue 47): each run varies one
+axis of a base model at a time (tokens per step, layers, experts, top-k, expert width, hidden size, cutoff, kt
+threads, full fine-tuning), long enough (--steps, default 16) that the steady rate is over many step intervals and
+a single stalled step shows in the kept arrival times instead of deciding the figure.
+
+Every run is `ktdeploy train` on a random Qwen3-MoE (bench/gpu/weight_scale.py build) with the shipped tiny recipe
+(LoRA: tiny-moe-lora.yaml, full: tiny-moe-full.yaml) and a filled dataset (every batch is cutoff x batch tokens), so
+the tokens the model computes are the tokens counted. Which runs the fit sees is decided by the calibration script
+(bench/throughput_calibration.py), not here.
+
+On the GPU machine, from a clean checkout plus the carried wheels (bench/gpu/fetch_wheels.py):
+
+    device tool: run(command="python3 bench/gpu/time_scale.py --setup --runs base,b8,l16 --out $OUT",
+                     carry=["bench/gpu/.carry"])
+
+Writes $OUT/time_scale.json (rows in format_scale.py's layout) after every run, and the logs as one tar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "bench" / "gpu")]
+
+from bench.gpu.format_scale import say, train_one  # noqa: E402
+from bench.gpu.weight_scale import Shape, build, build_fill_dataset  # noqa: E402
+
+BASE = Shape("t-base", 1024, 8, 64, 8, 512, fill=True)
+
+
+@dataclass(frozen=True)
+class TimeRun:
+    name: str
+    shape: Shape
+    fmt: str = "bf16"                      # bf16 (LoRA recipe) | full (full fine-tuning recipe)
+    sets: tuple[str, ...] = field(default=())
+
+
+def _v(name: str, **kw: object) -> Shape:
+    return replace(BASE, name=name, **kw)
+
+
+RUNS: dict[str, TimeRun] = {r.name: r for r in (
+    TimeRun("base", BASE),
+    TimeRun("b8", _v("t-b8", batch=8)),                                   # twice the tokens per step
+    TimeRun("l16", _v("t-l16", num_hidden_layers=16)),                    # twice the MoE layers
+    TimeRun("e128", _v("t-e128", num_experts=128)),                       # twice the experts, same top-k
+    TimeRun("k4", _v("t-k4", num_experts_per_tok=4)),                     # half the routed tokens
+    TimeRun("i1536", _v("t-i1536", moe_intermediate_size=1536)),          # three times the expert GEMM
+    TimeRun("h2048", _v("t-h2048", hidden_size=2048)),                    # twice the hidden size
+    TimeRun("c2048", _v("t-c2048", cutoff_len=2048, batch=1)),            # long sequences, same tokens
+    TimeRun("thr8", BASE, sets=("train.kt_config.kt_num_threads=8",)),
+    TimeRun("thr12", BASE, sets=("train.kt_config.kt_num_threads=12",)),
+    TimeRun("full", replace(BASE, name="t-full", lora_rank=0), "full"),
+    TimeRun("full-i1536", _v("t-full-i1536", moe_intermediate_size=1536, lora_rank=0), "full"),
+    TimeRun("fA", Shape("fA", 2048, 12, 64, 8, 768, fill=True)),          # format_scale's weight-dominated shape
+    TimeRun("small", _v("t-small", hidden_size=512, num_hidden_layers=4, num_experts=16, num_experts_per_tok=4,
+                        moe_intermediate_size=256, num_attention_heads=8, num_key_value_heads=2, head_dim=64)),
+)}
+
+
+def one(r: TimeRun, work: Path, steps: int, timeout: float) -> dict:
+    model = work / "models" / f"ts-{r.shape.name}"
+    if not (model / "config.json").exists():
+        t = time.monotonic()
+        build(r.shape, model, work / "data")
+        say(f"{r.name}: built {r.shape.name} in {time.monotonic() - t:.0f} s")
+    # more rows than the longest run reads (16 steps x batch 8): no epoch boundary inside the measured steps
+    build_fill_dataset(work / "data", r.shape.cutoff_len, rows=160)
+    row = train_one(r.shape, r.fmt, model, None, work, steps, timeout, extra=r.sets, name=f"ts-{r.name}")
+    row["run"] = r.name
+    row["sets"] = list(r.sets)
+    shutil.rmtree(work / "output" / f"ts-{r.name}", ignore_errors=True)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", default="base", help=f"comma-separated: {', '.join(RUNS)}")
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--budget", type=float, default=560, help="seconds for the whole command")
+    ap.add_argument("--setup", action="store_true", help="install the carried wheels first")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/time-scale")))
+    ap.add_argument("--work", type=Path, default=Path("/srv/ktdeploy"))
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args()
+    if a.list:
+        for r in RUNS.values():
+            print(f"{r.name:12s} {r.fmt:5s} {r.shape} {' '.join(r.sets)}")
+        return 0
+    t0 = time.monotonic()
+    a.out.mkdir(parents=True, exist_ok=True)
+    res: dict = {"how": f"python3 bench/gpu/time_scale.py {' '.join(sys.argv[1:])}", "runs": []}
+    try:
+        if a.setup:
+            from bench.gpu.gpu_bench import setup
+            res["setup"] = setup()
+        res["machine"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+        res["cpu"] = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        res["date"] = time.strftime("%Y-%m-%d", time.gmtime())
+        for name in a.runs.split(","):
+            left = t0 + a.budget - time.monotonic()
+            if left < 75:
+                res["runs"].append({"run": name, "skipped": f"budget ({left:.0f} s left)"})
+                say(f"{name}: skipped, {left:.0f} s left")
+                continue
+            res["runs"].append(one(RUNS[name], a.work, a.steps, min(240.0, left - 15)))
+            (a.out / "time_scale.json").write_text(json.dumps(res, indent=2, default=str))
+    except Exception:
+        import traceback
+
+        res["error"] = traceback.format_exc()[-4000:]
+        say(res["error"])
+    finally:
+        res["wall_s"] = round(time.monotonic() - t0, 1)
+        (a.out / "time_scale.json").write_text(json.dumps(res, indent=2, default=str))
+        with tarfile.open(a.out / "time_scale_logs.tar.gz", "w:gz") as tar:
+            for f in sorted((a.work / "output").glob("ts-*.log")):
+                tar.add(f, arcname=f.name)
+    say(f"done in {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
