@@ -55,9 +55,11 @@ HOSTS = {REFERENCE: "the reference host: 16-vCPU AMX Xeon Firecracker VM, one H2
          H100_VM: "the H100 VM: 16-vCPU AMX Xeon VM (CPU model hidden), one H100 80GB, 2026-12-07 "
                   "(bench/results/format-scale/, bench/results/formats/run-20261207/)"}
 OUT = RESULTS / "throughput-calibration.md"
-# The fit sees the small and medium models (every thread count) and two wide shapes; every other shape is held out:
-# the large model, cutoff 2048/4096, vocab 32k/129k, variable-length samples, full fine-tuning.
-FIT_SHAPES = {"small", "medium", "w10-e80f", "vs-v152-f512"}
+# The fit sees eight weight-dominated setups, one per axis (filled and variable-length samples, LoRA rank 32, wide
+# experts, 32 layers, 160 experts, 4096-token sequences, full fine-tuning); every other setup is held out: the
+# other experts/top-k/rank/width/hidden/cutoff/vocab points and every tiny model (small, medium, large).
+FIT_SHAPES = {"w10-e80f", "vs-v152-f512", "w30-e160", "w20-l32", "w10-r32", "w10-wide", "w10-c4096",
+              "vs-v152-full"}
 
 
 @dataclass
@@ -144,15 +146,63 @@ def _steady_runs() -> list[Run]:
     return runs
 
 
+_STEP_ROW = re.compile(r"'num_input_tokens_seen': (\d+), 'train_runtime': '([\d.]+)'")
+
+
+def log_steps(path: Path) -> list[tuple[int, float]]:
+    """(tokens seen, train_runtime seconds) at every logged step of a LlamaFactory log (logging_steps: 1): the
+    trainer's own clock, from the start of training."""
+    return [(int(m[1]), float(m[2])) for m in _STEP_ROW.finditer(path.read_text(errors="replace"))]
+
+
+def steady_from_steps(rows: list[tuple[int, float]], skip: int = 1) -> float | None:
+    """Tokens/s from the end of step ``skip + 1`` to the last step (the GPU scripts' steady_tokens_per_s: the
+    first step's warm-up left out); None with fewer than two steps after it."""
+    if len(rows) < skip + 2:
+        return None
+    (k0, t0), (k1, t1) = rows[skip], rows[-1]
+    return (k1 - k0) / (t1 - t0) if t1 > t0 else None
+
+
+def _log_of(r: dict[str, Any]) -> Path | None:
+    """The committed trainer log of a gpu_peaks run: the one whose last step is the run's tokens and runtime."""
+    if r["source"].startswith("bench/gpu/vocab_scale.py"):
+        cands = [RESULTS / "gpu/vocab_scale/logs" / f"{r['name']}.log"]
+    else:
+        cands = [*sorted((RESULTS / "gpu/weight_scale").glob(f"call*/ws-{r['name']}.log")),
+                 RESULTS / "gpu/weight_scale" / f"ws-{r['name']}.log"]
+    for path in cands:
+        rows = log_steps(path) if path.is_file() else []
+        if not rows:
+            continue
+        if "tokens_seen" not in r:       # the run recorded no rate: its one committed log is the run
+            return path
+        if rows[-1][0] == r["tokens_seen"] and abs(rows[-1][0] / rows[-1][1] - r["tokens_per_s"]) < \
+                0.15 * r["tokens_per_s"]:
+            return path
+    return None
+
+
 def _whole_runs() -> list[Run]:
+    """The weight_scale and vocab_scale runs: steady tokens/s from their committed trainer logs (per-step
+    train_runtime, steps after the first), where the log is committed; else the whole-run rate."""
     d = json.loads((RESULTS / "gpu_peaks.json").read_text())
     runs = []
     for r in d["runs"]:
-        if "tokens_seen" not in r or not r["train"].get("use_kt"):
+        if not r["train"].get("use_kt") or "model_config" not in r:
             continue
-        runs.append(Run(r["name"], parse_model_config(r["model_config"], r["name"]), r["train"], r["accelerate"],
-                        r["tokens_seen"], r["steps"], r["tokens_per_s"], "whole", "bench/results/gpu_peaks.json",
-                        r["train"]["dataset"], r["name"].removesuffix("-es")))
+        arch = parse_model_config(r["model_config"], r["name"])
+        log = _log_of(r)
+        rows = log_steps(log) if log else []
+        steady = steady_from_steps(rows)
+        if steady:
+            assert log is not None
+            runs.append(Run(r["name"], arch, r["train"], r["accelerate"], rows[-1][0], len(rows), steady,
+                            "steady", str(log.relative_to(ROOT)), r["train"]["dataset"], r["name"].removesuffix("-es")))
+        elif "tokens_seen" in r:
+            runs.append(Run(r["name"], arch, r["train"], r["accelerate"], r["tokens_seen"], r["steps"],
+                            r["tokens_per_s"], "whole", "bench/results/gpu_peaks.json", r["train"]["dataset"],
+                            r["name"].removesuffix("-es")))
     return runs
 
 
@@ -206,6 +256,36 @@ def _formats_runs() -> list[Run]:
     return runs
 
 
+TIME_SCALE = RESULTS / "time-scale"
+
+
+def _host_of(machine: str) -> str:
+    return H100_VM if "H100" in machine else REFERENCE
+
+
+def _time_scale_runs() -> list[Run]:
+    """bench/gpu/time_scale.py: one axis of a base shape at a time, 16 steps, steady over the steps after warm-up."""
+    from bench.gpu.weight_scale import Shape
+    from ktdeploy.core.recipe import load_recipe
+    runs = []
+    for path in sorted(TIME_SCALE.glob("call*.json")):
+        d = json.loads(path.read_text())
+        host = _host_of(d.get("machine", ""))
+        for row in d["runs"]:
+            m = row.get("measured") or {}
+            if m.get("rc") != 0 or not m.get("steady_tokens_per_s"):
+                continue
+            shape = Shape(**row["shape_spec"])
+            sets = [*shape.sets(), *row.get("sets", []), f"train.dataset={shape.dataset}",
+                    f"train.max_steps={m['steps']}", "train.logging_steps=1", "train.save_steps=1000",
+                    "train.include_num_input_tokens_seen=non_padding"]
+            r = load_recipe(ROOT / row["recipe"], sets)
+            runs.append(Run(f"ts-{row['run']}", parse_model_config(shape.config_dict(), shape.name), dict(r.train),
+                            dict(r.accelerate or {}), m["tokens"], m["steps"], m["steady_tokens_per_s"], "steady",
+                            str(path.relative_to(ROOT)), shape.dataset, f"ts-{row['run']}", host, row["format"]))
+    return runs
+
+
 def reference_runs() -> list[Run]:
     return _steady_runs() + _whole_runs()
 
@@ -235,7 +315,7 @@ def predict(r: Run, c: dict[str, Measured]) -> float:
 
 # ---- the fit ---------------------------------------------------------------------------------------------
 
-LINEAR = ("cpu_flop_s_per_core", "expert_dispatch_s", "layer_pass_s", "step_fixed_s")
+LINEAR = ("cpu_flop_s_per_core", "expert_dispatch_s", "layer_pass_s", "step_fixed_s", "expert_lora_s")
 
 
 def _features(r: Run, c: dict[str, Measured]) -> tuple[list[float], float]:
@@ -245,10 +325,11 @@ def _features(r: Run, c: dict[str, Measured]) -> tuple[list[float], float]:
     sh = step_shape(s, r.arch, REFERENCE_HOST, _workload(r), r.train, c)
     tp = throughput(s, r.arch, r.train, REFERENCE_HOST, _workload(r), c)
     fitted_names = {"routed experts (CPU GEMM)", "per-expert dispatch (CPU)", "MoE layer hand-offs",
-                    "fixed per micro-step"}
+                    "fixed per micro-step", "per-expert LoRA work (CPU)"}
     other = sum(t.value for t in tp.terms if t.resource == "time" and t.name not in fitted_names)
     m, slow = sh.micro_steps, sh.slowdown
-    return [m * slow * v for v in (sh.expert_flops / sh.eff_threads, sh.expert_dispatches, sh.layer_passes, 1.0)], other
+    return [m * slow * v for v in (sh.expert_flops / sh.eff_threads, sh.expert_dispatches, sh.layer_passes, 1.0,
+                                   sh.expert_lora_units)], other
 
 
 def _measured_step(r: Run, c: dict[str, Measured]) -> float:
@@ -260,7 +341,7 @@ def _measured_step(r: Run, c: dict[str, Measured]) -> float:
 
 def _lstsq_nonneg(rows: list[list[float]], ys: list[float]) -> list[float]:
     """Non-negative least squares by enumeration: the best unconstrained solution over every subset of columns
-    whose coefficients are all non-negative (four columns: sixteen subsets)."""
+    whose coefficients are all non-negative (five columns: 31 subsets)."""
     import numpy as np
     a, y = np.array(rows), np.array(ys)
     best, best_err = [0.0] * a.shape[1], float("inf")
@@ -312,29 +393,22 @@ def measured(g: list[Run]) -> float:
 
 
 def fit(runs: list[Run]) -> dict[str, Measured]:
+    """Least squares on relative step-time error over the FIT setups. Every fit setup ran kt_num_threads 14 on the
+    16-core VM, so the two thread constants are not refitted here: they stay those of the medium tiny model's
+    thread sweep (4-16 threads, shown in the table)."""
     c = dict(TIME_CONSTANTS)
     c["first_step_extra_s"] = Measured(round(first_step_extra(runs), 2), TIME_CONSTANTS["first_step_extra_s"].source)
-    train = [g for g in groups(runs) if g[0].fit]
-    best: tuple[float, dict[str, Measured]] | None = None
-    for reserved, over in itertools.product(range(0, 7), [x / 100 for x in range(0, 41, 5)]):
-        c["threads_reserved"] = Measured(float(reserved), TIME_CONSTANTS["threads_reserved"].source)
-        c["oversubscription"] = Measured(over, TIME_CONSTANTS["oversubscription"].source)
-        rows, ys = [], []
-        for g in train:
-            f, other = _features(g[0], c)
-            y = statistics.mean(_measured_step(r, c) for r in g) - other
-            rows.append([v / y for v in f])
-            ys.append(1.0)
-        coef = _lstsq_nonneg(rows, ys)
-        trial = dict(c)
-        for name, v in zip(LINEAR, coef, strict=True):
-            value = (1.0 / v if v else 1e30) if name == "cpu_flop_s_per_core" else v
-            trial[name] = Measured(float(f"{value:.3g}"), TIME_CONSTANTS[name].source)
-        err = max(abs(predict(g[0], trial) / measured(g) - 1) for g in train)
-        if best is None or err < best[0]:
-            best = (err, trial)
-    assert best is not None
-    return best[1]
+    rows, ys = [], []
+    for g in (g for g in groups(runs) if g[0].fit):
+        f, other = _features(g[0], c)
+        y = statistics.mean(_measured_step(r, c) for r in g) - other
+        rows.append([v / y for v in f])
+        ys.append(1.0)
+    coef = _lstsq_nonneg(rows, ys)
+    for name, v in zip(LINEAR, coef, strict=True):
+        value = (1.0 / v if v else 1e30) if name == "cpu_flop_s_per_core" else v
+        c[name] = Measured(float(f"{value:.3g}"), TIME_CONSTANTS[name].source)
+    return c
 
 
 # ---- the table ------------------------------------------------------------------------------------------

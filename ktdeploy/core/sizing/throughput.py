@@ -6,10 +6,11 @@ that layer and the next (rank 0's CPU serves the tokens of every rank), so the s
 
 - routed experts on the CPU: padded tokens x top-k x 6·H·I FLOPs per pass (gate, up, down), passes = forward +
   backward (dX; full fine-tuning also dW) + the recomputed forward that gradient checkpointing with
-  ``kt_cpu_activation: recompute`` implies; LoRA adds 2·r·(in+out) per projection (r padded to 32 for AMX);
-  against a per-core GEMM rate of the build and format, on the threads kt-kernel really gets;
-- a fixed cost per expert a batch touches, per layer pass (kt-kernel's per-expert task setup and LoRA buffer
-  repacking: on the calibration shapes it, not the weight bytes, explains the time that grows with the experts),
+  ``kt_cpu_activation: recompute`` implies; against a per-core GEMM rate of the build and format, on the
+  threads kt-kernel really gets;
+- a fixed cost per expert a batch touches, per layer pass (kt-kernel's per-expert task setup), and a LoRA cost
+  per touched expert and layer pass that grows with rank x (H + I) (the expert's LoRA weights, grads and buffers:
+  on the weight-dominated runs it, not LoRA's FLOPs, explains the time that grows with the rank and the experts),
   per layer pass (the GPU->CPU->GPU hand-off of every MoE layer) and per micro-step (Python, FSDP, logging);
   kt threads beyond the cores the trainer's own threads need slow all of these (they spin against them);
 - the GPU's attention, dense and LM-head FLOPs; the shared expert runs on the GPU while the CPU runs the routed
@@ -39,14 +40,17 @@ CALIBRATION = "bench/results/throughput-calibration.md"
 _FIT = f"fitted on the GPU machine's committed runs ({CALIBRATION}; bench/throughput_calibration.py --fit)"
 
 TIME_CONSTANTS: dict[str, Measured] = {
-    # ---- fitted (16-vCPU AMX Xeon VM, kt-kernel 0.7.2, H200; see the calibration table) ----
-    "cpu_flop_s_per_core": Measured(2.28e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
-    "expert_dispatch_s": Measured(0.000521, "seconds per touched expert per MoE layer pass, " + _FIT),
-    "layer_pass_s": Measured(0.00816, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
-    "step_fixed_s": Measured(0.0, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
-    "threads_reserved": Measured(2.0, "cores kt-kernel's threads should leave to the trainer's own threads, " + _FIT),
-    "oversubscription": Measured(0.15, "growth of the CPU-side time per kt thread beyond (cores - threads_reserved), "
-                                      + _FIT),
+    # ---- fitted (16-vCPU AMX Xeon VM, kt-kernel 0.7.2, H200; steady rates; see the calibration table) ----
+    "cpu_flop_s_per_core": Measured(2.18e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
+    "expert_dispatch_s": Measured(9.19e-05, "seconds per touched expert per MoE layer pass, " + _FIT),
+    "expert_lora_s": Measured(3.88e-09, "seconds per touched expert per MoE layer pass per unit of LoRA rank x "
+                                       "(H + I) (the expert's LoRA A/B weights, their grads and buffers), " + _FIT),
+    "layer_pass_s": Measured(0.00331, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
+    "step_fixed_s": Measured(0.409, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
+    "threads_reserved": Measured(2.0, "cores kt-kernel's threads should leave to the trainer's own threads, fitted "
+                                      "on the medium tiny model's thread sweep (4-16 threads; " + CALIBRATION + ")"),
+    "oversubscription": Measured(0.15, "growth of the CPU-side time per kt thread beyond (cores - threads_reserved),"
+                                      " fitted on the medium tiny model's thread sweep (" + CALIBRATION + ")"),
     "first_step_extra_s": Measured(2.11, "warm-up of the first steps over the steady rate, median of "
                                         "train_runtime - steps/steady over the runs with both (" + CALIBRATION + ")"),
     # ---- derived, not measured here ----
@@ -79,9 +83,9 @@ _FMT = ("measured side by side on the H100 VM (fit on shape fA, bench/results/fo
         f"{CALIBRATION}, \"Expert formats\")")
 FORMAT_SPEED: dict[str, Measured] = {
     "bf16": Measured(1.0, "the reference (bf16 AMX tiles)"),
-    "fp8": Measured(0.0789, "native FP8: AVX512 FP8->bf16 decode GEMM, " + _FMT),
-    "int8": Measured(0.932, "INT8 (AMX int8 tiles, bf16 activations), " + _FMT),
-    "int4": Measured(0.723, "AMXINT4 (kt-kernel converted tree), " + _FMT),
+    "fp8": Measured(0.0941, "native FP8: AVX512 FP8->bf16 decode GEMM, " + _FMT),
+    "int8": Measured(0.943, "INT8 (AMX int8 tiles, bf16 activations), " + _FMT),
+    "int4": Measured(0.76, "AMXINT4 (kt-kernel converted tree), " + _FMT),
 }
 AVX512_SPEED, AVX2_SPEED = 1.0 / 16, 1.0 / 32
 
@@ -99,9 +103,11 @@ def build_speed(build: str) -> float:
     return 1.0 if name == V.AMX else AVX2_SPEED if name == V.AVX2 else AVX512_SPEED
 
 # Error bands (fraction of tokens/s): the held-out error of the calibration, widened where the model extrapolates.
-BAND_CALIBRATED = 0.15      # bf16, the calibrated host class (held-out max, see CALIBRATION)
-BAND_FORMAT = 0.30          # fp8/int8/int4: rate measured on one shape of another host (CALIBRATION)
+BAND_CALIBRATED = 0.30      # bf16, the calibrated host class (held-out max of the weight-dominated runs, CALIBRATION)
+BAND_FORMAT = 0.35          # fp8/int8/int4: their rate ratio to bf16 measured on one shape of another host
 BAND_OTHER_HOST = 0.40      # a host whose per-core rate is assumed equal to the GPU machine's
+BAND_TINY = 0.60            # under TINY_EXPERT_PARAMS routed expert params: the tiny models, held out up to 58 %
+TINY_EXPERT_PARAMS = 1e9    # (2 GB of bf16 experts; every calibration fit setup has more)
 BAND_TUNED = 0.10           # after `ktdeploy tune` measured this host (tune's own repeat spread)
 
 
@@ -172,6 +178,7 @@ class StepShape:
     padded_tokens: float
     expert_flops: float            # CPU, per micro-step, all passes
     expert_dispatches: float       # touched experts x MoE layer passes, per micro-step
+    expert_lora_units: float       # expert_dispatches x LoRA rank x (H + I): per-expert LoRA weight work
     layer_passes: int              # MoE layer passes per micro-step
     gpu_flops: float               # per micro-step per GPU
     shared_flops: float            # the shared experts' part of gpu_flops
@@ -212,10 +219,10 @@ def step_shape(s: Setup, arch: MoEArchitecture, host: HostCPU, work: Workload, t
     real_t, pad_t = fill * s.batch * ranks, padded * s.batch * ranks
     gemm_passes, layer_passes = expert_passes(s)
     per_tok = 6.0 * h * i * k
-    rank = s.padded_rank if s.finetuning == "lora" else 0
-    lora_tok = 2.0 * rank * 3 * (h + i) * k if rank else 0.0     # x A and B, three projections
-    flops = arch.moe_layers * pad_t * (per_tok * gemm_passes + lora_tok * (gemm_passes + 1))
+    rank = s.lora_rank if s.finetuning == "lora" else 0
+    flops = arch.moe_layers * pad_t * per_tok * gemm_passes
     touched = arch.num_experts * (1.0 - (1.0 - k / arch.num_experts) ** pad_t) if arch.num_experts else 0.0
+    dispatches = arch.moe_layers * touched * layer_passes
     # GPU: 2 FLOPs per weight per token forward, 2x that backward, + recompute; causal attention scores ~ 2·T·H per
     # token per layer (QK and PV, half masked)
     gpu_passes = 3 + (1 if s.gradient_checkpointing else 0)
@@ -232,7 +239,7 @@ def step_shape(s: Setup, arch: MoEArchitecture, host: HostCPU, work: Workload, t
     trainable_gpu = (arch.non_expert_params if s.finetuning == "full" else lora_gpu)
     micro = max(1, as_int(train.get("gradient_accumulation_steps"), 1) or 1)
     eff, slow = effective_threads(threads, host, c)
-    return StepShape(micro, real_t, pad_t, flops, arch.moe_layers * touched * layer_passes,
+    return StepShape(micro, real_t, pad_t, flops, dispatches, dispatches * rank * (h + i),
                      arch.moe_layers * layer_passes, gpu_flops, shared_flops, trainable_cpu, trainable_gpu, threads,
                      eff, slow)
 
@@ -267,6 +274,9 @@ def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]
         _secs("per-expert dispatch (CPU)", m * sh.expert_dispatches * c["expert_dispatch_s"].value * slow,
               f"{m} x {sh.expert_dispatches:.0f} touched experts x layer passes x "
               f"{c['expert_dispatch_s'].value:.3g} s [{c['expert_dispatch_s'].source}]{over}"),
+        _secs("per-expert LoRA work (CPU)", m * sh.expert_lora_units * c["expert_lora_s"].value * slow,
+              f"{m} x {sh.expert_lora_units:.3g} (touched experts x layer passes x LoRA rank x (H + I)) x "
+              f"{c['expert_lora_s'].value:.3g} s [{c['expert_lora_s'].source}]{over}"),
         _secs("MoE layer hand-offs", m * sh.layer_passes * c["layer_pass_s"].value * slow,
               f"{m} x {sh.layer_passes} layer passes x {c['layer_pass_s'].value:.3g} s "
               f"[{c['layer_pass_s'].source}]{over}"),
@@ -303,10 +313,12 @@ def save_seconds(s: Setup, sh: StepShape, arch: MoEArchitecture, c: Mapping[str,
     return params * per_param / c["save_bytes_s"].value
 
 
-def band_for(s: Setup, host: HostCPU, tuned: bool) -> float:
+def band_for(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool) -> float:
     if tuned:
         return BAND_TUNED
     band = BAND_CALIBRATED if s.expert_format == "bf16" else BAND_FORMAT
+    if arch.routed_expert_params < TINY_EXPERT_PARAMS:
+        band = max(band, BAND_TINY)
     if V.canonical(host.build) != V.AMX or host is not REFERENCE_HOST and host.cores != REFERENCE_HOST.cores:
         band = max(band, BAND_OTHER_HOST)
     return band
@@ -349,7 +361,7 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
     if s.expert_format != "bf16":
         fmt = format_speed(s.expert_format)
         notes.append(f"the {s.expert_format} expert GEMM runs at {fmt.value:.3g} x bf16's rate, {fmt.source}")
-    return ThroughputPlan(tps, step, steps, wall, band_for(s, host, measured_tokens_per_s is not None), terms,
+    return ThroughputPlan(tps, step, steps, wall, band_for(s, arch, host, measured_tokens_per_s is not None), terms,
                           tokens, notes, measured_tokens_per_s, predicted)
 
 

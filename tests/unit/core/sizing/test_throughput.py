@@ -18,6 +18,7 @@ from ktdeploy.core.sizing.throughput import (
     BAND_CALIBRATED,
     BAND_FORMAT,
     BAND_OTHER_HOST,
+    BAND_TINY,
     FORMAT_SPEED,
     REFERENCE_HOST,
     TIME_CONSTANTS,
@@ -81,7 +82,13 @@ def test_formats_run_at_their_measured_rates_and_carry_the_wider_band():
     assert tps["int8"].tokens_per_s > 0.9 * tps["bf16"].tokens_per_s
     assert tps["fp8"].step_s > tps["bf16"].step_s + 0.5 * next(
         t.value for t in tps["bf16"].terms if t.name == "routed experts (CPU GEMM)") * (1 / FORMAT_SPEED["fp8"].value - 1)
-    assert (tps["bf16"].band, tps["int8"].band) == (BAND_CALIBRATED, BAND_FORMAT)
+    # the medium tiny model (0.8 G expert params) is outside the calibrated class: the tiny band, whatever the format
+    assert tps["bf16"].band == tps["int8"].band == BAND_TINY
+    wide = parse_model_config({**MEDIUM, "hidden_size": 2048, "num_hidden_layers": 16, "num_experts": 80,
+                               "moe_intermediate_size": 640}, "w10")
+    bands = {f: throughput(setup_from(t, {}), wide, t, REFERENCE_HOST).band
+             for f in ("bf16", "int8") for t in [_train(kt_num_threads=12, kt_expert_weight_format=f)]}
+    assert (bands["bf16"], bands["int8"]) == (BAND_CALIBRATED, BAND_FORMAT)
     assert any("measured side by side" in n for n in tps["fp8"].notes)
 
 
@@ -122,7 +129,10 @@ def test_one_runs_host_factor_scales_the_others():
 def test_another_host_widens_the_band_and_more_cores_help():
     big = HostCPU(64, 2, "amx", "test")
     t = _train(kt_num_threads=60)
-    assert _tp(t, big).band == BAND_OTHER_HOST
+    assert _tp(t, big).band == BAND_TINY          # the medium tiny model: the widest band wins
+    wide = parse_model_config({**MEDIUM, "hidden_size": 2048, "num_hidden_layers": 16, "num_experts": 80,
+                               "moe_intermediate_size": 640}, "w10")
+    assert throughput(setup_from(t, {}), wide, t, big).band == BAND_OTHER_HOST
     assert _tp(t, big).tokens_per_s > _tp(_train(kt_num_threads=14)).tokens_per_s
     assert _tp(_train(kt_num_threads=14), HostCPU(16, 1, "avx512", "t")).tokens_per_s < \
         _tp(_train(kt_num_threads=14)).tokens_per_s
