@@ -207,3 +207,23 @@ def test_committed_calibration_table_is_what_the_constants_give():
     r = subprocess.run([sys.executable, str(ROOT / "bench/throughput_calibration.py"), "--check"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_steady_rates_come_from_the_trainer_logs_per_step_clock():
+    bench = _calibration()
+    log = ROOT / "bench/results/gpu/weight_scale/call4/ws-w10-c2048.log"
+    rows = bench.log_steps(log)
+    assert [k for k, _ in rows] == [2048 * n for n in range(1, 7)]
+    # from the end of step 2 to the end of step 6: the first step's warm-up left out
+    assert bench.steady_from_steps(rows) == pytest.approx((12288 - 4096) / (23.59 - 9.409))
+    assert bench.steady_from_steps(rows[:2]) is None
+    runs = {r.name: r for r in bench.reference_runs()}
+    assert runs["w10-c2048"].kind == "steady" and runs["w10-c2048"].measured > 12288 / 24.98   # above the whole-run rate
+    assert runs["w39-e208"].kind == "steady"      # a run with no whole-run figure, brought in by its log
+
+
+def test_lora_rank_costs_per_touched_expert():
+    low, high = _tp({**_train(kt_num_threads=12), "lora_rank": 8}), _tp({**_train(kt_num_threads=12), "lora_rank": 32})
+    term = {t.name: t.value for t in low.terms}, {t.name: t.value for t in high.terms}
+    assert term[1]["per-expert LoRA work (CPU)"] == pytest.approx(4 * term[0]["per-expert LoRA work (CPU)"])
+    assert high.step_s > low.step_s
