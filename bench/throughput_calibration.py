@@ -79,6 +79,7 @@ class Run:
     shape: str = ""          # the model's name; repeats of one setup share (shape, setup) and are averaged
     host: str = REFERENCE    # the machine it ran on (HOSTS)
     fmt: str = "bf16"        # the expert format it ran (bf16 | fp8 | int8 | amxint4 | full)
+    window_tokens: float | None = None   # real tokens per step over the steady window, where the log gives them
 
     @property
     def fit(self) -> bool:
@@ -198,8 +199,10 @@ def _whole_runs() -> list[Run]:
         steady = steady_from_steps(rows)
         if steady:
             assert log is not None
+            window = (rows[-1][0] - rows[1][0]) / (len(rows) - 2)
             runs.append(Run(r["name"], arch, r["train"], r["accelerate"], rows[-1][0], len(rows), steady,
-                            "steady", str(log.relative_to(ROOT)), r["train"]["dataset"], r["name"].removesuffix("-es")))
+                            "steady", str(log.relative_to(ROOT)), r["train"]["dataset"], r["name"].removesuffix("-es"),
+                            window_tokens=window))
         elif "tokens_seen" in r:
             runs.append(Run(r["name"], arch, r["train"], r["accelerate"], r["tokens_seen"], r["steps"],
                             r["tokens_per_s"], "whole", "bench/results/gpu_peaks.json", r["train"]["dataset"],
@@ -301,7 +304,9 @@ def all_runs() -> list[Run]:
 
 def _workload(r: Run) -> Workload:
     s = setup_from(r.train, r.accelerate)
-    mean = r.tokens / r.steps / s.batch / s.num_processes
+    # the steady window's own samples where known: every run of one dataset sees the same batches (seed 42)
+    per_step = r.window_tokens or r.tokens / r.steps
+    mean = per_step / s.batch / s.num_processes
     return Workload(sample_tokens=mean, padded_ratio=padded_ratio(r.dataset, mean, s.batch))
 
 
@@ -334,7 +339,7 @@ def _features(r: Run, c: dict[str, Measured]) -> tuple[list[float], float]:
 
 
 def _measured_step(r: Run, c: dict[str, Measured]) -> float:
-    per_step = r.tokens / r.steps
+    per_step = r.window_tokens or r.tokens / r.steps
     if r.kind == "steady":
         return per_step / r.measured
     return (r.tokens / r.measured - c["first_step_extra_s"].value) / r.steps

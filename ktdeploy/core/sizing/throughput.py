@@ -41,12 +41,12 @@ _FIT = f"fitted on the GPU machine's committed runs ({CALIBRATION}; bench/throug
 
 TIME_CONSTANTS: dict[str, Measured] = {
     # ---- fitted (16-vCPU AMX Xeon VM, kt-kernel 0.7.2, H200; steady rates; see the calibration table) ----
-    "cpu_flop_s_per_core": Measured(2.18e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
-    "expert_dispatch_s": Measured(9.19e-05, "seconds per touched expert per MoE layer pass, " + _FIT),
-    "expert_lora_s": Measured(3.88e-09, "seconds per touched expert per MoE layer pass per unit of LoRA rank x "
+    "cpu_flop_s_per_core": Measured(2.17e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
+    "expert_dispatch_s": Measured(9.14e-05, "seconds per touched expert per MoE layer pass, " + _FIT),
+    "expert_lora_s": Measured(3.76e-09, "seconds per touched expert per MoE layer pass per unit of LoRA rank x "
                                        "(H + I) (the expert's LoRA A/B weights, their grads and buffers), " + _FIT),
-    "layer_pass_s": Measured(0.00331, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
-    "step_fixed_s": Measured(0.409, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
+    "layer_pass_s": Measured(0.00283, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
+    "step_fixed_s": Measured(0.419, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
     "threads_reserved": Measured(2.0, "cores kt-kernel's threads should leave to the trainer's own threads, fitted "
                                       "on the medium tiny model's thread sweep (4-16 threads; " + CALIBRATION + ")"),
     "oversubscription": Measured(0.15, "growth of the CPU-side time per kt thread beyond (cores - threads_reserved),"
@@ -83,9 +83,9 @@ _FMT = ("measured side by side on the H100 VM (fit on shape fA, bench/results/fo
         f"{CALIBRATION}, \"Expert formats\")")
 FORMAT_SPEED: dict[str, Measured] = {
     "bf16": Measured(1.0, "the reference (bf16 AMX tiles)"),
-    "fp8": Measured(0.0941, "native FP8: AVX512 FP8->bf16 decode GEMM, " + _FMT),
-    "int8": Measured(0.943, "INT8 (AMX int8 tiles, bf16 activations), " + _FMT),
-    "int4": Measured(0.76, "AMXINT4 (kt-kernel converted tree), " + _FMT),
+    "fp8": Measured(0.0947, "native FP8: AVX512 FP8->bf16 decode GEMM, " + _FMT),
+    "int8": Measured(0.944, "INT8 (AMX int8 tiles, bf16 activations), " + _FMT),
+    "int4": Measured(0.761, "AMXINT4 (kt-kernel converted tree), " + _FMT),
 }
 AVX512_SPEED, AVX2_SPEED = 1.0 / 16, 1.0 / 32
 
