@@ -295,7 +295,7 @@ def reference_runs() -> list[Run]:
 
 
 def h100_runs() -> list[Run]:
-    return _format_scale_runs() + _formats_runs()
+    return _format_scale_runs() + _formats_runs() + [r for r in _time_scale_runs() if r.host == H100_VM]
 
 
 def all_runs() -> list[Run]:
@@ -564,6 +564,10 @@ def _median_of(r: Run) -> float | None:
         for row in json.loads((ROOT / r.source).read_text())["runs"]:
             if f"{row.get('shape')}-{row.get('format')}" == r.name:
                 return (row.get("measured") or {}).get("median_step_tokens_per_s")
+    if r.source.startswith("bench/results/time-scale/"):
+        for row in json.loads((ROOT / r.source).read_text())["runs"]:
+            if f"ts-{row.get('run')}" == r.name:
+                return (row.get("measured") or {}).get("median_step_tokens_per_s")
     if r.source == str(FORMATS_RUN.relative_to(ROOT)):
         for x in json.loads(FORMATS_RUN.read_text())["setups"]:
             if f"tiny-{x['setup']}" == r.name:
@@ -630,8 +634,9 @@ in the next section.
 
 ## Second host: the H100 VM
 
-Every run of `bench/results/format-scale/` and `bench/results/formats/run-20261207/` against the model with the
-reference host's constants, then scaled by one run's measured / predicted (what `ktdeploy plan --tuned` does with
+Every run of `bench/results/format-scale/`, `bench/results/formats/run-20261207/` and `bench/results/time-scale/`
+(`bench/gpu/time_scale.py`: the base shape 1024 x 8, 64 experts top-8, I 512, then twice the tokens per step, twice
+the layers, and the small model; 14 steps each, all held out) against the model with the reference host's constants, then scaled by one run's measured / predicted (what `ktdeploy plan --tuned` does with
 `ktdeploy tune`'s figure for another recipe). The median step rate (in brackets) is the median of the per-step
 intervals: one stalled interval moves it far less than the steady rate. In the three full fine-tunes the steady
 rate is half the median one (four intervals: three at the median, one 4-9 s longer), so most of their gap to the
