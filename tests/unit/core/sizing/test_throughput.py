@@ -227,3 +227,18 @@ def test_lora_rank_costs_per_touched_expert():
     term = {t.name: t.value for t in low.terms}, {t.name: t.value for t in high.terms}
     assert term[1]["per-expert LoRA work (CPU)"] == pytest.approx(4 * term[0]["per-expert LoRA work (CPU)"])
     assert high.step_s > low.step_s
+
+
+def test_time_scale_readme_figures_are_the_committed_runs():
+    base = ROOT / "bench/results/time-scale"
+    rows = {r["run"]: r for f in sorted(base.glob("call*.json")) for r in json.loads(f.read_text())["runs"]
+            if (r.get("measured") or {}).get("rc") == 0}
+    table = [line.split("|")[1:-1] for line in (base / "README.md").read_text().splitlines()
+             if line.startswith("| ") and not line.startswith("| run") and "---" not in line]
+    assert {c[0].strip() for c in table} == set(rows)
+    for c in table:
+        r = rows[c[0].strip()]
+        m = r["measured"]
+        assert float(c[3]) == m["steady_tokens_per_s"] and float(c[4]) == m["median_step_tokens_per_s"]
+        assert float(c[5]) == r["plan"]["tokens_per_s"]["value"]
+        assert int(c[2]) == m["tokens"] // m["steps"]
