@@ -344,6 +344,28 @@ def _collect(root: Path, layer: int, fmt: kw.WeightFormat, shape: kw.Shape) -> d
 
 # ---------------------------------------------------------------- verification
 
+def cpu_runs_sft_kernels(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """kt-kernel's INT8_SFT and AMXINT4_SFT kernels are AMX code: on a CPU without AMX they die of SIGILL (the
+    conversion itself, kt-kernel's online quantizer, runs on AVX512 too)."""
+    from ktdeploy.core import variants as V
+    from ktdeploy.core.facts.cpu import parse_cpuinfo
+
+    try:
+        flags = parse_cpuinfo(cpuinfo.read_text())["flags"]
+    except OSError:
+        return False
+    return V.has_flags(flags, *V.AMX_FLAGS)
+
+
+def forward_check_or_why_not(source: Source, fmt: kw.WeightFormat, root: Path, layer: int,
+                             tensors: tuple[Any, Any, Any], threads: int) -> dict[str, Any]:
+    if not cpu_runs_sft_kernels():
+        return {"ok": None, "layer": layer, "skipped": "this CPU has no AMX (amx_tile, amx_int8, amx_bf16): kt-kernel's "
+                f"{fmt.upper()} SFT kernel cannot run here; the tree is checked by kt-kernel's loader layout and "
+                "hashes only. Run prepare-weights on the training host (it needs AMX to train) for the forward check"}
+    return verify_forward(source, fmt, root, layer, tensors, threads)
+
+
 def verify_forward(source: Source, fmt: kw.WeightFormat, root: Path, layer: int, tensors: tuple[Any, Any, Any],
                    threads: int, tokens: int = 32, seed: int = 0) -> dict[str, Any]:
     """One layer's MoE output through the converted tree against the BF16 experts, computed by the loader and
@@ -475,8 +497,8 @@ def prepare(model_dir: str | os.PathLike, out: str | os.PathLike | None, fmt: st
         journal["layers"][str(layer)] = entry
         _save_journal(stage, journal)
         if verify and not check:   # the first converted layer: its forward through kt-kernel vs BF16
-            check = verify_forward(source, wfmt, stage, layer, tensors, threads)
-            if not check["ok"]:
+            check = forward_check_or_why_not(source, wfmt, stage, layer, tensors, threads)
+            if check.get("ok") is False:
                 raise PrepareError(f"layer {layer}'s forward through the {fmt.upper()} weights is off by "
                                    f"{check['rel_l2']:.3f} (relative L2) against BF16, over the stated "
                                    f"{check['tolerance']}", fix="report it with the model's config.json; nothing "
@@ -610,8 +632,8 @@ def _prepare_ephemeral(source: Source, run_id: str, threads: int, verify: bool, 
             _quantize_layer(kernel, source, layer, tensors, stage)
             _collect(stage, layer, "int8", source.shape)
             if verify and not check:
-                check = verify_forward(source, "int8", stage, layer, tensors, threads)
-                if not check["ok"]:
+                check = forward_check_or_why_not(source, "int8", stage, layer, tensors, threads)
+                if check.get("ok") is False:
                     raise PrepareError(f"layer {layer}'s INT8 forward is off by {check['rel_l2']:.3f} against BF16",
                                        fix="report it with the model's config.json")
             say(f"layer {layer}: {n}/{len(source.layers)} staged in {stage}")

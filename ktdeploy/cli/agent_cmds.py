@@ -250,7 +250,9 @@ def prepare_weights(
                   f"{s.bytes / 2**30:.2f} GiB in {s.seconds:.1f} s ({s.kept_layers} kept from an interrupted run)",
                   highlight=False)
     fwd = s.verify.get("forward")
-    if fwd:
+    if fwd and fwd.get("skipped"):
+        console.print(f"[yellow]forward check skipped[/]: {esc(fwd['skipped'])}", highlight=False)
+    elif fwd:
         console.print(f"forward check (layer {fwd['layer']}, {fwd['tokens']} tokens, {esc(fwd['loader'])}): relative "
                       f"L2 {fwd['rel_l2']:.4f} against BF16 (tolerance {fwd['tolerance']})", highlight=False)
     if "kt_kernel" in s.verify:

@@ -18,8 +18,9 @@ from ktdeploy.core.terminal_text import esc
 if TYPE_CHECKING:
     from ktdeploy.core.check_result import CheckResult
 
-# Pure recipe work and the merge (numpy only) never touch kt-kernel: they run on any CPU, whatever the variant.
-NO_ISA_COMMANDS = {"check", "render", "merge", "--help", "-h", "help", "--version"}
+# Pure recipe work, the merge (numpy only) and tiny-model (torch: random weights, transformers' own FP8 quantizer)
+# never touch kt-kernel: they run on any CPU, whatever the variant.
+NO_ISA_COMMANDS = {"check", "render", "merge", "tiny-model", "--help", "-h", "help", "--version"}
 
 
 def isa_gate(variant: str | None, argv: list[str]) -> CheckResult | None:

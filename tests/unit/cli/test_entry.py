@@ -18,7 +18,8 @@ def host_best() -> str:
     return best_variant(build_cpu(Path("/proc/cpuinfo").read_text()))
 
 
-@pytest.mark.parametrize("argv", [["check", "r.yaml"], ["render", "r.yaml", "-o", "x"], ["--help"]])
+@pytest.mark.parametrize("argv", [["check", "r.yaml"], ["render", "r.yaml", "-o", "x"], ["--help"],
+                                  ["tiny-model", "/tmp/m", "--format", "fp8"]])
 def test_pure_commands_skip_the_gate(argv):
     assert entry.isa_gate("amx", argv) is None
 
