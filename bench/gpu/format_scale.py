@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -188,6 +189,39 @@ def full_runs(s: Shape, work: Path, steps: int, deadline: float) -> list[dict]:
     return [row]
 
 
+def campaign(res: dict, out: Path, stem: str, setup: bool, t0: float, body: Callable[[Callable[[], None]], None],
+             logs: list[tuple[Path, str, str]]) -> None:
+    """One GPU-machine campaign: the carried wheels installed (``setup``), the machine recorded, then ``body(save)``
+    (save writes $OUT/<stem>.json, so a call cut off at its limit still returns the finished runs); an error is kept
+    in the results, and the trainer logs go back as one tar (``logs``: folder, glob, arcname pattern)."""
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        (out / f"{stem}.json").write_text(json.dumps(res, indent=2, default=str))
+
+    try:
+        if setup:
+            from bench.gpu.gpu_bench import setup as install
+            res["setup"] = install()
+        res["machine"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+        res["cpu"] = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        res["date"] = time.strftime("%Y-%m-%d", time.gmtime())
+        body(save)
+    except Exception:
+        import traceback
+
+        res["error"] = traceback.format_exc()[-4000:]
+        say(res["error"])
+    finally:
+        res["wall_s"] = round(time.monotonic() - t0, 1)
+        save()
+        with tarfile.open(out / f"{stem}_logs.tar.gz", "w:gz") as tar:
+            for folder, pattern, arcname in logs:
+                for f in sorted(folder.glob(pattern)):
+                    tar.add(f, arcname=arcname.format(name=f.name, parent=f.parent.name))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="fA", help=f"comma-separated: {', '.join([*SHAPES, *FULL])}")
@@ -199,34 +233,18 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/srv/ktdeploy"))
     a = ap.parse_args()
     deadline = T0 + a.budget
-    a.out.mkdir(parents=True, exist_ok=True)
     res: dict = {"how": f"python3 bench/gpu/format_scale.py {' '.join(sys.argv[1:])}", "runs": []}
-    try:
-        if a.setup:
-            from bench.gpu.gpu_bench import setup
-            res["setup"] = setup()
-        res["machine"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                                         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-        res["date"] = time.strftime("%Y-%m-%d", time.gmtime())
+
+    def body(save: Callable[[], None]) -> None:
         for name in a.shapes.split(","):
             if name in SHAPES:
                 res["runs"] += shape_runs(SHAPES[name], a.formats.split(","), a.work, a.steps, deadline)
             elif name in FULL:
                 res["runs"] += full_runs(FULL[name], a.work, a.steps, deadline)
-            (a.out / "format_scale.json").write_text(json.dumps(res, indent=2, default=str))
-    except Exception:
-        import traceback
+            save()
 
-        res["error"] = traceback.format_exc()[-4000:]
-        say(res["error"])
-    finally:
-        res["wall_s"] = round(time.monotonic() - T0, 1)
-        (a.out / "format_scale.json").write_text(json.dumps(res, indent=2, default=str))
-        with tarfile.open(a.out / "format_scale_logs.tar.gz", "w:gz") as tar:
-            for f in sorted((a.work / "output").glob("fs-*.log")):
-                tar.add(f, arcname=f.name)
-            for rd in sorted((a.work / "output" / ".runs").glob("fs-*/*")):
-                tar.add(rd, arcname="runs/" + "/".join(rd.parts[-2:]))
+    campaign(res, a.out, "format_scale", a.setup, T0, body,
+             [(a.work / "output", "fs-*.log", "{name}"), (a.work / "output" / ".runs", "fs-*/*", "runs/{parent}/{name}")])
     say(f"done in {time.monotonic() - T0:.0f} s")
     return 0
 

@@ -19,20 +19,18 @@ Writes $OUT/time_scale.json (rows in format_scale.py's layout) after every run, 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
-import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "bench" / "gpu")]
 
-from bench.gpu.format_scale import say, train_one  # noqa: E402
+from bench.gpu.format_scale import campaign, say, train_one  # noqa: E402
 from bench.gpu.weight_scale import Shape, build, build_fill_dataset  # noqa: E402
 
 BASE = Shape("t-base", 1024, 8, 64, 8, 512, fill=True)
@@ -99,16 +97,9 @@ def main() -> int:
             print(f"{r.name:12s} {r.fmt:5s} {r.shape} {' '.join(r.sets)}")
         return 0
     t0 = time.monotonic()
-    a.out.mkdir(parents=True, exist_ok=True)
     res: dict = {"how": f"python3 bench/gpu/time_scale.py {' '.join(sys.argv[1:])}", "runs": []}
-    try:
-        if a.setup:
-            from bench.gpu.gpu_bench import setup
-            res["setup"] = setup()
-        res["machine"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                                         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-        res["cpu"] = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        res["date"] = time.strftime("%Y-%m-%d", time.gmtime())
+
+    def body(save: Callable[[], None]) -> None:
         for name in a.runs.split(","):
             left = t0 + a.budget - time.monotonic()
             if left < 75:
@@ -116,18 +107,9 @@ def main() -> int:
                 say(f"{name}: skipped, {left:.0f} s left")
                 continue
             res["runs"].append(one(RUNS[name], a.work, a.steps, min(240.0, left - 15)))
-            (a.out / "time_scale.json").write_text(json.dumps(res, indent=2, default=str))
-    except Exception:
-        import traceback
+            save()
 
-        res["error"] = traceback.format_exc()[-4000:]
-        say(res["error"])
-    finally:
-        res["wall_s"] = round(time.monotonic() - t0, 1)
-        (a.out / "time_scale.json").write_text(json.dumps(res, indent=2, default=str))
-        with tarfile.open(a.out / "time_scale_logs.tar.gz", "w:gz") as tar:
-            for f in sorted((a.work / "output").glob("ts-*.log")):
-                tar.add(f, arcname=f.name)
+    campaign(res, a.out, "time_scale", a.setup, t0, body, [(a.work / "output", "ts-*.log", "{name}")])
     say(f"done in {time.monotonic() - t0:.0f} s")
     return 0
 
