@@ -28,6 +28,7 @@ import random
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -214,26 +215,34 @@ FORMAT_SCALE = ("call2.json", "call3.json", "call6.json", "call7.json")
 FORMATS_RUN = RESULTS / "formats/run-20261207/gpu_formats_results.json"
 
 
-def _format_scale_runs() -> list[Run]:
-    """bench/gpu/format_scale.py on the H100 VM: fA/fB in four expert formats side by side and three full fine-tunes;
-    the train.yaml is the shipped tiny recipe with the script's --set values (the model path left out)."""
+def _campaign_run(row: dict, source: str, host: str, name: Callable[[dict], str], label: Callable[[dict], str]) -> Run | None:
+    """One row of a bench/gpu campaign (format_scale.py, time_scale.py) as a calibration run: the train.yaml is the
+    shipped tiny recipe with the script's --set values (the model path left out); None for a failed run."""
     sys.path.insert(0, str(ROOT / "bench" / "gpu"))
     from bench.gpu.weight_scale import Shape
     from ktdeploy.core.recipe import load_recipe
+    m = row.get("measured") or {}
+    if m.get("rc") != 0 or not m.get("steady_tokens_per_s"):
+        return None
+    shape = Shape(**row["shape_spec"])
+    sets = [*shape.sets(), *row.get("sets", []), f"train.dataset={shape.dataset}", f"train.max_steps={m['steps']}",
+            "train.logging_steps=1", "train.save_steps=1000", "train.include_num_input_tokens_seen=non_padding"]
+    r = load_recipe(ROOT / row["recipe"], sets)
+    return Run(name(row), parse_model_config(shape.config_dict(), shape.name), dict(r.train),
+               dict(r.accelerate or {}), m["tokens"], m["steps"], m["steady_tokens_per_s"], "steady", source,
+               shape.dataset, label(row), host, row["format"])
+
+
+def _format_scale_runs() -> list[Run]:
+    """bench/gpu/format_scale.py on the H100 VM: fA/fB in four expert formats side by side and three full fine-tunes."""
     runs = []
     for fname in FORMAT_SCALE:
         for row in json.loads((RESULTS / "format-scale" / fname).read_text())["runs"]:
-            m = row.get("measured") or {}
-            if m.get("rc") != 0 or not m.get("steady_tokens_per_s"):
-                continue
-            shape = Shape(**row["shape_spec"])
-            sets = [*shape.sets(), f"train.dataset={shape.dataset}", f"train.max_steps={m['steps']}",
-                    "train.logging_steps=1", "train.save_steps=1000", "train.include_num_input_tokens_seen=non_padding"]
-            r = load_recipe(ROOT / row["recipe"], sets)
-            arch = parse_model_config(shape.config_dict(), shape.name)
-            runs.append(Run(f"{shape.name}-{row['format']}", arch, dict(r.train), dict(r.accelerate or {}),
-                            m["tokens"], m["steps"], m["steady_tokens_per_s"], "steady",
-                            f"bench/results/format-scale/{fname}", shape.dataset, shape.name, H100_VM, row["format"]))
+            run = _campaign_run(row, f"bench/results/format-scale/{fname}", H100_VM,
+                                name=lambda x: f"{x['shape_spec']['name']}-{x['format']}",
+                                label=lambda x: x["shape_spec"]["name"])
+            if run:
+                runs.append(run)
     return runs
 
 
@@ -268,25 +277,15 @@ def _host_of(machine: str) -> str:
 
 
 def _time_scale_runs() -> list[Run]:
-    """bench/gpu/time_scale.py: one axis of a base shape at a time, 16 steps, steady over the steps after warm-up."""
-    from bench.gpu.weight_scale import Shape
-    from ktdeploy.core.recipe import load_recipe
+    """bench/gpu/time_scale.py: one axis of a base shape at a time, 14-16 steps, steady over the steps after warm-up."""
     runs = []
     for path in sorted(TIME_SCALE.glob("call*.json")):
         d = json.loads(path.read_text())
-        host = _host_of(d.get("machine", ""))
         for row in d["runs"]:
-            m = row.get("measured") or {}
-            if m.get("rc") != 0 or not m.get("steady_tokens_per_s"):
-                continue
-            shape = Shape(**row["shape_spec"])
-            sets = [*shape.sets(), *row.get("sets", []), f"train.dataset={shape.dataset}",
-                    f"train.max_steps={m['steps']}", "train.logging_steps=1", "train.save_steps=1000",
-                    "train.include_num_input_tokens_seen=non_padding"]
-            r = load_recipe(ROOT / row["recipe"], sets)
-            runs.append(Run(f"ts-{row['run']}", parse_model_config(shape.config_dict(), shape.name), dict(r.train),
-                            dict(r.accelerate or {}), m["tokens"], m["steps"], m["steady_tokens_per_s"], "steady",
-                            str(path.relative_to(ROOT)), shape.dataset, f"ts-{row['run']}", host, row["format"]))
+            run = _campaign_run(row, str(path.relative_to(ROOT)), _host_of(d.get("machine", "")),
+                                name=lambda x: f"ts-{x['run']}", label=lambda x: f"ts-{x['run']}")
+            if run:
+                runs.append(run)
     return runs
 
 
