@@ -24,6 +24,7 @@ import argparse
 import functools
 import itertools
 import json
+import math
 import random
 import re
 import statistics
@@ -52,16 +53,24 @@ from ktdeploy.core.sizing.throughput import (  # noqa: E402
 )
 
 RESULTS = ROOT / "bench/results"
-REFERENCE, H100_VM = "reference", "h100-vm"
+REFERENCE, H100_VM, TS_SPR, TS_EMR = "reference", "h100-vm", "ts-model-143", "ts-model-207"
 HOSTS = {REFERENCE: "the reference host: 16-vCPU AMX Xeon Firecracker VM, one H200 (bench/results/gpu*)",
-         H100_VM: "the H100 VM: 16-vCPU AMX Xeon VM (CPU model hidden), one H100 80GB, 2026-12-07 "
-                  "(bench/results/format-scale/, bench/results/formats/run-20261207/)"}
+         H100_VM: "the H100 VM: 16-vCPU AMX Xeon VM (CPU model not recorded), one H100 80GB, 2026-12-07 "
+                  "(bench/results/format-scale/, bench/results/formats/run-20261207/)",
+         TS_SPR: "an H100 VM whose 16 vCPUs are Intel family 6 model 143 (105 MiB L3), bench/results/time-scale/ "
+                 "call1-2",
+         TS_EMR: "an H100 VM whose 16 vCPUs are Intel family 6 model 207 (300 MiB L3), bench/results/time-scale/ "
+                 "call3-4: the designed campaign"}
 OUT = RESULTS / "throughput-calibration.md"
 # The fit sees eight weight-dominated setups, one per axis (filled and variable-length samples, LoRA rank 32, wide
 # experts, 32 layers, 160 experts, 4096-token sequences, full fine-tuning); every other setup is held out: the
 # other experts/top-k/rank/width/hidden/cutoff/vocab points and every tiny model (small, medium, large).
 FIT_SHAPES = {"w10-e80f", "vs-v152-f512", "w30-e160", "w20-l32", "w10-r32", "w10-wide", "w10-c4096",
               "vs-v152-full"}
+# The designed campaign (bench/gpu/time_scale.py, one machine): the fit sees the base shape and one change per axis
+# that the reference runs cannot separate (tokens per step, layers, experts, expert width, threads, full
+# fine-tuning); top-k, hidden size, cutoff, shape fA and the small model are held out.
+TIME_FIT = {"ts-base", "ts-b8", "ts-l16", "ts-e128", "ts-i1536", "ts-thr12", "ts-full"}
 
 
 @dataclass
@@ -84,7 +93,7 @@ class Run:
 
     @property
     def fit(self) -> bool:
-        return self.host == REFERENCE and self.shape in FIT_SHAPES
+        return (self.host == REFERENCE and self.shape in FIT_SHAPES) or (self.host == TS_EMR and self.shape in TIME_FIT)
 
 
 def _word_lengths(lo: int, hi: int, n: int = 400) -> list[int]:
@@ -272,8 +281,12 @@ def _formats_runs() -> list[Run]:
 TIME_SCALE = RESULTS / "time-scale"
 
 
-def _host_of(machine: str) -> str:
-    return H100_VM if "H100" in machine else REFERENCE
+def _host_of(campaign: dict[str, Any]) -> str:
+    """Each GPU call may get another VM: the CPU model lscpu printed tells the hosts apart (1.5x apart on one shape)."""
+    if "H100" not in campaign.get("machine", ""):
+        return REFERENCE
+    model = re.search(r"^Model:\s+(\d+)$", campaign.get("cpu", ""), re.M)
+    return {"143": TS_SPR, "207": TS_EMR}.get(model[1] if model else "", H100_VM)
 
 
 def _time_scale_runs() -> list[Run]:
@@ -282,7 +295,7 @@ def _time_scale_runs() -> list[Run]:
     for path in sorted(TIME_SCALE.glob("call*.json")):
         d = json.loads(path.read_text())
         for row in d["runs"]:
-            run = _campaign_run(row, str(path.relative_to(ROOT)), _host_of(d.get("machine", "")),
+            run = _campaign_run(row, str(path.relative_to(ROOT)), _host_of(d),
                                 name=lambda x: f"ts-{x['run']}", label=lambda x: f"ts-{x['run']}")
             if run:
                 runs.append(run)
@@ -294,7 +307,7 @@ def reference_runs() -> list[Run]:
 
 
 def h100_runs() -> list[Run]:
-    return _format_scale_runs() + _formats_runs() + [r for r in _time_scale_runs() if r.host == H100_VM]
+    return _format_scale_runs() + _formats_runs() + [r for r in _time_scale_runs() if r.host != REFERENCE]
 
 
 def all_runs() -> list[Run]:
@@ -320,7 +333,8 @@ def predict(r: Run, c: dict[str, Measured]) -> float:
 
 # ---- the fit ---------------------------------------------------------------------------------------------
 
-LINEAR = ("cpu_flop_s_per_core", "expert_dispatch_s", "layer_pass_s", "step_fixed_s", "expert_lora_s")
+LINEAR = ("cpu_flop_s_per_core", "expert_dispatch_s", "layer_pass_s", "step_fixed_s", "expert_lora_s",
+          "expert_token_s")
 
 
 def _features(r: Run, c: dict[str, Measured]) -> tuple[list[float], float]:
@@ -330,11 +344,11 @@ def _features(r: Run, c: dict[str, Measured]) -> tuple[list[float], float]:
     sh = step_shape(s, r.arch, REFERENCE_HOST, _workload(r), r.train, c)
     tp = throughput(s, r.arch, r.train, REFERENCE_HOST, _workload(r), c)
     fitted_names = {"routed experts (CPU GEMM)", "per-expert dispatch (CPU)", "MoE layer hand-offs",
-                    "fixed per micro-step", "per-expert LoRA work (CPU)"}
+                    "fixed per micro-step", "per-expert LoRA work (CPU)", "per routed token (CPU)"}
     other = sum(t.value for t in tp.terms if t.resource == "time" and t.name not in fitted_names)
     m, slow = sh.micro_steps, sh.slowdown
     return [m * slow * v for v in (sh.expert_flops / sh.eff_threads, sh.expert_dispatches, sh.layer_passes, 1.0,
-                                   sh.expert_lora_units)], other
+                                   sh.expert_lora_units, sh.routed_token_units / sh.eff_threads)], other
 
 
 def _measured_step(r: Run, c: dict[str, Measured]) -> float:
@@ -346,7 +360,7 @@ def _measured_step(r: Run, c: dict[str, Measured]) -> float:
 
 def _lstsq_nonneg(rows: list[list[float]], ys: list[float]) -> list[float]:
     """Non-negative least squares by enumeration: the best unconstrained solution over every subset of columns
-    whose coefficients are all non-negative (five columns: 31 subsets)."""
+    whose coefficients are all non-negative (six columns: 63 subsets)."""
     import numpy as np
     a, y = np.array(rows), np.array(ys)
     best, best_err = [0.0] * a.shape[1], float("inf")
@@ -397,22 +411,39 @@ def measured(g: list[Run]) -> float:
     return statistics.mean(r.measured for r in g)
 
 
+def campaign_factor(runs: list[Run], c: dict[str, Measured], host: str) -> float:
+    """The designed campaign's host against the reference: the geometric mean of measured / predicted step time over
+    its fit setups (1 for the reference). Fitted with the constants, so no held-out run of that host enters it."""
+    if host == REFERENCE:
+        return 1.0
+    logs = [math.log(statistics.mean(_measured_step(r, c) for r in g) * predict(g[0], c) /
+                     (g[0].window_tokens or g[0].tokens / g[0].steps)) for g in groups(runs) if g[0].fit and
+            g[0].host == host]
+    return math.exp(statistics.mean(logs)) if logs else 1.0
+
+
 def fit(runs: list[Run]) -> dict[str, Measured]:
-    """Least squares on relative step-time error over the FIT setups. Every fit setup ran kt_num_threads 14 on the
-    16-core VM, so the two thread constants are not refitted here: they stay those of the medium tiny model's
-    thread sweep (4-16 threads, shown in the table)."""
+    """Least squares on relative step-time error over the FIT setups of both fitted hosts, the campaign host's step
+    times divided by its factor against the reference (alternating: constants, then the factor, until both settle).
+    The two thread constants are not refitted here: they stay those of the medium tiny model's thread sweep (4-16
+    threads, shown in the table)."""
     c = dict(TIME_CONSTANTS)
     c["first_step_extra_s"] = Measured(round(first_step_extra(runs), 2), TIME_CONSTANTS["first_step_extra_s"].source)
-    rows, ys = [], []
-    for g in (g for g in groups(runs) if g[0].fit):
-        f, other = _features(g[0], c)
-        y = statistics.mean(_measured_step(r, c) for r in g) - other
-        rows.append([v / y for v in f])
-        ys.append(1.0)
-    coef = _lstsq_nonneg(rows, ys)
-    for name, v in zip(LINEAR, coef, strict=True):
-        value = (1.0 / v if v else 1e30) if name == "cpu_flop_s_per_core" else v
-        c[name] = Measured(float(f"{value:.3g}"), TIME_CONSTANTS[name].source)
+    factor = 1.0
+    for _ in range(60):
+        rows, ys = [], []
+        for g in (g for g in groups(runs) if g[0].fit):
+            f, other = _features(g[0], c)
+            y = statistics.mean(_measured_step(r, c) for r in g) / (factor if g[0].host == TS_EMR else 1.0) - other
+            rows.append([v / y for v in f])
+            ys.append(1.0)
+        coef = _lstsq_nonneg(rows, ys)
+        for name, v in zip(LINEAR, coef, strict=True):
+            value = (1.0 / v if v else 1e30) if name == "cpu_flop_s_per_core" else v
+            c[name] = Measured(value, TIME_CONSTANTS[name].source)
+        factor = campaign_factor(runs, c, TS_EMR)
+    for name in LINEAR:
+        c[name] = Measured(float(f"{c[name].value:.3g}"), c[name].source)
     return c
 
 
@@ -421,25 +452,36 @@ def fit(runs: list[Run]) -> dict[str, Measured]:
 @dataclass
 class Errors:
     fit_max: float
-    held_max: float                 # every held-out setup
-    held_wide: list[float]          # held-out setups of the calibrated class (>= TINY_EXPERT_PARAMS expert params)
-    held_tiny: list[float]
+    held_filled: list[float]        # held-out setups on filled samples (every batch cutoff x batch tokens)
+    held_var: list[float]           # held-out setups on variable-length samples (the padding model decides)
+    held_tiny: list[float]          # of those, the ones under TINY_EXPERT_PARAMS routed expert params
+    held_var_wide: list[float]      # variable-length, at or above TINY_EXPERT_PARAMS
 
 
-def table(runs: list[Run], c: dict[str, Measured]) -> tuple[str, Errors]:
+def is_filled(r: Run) -> bool:
+    return r.dataset.startswith("ws_fill")
+
+
+def table(runs: list[Run], c: dict[str, Measured], factor: float = 1.0) -> tuple[str, Errors]:
+    """Measured vs predicted per setup; ``factor``: the host's fitted step-time factor against the reference."""
     lines = ["| setup (runs averaged) | set | measured as | fine-tuning | hidden x layers, experts top-k, I (vocab) | "
              "cutoff x batch, dataset | kt threads | tokens/s measured (runs) | predicted | error |",
              "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |"]
-    held, fitted, wide, tiny = [], [], [], []
+    fitted, filled, var, tiny, var_wide = [], [], [], [], []
     for g in groups(runs):
         r = g[0]
         s = setup_from(r.train, r.accelerate)
-        p = predict(r, c)
+        p = predict(r, c) / factor
         m = measured(g)
         err = p / m - 1
-        (fitted if r.fit else held).append(abs(err))
-        if not r.fit:
-            (tiny if r.arch.routed_expert_params < TINY_EXPERT_PARAMS else wide).append(abs(err))
+        if r.fit:
+            fitted.append(abs(err))
+        else:
+            (filled if is_filled(r) else var).append(abs(err))
+            if r.arch.routed_expert_params < TINY_EXPERT_PARAMS:
+                tiny.append(abs(err))
+            elif not is_filled(r):
+                var_wide.append(abs(err))
         a = r.arch
         threads = (r.train.get("kt_config") or {}).get("kt_num_threads")
         each = ", ".join(f"{x.measured:.0f}" for x in g)
@@ -447,7 +489,7 @@ def table(runs: list[Run], c: dict[str, Measured]) -> tuple[str, Errors]:
                      f"{s.finetuning} r{s.lora_rank} | {a.hidden_size} x {a.num_layers}, {a.num_experts} "
                      f"top-{a.experts_per_tok}, {a.moe_intermediate_size} ({a.vocab_size}) | {s.cutoff_len} x "
                      f"{s.batch}, {r.dataset} | {threads} | {m:.1f} ({each}) | {p:.1f} | {err * 100:+.1f} % |")
-    return "\n".join(lines), Errors(max(fitted), max(held), wide, tiny)
+    return "\n".join(lines), Errors(max(fitted), filled, var, tiny, var_wide)
 
 
 # ---- the expert formats: side by side on the H100 VM ------------------------------------------------------
@@ -506,55 +548,54 @@ def formats_section(runs: list[Run], c: dict[str, Measured]) -> tuple[str, float
     return "\n".join(lines), max(held)
 
 
-# ---- the second host: what `ktdeploy tune`'s one measurement does for the others ------------------------------
+# ---- the other machines: what `ktdeploy tune`'s one measurement does for the others ---------------------------
 
-HOST_ANCHOR = "fA-bf16"    # the run whose measured / predicted stands for `tune`'s figure on the H100 VM
+def machine_of(r: Run) -> str:
+    """The GPU call (a fresh VM each, unless the next call found it warm) a run of another host came from."""
+    return r.host if r.host in (TS_SPR, TS_EMR) else r.source
+
+
+def anchor_of(group: list[Run]) -> Run | None:
+    """The machine's bf16 LoRA run on the widest shape: what `tune` would have measured there."""
+    lora = [r for r in group if r.fmt == "bf16" and setup_from(r.train, r.accelerate).finetuning == "lora"]
+    return max(lora, key=lambda r: r.arch.routed_expert_params) if lora else None
 
 
 def host_scaled(runs: list[Run], c: dict[str, Measured], anchor: str) -> dict[str, float]:
-    """Predicted tokens/s of every H100-VM run scaled by measured / predicted of the anchor run (what
+    """Predicted tokens/s of every run of the anchor's machine scaled by the anchor's measured / predicted (what
     `ktdeploy plan --tuned` does with tune's figure for another recipe)."""
-    h = {r.name: r for r in runs if r.host == H100_VM}
-    f = h[anchor].measured / predict(h[anchor], c)
-    return {n: predict(r, c) * f for n, r in h.items()}
+    a = next(r for r in runs if r.name == anchor and r.host != REFERENCE)
+    f = a.measured / predict(a, c)
+    return {r.name: predict(r, c) * f for r in runs if r.host != REFERENCE and machine_of(r) == machine_of(a)}
 
 
-def host_section(runs: list[Run], c: dict[str, Measured]) -> tuple[str, str, float]:
-    h = [r for r in runs if r.host == H100_VM]
-    scaled = host_scaled(runs, c, HOST_ANCHOR)
-    anchor = next(r for r in h if r.name == HOST_ANCHOR)
-    factor = anchor.measured / predict(anchor, c)
-    lines = ["| run | experts | fine-tuning | hidden x layers, experts top-k, I (vocab) | measured steady (median "
-             "step) | model, reference host | error | x host factor | error | error vs median step |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    held = []
-    for r in h:
-        s = setup_from(r.train, r.accelerate)
-        p, q = predict(r, c), scaled[r.name]
-        if r.name != HOST_ANCHOR:
-            held.append(abs(q / r.measured - 1))
-        a = r.arch
-        med = _median_of(r)
-        lines.append(f"| {r.name}{' (anchor)' if r.name == HOST_ANCHOR else ''} | {s.expert_format} | "
-                     f"{s.finetuning} | {a.hidden_size} x {a.num_layers}, {a.num_experts} top-{a.experts_per_tok}, "
-                     f"{a.moe_intermediate_size} ({a.vocab_size}) | {r.measured:.1f}"
-                     f"{f' ({med:.0f})' if med else ''} | {p:.1f} | {(p / r.measured - 1) * 100:+.1f} % | "
-                     f"{q:.1f} | {(q / r.measured - 1) * 100:+.1f} % | "
-                     f"{f'{(q / med - 1) * 100:+.1f} %' if med else '–'} |")
-    anchors = ["| anchor (tune's run) | host factor | worst held-out error | its run | worst without the tiny runs | "
-               "worst, fA/fB LoRA only | worst vs median step |",
-               "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
-    for a in h:
-        sc = host_scaled(runs, c, a.name)
-        errs = {r.name: sc[r.name] / r.measured - 1 for r in h if r.name != a.name}
-        worst = max(errs, key=lambda n: abs(errs[n]))
-        big = [abs(e) for n, e in errs.items() if not n.startswith("tiny-")]
-        lora = [abs(e) for n, e in errs.items() if n[:3] in ("fA-", "fB-")]
-        med = [abs(sc[r.name] / m - 1) for r in h if r.name != a.name and (m := _median_of(r))]
-        anchors.append(f"| {a.name} | {a.measured / predict(a, c):.2f} | {errs[worst] * 100:+.1f} % | {worst} | "
-                       f"{max(big) * 100:.1f} % | {max(lora) * 100:.1f} % | {max(med) * 100:.1f} % |")
-    return ("\n".join(lines) + f"\n\nHost factor (anchor {HOST_ANCHOR}): {factor:.3f}.", "\n".join(anchors),
-            max(held))
+def host_section(runs: list[Run], c: dict[str, Measured]) -> tuple[str, list[float], list[float]]:
+    """Every run of the other machines (not the designed campaign's), each scaled by its own machine's anchor."""
+    lines = ["| machine | run | experts | fine-tuning | hidden x layers, experts top-k, I (vocab) | measured steady "
+             "(median step) | model, reference host | error | x the machine's factor | error | error vs median step |",
+             "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lora, full = [], []
+    machines: dict[str, list[Run]] = {}
+    for r in runs:
+        if r.host not in (REFERENCE, TS_EMR):
+            machines.setdefault(machine_of(r), []).append(r)
+    for m, group in machines.items():
+        anchor = anchor_of(group)
+        scaled = host_scaled(runs, c, anchor.name) if anchor else {}
+        for r in group:
+            s = setup_from(r.train, r.accelerate)
+            p, q, med = predict(r, c), scaled.get(r.name), _median_of(r)
+            if q and r is not anchor:
+                (full if s.finetuning == "full" else lora).append(abs(q / r.measured - 1))
+            a = r.arch
+            lines.append(
+                f"| {m.removeprefix('bench/results/')} | {r.name}{' (anchor)' if r is anchor else ''} | "
+                f"{s.expert_format} | {s.finetuning} | {a.hidden_size} x {a.num_layers}, {a.num_experts} "
+                f"top-{a.experts_per_tok}, {a.moe_intermediate_size} ({a.vocab_size}) | {r.measured:.1f}"
+                f"{f' ({med:.0f})' if med else ''} | {p:.1f} | {(p / r.measured - 1) * 100:+.1f} % | "
+                + (f"{q:.1f} | {(q / r.measured - 1) * 100:+.1f} % | " if q else "no bf16 LoRA run there | – | ")
+                + (f"{(q / med - 1) * 100:+.1f} % |" if q and med else "– |"))
+    return "\n".join(lines), lora, full
 
 
 def _median_of(r: Run) -> float | None:
@@ -574,56 +615,73 @@ def _median_of(r: Run) -> float | None:
     return None
 
 
+def _worst(xs: list[float]) -> str:
+    return f"{max(xs) * 100:.1f} %" if xs else "–"
+
+
 def render(runs: list[Run], c: dict[str, Measured]) -> str:
-    ref = [r for r in runs if r.host == REFERENCE]
-    body, e = table(ref, c)
-    within = sum(x <= 0.15 for x in e.held_wide)
+    ref_body, e = table([r for r in runs if r.host == REFERENCE], c)
+    factor = campaign_factor(runs, c, TS_EMR)
+    ts_body, t = table([r for r in runs if r.host == TS_EMR], c, factor)
+    filled = e.held_filled + t.held_filled
+    within = sum(x <= 0.15 for x in filled)
     formats, fmt_held = formats_section(runs, c)
-    host, anchors, host_held = host_section(runs, c)
+    host, host_lora, host_full = host_section(runs, c)
     consts = "\n".join(f"| `{k}` | {v.value:.4g} | {v.source} |" for k, v in c.items())
     fconsts = "\n".join(f"| `{k}` | {v.value:.4g} | {v.source} |" for k, v in FORMAT_SPEED.items())
     fitted = format_fit(runs, c)
     refit = ", ".join(f"{k} {v:.3g}" for k, v in fitted.items())
-    return f"""# Throughput calibration: the planner's time model vs measured runs on two hosts
+    hosts = "; ".join(f"*{k}*, {v}" for k, v in HOSTS.items())
+    return f"""# Throughput calibration: the planner's time model vs measured runs
 
 Generated by `python bench/throughput_calibration.py` from committed measurements only (no GPU run here).
-Hosts: *reference*, {HOSTS[REFERENCE]}; *H100 VM*, {HOSTS[H100_VM]}. Both: kt-kernel 0.7.2, torch 2.11. Models:
-random tiny Qwen3-MoE (`ktdeploy tiny-model`, `bench/gpu/weight_scale.py`, `bench/gpu/vocab_scale.py`,
-`bench/gpu/format_scale.py`), AMX backend, one GPU. The constants are fitted on the reference host only; the
-H100 VM's runs are all held out from them (the format factors are fitted on its shape fA, see below).
+Hosts: {hosts}. All: kt-kernel 0.7.2, torch 2.11, one GPU, AMX backend. Models: random Qwen3-MoE
+(`ktdeploy tiny-model`, `bench/gpu/weight_scale.py`, `bench/gpu/vocab_scale.py`, `bench/gpu/format_scale.py`,
+`bench/gpu/time_scale.py`).
 
 *steady*: tokens/s from the end of the first step to the last (the GPU scripts' `steady_tokens_per_s`; for the
-weight_scale and vocab_scale runs, from the per-step `train_runtime` of their committed trainer logs: 6 steps, or 3
-for vocab_scale, so 4 or 1 step intervals). Tokens are non-padding tokens (LlamaFactory's
-`include_num_input_tokens_seen: non_padding`); the model computes on padded tokens (the tiny datasets' padded/real
-ratio is derived from their generator, `padded_ratio` in the script). Repeats of one setup are averaged: the medium
-model at 14 threads measured 619-823 tokens/s over five runs (±14 % around their mean), which bounds what any model
-can reach on this VM. The fit (`--fit`, least squares on relative step time) sees only the setups marked *fit*:
-eight weight-dominated setups of one campaign (2026-12-04), one per axis. The tiny models (small, medium, large:
-0.03-2.7 G expert params, measured on 2026-12-02) are all held out; the two thread constants are those of the
-medium model's thread sweep (every fit setup ran 14 threads).
+weight_scale and vocab_scale runs, from the per-step `train_runtime` of their committed trainer logs). Tokens are
+non-padding tokens (LlamaFactory's `include_num_input_tokens_seen: non_padding`); the model computes on padded
+tokens (the tiny datasets' padded/real ratio is derived from their generator, `padded_ratio` in the script).
+*Filled* datasets (`ws_fill_*`) truncate every sample to the cutoff, so a batch is cutoff x batch tokens; the
+variable-length ones (`tiny_sft`, `tiny_sft_long`) are padded to each batch's longest sample.
 
-**Reference host: worst error on the fitted setups {e.fit_max * 100:.1f} %. Held out, weight-dominated (>= 1 G expert
-params, the class the planner is for): {within} of {len(e.held_wide)} within 15 %, worst {max(e.held_wide) * 100:.1f} %;
-the tiny models: worst {max(e.held_tiny) * 100:.1f} %.
-Expert formats (ratio to bf16 measured side by side, H100 VM): worst held-out error {fmt_held * 100:.1f} %.
-H100 VM with one run's host factor (`tune`'s figure, anchor {HOST_ANCHOR}): worst held-out error
-{host_held * 100:.1f} %** (the goal: within 15 % of measured steady tokens/s; not met, see docs/throughput.md).
+Every GPU call may land on another VM of the same kind, and they differ: the designed campaign's base shape ran at
+2820 tokens/s on a model-143 CPU and at 1905 on a model-207 one (bench/results/time-scale/). So the fit
+(`--fit`, least squares on relative step time) is joint over two hosts with one free step-time factor for the
+second: eight setups of the reference host (weight-dominated, one per axis, 2026-12-04) and seven of the designed
+campaign (its base shape and one change per axis: tokens per step, layers, experts, expert width, threads, full
+fine-tuning); every other setup is held out. The two thread constants are those of the medium tiny model's thread
+sweep. Repeats of one setup are averaged (the medium model at 14 threads measured 619-823 tokens/s over five runs,
+±14 % around their mean: what one host's runs scatter).
+
+**Worst error on the fitted setups: reference {e.fit_max * 100:.1f} %, campaign {t.fit_max * 100:.1f} % (its fitted
+factor {factor:.3f}). Held out on filled samples: {within} of {len(filled)} within 15 %, worst {_worst(filled)}.
+Held out on variable-length samples: worst {_worst(e.held_var_wide + t.held_var_wide)} at 1 G routed expert params or
+more, {_worst(e.held_var + t.held_var)} over all (the tiny models, under 1 G: worst {_worst(e.held_tiny + t.held_tiny)}).
+Expert formats (ratio to bf16 measured side by side): worst held-out error {fmt_held * 100:.1f} %.
+Other machines with their own bf16 LoRA run as `tune`'s figure: LoRA worst {_worst(host_lora)}, full fine-tuning
+worst {_worst(host_full)}.**
 
 ## Reference host
 
-{body}
+{ref_body}
+
+## The designed campaign (bench/gpu/time_scale.py, one model-207 H100 VM)
+
+Predicted = the model's tokens/s / the campaign's fitted factor {factor:.3f}.
+
+{ts_body}
 
 ## Expert formats
 
 `bench/gpu/format_scale.py` trained two weight-dominated shapes (fA: 2048 x 12, 64 experts top-8, I 768; fB: 1536 x
 10, 96 top-6, I 1024; every batch 4 x 512 tokens) with their experts held as bf16, native block FP8, INT8 and
-AMXINT4, one after another in one call on the H100 VM; `bench/gpu/formats.py` did the same for the six tiny setups
-(the small model, 10 steps; its expert GEMM is ~1 % of the step, so those ratios are noise around 1, and bf16's
-steady rate there is itself 18 % below the reference host's). The factors in `FORMAT_SPEED` are fitted on fA
-(`format_fit`: the factor that makes the model's format/bf16 ratio the measured one; it gives {refit}); fB and the
-tiny runs are held out. The ratio is what a format changes wherever the host's factor is; the absolute rates are
-in the next section.
+AMXINT4, one after another in one call on an H100 VM; `bench/gpu/formats.py` did the same for the six tiny setups
+(the small model, 10 steps; its expert GEMM is ~1 % of the step, so those ratios are noise around 1). The factors
+in `FORMAT_SPEED` are fitted on fA (`format_fit`: the factor that makes the model's format/bf16 ratio the measured
+one; it gives {refit}); fB and the tiny runs are held out. The ratio is what a format changes wherever the host's
+factor is.
 
 {formats}
 
@@ -631,21 +689,16 @@ in the next section.
 | --- | ---: | --- |
 {fconsts}
 
-## Second host: the H100 VM
+## Other machines: one run's factor, as `ktdeploy tune` gives it
 
-Every run of `bench/results/format-scale/`, `bench/results/formats/run-20261207/` and `bench/results/time-scale/`
-(`bench/gpu/time_scale.py`: the base shape 1024 x 8, 64 experts top-8, I 512, then twice the tokens per step, twice
-the layers, and the small model; 14 steps each, all held out) against the model with the reference host's constants, then scaled by one run's measured / predicted (what `ktdeploy plan --tuned` does with
-`ktdeploy tune`'s figure for another recipe). The median step rate (in brackets) is the median of the per-step
-intervals: one stalled interval moves it far less than the steady rate. In the three full fine-tunes the steady
-rate is half the median one (four intervals: three at the median, one 4-9 s longer), so most of their gap to the
-model is one stall inside the 4-step window rather than a per-step cost.
+Every run of the other GPU calls against the model with the reference host's constants, then scaled by the
+measured / predicted of the call's own bf16 LoRA run (what `ktdeploy plan --tuned` does with `ktdeploy tune`'s
+figure for another recipe). The median step rate (in brackets) is the median of the per-step intervals: one
+stalled interval moves it far less than the steady rate. In the full fine-tunes of bench/results/format-scale/
+the steady rate is half the median one (four intervals: three at the median, one 4-9 s longer), so most of
+their gap to the model is one stall inside a 4-step window rather than a per-step cost.
 
 {host}
-
-The same with each run as the anchor in turn (the worst error over the others):
-
-{anchors}
 
 ## Constants
 

@@ -5,7 +5,7 @@ a single stalled step shows in the kept arrival times instead of deciding the fi
 
 Every run is `ktdeploy train` on a random Qwen3-MoE (bench/gpu/weight_scale.py build) with the shipped tiny recipe
 (LoRA: tiny-moe-lora.yaml, full: tiny-moe-full.yaml) and a filled dataset (every batch is cutoff x batch tokens), so
-the tokens the model computes are the tokens counted. Which runs the fit sees is decided by the calibration script
+the tokens the model computes are the tokens counted; the var* runs use variable-length samples instead. Which runs the fit sees is decided by the calibration script
 (bench/throughput_calibration.py), not here.
 
 On the GPU machine, from a clean checkout plus the carried wheels (bench/gpu/fetch_wheels.py):
@@ -62,6 +62,11 @@ RUNS: dict[str, TimeRun] = {r.name: r for r in (
     TimeRun("full", replace(BASE, name="t-full", lora_rank=0), "full"),
     TimeRun("full-i1536", _v("t-full-i1536", moe_intermediate_size=1536, lora_rank=0), "full"),
     TimeRun("fA", Shape("fA", 2048, 12, 64, 8, 768, fill=True)),          # format_scale's weight-dominated shape
+    # variable-length samples (tiny_sft_long, ~260 real tokens a sample, batches padded to their longest): what the
+    # padding model and any per-step cost of changing sequence lengths miss, side by side with `base` on one machine
+    TimeRun("var", _v("t-var", fill=False)),
+    TimeRun("var-k4", _v("t-var-k4", num_experts_per_tok=4, fill=False)),
+    TimeRun("var-b8", _v("t-var-b8", batch=8, fill=False)),
     TimeRun("small", _v("t-small", hidden_size=512, num_hidden_layers=4, num_experts=16, num_experts_per_tok=4,
                         moe_intermediate_size=256, num_attention_heads=8, num_key_value_heads=2, head_dim=64)),
 )}

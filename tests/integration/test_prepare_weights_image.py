@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -109,24 +110,41 @@ def test_conversion_passes_kt_kernels_own_checks(image, work, models, fmt, src, 
     assert again["verify"]["already_prepared"] and again["kept_layers"] == 4
 
 
+def _journaled_layers(stage: Path) -> dict:
+    try:     # the journal is replaced atomically; before its first write there is none
+        return json.loads((stage / ".ktdeploy-weights-journal.json").read_text())["layers"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
 def test_an_interrupted_conversion_resumes_with_only_verified_layers(image, work, models):
     out = work / "resumed-INT8"
     name = f"ktd-prep-kill-{uuid.uuid4().hex[:6]}"
-    proc = subprocess.Popen(["docker", "run", "--rm", "--network", "none", "--name", name, "--user", f"{os.getuid()}:{os.getgid()}", "-v", f"{REPO}:/src:ro",
-                             "-v", f"{work}:{work}", "-e", "PYTHONPATH=/src", "-w", "/src", "--entrypoint", "python3",
-                             image, "-m", "ktdeploy", "prepare-weights", str(models["bf16"]), "--format", "int8",
-                             "-o", str(out), "--threads", "1", "--no-verify"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = work / f"{name}.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(["docker", "run", "--rm", "--network", "none", "--name", name, "--user",
+                                 f"{os.getuid()}:{os.getgid()}", "-v", f"{REPO}:/src:ro", "-v", f"{work}:{work}",
+                                 "-e", "PYTHONPATH=/src", "-w", "/src", "--entrypoint", "python3", image, "-m",
+                                 "ktdeploy", "prepare-weights", str(models["bf16"]), "--format", "int8", "-o", str(out),
+                                 "--threads", "1", "--no-verify"], stdout=sink, stderr=subprocess.STDOUT)
     stage = work / f".{out.name}.ktdeploy-weights"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (stage / "_layer_1").exists():
-        time.sleep(0.2)
+    # SIGKILL straight to the converter (the container's first process, our uid) the moment a layer is journaled:
+    # `docker kill` goes through the daemon, and in its latency the tiny model's last layers could finish and publish
+    pid, deadline = 0, time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if not pid:
+            q = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", name], capture_output=True, text=True)
+            pid = int(q.stdout.strip() or 0) if q.returncode == 0 else 0
+        if pid and _journaled_layers(stage):
+            os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
     subprocess.run(["docker", "kill", name], capture_output=True, timeout=60)
     proc.wait(60)
-    assert stage.is_dir() and not out.exists(), "nothing is published by an interrupted run"
-    journal = json.loads((stage / ".ktdeploy-weights-journal.json").read_text())
-    kept = sorted(journal["layers"])
-    assert kept, "the kill came after at least one journaled layer"
+    said = log.read_text(errors="replace")[-3000:]
+    assert stage.is_dir() and not out.exists(), f"nothing is published by an interrupted run:\n{said}"
+    kept = sorted(_journaled_layers(stage))
+    assert kept, f"the kill came after at least one journaled layer:\n{said}"
     first = kept[0]
     victim = sorted((stage / f"_layer_{first}" / "_numa_0").iterdir())[0]
     victim.write_bytes(b"\0" * victim.stat().st_size)      # same size, other bytes: only the hash tells

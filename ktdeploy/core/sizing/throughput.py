@@ -41,12 +41,15 @@ _FIT = f"fitted on the GPU machine's committed runs ({CALIBRATION}; bench/throug
 
 TIME_CONSTANTS: dict[str, Measured] = {
     # ---- fitted (16-vCPU AMX Xeon VM, kt-kernel 0.7.2, H200; steady rates; see the calibration table) ----
-    "cpu_flop_s_per_core": Measured(2.17e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
-    "expert_dispatch_s": Measured(9.14e-05, "seconds per touched expert per MoE layer pass, " + _FIT),
-    "expert_lora_s": Measured(3.76e-09, "seconds per touched expert per MoE layer pass per unit of LoRA rank x "
+    "cpu_flop_s_per_core": Measured(4.73e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
+    "expert_dispatch_s": Measured(1.34e-05, "seconds per touched expert per MoE layer pass, " + _FIT),
+    "expert_lora_s": Measured(3.5e-09, "seconds per touched expert per MoE layer pass per unit of LoRA rank x "
                                        "(H + I) (the expert's LoRA A/B weights, their grads and buffers), " + _FIT),
-    "layer_pass_s": Measured(0.00283, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
-    "step_fixed_s": Measured(0.419, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
+    "expert_token_s": Measured(1.07e-08, "seconds per routed token per MoE layer pass per unit of (H + I), over "
+                                        "kt-kernel's threads (the token's gather, scatter and activation traffic "
+                                        "around the GEMM, which do not scale with its FLOPs), " + _FIT),
+    "layer_pass_s": Measured(0.00759, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
+    "step_fixed_s": Measured(0.152, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
     "threads_reserved": Measured(2.0, "cores kt-kernel's threads should leave to the trainer's own threads, fitted "
                                       "on the medium tiny model's thread sweep (4-16 threads; " + CALIBRATION + ")"),
     "oversubscription": Measured(0.15, "growth of the CPU-side time per kt thread beyond (cores - threads_reserved),"
@@ -83,9 +86,9 @@ _FMT = ("measured side by side on the H100 VM (fit on shape fA, bench/results/fo
         f"{CALIBRATION}, \"Expert formats\")")
 FORMAT_SPEED: dict[str, Measured] = {
     "bf16": Measured(1.0, "the reference (bf16 AMX tiles)"),
-    "fp8": Measured(0.0947, "native FP8: AVX512 FP8->bf16 decode GEMM, " + _FMT),
-    "int8": Measured(0.944, "INT8 (AMX int8 tiles, bf16 activations), " + _FMT),
-    "int4": Measured(0.761, "AMXINT4 (kt-kernel converted tree), " + _FMT),
+    "fp8": Measured(0.046, "native FP8: AVX512 FP8->bf16 decode GEMM, " + _FMT),
+    "int8": Measured(0.885, "INT8 (AMX int8 tiles, bf16 activations), " + _FMT),
+    "int4": Measured(0.595, "AMXINT4 (kt-kernel converted tree), " + _FMT),
 }
 AVX512_SPEED, AVX2_SPEED = 1.0 / 16, 1.0 / 32
 
@@ -103,11 +106,12 @@ def build_speed(build: str) -> float:
     return 1.0 if name == V.AMX else AVX2_SPEED if name == V.AVX2 else AVX512_SPEED
 
 # Error bands (fraction of tokens/s): the held-out error of the calibration, widened where the model extrapolates.
-BAND_CALIBRATED = 0.30      # bf16, the calibrated host class (held-out max of the weight-dominated runs, CALIBRATION)
-BAND_FORMAT = 0.35          # fp8/int8/int4: their rate ratio to bf16 measured on one shape of another host
-BAND_OTHER_HOST = 0.40      # a host whose per-core rate is assumed equal to the GPU machine's
-BAND_TINY = 0.60            # under TINY_EXPERT_PARAMS routed expert params: the tiny models, held out up to 59 %
-TINY_EXPERT_PARAMS = 1e9    # (2 GB of bf16 experts; every calibration fit setup has more)
+BAND_CALIBRATED = 0.20      # bf16, samples that fill cutoff_len, the GPU machine: held out up to 16.6 % (CALIBRATION)
+BAND_FORMAT = 0.35          # fp8/int8/int4: their rate ratio to bf16 measured on one shape of one VM, held out to 11.5 %
+BAND_VARIABLE = 0.35        # samples shorter than cutoff_len, unpacked: held out up to 34.3 % (the padding, CALIBRATION)
+BAND_OTHER_HOST = 0.40      # any host but the GPU machine: two VMs of that one kind ran one shape 1.48x apart
+BAND_TINY = 0.80            # variable-length samples on a model under TINY_EXPERT_PARAMS routed expert params: +76 %
+TINY_EXPERT_PARAMS = 1e9    # (2 GB of bf16 experts)
 BAND_TUNED = 0.10           # after `ktdeploy tune` measured this host (tune's own repeat spread)
 
 
@@ -179,6 +183,7 @@ class StepShape:
     expert_flops: float            # CPU, per micro-step, all passes
     expert_dispatches: float       # touched experts x MoE layer passes, per micro-step
     expert_lora_units: float       # expert_dispatches x LoRA rank x (H + I): per-expert LoRA weight work
+    routed_token_units: float      # padded tokens x top-k x MoE layer passes x (H + I): per routed token, not FLOPs
     layer_passes: int              # MoE layer passes per micro-step
     gpu_flops: float               # per micro-step per GPU
     shared_flops: float            # the shared experts' part of gpu_flops
@@ -223,6 +228,7 @@ def step_shape(s: Setup, arch: MoEArchitecture, host: HostCPU, work: Workload, t
     flops = arch.moe_layers * pad_t * per_tok * gemm_passes
     touched = arch.num_experts * (1.0 - (1.0 - k / arch.num_experts) ** pad_t) if arch.num_experts else 0.0
     dispatches = arch.moe_layers * touched * layer_passes
+    routed_units = pad_t * k * arch.moe_layers * layer_passes * (h + i)
     # GPU: 2 FLOPs per weight per token forward, 2x that backward, + recompute; causal attention scores ~ 2·T·H per
     # token per layer (QK and PV, half masked)
     gpu_passes = 3 + (1 if s.gradient_checkpointing else 0)
@@ -239,7 +245,7 @@ def step_shape(s: Setup, arch: MoEArchitecture, host: HostCPU, work: Workload, t
     trainable_gpu = (arch.non_expert_params if s.finetuning == "full" else lora_gpu)
     micro = max(1, as_int(train.get("gradient_accumulation_steps"), 1) or 1)
     eff, slow = effective_threads(threads, host, c)
-    return StepShape(micro, real_t, pad_t, flops, dispatches, dispatches * rank * (h + i),
+    return StepShape(micro, real_t, pad_t, flops, dispatches, dispatches * rank * (h + i), routed_units,
                      arch.moe_layers * layer_passes, gpu_flops, shared_flops, trainable_cpu, trainable_gpu, threads,
                      eff, slow)
 
@@ -271,6 +277,9 @@ def step_terms(sh: StepShape, s: Setup, host: HostCPU, c: Mapping[str, Measured]
               f"({c['cpu_flop_s_per_core'].value:.3g} FLOP/s per thread [{c['cpu_flop_s_per_core'].source}] x "
               f"format/build {fmt_speed:.3g} [{fmt.source}] x {sh.eff_threads:.0f} of {sh.threads} threads on "
               f"{host.cores} cores){over}"),
+        _secs("per routed token (CPU)", m * sh.routed_token_units / sh.eff_threads * c["expert_token_s"].value * slow,
+              f"{m} x {sh.routed_token_units:.3g} (padded tokens x top-k x MoE layer passes x (H + I)) x "
+              f"{c['expert_token_s'].value:.3g} s [{c['expert_token_s'].source}] / {sh.eff_threads:.0f} threads{over}"),
         _secs("per-expert dispatch (CPU)", m * sh.expert_dispatches * c["expert_dispatch_s"].value * slow,
               f"{m} x {sh.expert_dispatches:.0f} touched experts x layer passes x "
               f"{c['expert_dispatch_s'].value:.3g} s [{c['expert_dispatch_s'].source}]{over}"),
@@ -313,13 +322,14 @@ def save_seconds(s: Setup, sh: StepShape, arch: MoEArchitecture, c: Mapping[str,
     return params * per_param / c["save_bytes_s"].value
 
 
-def band_for(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool) -> float:
+def band_for(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, variable: bool = False) -> float:
+    """The widest band whose condition holds; ``variable``: samples shorter than cutoff_len, unpacked."""
     if tuned:
         return BAND_TUNED
     band = BAND_CALIBRATED if s.expert_format == "bf16" else BAND_FORMAT
-    if arch.routed_expert_params < TINY_EXPERT_PARAMS:
-        band = max(band, BAND_TINY)
-    if V.canonical(host.build) != V.AMX or host is not REFERENCE_HOST and host.cores != REFERENCE_HOST.cores:
+    if variable:
+        band = max(band, BAND_TINY if arch.routed_expert_params < TINY_EXPERT_PARAMS else BAND_VARIABLE)
+    if V.canonical(host.build) != V.AMX or host != REFERENCE_HOST:
         band = max(band, BAND_OTHER_HOST)
     return band
 
@@ -361,8 +371,9 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
     if s.expert_format != "bf16":
         fmt = format_speed(s.expert_format)
         notes.append(f"the {s.expert_format} expert GEMM runs at {fmt.value:.3g} x bf16's rate, {fmt.source}")
-    return ThroughputPlan(tps, step, steps, wall, band_for(s, arch, host, measured_tokens_per_s is not None), terms,
-                          tokens, notes, measured_tokens_per_s, predicted)
+    variable = not s.packing and work.sample_tokens is not None and work.sample_tokens < s.cutoff_len
+    return ThroughputPlan(tps, step, steps, wall, band_for(s, arch, host, measured_tokens_per_s is not None, variable),
+                          terms, tokens, notes, measured_tokens_per_s, predicted)
 
 
 # ---- the host, from doctor's facts and tune's record (pure: parsed dicts in) ------------------------------
