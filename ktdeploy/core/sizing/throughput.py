@@ -322,16 +322,32 @@ def save_seconds(s: Setup, sh: StepShape, arch: MoEArchitecture, c: Mapping[str,
     return params * per_param / c["save_bytes_s"].value
 
 
-def band_for(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, variable: bool = False) -> float:
-    """The widest band whose condition holds; ``variable``: samples shorter than cutoff_len, unpacked."""
+def band_and_why(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, variable: bool = False
+                 ) -> tuple[float, str]:
+    """The widest band whose condition holds, and that condition; ``variable``: samples shorter than cutoff_len,
+    unpacked."""
     if tuned:
-        return BAND_TUNED
-    band = BAND_CALIBRATED if s.expert_format == "bf16" else BAND_FORMAT
-    if variable:
-        band = max(band, BAND_TINY if arch.routed_expert_params < TINY_EXPERT_PARAMS else BAND_VARIABLE)
+        return BAND_TUNED, (f"band ±{BAND_TUNED * 100:.0f} %: `ktdeploy tune` measured this host on this recipe "
+                            "(tune's own repeat spread)")
+    cands = [(BAND_CALIBRATED, "bf16 on the GPU machine, samples that fill cutoff_len: held out up to 16.6 %")
+             if s.expert_format == "bf16" else
+             (BAND_FORMAT, f"the {s.expert_format} experts' rate ratio to bf16 is measured on one shape (held out "
+                           "up to 11.5 %), on top of bf16's")]
+    if variable and arch.routed_expert_params < TINY_EXPERT_PARAMS:
+        cands.append((BAND_TINY, "samples shorter than cutoff_len on a model under 1 G routed expert params (held "
+                                 "out up to 76 %)"))
+    elif variable:
+        cands.append((BAND_VARIABLE, "samples shorter than cutoff_len, unpacked: the padding decides (held out up "
+                                     "to 34.3 %)"))
     if V.canonical(host.build) != V.AMX or host != REFERENCE_HOST:
-        band = max(band, BAND_OTHER_HOST)
-    return band
+        cands.append((BAND_OTHER_HOST, "a host other than the GPU machine the constants were fitted on (two VMs of "
+                                       "one kind ran one shape 1.48x apart); `ktdeploy tune` there narrows it"))
+    band, why = max(cands, key=lambda c: c[0])
+    return band, f"band ±{band * 100:.0f} %: {why} ({CALIBRATION})"
+
+
+def band_for(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, variable: bool = False) -> float:
+    return band_and_why(s, arch, host, tuned, variable)[0]
 
 
 def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: HostCPU = REFERENCE_HOST,
@@ -372,8 +388,9 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
         fmt = format_speed(s.expert_format)
         notes.append(f"the {s.expert_format} expert GEMM runs at {fmt.value:.3g} x bf16's rate, {fmt.source}")
     variable = not s.packing and work.sample_tokens is not None and work.sample_tokens < s.cutoff_len
-    return ThroughputPlan(tps, step, steps, wall, band_for(s, arch, host, measured_tokens_per_s is not None, variable),
-                          terms, tokens, notes, measured_tokens_per_s, predicted)
+    band, why = band_and_why(s, arch, host, measured_tokens_per_s is not None, variable)
+    notes.append(why)
+    return ThroughputPlan(tps, step, steps, wall, band, terms, tokens, notes, measured_tokens_per_s, predicted)
 
 
 # ---- the host, from doctor's facts and tune's record (pure: parsed dicts in) ------------------------------

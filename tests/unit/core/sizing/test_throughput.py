@@ -287,3 +287,14 @@ def test_time_scale_readme_figures_are_the_committed_runs():
         assert float(c[4]) == m["steady_tokens_per_s"] and float(c[5]) == m["median_step_tokens_per_s"]
         assert float(c[6]) == r["plan"]["tokens_per_s"]["value"]
         assert int(c[3]) == m["tokens"] // m["steps"]
+
+
+def test_the_plan_says_why_its_band_is_that_wide():
+    def why(tp):
+        return next(n for n in tp.notes if n.startswith("band ±"))
+    assert "fill cutoff_len" in why(_tp(_train(kt_num_threads=12)))
+    assert why(_tp(_train(kt_num_threads=12), work=Workload(sample_tokens=200, padded_ratio=1.3))).startswith(
+        f"band ±{BAND_TINY * 100:.0f} %: samples shorter than cutoff_len")
+    assert "host other than the GPU machine" in why(_tp(_train(kt_num_threads=12), HostCPU(16, 1, "amx", "facts")))
+    assert "tune" in why(_tp(_train(kt_num_threads=12), measured_tokens_per_s=900.0))
+    assert "fp8 experts" in why(_tp(_train(kt_num_threads=12, kt_expert_weight_format="fp8")))
