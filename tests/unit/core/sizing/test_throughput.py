@@ -298,3 +298,20 @@ def test_the_plan_says_why_its_band_is_that_wide():
     assert "host other than the GPU machine" in why(_tp(_train(kt_num_threads=12), HostCPU(16, 1, "amx", "facts")))
     assert "tune" in why(_tp(_train(kt_num_threads=12), measured_tokens_per_s=900.0))
     assert "fp8 experts" in why(_tp(_train(kt_num_threads=12, kt_expert_weight_format="fp8")))
+
+
+def test_the_docs_held_out_figures_are_the_calibrations():
+    bench = _calibration()
+    runs = bench.all_runs()
+    c = dict(TIME_CONSTANTS)
+    _, ref = bench.table([r for r in runs if r.host == bench.REFERENCE], c)
+    factor = bench.campaign_factor(runs, c, bench.TS_EMR)
+    _, ts = bench.table([r for r in runs if r.host == bench.TS_EMR], c, factor)
+    filled, var_wide = ref.held_filled + ts.held_filled, ref.held_var_wide + ts.held_var_wide
+    doc = " ".join((ROOT / "docs/throughput.md").read_text().split())
+    assert f"| filled samples (reference host and the designed campaign) | {len(filled)} | " \
+           f"{sum(x <= 0.15 for x in filled)} | -{max(filled) * 100:.1f} %" in doc
+    assert f"held out to {max(filled) * 100:.1f} %" in doc and f"+{max(var_wide) * 100:.1f} % (w5-e64)" in doc
+    assert f"(fitted {factor:.3f})" in doc
+    assert max(filled) <= BAND_CALIBRATED and max(var_wide) <= BAND_VARIABLE
+    assert max(ref.held_tiny + ts.held_tiny) <= BAND_TINY
