@@ -40,7 +40,8 @@ CALIBRATION = "bench/results/throughput-calibration.md"
 _FIT = f"fitted on the GPU machine's committed runs ({CALIBRATION}; bench/throughput_calibration.py --fit)"
 
 TIME_CONSTANTS: dict[str, Measured] = {
-    # ---- fitted (16-vCPU AMX Xeon VM, kt-kernel 0.7.2, H200; steady rates; see the calibration table) ----
+    # ---- fitted jointly on two 16-vCPU AMX Xeon VMs (the reference host with an H200, the designed campaign's with
+    # an H100; kt-kernel 0.7.2; steady rates), on the reference host's scale; see the calibration table ----
     "cpu_flop_s_per_core": Measured(4.73e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
     "expert_dispatch_s": Measured(1.34e-05, "seconds per touched expert per MoE layer pass, " + _FIT),
     "expert_lora_s": Measured(3.5e-09, "seconds per touched expert per MoE layer pass per unit of LoRA rank x "
@@ -344,10 +345,6 @@ def band_and_why(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, va
                                        "one kind ran one shape 1.48x apart); `ktdeploy tune` there narrows it"))
     band, why = max(cands, key=lambda c: c[0])
     return band, f"band ±{band * 100:.0f} %: {why} ({CALIBRATION})"
-
-
-def band_for(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, variable: bool = False) -> float:
-    return band_and_why(s, arch, host, tuned, variable)[0]
 
 
 def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: HostCPU = REFERENCE_HOST,
