@@ -561,10 +561,14 @@ def anchor_of(group: list[Run]) -> Run | None:
     return max(lora, key=lambda r: r.arch.routed_expert_params) if lora else None
 
 
-def host_scaled(runs: list[Run], c: dict[str, Measured], anchor: str) -> dict[str, float]:
+def host_scaled(runs: list[Run], c: dict[str, Measured], anchor: Run | str) -> dict[str, float]:
     """Predicted tokens/s of every run of the anchor's machine scaled by the anchor's measured / predicted (what
-    `ktdeploy plan --tuned` does with tune's figure for another recipe)."""
-    a = next(r for r in runs if r.name == anchor and r.host != REFERENCE)
+    `ktdeploy plan --tuned` does with tune's figure for another recipe). A name must be one run's only (ts-base ran
+    on two VMs: pass the run)."""
+    if isinstance(anchor, str):
+        (a,) = [r for r in runs if r.name == anchor and r.host != REFERENCE]
+    else:
+        a = anchor
     f = a.measured / predict(a, c)
     return {r.name: predict(r, c) * f for r in runs if r.host != REFERENCE and machine_of(r) == machine_of(a)}
 
@@ -581,7 +585,7 @@ def host_section(runs: list[Run], c: dict[str, Measured]) -> tuple[str, list[flo
             machines.setdefault(machine_of(r), []).append(r)
     for m, group in machines.items():
         anchor = anchor_of(group)
-        scaled = host_scaled(runs, c, anchor.name) if anchor else {}
+        scaled = host_scaled(runs, c, anchor) if anchor else {}
         for r in group:
             s = setup_from(r.train, r.accelerate)
             p, q, med = predict(r, c), scaled.get(r.name), _median_of(r)
