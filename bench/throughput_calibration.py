@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench" / "gpu")]   # bench/gpu's scripts import their siblings
 
 import yaml  # noqa: E402
 
@@ -227,7 +227,6 @@ FORMATS_RUN = RESULTS / "formats/run-20261207/gpu_formats_results.json"
 def _campaign_run(row: dict, source: str, host: str, name: Callable[[dict], str], label: Callable[[dict], str]) -> Run | None:
     """One row of a bench/gpu campaign (format_scale.py, time_scale.py) as a calibration run: the train.yaml is the
     shipped tiny recipe with the script's --set values (the model path left out); None for a failed run."""
-    sys.path.insert(0, str(ROOT / "bench" / "gpu"))
     from bench.gpu.weight_scale import Shape
     from ktdeploy.core.recipe import load_recipe
     m = row.get("measured") or {}
