@@ -60,7 +60,7 @@ HOSTS = {REFERENCE: "the reference host: 16-vCPU AMX Xeon Firecracker VM, one H2
          TS_SPR: "an H100 VM whose 16 vCPUs are Intel family 6 model 143 (105 MiB L3), bench/results/time-scale/ "
                  "call1-2",
          TS_EMR: "an H100 VM whose 16 vCPUs are Intel family 6 model 207 (300 MiB L3), bench/results/time-scale/ "
-                 "call3-4: the designed campaign"}
+                 "call3-5: the designed campaign"}
 OUT = RESULTS / "throughput-calibration.md"
 # The fit sees eight weight-dominated setups, one per axis (filled and variable-length samples, LoRA rank 32, wide
 # experts, 32 layers, 160 experts, 4096-token sequences, full fine-tuning); every other setup is held out: the
@@ -123,6 +123,39 @@ def padded_ratio(dataset: str, mean_tokens: float, batch: int) -> float:
         b = rng.sample(toks, batch)
         ratios.append(max(b) / statistics.mean(b))
     return statistics.mean(ratios)
+
+
+@functools.cache
+def _probed_batches() -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    """(dataset, batch) -> (real, padded) tokens of each step, as LlamaFactory batched them (bench/padding_probe.py:
+    the trainer's own sampler and collator, seed 42; its batches proven the GPU runs')."""
+    d = json.loads((RESULTS / "time-scale/padding.json").read_text())["batches"]
+    return {(v["dataset"], v["batch"]): (v["real"], v["padded"]) for v in d.values()}
+
+
+def probed(r: Run) -> tuple[list[int], list[int]] | None:
+    """The run's own batches, (real, padded) tokens per step, where the probe has them: same dataset and batch, and
+    the same tokens over the run's steps (another tokenizer, such as vocab_scale's, batches other lengths)."""
+    if is_filled(r):
+        return None
+    got = _probed_batches().get((r.dataset, setup_from(r.train, r.accelerate).batch))
+    if got and len(got[0]) >= r.steps and sum(got[0][:r.steps]) == r.tokens:
+        return got[0][:r.steps], got[1][:r.steps]
+    return None
+
+
+def new_lengths(r: Run) -> int:
+    """Steps of the steady window (steps 2 to the last) whose batch has a padded length no earlier step had: each
+    costs padded_shape_s once. Filled samples: none. Variable-length ones: from the run's probed batches; else
+    (another tokenizer) every step of the window, as 4 samples of these lengths rarely repeat a padded length
+    within the few steps a run lasts."""
+    if is_filled(r):
+        return 0
+    got = probed(r)
+    if got is None:
+        return r.steps - 1
+    lengths = got[1]
+    return sum(lengths[i] not in lengths[:i] for i in range(1, r.steps))
 
 
 def _yaml_of(x: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -318,22 +351,33 @@ def _workload(r: Run) -> Workload:
     # the steady window's own samples where known: every run of one dataset sees the same batches (seed 42)
     per_step = r.window_tokens or r.tokens / r.steps
     mean = per_step / s.batch / s.num_processes
+    got = probed(r)
+    if got:     # the window's own batches (steps 2 to the last), as LlamaFactory padded them
+        return Workload(sample_tokens=mean, padded_ratio=sum(got[1][1:]) / sum(got[0][1:]))
     return Workload(sample_tokens=mean, padded_ratio=padded_ratio(r.dataset, mean, s.batch))
 
 
+def _new_length_share(r: Run) -> float:
+    """New padded lengths per step of the measured window (steps 2 to the last)."""
+    return new_lengths(r) / max(1, r.steps - 1)
+
+
 def predict(r: Run, c: dict[str, Measured]) -> float:
-    """Predicted tokens/s as the run measured it (steady, or the whole run with its warm-up)."""
+    """Predicted tokens/s as the run measured it (steady, or the whole run with its warm-up): the model's steady
+    step plus the window's share of first batches of a padded length (a long run's steady rate has none)."""
     s = setup_from(r.train, r.accelerate)
     tp = throughput(s, r.arch, r.train, REFERENCE_HOST, _workload(r), c)
+    per_step = r.window_tokens or r.tokens / r.steps
+    step = per_step / tp.tokens_per_s + _new_length_share(r) * c["padded_shape_s"].value
     if r.kind == "steady":
-        return tp.tokens_per_s
-    return r.tokens / (r.steps * r.tokens / r.steps / tp.tokens_per_s + c["first_step_extra_s"].value)
+        return per_step / step
+    return r.tokens / (r.steps * step + c["first_step_extra_s"].value)
 
 
 # ---- the fit ---------------------------------------------------------------------------------------------
 
 LINEAR = ("cpu_flop_s_per_core", "expert_dispatch_s", "layer_pass_s", "step_fixed_s", "expert_lora_s",
-          "expert_token_s")
+          "expert_token_s", "padded_shape_s")
 
 
 def _features(r: Run, c: dict[str, Measured]) -> tuple[list[float], float]:
@@ -346,8 +390,9 @@ def _features(r: Run, c: dict[str, Measured]) -> tuple[list[float], float]:
                     "fixed per micro-step", "per-expert LoRA work (CPU)", "per routed token (CPU)"}
     other = sum(t.value for t in tp.terms if t.resource == "time" and t.name not in fitted_names)
     m, slow = sh.micro_steps, sh.slowdown
-    return [m * slow * v for v in (sh.expert_flops / sh.eff_threads, sh.expert_dispatches, sh.layer_passes, 1.0,
-                                   sh.expert_lora_units, sh.routed_token_units / sh.eff_threads)], other
+    return [*(m * slow * v for v in (sh.expert_flops / sh.eff_threads, sh.expert_dispatches, sh.layer_passes, 1.0,
+                                      sh.expert_lora_units, sh.routed_token_units / sh.eff_threads)),
+            _new_length_share(r)], other
 
 
 def _measured_step(r: Run, c: dict[str, Measured]) -> float:
@@ -359,7 +404,7 @@ def _measured_step(r: Run, c: dict[str, Measured]) -> float:
 
 def _lstsq_nonneg(rows: list[list[float]], ys: list[float]) -> list[float]:
     """Non-negative least squares by enumeration: the best unconstrained solution over every subset of columns
-    whose coefficients are all non-negative (six columns: 63 subsets)."""
+    whose coefficients are all non-negative (seven columns: 127 subsets)."""
     import numpy as np
     a, y = np.array(rows), np.array(ys)
     best, best_err = [0.0] * a.shape[1], float("inf")
@@ -622,6 +667,18 @@ def _worst(xs: list[float]) -> str:
     return f"{max(xs) * 100:.1f} %" if xs else "–"
 
 
+def padding_section() -> str:
+    """The padding model against LlamaFactory's own batches (bench/padding_probe.py)."""
+    rows = ["| dataset x batch | steps probed | padded / real, LlamaFactory's batches | `padded_ratio` (generator) | "
+            "new padded lengths in steps 2-14 |", "| --- | ---: | ---: | ---: | ---: |"]
+    for (dataset, batch), (real, padded) in sorted(_probed_batches().items()):
+        mean = sum(real) / len(real) / batch
+        fresh = sum(padded[i] not in padded[:i] for i in range(1, min(14, len(padded))))
+        rows.append(f"| {dataset} x {batch} | {len(real)} | {sum(padded) / sum(real):.3f} | "
+                    f"{padded_ratio(dataset, mean, batch):.3f} | {fresh} of {min(14, len(padded)) - 1} |")
+    return "\n".join(rows)
+
+
 def render(runs: list[Run], c: dict[str, Measured]) -> str:
     ref_body, e = table([r for r in runs if r.host == REFERENCE], c)
     factor = campaign_factor(runs, c, TS_EMR)
@@ -645,16 +702,29 @@ Hosts: {hosts}. All: kt-kernel 0.7.2, torch 2.11, one GPU, AMX backend. Models: 
 *steady*: tokens/s from the end of the first step to the last (the GPU scripts' `steady_tokens_per_s`; for the
 weight_scale and vocab_scale runs, from the per-step `train_runtime` of their committed trainer logs). Tokens are
 non-padding tokens (LlamaFactory's `include_num_input_tokens_seen: non_padding`); the model computes on padded
-tokens (the tiny datasets' padded/real ratio is derived from their generator, `padded_ratio` in the script).
+tokens: the measured window's own padded/real ratio where the padding probe below has the run's batches, else
+(another tokenizer) the ratio derived from the dataset generator (`padded_ratio` in the script).
 *Filled* datasets (`ws_fill_*`) truncate every sample to the cutoff, so a batch is cutoff x batch tokens; the
 variable-length ones (`tiny_sft`, `tiny_sft_long`) are padded to each batch's longest sample.
+
+The padding model was checked against LlamaFactory's own batches: `bench/padding_probe.py` runs the trainer's
+sampler and collator on the CPU (the full image, a throwaway model) with each variable-length setup, counting
+non-padding and then all tokens per step (bench/results/time-scale/padding.json); its non-padding counts equal the
+GPU runs' step for step, so these are the GPU runs' batches. The ratio is right; what the padding model missed is
+that a batch of a padded length no earlier step had costs more: in the campaign's variable-length runs the two
+steps whose length repeated (steps 9 and 11) were the two fastest of `ts-var` and `ts-var-k4`. The model's
+`padded_shape_s` ({c["padded_shape_s"].value:.3g} s, fitted) is paid once per new length, counted from the probed
+batches over the measured window (a long run meets each multiple of 8 up to cutoff_len once, so its steady rate
+carries none, and `plan` adds it to the wall time once per length).
+
+{padding_section()}
 
 Every GPU call may land on another VM of the same kind, and they differ: the designed campaign's base shape ran at
 2820 tokens/s on a model-143 CPU and at 1905 on a model-207 one (bench/results/time-scale/). So the fit
 (`--fit`, least squares on relative step time) is joint over two hosts with one free step-time factor for the
 second: eight setups of the reference host (weight-dominated, one per axis, 2026-12-04) and seven of the designed
 campaign (its base shape and one change per axis: tokens per step, layers, experts, expert width, threads, full
-fine-tuning); every other setup is held out. The two thread constants are those of the medium tiny model's thread
+fine-tuning); every other setup is held out, the campaign's five variable-length runs among them. The two thread constants are those of the medium tiny model's thread
 sweep. Repeats of one setup are averaged (the medium model at 14 threads measured 619-823 tokens/s over five runs,
 ±14 % around their mean: what one host's runs scatter).
 

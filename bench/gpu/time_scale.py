@@ -67,6 +67,8 @@ RUNS: dict[str, TimeRun] = {r.name: r for r in (
     TimeRun("var", _v("t-var", fill=False)),
     TimeRun("var-k4", _v("t-var-k4", num_experts_per_tok=4, fill=False)),
     TimeRun("var-b8", _v("t-var-b8", batch=8, fill=False)),
+    TimeRun("var-i1536", _v("t-var-i1536", moe_intermediate_size=1536, fill=False)),
+    TimeRun("var-l16", _v("t-var-l16", num_hidden_layers=16, fill=False)),
     TimeRun("small", _v("t-small", hidden_size=512, num_hidden_layers=4, num_experts=16, num_experts_per_tok=4,
                         moe_intermediate_size=256, num_attention_heads=8, num_key_value_heads=2, head_dim=64)),
 )}

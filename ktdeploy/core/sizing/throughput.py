@@ -15,7 +15,9 @@ that layer and the next (rank 0's CPU serves the tokens of every rank), so the s
   kt threads beyond the cores the trainer's own threads need slow all of these (they spin against them);
 - the GPU's attention, dense and LM-head FLOPs; the shared expert runs on the GPU while the CPU runs the routed
   ones (kt-kernel submits the CPU task first), so it counts only where it is longer;
-- the optimizer over the trainable parameters, and checkpoint saves at save_steps.
+- the optimizer over the trainable parameters, and checkpoint saves at save_steps;
+- once per run, not per step: the first batch of each padded length (variable-length samples, unpacked: a batch is
+  padded to its longest sample, rounded up to 8) costs extra, until every length up to cutoff_len has been seen.
 
 Every constant is a ``Measured`` naming its source: the fitted ones come from the reference host's runs
 (``bench/throughput_calibration.py --fit``, table ``bench/results/throughput-calibration.md``); the expert formats'
@@ -42,15 +44,18 @@ _FIT = f"fitted on the GPU machine's committed runs ({CALIBRATION}; bench/throug
 TIME_CONSTANTS: dict[str, Measured] = {
     # ---- fitted jointly on two 16-vCPU AMX Xeon VMs (the reference host with an H200, the designed campaign's with
     # an H100; kt-kernel 0.7.2; steady rates), on the reference host's scale; see the calibration table ----
-    "cpu_flop_s_per_core": Measured(4.73e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
-    "expert_dispatch_s": Measured(1.34e-05, "seconds per touched expert per MoE layer pass, " + _FIT),
-    "expert_lora_s": Measured(3.5e-09, "seconds per touched expert per MoE layer pass per unit of LoRA rank x "
+    "cpu_flop_s_per_core": Measured(6.06e+11, "bf16 AMX expert GEMM rate per kt-kernel thread, " + _FIT),
+    "expert_dispatch_s": Measured(1.71e-05, "seconds per touched expert per MoE layer pass, " + _FIT),
+    "expert_lora_s": Measured(2.86e-09, "seconds per touched expert per MoE layer pass per unit of LoRA rank x "
                                        "(H + I) (the expert's LoRA A/B weights, their grads and buffers), " + _FIT),
-    "expert_token_s": Measured(1.07e-08, "seconds per routed token per MoE layer pass per unit of (H + I), over "
+    "expert_token_s": Measured(1.26e-08, "seconds per routed token per MoE layer pass per unit of (H + I), over "
                                         "kt-kernel's threads (the token's gather, scatter and activation traffic "
                                         "around the GEMM, which do not scale with its FLOPs), " + _FIT),
-    "layer_pass_s": Measured(0.00759, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
-    "step_fixed_s": Measured(0.152, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
+    "padded_shape_s": Measured(0.246, "seconds the first batch of each new padded length costs over the steady step "
+                                    "(LlamaFactory pads a batch to its longest sample, a multiple of 8; the "
+                                    "variable-length runs' steps whose length repeated ran this much faster), " + _FIT),
+    "layer_pass_s": Measured(0.00487, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
+    "step_fixed_s": Measured(0.181, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
     "threads_reserved": Measured(2.0, "cores kt-kernel's threads should leave to the trainer's own threads, fitted "
                                       "on the medium tiny model's thread sweep (4-16 threads; " + CALIBRATION + ")"),
     "oversubscription": Measured(0.15, "growth of the CPU-side time per kt thread beyond (cores - threads_reserved),"
@@ -87,9 +92,9 @@ _FMT = ("measured side by side on the H100 VM (fit on shape fA, bench/results/fo
         f"{CALIBRATION}, \"Expert formats\")")
 FORMAT_SPEED: dict[str, Measured] = {
     "bf16": Measured(1.0, "the reference (bf16 AMX tiles)"),
-    "fp8": Measured(0.046, "native FP8: AVX512 FP8->bf16 decode GEMM, " + _FMT),
-    "int8": Measured(0.885, "INT8 (AMX int8 tiles, bf16 activations), " + _FMT),
-    "int4": Measured(0.595, "AMXINT4 (kt-kernel converted tree), " + _FMT),
+    "fp8": Measured(0.0369, "native FP8: AVX512 FP8->bf16 decode GEMM, " + _FMT),
+    "int8": Measured(0.86, "INT8 (AMX int8 tiles, bf16 activations), " + _FMT),
+    "int4": Measured(0.539, "AMXINT4 (kt-kernel converted tree), " + _FMT),
 }
 AVX512_SPEED, AVX2_SPEED = 1.0 / 16, 1.0 / 32
 
@@ -107,11 +112,11 @@ def build_speed(build: str) -> float:
     return 1.0 if name == V.AMX else AVX2_SPEED if name == V.AVX2 else AVX512_SPEED
 
 # Error bands (fraction of tokens/s): the held-out error of the calibration, widened where the model extrapolates.
-BAND_CALIBRATED = 0.20      # bf16, samples that fill cutoff_len, the GPU machine: held out up to 16.6 % (CALIBRATION)
-BAND_FORMAT = 0.35          # fp8/int8/int4: their rate ratio to bf16 measured on one shape of one VM, held out to 11.5 %
-BAND_VARIABLE = 0.35        # samples shorter than cutoff_len, unpacked: held out up to 34.3 % (the padding, CALIBRATION)
+BAND_CALIBRATED = 0.20      # bf16, samples that fill cutoff_len, the GPU machine: held out up to 17.7 % (CALIBRATION)
+BAND_FORMAT = 0.35          # fp8/int8/int4: their rate ratio to bf16 measured on one shape of one VM, held out to 12.8 %
+BAND_VARIABLE = 0.30        # samples shorter than cutoff_len, unpacked: held out up to 23.7 % (CALIBRATION)
 BAND_OTHER_HOST = 0.40      # any host but the GPU machine: two VMs of that one kind ran one shape 1.48x apart
-BAND_TINY = 0.80            # variable-length samples on a model under TINY_EXPERT_PARAMS routed expert params: +76 %
+BAND_TINY = 0.60            # variable-length samples on a model under TINY_EXPERT_PARAMS routed expert params: +51 %
 TINY_EXPERT_PARAMS = 1e9    # (2 GB of bf16 experts)
 BAND_TUNED = 0.10           # after `ktdeploy tune` measured this host (tune's own repeat spread)
 
@@ -316,6 +321,18 @@ def run_steps(s: Setup, train: Mapping[str, Any], work: Workload, micro_samples:
     return max(1, math.ceil(per_epoch * s.num_train_epochs))
 
 
+PAD_MULTIPLE = 8   # LlamaFactory's SFT collator: pad_to_multiple_of=8 when training (train/sft/workflow.py)
+
+
+def padded_lengths(s: Setup, work: Workload, micro_batches: int) -> int:
+    """Distinct padded batch lengths a run meets: none beyond the first with packing or samples that fill cutoff_len
+    (every batch is cutoff_len long); else at most one new length per micro-batch, and at most every multiple of 8
+    up to cutoff_len."""
+    if s.packing or work.sample_tokens is None or work.sample_tokens >= s.cutoff_len:
+        return 0
+    return min(micro_batches, math.ceil(s.cutoff_len / PAD_MULTIPLE))
+
+
 def save_seconds(s: Setup, sh: StepShape, arch: MoEArchitecture, c: Mapping[str, Measured]) -> float:
     """One checkpoint: the trainable weights (bf16) plus, unless save_only_model, their optimizer state (fp32 x3)."""
     params = sh.trainable_cpu_params + sh.trainable_gpu_params
@@ -330,16 +347,16 @@ def band_and_why(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, va
     if tuned:
         return BAND_TUNED, (f"band ±{BAND_TUNED * 100:.0f} %: `ktdeploy tune` measured this host on this recipe "
                             "(tune's own repeat spread)")
-    cands = [(BAND_CALIBRATED, "bf16 on the GPU machine, samples that fill cutoff_len: held out up to 16.6 %")
+    cands = [(BAND_CALIBRATED, "bf16 on the GPU machine, samples that fill cutoff_len: held out up to 17.7 %")
              if s.expert_format == "bf16" else
              (BAND_FORMAT, f"the {s.expert_format} experts' rate ratio to bf16 is measured on one shape (held out "
-                           "up to 11.5 %), on top of bf16's")]
+                           "up to 12.8 %), on top of bf16's")]
     if variable and arch.routed_expert_params < TINY_EXPERT_PARAMS:
         cands.append((BAND_TINY, "samples shorter than cutoff_len on a model under 1 G routed expert params (held "
-                                 "out up to 76 %)"))
+                                 "out up to 51 %)"))
     elif variable:
         cands.append((BAND_VARIABLE, "samples shorter than cutoff_len, unpacked: the padding decides (held out up "
-                                     "to 34.3 %)"))
+                                     "to 23.7 %)"))
     if V.canonical(host.build) != V.AMX or host != REFERENCE_HOST:
         cands.append((BAND_OTHER_HOST, "a host other than the GPU machine the constants were fitted on (two VMs of "
                                        "one kind ran one shape 1.48x apart); `ktdeploy tune` there narrows it"))
@@ -374,7 +391,10 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
                           f"[{c['save_bytes_s'].source}]"))
         terms.append(Term("wall", "first steps' warm-up", c["first_step_extra_s"].value,
                           c["first_step_extra_s"].source))
-        wall = steps * step + saves * save_s + c["first_step_extra_s"].value
+        shapes = padded_lengths(s, work, steps * sh.micro_steps)
+        terms.append(Term("wall", "first batch of each padded length", shapes * c["padded_shape_s"].value,
+                          f"{shapes} lengths x {c['padded_shape_s'].value:.3g} s [{c['padded_shape_s'].source}]"))
+        wall = steps * step + saves * save_s + c["first_step_extra_s"].value + shapes * c["padded_shape_s"].value
     else:
         notes.append("wall time: the dataset's size is unknown; set train.max_steps or train.max_samples, or pass "
                      "--samples N")
