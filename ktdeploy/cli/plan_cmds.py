@@ -35,6 +35,9 @@ def plan_cmd(
     samples: Optional[int] = typer.Option(None, "--samples", min=1, help="Dataset samples, for the run's wall time."),
     sample_tokens: Optional[int] = typer.Option(None, "--sample-tokens", min=1,
                                                 help="Mean tokens per sample (default: samples fill cutoff_len)."),
+    padded_ratio: Optional[float] = typer.Option(None, "--padded-ratio", min=1.0, max=64.0,
+                                                 help="Padded over real tokens of a batch, with --sample-tokens "
+                                                      "(default: estimated from the batch size)."),
 ) -> None:
     """Predict peak host RSS, GPU memory per GPU, disk and the time before downloading any weights: the figures
     and a verdict (with --facts: against that host); --explain shows every term behind them."""
@@ -46,11 +49,14 @@ def plan_cmd(
 
     if not recipe.is_file():
         raise UsageError(f"recipe {recipe} not found", key="RECIPE", fix="ktdeploy plan recipes/qwen35-397b-bf16-lora.yaml")
+    if padded_ratio is not None and sample_tokens is None:
+        raise UsageError("given without --sample-tokens: samples that fill cutoff_len have no padding",
+                         key="--padded-ratio", fix=f"ktdeploy plan {recipe} --sample-tokens N --padded-ratio R")
     r = load_recipe(recipe, set_)
     require_valid(r)  # plan figures from a recipe `check` refuses (NaN, negative or absurd sizes) mean nothing
     plan, arch, where = plan_recipe(r, model_config, gpus)
     host = host_of(facts)
-    tp = time_plan(r, recipe, arch, gpus, host, Workload(sample_tokens, 1.0, samples), tuned)
+    tp = time_plan(r, recipe, arch, gpus, host, Workload(sample_tokens, padded_ratio, samples), tuned)
     if as_json:
         out = plan.to_json()
         n = plan.setup["num_processes"]

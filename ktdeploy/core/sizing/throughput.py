@@ -138,11 +138,33 @@ REFERENCE_HOST = HostCPU(16, 1, V.AMX, "reference host: the GPU machine, 16-vCPU
 @dataclass(frozen=True)
 class Workload:
     """The data side of a step. ``sample_tokens`` None: samples fill cutoff_len (packing, or long samples);
-    ``padded_ratio``: padded over real tokens of a batch (the longest sample sets the batch's length)."""
+    ``padded_ratio``: padded over real tokens of a batch (the longest sample sets the batch's length), None:
+    estimated from the batch size (``estimated_padded_ratio``)."""
 
     sample_tokens: float | None = None
-    padded_ratio: float = 1.0
+    padded_ratio: float | None = None
     samples: int | None = None
+
+
+PAD_MULTIPLE = 8   # LlamaFactory's SFT collator: pad_to_multiple_of=8 when training (train/sft/workflow.py)
+# Sample lengths spread uniformly this far around their mean: the spread whose expected longest-of-a-batch gives the
+# padded/real that LlamaFactory's own batches of the tiny variable-length dataset measured (1.337 at batch 4, 1.466
+# at batch 8: bench/padding_probe.py, bench/results/time-scale/padding.json; this formula gives 1.35 and 1.45).
+PAD_SPREAD = 0.56
+
+
+def estimated_padded_ratio(batch: int, mean_tokens: float, cutoff: int) -> float:
+    """Padded over real tokens of a batch whose samples average ``mean_tokens``: the expected longest of ``batch``
+    lengths spread uniformly ±PAD_SPREAD around the mean, capped at cutoff_len, rounded up to PAD_MULTIPLE."""
+    if mean_tokens >= cutoff:
+        return 1.0          # truncated to cutoff_len: every sample, and so every batch, is that long
+    m = float(mean_tokens)
+    lo, hi, n = (1 - PAD_SPREAD) * m, (1 + PAD_SPREAD) * m, max(1, batch)
+    if cutoff >= hi:
+        longest = lo + (hi - lo) * n / (n + 1)
+    else:    # E[min(max, cutoff)] = cutoff - integral of the max's CDF from lo to cutoff
+        longest = cutoff - (hi - lo) / (n + 1) * ((cutoff - lo) / (hi - lo)) ** (n + 1)
+    return min(float(cutoff), longest + (PAD_MULTIPLE - 1) / 2) / m
 
 
 @dataclass
@@ -225,7 +247,8 @@ def step_shape(s: Setup, arch: MoEArchitecture, host: HostCPU, work: Workload, t
                c: Mapping[str, Measured]) -> StepShape:
     h, i, k = arch.hidden_size, arch.moe_intermediate_size, arch.experts_per_tok
     fill = float(s.cutoff_len) if s.packing or work.sample_tokens is None else min(work.sample_tokens, s.cutoff_len)
-    padded = min(float(s.cutoff_len), fill * (1.0 if s.packing else work.padded_ratio))
+    ratio = work.padded_ratio if work.padded_ratio is not None else estimated_padded_ratio(s.batch, fill, s.cutoff_len)
+    padded = min(float(s.cutoff_len), fill * (1.0 if s.packing or fill >= s.cutoff_len else ratio))
     ranks = s.num_processes
     real_t, pad_t = fill * s.batch * ranks, padded * s.batch * ranks
     gemm_passes, layer_passes = expert_passes(s)
@@ -321,9 +344,6 @@ def run_steps(s: Setup, train: Mapping[str, Any], work: Workload, micro_samples:
     return max(1, math.ceil(per_epoch * s.num_train_epochs))
 
 
-PAD_MULTIPLE = 8   # LlamaFactory's SFT collator: pad_to_multiple_of=8 when training (train/sft/workflow.py)
-
-
 def padded_lengths(s: Setup, work: Workload, micro_batches: int) -> int:
     """Distinct padded batch lengths a run meets: none beyond the first with packing or samples that fill cutoff_len
     (every batch is cutoff_len long); else at most one new length per micro-batch, and at most every multiple of 8
@@ -405,6 +425,14 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
         fmt = format_speed(s.expert_format)
         notes.append(f"the {s.expert_format} expert GEMM runs at {fmt.value:.3g} x bf16's rate, {fmt.source}")
     variable = not s.packing and work.sample_tokens is not None and work.sample_tokens < s.cutoff_len
+    if variable:
+        assert work.sample_tokens is not None
+        ratio = sh.padded_tokens / sh.real_tokens
+        how = ("as given (--padded-ratio)" if work.padded_ratio is not None else
+               f"estimated: lengths spread ±{PAD_SPREAD * 100:.0f} % around the mean, which gives LlamaFactory's "
+               "measured batches of the tiny dataset; pass --padded-ratio R if you know yours")
+        notes.append(f"padding: each batch of {s.batch} is padded to its longest sample (a multiple of "
+                     f"{PAD_MULTIPLE}): {ratio:.2f}x the real tokens, {how}")
     band, why = band_and_why(s, arch, host, measured_tokens_per_s is not None, variable)
     notes.append(why)
     return ThroughputPlan(tps, step, steps, wall, band, terms, tokens, notes, measured_tokens_per_s, predicted)

@@ -73,3 +73,21 @@ def test_bad_files_are_a_clean_error(capsys, tmp_path, content, flag):
 def test_human_output_shows_the_band(capsys):
     code, out, _ = run_cli(["plan", str(RECIPE), "--samples", "400"], capsys)
     assert code == 0 and "tokens/s ±" in out and "steps:" in out
+
+
+def test_short_samples_are_padded_as_estimated_or_as_given(capsys):
+    filled = _json(capsys)
+    est = _json(capsys, "--sample-tokens", "264")
+    given = _json(capsys, "--sample-tokens", "264", "--padded-ratio", "1.8")
+    assert [n for n in filled["notes"] if n.startswith("padding:")] == []
+    assert any(n.startswith("padding:") and "1.35x" in n and "estimated" in n for n in est["notes"])
+    assert any("1.80x" in n and "--padded-ratio" in n for n in given["notes"])
+    assert given["step_s"]["value"] > est["step_s"]["value"]        # more padding, a longer step, same real tokens
+    assert given["tokens_per_s"]["value"] < est["tokens_per_s"]["value"]
+
+
+@pytest.mark.parametrize("args", [["--padded-ratio", "1.3"], ["--sample-tokens", "264", "--padded-ratio", "0.5"],
+                                  ["--sample-tokens", "264", "--padded-ratio", "nan"]])
+def test_a_padded_ratio_that_means_nothing_is_a_clean_error(capsys, args):
+    code, out, err = run_cli(["plan", str(RECIPE), *args], capsys)
+    assert code not in (0, 70) and "Traceback" not in err + out and "--padded-ratio" in err + out

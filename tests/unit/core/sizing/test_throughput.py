@@ -26,6 +26,7 @@ from ktdeploy.core.sizing.throughput import (
     HostCPU,
     Workload,
     build_speed,
+    estimated_padded_ratio,
     host_from_facts,
     throughput,
     tuned_rate,
@@ -233,6 +234,19 @@ def test_the_padding_probe_saw_the_gpu_runs_batches_and_the_calibration_counts_t
     assert bench.new_lengths(runs["ts-base"]) == 0
     assert bench._workload(runs["ts-var"]).padded_ratio == pytest.approx(
         sum(probe["tiny_sft_long/4"]["padded"][1:14]) / sum(probe["tiny_sft_long/4"]["real"][1:14]))
+
+
+def test_the_estimated_padding_is_what_llamafactorys_own_batches_measured():
+    probe = json.loads((ROOT / "bench/results/time-scale/padding.json").read_text())["batches"]
+    for key in ("tiny_sft_long/4", "tiny_sft_long/8"):
+        row = probe[key]
+        measured = sum(row["padded"]) / sum(row["real"])
+        mean = sum(row["real"]) / len(row["real"]) / row["batch"]
+        assert estimated_padded_ratio(row["batch"], mean, 512) == pytest.approx(measured, rel=0.03), key
+    assert estimated_padded_ratio(1, 264, 512) == pytest.approx(1 + 3.5 / 264)    # one sample: only the rounding
+    assert estimated_padded_ratio(8, 264, 512) > estimated_padded_ratio(4, 264, 512)
+    assert 264 * estimated_padded_ratio(64, 264, 300) <= 300                        # never past cutoff_len
+    assert estimated_padded_ratio(4, 1000, 512) == pytest.approx(1.0)               # truncated: every batch full
 
 
 def test_gradient_accumulation_repeats_the_micro_step_not_the_optimizer():
