@@ -52,8 +52,9 @@ TIME_CONSTANTS: dict[str, Measured] = {
                                         "kt-kernel's threads (the token's gather, scatter and activation traffic "
                                         "around the GEMM, which do not scale with its FLOPs), " + _FIT),
     "padded_shape_s": Measured(0.246, "seconds the first batch of each new padded length costs over the steady step "
-                                    "(LlamaFactory pads a batch to its longest sample, a multiple of 8; the "
-                                    "variable-length runs' steps whose length repeated ran this much faster), " + _FIT),
+                                    "(LlamaFactory pads a batch to its longest sample, a multiple of 8): the form "
+                                    "that fits the variable-length runs, whose repeated lengths ran fastest in two of "
+                                    "five (docs/throughput.md), " + _FIT),
     "layer_pass_s": Measured(0.00487, "fixed seconds per MoE layer pass (GPU->CPU->GPU hand-off), " + _FIT),
     "step_fixed_s": Measured(0.181, "fixed seconds per micro-step (Python, FSDP, logging), " + _FIT),
     "threads_reserved": Measured(2.0, "cores kt-kernel's threads should leave to the trainer's own threads, fitted "
@@ -248,7 +249,7 @@ def step_shape(s: Setup, arch: MoEArchitecture, host: HostCPU, work: Workload, t
     h, i, k = arch.hidden_size, arch.moe_intermediate_size, arch.experts_per_tok
     fill = float(s.cutoff_len) if s.packing or work.sample_tokens is None else min(work.sample_tokens, s.cutoff_len)
     ratio = work.padded_ratio if work.padded_ratio is not None else estimated_padded_ratio(s.batch, fill, s.cutoff_len)
-    padded = min(float(s.cutoff_len), fill * (1.0 if s.packing or fill >= s.cutoff_len else ratio))
+    padded = min(float(s.cutoff_len), fill * (ratio if variable_lengths(s, work) else 1.0))
     ranks = s.num_processes
     real_t, pad_t = fill * s.batch * ranks, padded * s.batch * ranks
     gemm_passes, layer_passes = expert_passes(s)
@@ -344,11 +345,16 @@ def run_steps(s: Setup, train: Mapping[str, Any], work: Workload, micro_samples:
     return max(1, math.ceil(per_epoch * s.num_train_epochs))
 
 
+def variable_lengths(s: Setup, work: Workload) -> bool:
+    """Samples shorter than cutoff_len, unpacked: each batch is padded to its longest sample."""
+    return not s.packing and work.sample_tokens is not None and work.sample_tokens < s.cutoff_len
+
+
 def padded_lengths(s: Setup, work: Workload, micro_batches: int) -> int:
-    """Distinct padded batch lengths a run meets: none beyond the first with packing or samples that fill cutoff_len
-    (every batch is cutoff_len long); else at most one new length per micro-batch, and at most every multiple of 8
-    up to cutoff_len."""
-    if s.packing or work.sample_tokens is None or work.sample_tokens >= s.cutoff_len:
+    """Distinct padded batch lengths a run meets: none beyond the first unless variable_lengths (every batch is
+    cutoff_len long); else at most one new length per micro-batch, and at most every multiple of 8 up to
+    cutoff_len."""
+    if not variable_lengths(s, work):
         return 0
     return min(micro_batches, math.ceil(s.cutoff_len / PAD_MULTIPLE))
 
@@ -424,9 +430,8 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
     if s.expert_format != "bf16":
         fmt = format_speed(s.expert_format)
         notes.append(f"the {s.expert_format} expert GEMM runs at {fmt.value:.3g} x bf16's rate, {fmt.source}")
-    variable = not s.packing and work.sample_tokens is not None and work.sample_tokens < s.cutoff_len
+    variable = variable_lengths(s, work)
     if variable:
-        assert work.sample_tokens is not None
         ratio = sh.padded_tokens / sh.real_tokens
         how = ("as given (--padded-ratio)" if work.padded_ratio is not None else
                f"estimated: lengths spread ±{PAD_SPREAD * 100:.0f} % around the mean, which gives LlamaFactory's "
