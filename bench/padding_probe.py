@@ -30,12 +30,16 @@ sys.path[:0] = [str(ROOT)]
 PROBES = (("tiny_sft_long", 4, 16, "var"), ("tiny_sft_long", 8, 14, "var-b8"), ("tiny_sft", 4, 40, None))
 
 
+def increments(cumulative: list[int]) -> list[int]:
+    """Tokens of each step from the running total the trainer logs."""
+    return [b - a for a, b in zip([0, *cumulative], cumulative, strict=False)]
+
+
 def per_step(log: Path) -> list[int]:
     rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
     by_step = {r["current_steps"]: r["total_tokens"] for r in reversed(rows)      # the run's summary repeats the
                if "current_steps" in r and isinstance(r.get("total_tokens"), int)}  # last step: keep its first row
-    cum = [by_step[k] for k in sorted(by_step)]
-    return [b - a for a, b in zip([0, *cum], cum, strict=False)]
+    return increments([by_step[k] for k in sorted(by_step)])
 
 
 def train(work: Path, model: Path, data: Path, dataset: str, batch: int, steps: int, count: str) -> list[int]:
@@ -75,8 +79,7 @@ def main() -> int:
             if run is None:
                 continue
             seen = {step: tokens for _, step, tokens in reversed(campaign[run]["measured"]["step_arrivals"])}
-            cum = [seen[k] for k in sorted(seen)]            # [seconds, step, tokens seen]: one per step
-            gpu = [b - a for a, b in zip([0, *cum], cum, strict=False)]
+            gpu = increments([seen[k] for k in sorted(seen)])    # [seconds, step, tokens seen]: one per step
             row.update(campaign_run=run, gpu_real=gpu, same_batches=real[:len(gpu)] == gpu)
             print(f"  the same batches as the GPU run {run}: {row['same_batches']}", file=sys.stderr)
     print(json.dumps({"how": "python bench/padding_probe.py (in the full image ktsft:amx)", "batches": rows}, indent=1))

@@ -144,6 +144,11 @@ def probed(r: Run) -> tuple[list[int], list[int]] | None:
     return None
 
 
+def fresh_lengths(lengths: list[int], steps: int) -> int:
+    """Of steps 2..``steps``, those whose padded length no earlier step had."""
+    return sum(lengths[i] not in lengths[:i] for i in range(1, steps))
+
+
 def new_lengths(r: Run) -> int:
     """Steps of the steady window (steps 2 to the last) whose batch has a padded length no earlier step had: each
     costs padded_shape_s once. Filled samples: none. Variable-length ones: from the run's probed batches; else
@@ -154,8 +159,7 @@ def new_lengths(r: Run) -> int:
     got = probed(r)
     if got is None:
         return r.steps - 1
-    lengths = got[1]
-    return sum(lengths[i] not in lengths[:i] for i in range(1, r.steps))
+    return fresh_lengths(got[1], r.steps)
 
 
 def _yaml_of(x: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -673,9 +677,9 @@ def padding_section() -> str:
             "new padded lengths in steps 2-14 |", "| --- | ---: | ---: | ---: | ---: |"]
     for (dataset, batch), (real, padded) in sorted(_probed_batches().items()):
         mean = sum(real) / len(real) / batch
-        fresh = sum(padded[i] not in padded[:i] for i in range(1, min(14, len(padded))))
+        window = min(14, len(padded))
         rows.append(f"| {dataset} x {batch} | {len(real)} | {sum(padded) / sum(real):.3f} | "
-                    f"{padded_ratio(dataset, mean, batch):.3f} | {fresh} of {min(14, len(padded)) - 1} |")
+                    f"{padded_ratio(dataset, mean, batch):.3f} | {fresh_lengths(padded, window)} of {window - 1} |")
     return "\n".join(rows)
 
 
@@ -712,7 +716,8 @@ sampler and collator on the CPU (the full image, a throwaway model) with each va
 non-padding and then all tokens per step (bench/results/time-scale/padding.json); its non-padding counts equal the
 GPU runs' step for step, so these are the GPU runs' batches. The ratio is right; what the padding model missed is
 that a batch of a padded length no earlier step had costs more: in the campaign's variable-length runs the two
-steps whose length repeated (steps 9 and 11) were the two fastest of `ts-var` and `ts-var-k4`. The model's
+steps whose length repeated (steps 9 and 11) were the two fastest of `ts-var` and `ts-var-k4` (thin evidence: in
+`ts-var-i1536` and `ts-var-l16` the step time follows the padded tokens instead; docs/throughput.md). The model's
 `padded_shape_s` ({c["padded_shape_s"].value:.3g} s, fitted) is paid once per new length, counted from the probed
 batches over the measured window (a long run meets each multiple of 8 up to cutoff_len once, so its steady rate
 carries none, and `plan` adds it to the wall time once per length).
