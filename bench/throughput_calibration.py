@@ -650,74 +650,63 @@ def host_section(runs: list[Run], c: dict[str, Measured]) -> tuple[str, list[flo
     return "\n".join(lines), lora, full
 
 
-def call_of(r: Run) -> str:
-    """The reference host's GPU call a run came from: a results file, or the folder of a call's trainer logs."""
-    src = Path(r.source)
-    return str(src.parent) if src.suffix == ".log" else r.source
+_STAMP = re.compile(r"20\d\d-\d\d-\d\d")
+# the results files whose runs' logs were not kept: the date their call's output tail gives
+_TAIL_OF = {"bench/results/gpu/full_results.json": "bench/results/gpu/full_output_tail.txt",
+            "bench/results/gpu/repeat_results.json": "bench/results/gpu/repeat_output_tail.txt",
+            # its header: "same warm machine right after the repeat call" (no clock of its own)
+            "bench/results/gpu/ab_results.json": "bench/results/gpu/repeat_output_tail.txt"}
+
+
+def session_of(r: Run) -> str:
+    """The day of the reference host's GPU session a run came from, by the first date its log (or its call's output
+    tail) prints."""
+    src = _TAIL_OF.get(r.source, r.source)
+    got = _STAMP.search((ROOT / src).read_text(errors="replace"))
+    return got[0] if got else "?"
 
 
 def _is_tiny(r: Run) -> bool:
     return r.arch.routed_expert_params < TINY_EXPERT_PARAMS
 
 
-def call_scaled(runs: list[Run], c: dict[str, Measured]) -> dict[str, float | None]:
-    """Each reference run's prediction scaled by the mean measured / predicted of the other runs of its GPU call and
-    size class (leave-one-out: the run's own measurement never enters its factor); None where it is alone."""
-    ratio = {r.name: r.measured / predict(r, c) for r in runs}
-    out: dict[str, float | None] = {}
-    for r in runs:
-        others = [ratio[x.name] for x in runs if x is not r and call_of(x) == call_of(r) and _is_tiny(x) == _is_tiny(r)]
-        out[r.name] = predict(r, c) * statistics.mean(others) if others else None
-    return out
+def excess_s(r: Run, c: dict[str, Measured]) -> float:
+    """Measured minus predicted seconds per step (steady runs)."""
+    per_step = r.window_tokens or r.tokens / r.steps
+    return per_step / r.measured - per_step / predict(r, c)
 
 
-SLOW_CALL = "bench/results/gpu/weight_scale"     # the reference call whose three runs all ran slower
-
-
-def _var_wide(runs: list[Run]) -> list[Run]:
-    return [r for r in runs if r.host == REFERENCE and not is_filled(r) and not _is_tiny(r)]
-
-
-def _slow_call(runs: list[Run], c: dict[str, Measured]) -> str:
-    slower = [1 - r.measured / predict(r, c) for r in _var_wide(runs) if call_of(r) == SLOW_CALL]
-    return f"{min(slower) * 100:.0f}-{max(slower) * 100:.0f} %"
-
-
-def _other_calls(runs: list[Run], c: dict[str, Measured]) -> str:
-    """The worst error of the other calls' variable-length runs that share a call with another run of their size."""
-    alone = call_scaled([r for r in runs if r.host == REFERENCE], c)
-    errs = [abs(predict(r, c) / r.measured - 1) for r in _var_wide(runs)
-            if call_of(r) != SLOW_CALL and r.name != "w10-r64" and alone[r.name] is not None]
-    return f"{max(errs) * 100:.1f} %"
-
-
-def _rank64_error(runs: list[Run], c: dict[str, Measured]) -> str:
-    ref = [r for r in runs if r.host == REFERENCE]
-    q = call_scaled(ref, c)["w10-r64"]
-    (r,) = [r for r in ref if r.name == "w10-r64"]
-    return f"{(q / r.measured - 1) * 100:+.1f} %" if q is not None else "alone"
-
-
-def call_section(runs: list[Run], c: dict[str, Measured]) -> tuple[str, list[float], list[float]]:
-    """The reference host's runs by GPU call, raw and with the call's own factor from its other runs: how much of an
-    error is the call's (another VM) rather than the shape's. Returns the table and the held-out >= 1 G
-    variable-length errors, raw and scaled."""
-    ref = [r for r in runs if r.host == REFERENCE]
-    scaled = call_scaled(ref, c)
-    lines = ["| GPU call | run | set | samples | routed expert params | measured | predicted | error | x the call's "
-             "factor (its other runs) | error |", "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    raw, fixed = [], []
-    for r in sorted(ref, key=call_of):
-        p, q = predict(r, c), scaled[r.name]
-        if not r.fit and not is_filled(r) and not _is_tiny(r):
-            raw.append(abs(p / r.measured - 1))
-            if q is not None:
-                fixed.append(abs(q / r.measured - 1))
-        lines.append(f"| {call_of(r).removeprefix('bench/results/gpu/')} | {r.name} | {'fit' if r.fit else 'held out'} | "
+def session_section(runs: list[Run], c: dict[str, Measured]) -> tuple[str, dict[str, list[float]]]:
+    """The reference host's weight-dominated runs (>= 1 G routed expert params) by session, with the seconds per step
+    the model missed; returns the table and, per session, the excess of its variable-length runs at LoRA rank <= 32."""
+    ref = sorted((r for r in runs if r.host == REFERENCE and not _is_tiny(r)), key=lambda r: (session_of(r), r.source))
+    lines = ["| session (log clock) | call | run | set | samples | routed expert params | measured | predicted | error "
+             "| measured - predicted s/step |", "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    by: dict[str, list[float]] = {}
+    for r in ref:
+        p, x = predict(r, c), excess_s(r, c)
+        if not is_filled(r) and setup_from(r.train, r.accelerate).lora_rank <= 32:
+            by.setdefault(session_of(r), []).append(x)
+        call = str(Path(r.source).parent if r.source.endswith(".log") else r.source).removeprefix("bench/results/gpu/")
+        lines.append(f"| {session_of(r)} | {call} | {r.name} | {'fit' if r.fit else 'held out'} | "
                      f"{'filled' if is_filled(r) else 'variable'} | {r.arch.routed_expert_params / 1e9:.2f} G | "
-                     f"{r.measured:.1f} | {p:.1f} | {(p / r.measured - 1) * 100:+.1f} % | "
-                     + (f"{q:.1f} | {(q / r.measured - 1) * 100:+.1f} % |" if q is not None else "alone in its class | – |"))
-    return "\n".join(lines), raw, fixed
+                     f"{r.measured:.1f} | {p:.1f} | {(p / r.measured - 1) * 100:+.1f} % | {x:+.2f} |")
+    return "\n".join(lines), by
+
+
+def _span(xs: list[float]) -> str:
+    return f"{min(xs):+.2f} to {max(xs):+.2f} s"
+
+
+def _fastest(runs: list[Run], c: dict[str, Measured]) -> str:
+    wide = [r for r in runs if r.host == REFERENCE and not _is_tiny(r) and not is_filled(r) and r.arch.vocab_size == 4096]
+    top = sorted(wide, key=lambda r: -predict(r, c))[:3]
+    return ", ".join(r.name for r in top[:2]) + f" and {top[2].name}"
+
+
+def _excess_of(runs: list[Run], c: dict[str, Measured], name: str) -> str:
+    (r,) = [r for r in runs if r.host == REFERENCE and r.name == name]
+    return f"{excess_s(r, c):+.2f} s"
 
 
 def _median_of(r: Run) -> float | None:
@@ -761,8 +750,7 @@ def render(runs: list[Run], c: dict[str, Measured]) -> str:
     within = sum(x <= 0.15 for x in filled)
     formats, fmt_held = formats_section(runs, c)
     host, host_lora, host_full = host_section(runs, c)
-    calls, call_raw, call_fixed = call_section(runs, c)
-    call_within = sum(x <= 0.15 for x in call_fixed)
+    sessions_table, sessions = session_section(runs, c)
     consts = "\n".join(f"| `{k}` | {v.value:.4g} | {v.source} |" for k, v in c.items())
     fconsts = "\n".join(f"| `{k}` | {v.value:.4g} | {v.source} |" for k, v in FORMAT_SPEED.items())
     fitted = format_fit(runs, c)
@@ -776,7 +764,8 @@ Hosts: {hosts}. All: kt-kernel 0.7.2, torch 2.11, one GPU, AMX backend. Models: 
 `bench/gpu/time_scale.py`).
 
 *steady*: tokens/s from the end of the first step to the last (the GPU scripts' `steady_tokens_per_s`; for the
-weight_scale and vocab_scale runs, from the per-step `train_runtime` of their committed trainer logs). Tokens are
+weight_scale and vocab_scale runs, from the end of the second step, by the per-step `train_runtime` of their
+committed trainer logs). Tokens are
 non-padding tokens (LlamaFactory's `include_num_input_tokens_seen: non_padding`); the model computes on padded
 tokens: the measured window's own padded/real ratio where the padding probe below has the run's batches, else
 (another tokenizer) the ratio derived from the dataset generator (`padded_ratio` in the script).
@@ -817,21 +806,19 @@ worst {_worst(host_full)}.**
 
 {ref_body}
 
-## The reference host, call by call
+## The reference host, session by session
 
-The reference host's runs came from several GPU calls of 2026-12-04, and every call may be another VM of the kind
-(above: one shape 1.48x apart on two VMs of one kind); the runs did not record the CPU model. Grouped by call, the
-misses on variable-length samples are one call's: its three runs (w5-e64, w10-e80, w10-k4) all ran {_slow_call(runs, c)} slower
-than the model, while the other calls' runs of the same class are within {_other_calls(runs, c)} of it but for LoRA rank 64 and
-peaks-large (alone of its size in its call). Scaled by
-the mean measured / predicted of the call's other runs of its size class (leave-one-out: a run's own measurement
-never enters its factor; what `plan --tuned` does with one run on the host), the held-out variable-length runs at
-1 G routed expert params or more are {call_within} of {len(call_fixed)} within 15 %, worst {_worst(call_fixed)}
-(raw: worst {_worst(call_raw)}). What a call's factor does not explain is a shape's: LoRA rank 64 (w10-r64, the
-cookbook's ranks are 8-32) stays {_rank64_error(runs, c)}; peaks-large is the only run of its class in its call, so
-nothing there separates its call from its shape.
+The reference host's runs came from GPU sessions on three days (the date each run's log, or its call's output
+tail, prints); the runs recorded no CPU model, and a session may have been another VM of the kind (above: one shape
+1.48x apart on two VMs of one kind). Below, its weight-dominated runs (>= 1 G routed expert params) with the
+seconds per step the model missed. The variable-length runs at LoRA rank 32 or less missed by {_span(sessions.get("2026-12-02", []) + sessions.get("2026-12-03", []))}
+per step in the sessions of 2026-12-02 and 2026-12-03, and by {_span(sessions.get("2026-12-04", []))} in those of 2026-12-04; rank 64
+(w10-r64, 2026-12-04) by {_excess_of(runs, c, "w10-r64")}. A cost of the session (another VM, or a per-step cost that differed between
+sessions) fits that; so does one of shape: {_fastest(runs, c)} are the three weight-dominated variable-length
+shapes of vocabulary 4096 the model predicts fastest, and all three miss by about +20 % across two sessions. Nothing
+recorded decides between them; the next GPU call that runs them records its CPU model.
 
-{calls}
+{sessions_table}
 
 ## The designed campaign (bench/gpu/time_scale.py, one model-207 H100 VM)
 

@@ -32,6 +32,10 @@ def plan_cmd(
                                          "that will train: its cores and build set the time plan."),
     tuned: Optional[Path] = typer.Option(None, "--tuned", help="tune.json from `ktdeploy tune` on that host: its "
                                          "measured tokens/s replaces (or scales) the predicted one."),
+    from_run: Optional[str] = typer.Option(None, "--from-run", metavar="RUN",
+                                           help="A run of `ktdeploy up` on that host (its id, --name or id prefix): "
+                                                "its measured step time over its plan scales this plan, on its host "
+                                                "(its facts) unless --facts is given."),
     samples: Optional[int] = typer.Option(None, "--samples", min=1, help="Dataset samples, for the run's wall time."),
     sample_tokens: Optional[int] = typer.Option(None, "--sample-tokens", min=1,
                                                 help="Mean tokens per sample (default: samples fill cutoff_len)."),
@@ -41,7 +45,7 @@ def plan_cmd(
 ) -> None:
     """Predict peak host RSS, GPU memory per GPU, disk and the time before downloading any weights: the figures
     and a verdict (with --facts: against that host); --explain shows every term behind them."""
-    from ktdeploy.cli.plan_time import host_of, print_time_plan, terms_table, time_json, time_plan
+    from ktdeploy.cli.plan_time import host_of, print_time_plan, run_scaled, terms_table, time_json, time_plan
     from ktdeploy.core.recipe import load_recipe, require_valid
     from ktdeploy.core.sizing import plan_recipe
     from ktdeploy.core.sizing.calibration import band, setting, upper_edge
@@ -52,11 +56,21 @@ def plan_cmd(
     if padded_ratio is not None and sample_tokens is None:
         raise UsageError("given without --sample-tokens: samples that fill cutoff_len have no padding",
                          key="--padded-ratio", fix=f"ktdeploy plan {recipe} --sample-tokens N --padded-ratio R")
+    if from_run is not None and tuned is not None:
+        raise UsageError("--from-run and --tuned both measure the host: give one", key="--from-run",
+                         fix=f"ktdeploy plan {recipe} --from-run RUN (or --tuned tune.json)")
+    if from_run is not None and sample_tokens is not None:
+        raise UsageError("the run's measured/plan ratio already carries its dataset's sample lengths (its plan "
+                         "assumed samples that fill cutoff_len)", key="--sample-tokens",
+                         fix=f"ktdeploy plan {recipe} --from-run {from_run} (without --sample-tokens)")
     r = load_recipe(recipe, set_)
     require_valid(r)  # plan figures from a recipe `check` refuses (NaN, negative or absurd sizes) mean nothing
     plan, arch, where = plan_recipe(r, model_config, gpus)
     host = host_of(facts)
-    tp = time_plan(r, recipe, arch, gpus, host, Workload(sample_tokens, padded_ratio, samples), tuned)
+    if from_run is not None:
+        tp, host = run_scaled(r, arch, gpus, host if facts is not None else None, Workload(samples=samples), from_run)
+    else:
+        tp = time_plan(r, recipe, arch, gpus, host, Workload(sample_tokens, padded_ratio, samples), tuned)
     if as_json:
         out = plan.to_json()
         n = plan.setup["num_processes"]

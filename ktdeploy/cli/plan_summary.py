@@ -45,7 +45,7 @@ def time_text(tp: ThroughputPlan) -> str:
     else:
         text += "; the run's wall time needs its length: --samples N (or train.max_steps in the recipe)"
     if tp.predicted_tokens_per_s is not None:
-        text += f"; measured by `ktdeploy tune` (the model predicted {tp.predicted_tokens_per_s:.1f})"
+        text += f"; measured by {tp.measured_by or '`ktdeploy tune`'} (the model predicted {tp.predicted_tokens_per_s:.1f})"
     return text
 
 

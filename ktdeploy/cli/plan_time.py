@@ -23,6 +23,7 @@ from ktdeploy.core.sizing.throughput import (
     ThroughputPlan,
     Workload,
     host_from_facts,
+    run_step_times,
     throughput,
     tuned_rate,
 )
@@ -105,6 +106,51 @@ def terms_table(title: str, unit: str, terms: Sequence[Term], fmt: str) -> Table
     for term in terms:
         t.add_row(esc(term.name), fmt.format(term.value), esc(term.explanation))
     return t
+
+
+def run_scaled(recipe: Recipe, arch: MoEArchitecture, gpus: int | None, host: HostCPU | None, work: Workload,
+               run: str) -> tuple[ThroughputPlan, HostCPU]:
+    """This recipe's time plan scaled by a finished run's measured / planned step time (its record's eta.json), on
+    ``host`` (--facts), else on the run's own host (the record's facts, what its plan was made for)."""
+    from ktdeploy.controller.runs import latest_run
+    from ktdeploy.core import run_record as rr
+    from ktdeploy.core.errors import RunRecordError
+
+    try:
+        rec = latest_run(run_id=run)
+    except UsageError as err:     # the id's own check names --run: here the flag is --from-run
+        raise UsageError(err.message.replace("--run ", "", 1), key="--from-run", fix=err.fix) from None
+    eta = rec.read_json("eta.json") if (rec.path / "eta.json").exists() else None
+    if not isinstance(eta, dict):
+        raise UsageError(f"run {rec.id} has no eta.json: it never reached training", key="--from-run",
+                         fix="give a run that trained (`ktdeploy status --all` lists them), or use `ktdeploy tune`")
+    try:
+        planned, measured = run_step_times(eta)
+    except ValueError as err:
+        raise UsageError(f"run {rec.id}: {err}", key="--from-run",
+                         fix="give a run this ktdeploy planned and that trained two steps or more, or use "
+                             "`ktdeploy tune` on the host") from None
+    if host is None:
+        try:
+            host = host_from_facts(rec.read_json(rr.FACTS))
+        except (RunRecordError, ValueError, AttributeError) as err:
+            raise UsageError(f"run {rec.id}: its host facts cannot be read ({str(err)[:120]})", key="--from-run",
+                             fix="pass that host's facts with --facts (`ktdeploy doctor --json`)") from None
+        host = HostCPU(host.cores, host.numa_nodes, host.build, f"run {rec.id}'s host facts: {host.cores} cores, "
+                       f"{host.build} build")
+    train = dict(recipe.train or {})
+    s = setup_from(train, dict(recipe.accelerate or {}), gpus)
+    mine = throughput(s, arch, train, host, work)
+    scaled = throughput(s, arch, train, host, work, measured_tokens_per_s=mine.tokens_per_s * planned / measured,
+                        measured_by=f"run {rec.id}")
+    scaled.notes[0] = (f"run {rec.id} on this host measured {measured:.3g} s per step where its plan said "
+                       f"{planned:.3g} (measured/plan {measured / planned:.2f}): this recipe's {mine.tokens_per_s:.1f} "
+                       f"tokens/s scaled by {planned / measured:.2f}")
+    # its plan assumed samples that fill cutoff_len and its steps ran on its own dataset: the ratio carries that
+    scaled.notes = [n for n in scaled.notes if not n.startswith("tokens/s assumes samples")] + [
+        f"the step time is the run's, on its own dataset; tokens/s counts samples that fill cutoff_len "
+        f"({s.cutoff_len}), so with shorter samples it overstates the real tokens while the step and wall times hold"]
+    return scaled, host
 
 
 def print_time_plan(tp: ThroughputPlan, host: HostCPU) -> None:

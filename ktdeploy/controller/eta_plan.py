@@ -26,11 +26,11 @@ def planned_eta(recipe: Recipe | None, facts: HostFacts | None, gpus: int | None
     try:
         from ktdeploy.core.sizing import plan_recipe
         from ktdeploy.core.sizing.setup import setup_from
-        from ktdeploy.core.sizing.throughput import throughput
+        from ktdeploy.core.sizing.throughput import throughput, time_model_id
 
         _plan, arch, _where = plan_recipe(recipe, gpus=gpus)
         train = dict(recipe.train or {})
         tp = throughput(setup_from(train, dict(recipe.accelerate or {}), gpus), arch, train, host_cpu(facts))
     except Exception:  # the planner needs the model's config.json; the ETA then comes from measured steps only
         return Eta(None)
-    return Eta(tp.step_s, tp.tokens_per_s)
+    return Eta(tp.step_s, tp.tokens_per_s, time_model=time_model_id())

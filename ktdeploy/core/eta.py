@@ -1,6 +1,6 @@
 """The run's ETA (pure): from the plan's step time until steps are measured, then from the measured step time;
-the plan-vs-measured ratio is what the run record keeps (status.json ``eta``, the record's ``eta.json``), so later
-runs can calibrate the time model (core/sizing/throughput.py)."""
+the plan-vs-measured ratio is what the run record keeps (status.json ``eta``, the record's ``eta.json``), with the
+time model that planned it, so that `ktdeploy plan --from-run` can scale a later plan for that host by it."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class Eta:
     first_t: float | None = None
     measured_step_s: float | None = None
     said_tenth: int = -1
+    time_model: str | None = None       # the time model that planned it (core/sizing/throughput.time_model_id)
 
     def update(self, step: int, now: float) -> None:
         """A new step seen at monotonic ``now``: the measured step time is the mean over the steps seen since the
@@ -65,7 +66,8 @@ class Eta:
     def record(self) -> dict[str, Any]:
         r = self.ratio()
         return {"planned_step_s": _r(self.planned_step_s), "planned_tokens_per_s": _r(self.planned_tokens_per_s),
-                "measured_step_s": _r(self.measured_step_s), "measured_over_planned": _r(r)}
+                "measured_step_s": _r(self.measured_step_s), "measured_over_planned": _r(r),
+                "time_model": self.time_model}
 
 
 def _r(v: float | None) -> float | None:

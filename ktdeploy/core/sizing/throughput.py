@@ -178,8 +178,9 @@ class ThroughputPlan:
     terms: list[Term]
     tokens_per_step: float
     notes: list[str] = field(default_factory=list)
-    measured_tokens_per_s: float | None = None   # from `ktdeploy tune` on this host, when given
+    measured_tokens_per_s: float | None = None   # measured on this host (or scaled by a measurement), when given
     predicted_tokens_per_s: float | None = None  # the model's figure when a measurement replaced it
+    measured_by: str | None = None               # what measured it: `ktdeploy tune`, or a run of `up`
 
     def to_json(self) -> dict[str, Any]:
         def banded(v: float | None, digits: int) -> dict[str, Any] | None:
@@ -196,7 +197,7 @@ class ThroughputPlan:
         return {"tokens_per_s": banded(self.tokens_per_s, 1), "step_s": inv_banded(self.step_s, 3),
                 "wall_time_s": inv_banded(self.wall_time_s, 0), "steps": self.steps, "band": round(self.band, 3),
                 "tokens_per_step": round(self.tokens_per_step, 1),
-                "measured_tokens_per_s": self.measured_tokens_per_s,
+                "measured_tokens_per_s": self.measured_tokens_per_s, "measured_by": self.measured_by,
                 "predicted_tokens_per_s": None if self.predicted_tokens_per_s is None
                 else round(self.predicted_tokens_per_s, 1),
                 "breakdown": [t.to_json() for t in self.terms], "notes": self.notes}
@@ -366,13 +367,13 @@ def save_seconds(s: Setup, sh: StepShape, arch: MoEArchitecture, c: Mapping[str,
     return params * per_param / c["save_bytes_s"].value
 
 
-def band_and_why(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, variable: bool = False
-                 ) -> tuple[float, str]:
+def band_and_why(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, variable: bool = False,
+                 measured_by: str = "`ktdeploy tune`") -> tuple[float, str]:
     """The widest band whose condition holds, and that condition; ``variable``: samples shorter than cutoff_len,
-    unpacked."""
+    unpacked; ``tuned``: ``measured_by`` measured this host."""
     if tuned:
-        return BAND_TUNED, (f"band ±{BAND_TUNED * 100:.0f} %: `ktdeploy tune` measured this host on this recipe "
-                            "(tune's own repeat spread)")
+        return BAND_TUNED, (f"band ±{BAND_TUNED * 100:.0f} %: {measured_by} measured this host "
+                            "(what repeated measurements on one host spread: tune's repeats)")
     cands = [(BAND_CALIBRATED, "bf16 on the GPU machine, samples that fill cutoff_len: held out up to 17.7 %")
              if s.expert_format == "bf16" else
              (BAND_FORMAT, f"the {s.expert_format} experts' rate ratio to bf16 is measured on one shape (held out "
@@ -392,7 +393,9 @@ def band_and_why(s: Setup, arch: MoEArchitecture, host: HostCPU, tuned: bool, va
 
 def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: HostCPU = REFERENCE_HOST,
                work: Workload | None = None, constants: Mapping[str, Measured] | None = None,
-               measured_tokens_per_s: float | None = None) -> ThroughputPlan:
+               measured_tokens_per_s: float | None = None, measured_by: str = "`ktdeploy tune`") -> ThroughputPlan:
+    """The time plan; ``measured_tokens_per_s``: this host's measured rate for this recipe (by ``measured_by``),
+    which replaces the model's."""
     c = {**TIME_CONSTANTS, **(constants or {})}
     work = work or Workload()
     sh = step_shape(s, arch, host, work, train, c)
@@ -405,7 +408,7 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
     if measured_tokens_per_s:
         predicted, tps = tps, measured_tokens_per_s
         step = tokens / tps
-        notes.append(f"tokens/s measured on this host by `ktdeploy tune` ({measured_tokens_per_s:.1f}); the model "
+        notes.append(f"tokens/s measured on this host by {measured_by} ({measured_tokens_per_s:.1f}); the model "
                      f"predicted {predicted:.1f} ({(predicted / measured_tokens_per_s - 1) * 100:+.0f} %)")
     steps = run_steps(s, train, work, s.batch * s.num_processes * sh.micro_steps)
     wall = None
@@ -438,9 +441,10 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
                "measured batches of the tiny dataset; pass --padded-ratio R if you know yours")
         notes.append(f"padding: each batch of {s.batch} is padded to its longest sample (a multiple of "
                      f"{PAD_MULTIPLE}): {ratio:.2f}x the real tokens, {how}")
-    band, why = band_and_why(s, arch, host, measured_tokens_per_s is not None, variable)
+    band, why = band_and_why(s, arch, host, measured_tokens_per_s is not None, variable, measured_by)
     notes.append(why)
-    return ThroughputPlan(tps, step, steps, wall, band, terms, tokens, notes, measured_tokens_per_s, predicted)
+    return ThroughputPlan(tps, step, steps, wall, band, terms, tokens, notes, measured_tokens_per_s, predicted,
+                          measured_by if measured_tokens_per_s else None)
 
 
 # ---- the host, from doctor's facts and tune's record (pure: parsed dicts in) ------------------------------
@@ -469,3 +473,28 @@ def tuned_rate(tune: Mapping[str, Any]) -> tuple[float, dict[str, Any]] | None:
     if not isinstance(tps, int | float) or tps <= 0 or not isinstance(chosen, Mapping):
         return None
     return float(tps), dict(chosen)
+
+
+def time_model_id() -> str:
+    """This time model's identity: a digest of its constants. A run's plan-vs-measured ratio (eta.json) holds only
+    against the model that planned it."""
+    import hashlib
+
+    text = ";".join(f"{k}={v.value!r}" for k, v in sorted({**TIME_CONSTANTS, **FORMAT_SPEED}.items()))
+    return "tm-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def run_step_times(eta: Mapping[str, Any]) -> tuple[float, float]:
+    """(planned, measured) seconds per step of a run (its record's eta.json), or ValueError saying why they cannot
+    scale a plan: planned by another time model, no plan, or no measured step."""
+    model = eta.get("time_model")
+    if model != time_model_id():
+        other = f"another time model ({str(model)[:40]})" if model else "a ktdeploy that did not name its time model"
+        raise ValueError(f"its plan came from {other}, not this one ({time_model_id()}): its measured/plan ratio "
+                         "does not apply")
+    planned, measured = eta.get("planned_step_s"), eta.get("measured_step_s")
+    if not isinstance(planned, int | float) or isinstance(planned, bool) or not 0 < planned < 1e9:
+        raise ValueError("it has no planned step time (the planner had no config.json for its model)")
+    if not isinstance(measured, int | float) or isinstance(measured, bool) or not 0 < measured < 1e9:
+        raise ValueError("it measured no step time (training ended before its second step was seen)")
+    return float(planned), float(measured)

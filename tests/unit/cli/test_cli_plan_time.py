@@ -91,3 +91,68 @@ def test_short_samples_are_padded_as_estimated_or_as_given(capsys):
 def test_a_padded_ratio_that_means_nothing_is_a_clean_error(capsys, args):
     code, out, err = run_cli(["plan", str(RECIPE), *args], capsys)
     assert code not in (0, 70) and "Traceback" not in err + out and "--padded-ratio" in err + out
+
+
+def _run_record(home: Path, step_times: list[float], *, cores: int = 16, model: str | None = "current") -> str:
+    """A run record as `up` leaves it: its host facts (facts.json) and the ETA of steps seen at ``step_times``
+    (eta.json), both written by the code `up` uses."""
+    from ktdeploy.controller.eta_plan import planned_eta
+    from ktdeploy.controller.runs import RunRecord
+    from ktdeploy.core.facts.host import HostFacts
+    from ktdeploy.core.recipe import load_recipe
+
+    doctor = json.loads(DOCTOR.read_text())["facts"]
+    doctor["cpu"]["physical_cores"] = cores
+    facts = HostFacts.model_validate(doctor)
+    eta = planned_eta(load_recipe(RECIPE), facts)
+    for step, t in enumerate(step_times, start=1):
+        eta.update(step, t)
+    if model != "current":
+        eta.time_model = model
+    rec = RunRecord.create("tiny-moe-lora", root=home / "runs")
+    rec.write_json("facts.json", facts.model_dump(mode="json"))
+    rec.write_json("eta.json", eta.record())
+    rec.set_status("finished")
+    return rec.id
+
+
+def test_from_run_scales_the_plan_by_the_runs_measured_over_planned(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    plain = _json(capsys)
+    planned = plain["step_s"]["value"]
+    run = _run_record(tmp_path, [0.0, 2 * planned, 4 * planned])       # two steps of twice the planned time
+    t = _json(capsys, "--from-run", run)
+    assert t["step_s"]["value"] == pytest.approx(2 * planned, rel=0.01)
+    assert t["tokens_per_s"]["value"] == pytest.approx(plain["tokens_per_s"]["value"] / 2, rel=0.01)
+    assert t["predicted_tokens_per_s"] == pytest.approx(plain["tokens_per_s"]["value"], rel=0.01)
+    assert t["band"] == 0.1 and any(f"run {run}" in n and "measured/plan 2.00" in n for n in t["notes"])
+    assert f"run {run}'s host facts" in t["host"]["source"]
+
+
+def test_from_run_plans_on_the_runs_host_unless_facts_say_otherwise(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    big = _run_record(tmp_path, [0.0, 1.0, 2.0], cores=64)
+    assert _json(capsys, "--from-run", big)["host"]["cores"] == 64
+    assert _json(capsys, "--from-run", big, "--facts", str(DOCTOR))["host"]["cores"] == 16
+
+
+@pytest.mark.parametrize("times,model,says", [([0.0], "current", "measured no step time"),
+                                              ([0.0, 1.0, 2.0], None, "did not name its time model"),
+                                              ([0.0, 1.0, 2.0], "tm-000000000000", "another time model")])
+def test_a_run_whose_ratio_does_not_apply_is_a_clean_error(capsys, tmp_path, monkeypatch, times, model, says):
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    run = _run_record(tmp_path, times, model=model)
+    code, out, err = run_cli(["plan", str(RECIPE), "--from-run", run], capsys)
+    assert code == 2 and "Traceback" not in err + out
+    err = " ".join(err.split())       # the error is wrapped to the terminal
+    assert says in err and "--from-run" in err and "fix:" in err
+
+
+@pytest.mark.parametrize("args,key", [(["--from-run", "nope"], "no single run record"),
+                                      (["--from-run", "../../etc"], "run"),
+                                      (["--from-run", "x", "--tuned", str(DOCTOR)], "give one"),
+                                      (["--from-run", "x", "--sample-tokens", "200"], "already carries")])
+def test_from_run_refuses_what_it_cannot_use(capsys, tmp_path, monkeypatch, args, key):
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    code, out, err = run_cli(["plan", str(RECIPE), *args], capsys)
+    assert code not in (0, 70) and "Traceback" not in err + out and key in " ".join((err + out).split())

@@ -299,6 +299,8 @@ def test_follow_says_the_planned_eta_then_the_measured_one_and_records_both(tmp_
     assert eta["planned_step_s"] > 0 and eta["planned_tokens_per_s"] > 0
     assert eta["measured_step_s"] is not None and eta["measured_over_planned"] is not None
     assert ex.record.status()["eta"]["planned_step_s"] == eta["planned_step_s"]
+    from ktdeploy.core.sizing.throughput import time_model_id
+    assert eta["time_model"] == time_model_id()     # what `plan --from-run` checks before it scales by the ratio
 
 
 def test_an_up_that_finds_the_crash_an_earlier_run_left_says_it_as_follow_does(tmp_path):

@@ -16,7 +16,7 @@ def test_plan_until_measured_then_measured_without_the_first_step():
     assert e.measured_step_s == 3.0 and e.remaining_s(3, 10) == 21.0
     assert e.ratio() == 1.5 and "measured/plan 1.50" in (e.line(3, 10) or "")
     assert e.record() == {"planned_step_s": 2.0, "planned_tokens_per_s": 100.0, "measured_step_s": 3.0,
-                          "measured_over_planned": 1.5}
+                          "measured_over_planned": 1.5, "time_model": None}
 
 
 def test_no_plan_waits_for_measurement():

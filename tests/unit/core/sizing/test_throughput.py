@@ -373,22 +373,19 @@ def test_the_docs_held_out_figures_are_the_calibrations():
     assert f"(fitted {factor:.3f})" in doc
     assert max(filled) <= BAND_CALIBRATED and max(var_wide) <= BAND_VARIABLE
     assert max(ref.held_tiny + ts.held_tiny) <= BAND_TINY
-    _, raw, by_call = bench.call_section(runs, c)
-    assert len(by_call) < len(raw)      # a run alone of its size in its call gets no factor from it
-    rest = sorted(by_call)[:-1]
-    assert f"| the reference host's variable-length runs >= 1 G, each scaled by its GPU call's other runs | " \
-           f"{len(by_call)} | {sum(x <= 0.15 for x in by_call)} | +{max(by_call) * 100:.1f} % (w10-r64, LoRA rank 64); " \
-           f"the rest within {max(rest) * 100:.1f} %" in doc
+    _, sessions = bench.session_section(runs, c)
+    early = sessions["2026-12-02"] + sessions["2026-12-03"]
+    assert f"ran {min(early):.2f}-{max(early):.2f} s per step slower than the model" in doc
+    assert f"within {max(abs(x) for x in sessions['2026-12-04']):.2f} s of it" in doc
 
 
-def test_a_runs_call_factor_never_contains_its_own_measurement():
+def test_a_runs_session_is_the_date_its_own_log_prints():
     bench = _calibration()
-    runs = [r for r in bench.reference_runs() if bench.call_of(r) == bench.SLOW_CALL]
-    assert len(runs) == 3
+    day = {r.name: bench.session_of(r) for r in bench.reference_runs()}
+    assert day["w5-e64"] == "2026-12-03" and day["w20-l32"] == "2026-12-04" and day["w10-e80f"] == "2026-12-04"
+    assert day["peaks-large"] == day["ab-kt-1@ab"] == "2026-12-02"     # ab: the repeat call's warm machine
+    (r,) = [r for r in bench.reference_runs() if r.name == "w10-k4"]
     c = dict(TIME_CONSTANTS)
-    before = bench.call_scaled(runs, c)
-    doubled = [replace(r, measured=r.measured * 2) if r.name == "w10-k4" else r for r in runs]
-    after = bench.call_scaled(doubled, c)
-    assert after["w10-k4"] == pytest.approx(before["w10-k4"])     # its own measurement does not move it
-    assert after["w5-e64"] != pytest.approx(before["w5-e64"])     # the others' factors take it in
-    assert bench.call_scaled(runs[:1], c)[runs[0].name] is None   # alone in its call: nothing to scale by
+    per_step = r.window_tokens
+    assert bench.excess_s(r, c) == pytest.approx(per_step / r.measured - per_step / bench.predict(r, c))
+    assert bench.excess_s(replace(r, measured=bench.predict(r, c)), c) == pytest.approx(0.0, abs=1e-12)
