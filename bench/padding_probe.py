@@ -6,6 +6,7 @@ Runs in the full image, the checkout mounted (it needs torch, transformers, Llam
 
     docker run --rm -v $PWD:/src -w /src -e PYTHONPATH=/src -e HF_HUB_OFFLINE=1 --entrypoint python ktsft:amx \
         bench/padding_probe.py > bench/results/time-scale/padding.json
+        (... bench/padding_probe.py --long > bench/results/time-scale/padding-long.json: a 60-step run's batches)
 
 Each dataset and batch size trains twice on one throwaway model, counting non-padding tokens, then all tokens
 (`include_num_input_tokens_seen`); the non-padding counts must equal the GPU campaign's per-step counts
@@ -28,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 # (dataset, batch, steps, the call5 run with these batches): every variable-length setup the calibration holds
 PROBES = (("tiny_sft_long", 4, 16, "var"), ("tiny_sft_long", 8, 14, "var-b8"), ("tiny_sft", 4, 40, None))
+# --long: the batches of a 60-step variable-length run (time_scale.py --runs base,var,var-eager --steps 60), where
+# lengths repeat often enough to tell a new length's cost from a step's; its first 16 steps are PROBES' first
+LONG = (("tiny_sft_long", 4, 60, None),)
 
 
 def increments(cumulative: list[int]) -> list[int]:
@@ -59,6 +63,7 @@ def train(work: Path, model: Path, data: Path, dataset: str, batch: int, steps: 
 
 def main() -> int:
     from ktdeploy.agent import tiny
+    probes = LONG if sys.argv[1:] == ["--long"] else PROBES
     campaign = {r["run"]: r for r in json.loads((ROOT / "bench/results/time-scale/call5.json").read_text())["runs"]}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -69,7 +74,7 @@ def main() -> int:
         tiny.build_model(model, tiny.TinySize(64, 1, 4, 2, 32, num_attention_heads=2, num_key_value_heads=1,
                                               head_dim=32, vocab_size=4096), device="cpu")
         rows = {}
-        for dataset, batch, steps, run in PROBES:
+        for dataset, batch, steps, run in probes:
             real = train(work, model, data, dataset, batch, steps, "non_padding")
             padded = train(work, model, data, dataset, batch, steps, "all")
             row = {"dataset": dataset, "batch": batch, "real": real, "padded": padded,
@@ -82,7 +87,8 @@ def main() -> int:
             gpu = increments([seen[k] for k in sorted(seen)])    # [seconds, step, tokens seen]: one per step
             row.update(campaign_run=run, gpu_real=gpu, same_batches=real[:len(gpu)] == gpu)
             print(f"  the same batches as the GPU run {run}: {row['same_batches']}", file=sys.stderr)
-    print(json.dumps({"how": "python bench/padding_probe.py (in the full image ktsft:amx)", "batches": rows}, indent=1))
+    how = f"python bench/padding_probe.py{' --long' if probes is LONG else ''} (in the full image ktsft:amx)"
+    print(json.dumps({"how": how, "batches": rows}, indent=1))
     return 0
 
 

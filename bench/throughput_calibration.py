@@ -133,14 +133,25 @@ def _probed_batches() -> dict[tuple[str, int], tuple[list[int], list[int]]]:
     return {(v["dataset"], v["batch"]): (v["real"], v["padded"]) for v in d.values()}
 
 
+@functools.cache
+def _long_probes() -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    """The same, over a 60-step run (padding_probe.py --long), where committed: for runs longer than the probes."""
+    path = RESULTS / "time-scale/padding-long.json"
+    if not path.is_file():
+        return {}
+    d = json.loads(path.read_text())["batches"]
+    return {(v["dataset"], v["batch"]): (v["real"], v["padded"]) for v in d.values()}
+
+
 def probed(r: Run) -> tuple[list[int], list[int]] | None:
     """The run's own batches, (real, padded) tokens per step, where the probe has them: same dataset and batch, and
     the same tokens over the run's steps (another tokenizer, such as vocab_scale's, batches other lengths)."""
     if is_filled(r):
         return None
-    got = _probed_batches().get((r.dataset, setup_from(r.train, r.accelerate).batch))
-    if got and len(got[0]) >= r.steps and sum(got[0][:r.steps]) == r.tokens:
-        return got[0][:r.steps], got[1][:r.steps]
+    key = (r.dataset, setup_from(r.train, r.accelerate).batch)
+    for got in (_probed_batches().get(key), _long_probes().get(key)):
+        if got and len(got[0]) >= r.steps and sum(got[0][:r.steps]) == r.tokens:
+            return got[0][:r.steps], got[1][:r.steps]
     return None
 
 

@@ -69,6 +69,9 @@ RUNS: dict[str, TimeRun] = {r.name: r for r in (
     TimeRun("var-b8", _v("t-var-b8", batch=8, fill=False)),
     TimeRun("var-i1536", _v("t-var-i1536", moe_intermediate_size=1536, fill=False)),
     TimeRun("var-l16", _v("t-var-l16", num_hidden_layers=16, fill=False)),
+    # the same batches with eager attention instead of SDPA: if a new padded length still costs more, it is not the
+    # attention kernels' per-shape setup (run with --steps 60, beside `var`, so that lengths repeat)
+    TimeRun("var-eager", _v("t-var", fill=False), sets=("train.flash_attn=disabled",)),
     TimeRun("small", _v("t-small", hidden_size=512, num_hidden_layers=4, num_experts=16, num_experts_per_tok=4,
                         moe_intermediate_size=256, num_attention_heads=8, num_key_value_heads=2, head_dim=64)),
 )}
@@ -80,8 +83,8 @@ def one(r: TimeRun, work: Path, steps: int, timeout: float) -> dict:
         t = time.monotonic()
         build(r.shape, model, work / "data")
         say(f"{r.name}: built {r.shape.name} in {time.monotonic() - t:.0f} s")
-    # more rows than the longest run reads (16 steps x batch 8): no epoch boundary inside the measured steps
-    build_fill_dataset(work / "data", r.shape.cutoff_len, rows=160)
+    # more rows than the run reads (steps x batch, at least 160): no epoch boundary inside the measured steps
+    build_fill_dataset(work / "data", r.shape.cutoff_len, rows=max(160, steps * r.shape.batch))
     row = train_one(r.shape, r.fmt, model, None, work, steps, timeout, extra=r.sets, name=f"ts-{r.name}")
     row["run"] = r.name
     row["sets"] = list(r.sets)
