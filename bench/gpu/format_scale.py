@@ -206,6 +206,8 @@ def campaign(res: dict, out: Path, stem: str, setup: bool, t0: float, body: Call
         res["machine"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
         res["cpu"] = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        from bench.gpu.membw import measure
+        res["membw"] = measure()        # a few seconds: the host's copy bandwidth beside its CPU model
         res["date"] = time.strftime("%Y-%m-%d", time.gmtime())
         body(save)
     except Exception:

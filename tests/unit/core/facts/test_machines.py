@@ -79,3 +79,22 @@ def test_container_with_hidden_flags_and_limits():
     assert f.probes.mempolicy.ok is False and f.probes.mempolicy.errno == 1
     assert f.path("/srv/models").exists is False and f.path("/tmp").exists
     assert best_variant(f) == "avx2"  # what kt-kernel's picker would conclude from this cpuinfo
+
+
+def test_the_bandwidth_probe_every_gpu_campaign_runs_measures_this_machine():
+    """bench/gpu/membw.py builds and runs bench/gpu/membw_probe.c as the GPU campaigns do (format_scale.campaign)."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        pytest.skip("no C compiler here")
+    spec = importlib.util.spec_from_file_location("membw", Path(__file__).resolve().parents[4] / "bench/gpu/membw.py")
+    assert spec and spec.loader
+    membw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(membw)
+    got = membw.measure(64)
+    assert got["error"] is None and got["workers"] >= 1
+    assert 0 < got["bytes"] <= 64 << 20 and got["copy_gbs"] > 0.1     # any machine copies faster than 100 MB/s
+    membw.SOURCE = Path(__file__)                                        # not C: a failed build is said, not raised
+    assert membw.measure(64)["error"].startswith("build failed")
