@@ -38,7 +38,7 @@ def host_of(facts: Path | None) -> HostCPU:
         raise UsageError(f"{facts}: not a facts object", key="--facts", fix="give `ktdeploy doctor --json`'s output")
     try:
         return host_from_facts(data)
-    except ValueError as err:
+    except (ValueError, TypeError, AttributeError) as err:
         raise UsageError(f"{facts}: {err}", key="--facts", fix="give `ktdeploy doctor --json`'s output") from None
 
 
@@ -120,10 +120,16 @@ def run_scaled(recipe: Recipe, arch: MoEArchitecture, gpus: int | None, host: Ho
         rec = latest_run(run_id=run)
     except UsageError as err:     # the id's own check names --run: here the flag is --from-run
         raise UsageError(err.message.replace("--run ", "", 1), key="--from-run", fix=err.fix) from None
-    eta = rec.read_json("eta.json") if (rec.path / "eta.json").exists() else None
-    if not isinstance(eta, dict):
+    if not os.path.lexists(rec.path / "eta.json"):
         raise UsageError(f"run {rec.id} has no eta.json: it never reached training", key="--from-run",
                          fix="give a run that trained (`ktdeploy status --all` lists them), or use `ktdeploy tune`")
+    try:
+        eta = rec.read_json("eta.json")
+    except RunRecordError as err:
+        raise RunRecordError(err.message, key="--from-run", fix=err.fix) from None
+    if not isinstance(eta, dict):
+        raise UsageError(f"run {rec.id}: its eta.json is not an object", key="--from-run",
+                         fix=f"inspect {rec.path}, or give another run (`ktdeploy status --all`)")
     try:
         planned, measured = run_step_times(eta)
     except ValueError as err:
@@ -133,7 +139,7 @@ def run_scaled(recipe: Recipe, arch: MoEArchitecture, gpus: int | None, host: Ho
     if host is None:
         try:
             host = host_from_facts(rec.read_json(rr.FACTS))
-        except (RunRecordError, ValueError, AttributeError) as err:
+        except (RunRecordError, ValueError, AttributeError, TypeError) as err:
             raise UsageError(f"run {rec.id}: its host facts cannot be read ({str(err)[:120]})", key="--from-run",
                              fix="pass that host's facts with --facts (`ktdeploy doctor --json`)") from None
         host = HostCPU(host.cores, host.numa_nodes, host.build, f"run {rec.id}'s host facts: {host.cores} cores, "

@@ -160,8 +160,15 @@ class RunRecord:
         p = self.path / name
         if not os.path.lexists(p):
             raise RunRecordError(f"run record {self.id} has no {name}", fix=f"Look inside {self.path}.")
-        owner = os.lstat(p).st_uid
-        if owner not in (0, os.getuid()):   # another user wrote it: its host, containers, job ids are not ours to act on
+        # the file and, through a link, what it points at: another user wrote neither, or its host, containers,
+        # job ids are not ours to act on
+        try:
+            owner = next((u for u in (os.lstat(p).st_uid, os.stat(p).st_uid) if u not in (0, os.getuid())),
+                         os.getuid())
+        except OSError as e:
+            raise RunRecordError(f"run record {self.id}: {name} cannot be read ({e.strerror})",
+                                 fix=f"Inspect or remove {self.path}.") from None
+        if owner not in (0, os.getuid()):
             raise RunRecordError(f"run record {self.id}: {name} belongs to uid {owner}, not to you",
                                  fix=f"Inspect {self.path}; ktdeploy acts only on records you (or root) wrote.")
         try:
@@ -253,8 +260,9 @@ def latest_run(host: str | None = None, *, run_id: str | None = None, root: Path
         matches = [r for r in all_runs(root) if r.id.startswith(run_id)]
         if len(matches) == 1:
             return matches[0]
-        raise RunRecordError(f"no single run record matches {run_id!r} in {root}",
-                             fix="List the runs with `ktdeploy status --all`.")
+        what = f"{len(matches)} run records start with" if matches else "no run record matches"
+        raise RunRecordError(f"{what} {run_id!r} in {root}",
+                             fix="List the runs with `ktdeploy status --all` and give a longer part of one id.")
     runs = find_runs(host, root=root)
     if not runs:
         where = f" for host {host!r}" if host else ""

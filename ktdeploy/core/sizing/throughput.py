@@ -449,6 +449,14 @@ def throughput(s: Setup, arch: MoEArchitecture, train: Mapping[str, Any], host: 
 
 # ---- the host, from doctor's facts and tune's record (pure: parsed dicts in) ------------------------------
 
+MAX_CORES = 1 << 16
+
+
+def _count_of(v: Any) -> int:
+    """A count as the facts give it: a whole number (never a bool), else 0."""
+    return 0 if isinstance(v, bool) else as_int(v, 0) if isinstance(v, int | str) else 0
+
+
 def host_from_facts(facts: Mapping[str, Any]) -> HostCPU:
     """doctor's facts (`ktdeploy doctor --json`'s facts, or a run record's doctor.json): physical cores, NUMA nodes,
     and the kt-kernel build the CPU flags allow (AMX, else AVX512, else AVX2)."""
@@ -456,11 +464,18 @@ def host_from_facts(facts: Mapping[str, Any]) -> HostCPU:
         facts = facts["facts"]
     cpu = facts.get("cpu") if isinstance(facts.get("cpu"), Mapping) else {}
     assert isinstance(cpu, Mapping)
-    cores = as_int(cpu.get("physical_cores"), 0) or as_int(cpu.get("logical_cpus"), 0) or 0
+    cores = _count_of(cpu.get("physical_cores")) or _count_of(cpu.get("logical_cpus")) or 0
     if cores <= 0:
         raise ValueError("the facts name no physical_cores or logical_cpus")
+    if cores > MAX_CORES:
+        raise ValueError(f"the facts name {cores} cores, more than any host has ({MAX_CORES})")
     nodes = cpu.get("numa_nodes")
-    flags = set(cpu.get("flags") or [])
+    if isinstance(nodes, list) and len(nodes) > cores:
+        raise ValueError(f"the facts name {len(nodes)} NUMA nodes for {cores} cores")
+    raw_flags = cpu.get("flags") or []
+    if not isinstance(raw_flags, list) or not all(isinstance(f, str) for f in raw_flags):
+        raise ValueError("the facts' cpu.flags is not a list of flag names")
+    flags = set(raw_flags)
     build = V.detect(flags).name
     return HostCPU(cores, len(nodes) if isinstance(nodes, list) and nodes else 1, build,
                    f"doctor's facts: {cores} physical cores, {build} build")
@@ -484,6 +499,9 @@ def time_model_id() -> str:
     return "tm-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+RUN_RATIO_MAX = 100.0     # measured/plan of a run beyond this, either way, is refused (run_step_times)
+
+
 def run_step_times(eta: Mapping[str, Any]) -> tuple[float, float]:
     """(planned, measured) seconds per step of a run (its record's eta.json), or ValueError saying why they cannot
     scale a plan: planned by another time model, no plan, or no measured step."""
@@ -497,4 +515,9 @@ def run_step_times(eta: Mapping[str, Any]) -> tuple[float, float]:
         raise ValueError("it has no planned step time (the planner had no config.json for its model)")
     if not isinstance(measured, int | float) or isinstance(measured, bool) or not 0 < measured < 1e9:
         raise ValueError("it measured no step time (training ended before its second step was seen)")
+    # a step is a millisecond at the least; a host a hundred times off its plan is not this model's host but a
+    # broken run or a record written by hand
+    if planned < 1e-3 or measured < 1e-3 or not 1 / RUN_RATIO_MAX <= measured / planned <= RUN_RATIO_MAX:
+        raise ValueError(f"its measured/plan step time {measured:.3g} / {planned:.3g} s is outside what a run can "
+                         f"mean ({1 / RUN_RATIO_MAX:g} to {RUN_RATIO_MAX:g} x)")
     return float(planned), float(measured)

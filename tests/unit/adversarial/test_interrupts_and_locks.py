@@ -75,17 +75,38 @@ def test_ctrl_c_at_any_moment_of_ups_start_is_one_line(tmp_path):
 
 
 def test_ctrl_c_during_the_image_entry_points_isa_check(tmp_path):
-    """The image's entry point gathers this host's facts (about a second) before the CLI runs: Ctrl-C there."""
+    """The image's entry point gathers this host's facts (about a second) before the CLI runs: Ctrl-C there.
+    SIGINTs spread over one uninterrupted run, timed first (as above: on a loaded machine fixed delays all landed in
+    the interpreter's own start, which is Python's, and the test failed with nothing of ours wrong)."""
     env = {"KTSFT_VARIANT": "avx2", "HOME": str(tmp_path), "KTDEPLOY_HOME": str(tmp_path / "home")}
     argv = [sys.executable, "-m", "ktdeploy.cli.image_entry", "doctor", "--json"]
     t0 = time.monotonic()
-    rcs = []
-    for delay in (0.3, 0.5, 0.7, 0.9, 1.2):
-        rc, err = _interrupt_at(argv, delay, env)
+    runs = []
+    for _ in range(2):      # the faster of two: the first may pay for cold caches the interrupted runs will not
+        t = time.monotonic()
+        subprocess.run(argv, capture_output=True, cwd=ROOT, env={**os.environ, **env}, timeout=300)
+        runs.append(time.monotonic() - t)
+    whole = min(runs)
+    counts = {"ours": 0, "interpreter": 0}
+    # over the first 80 % of the run (the end of it is printing, then the interpreter's exit), again from the start
+    # until five landed in ktdeploy's code: a loaded machine stretches each run differently, so a fixed count of
+    # tries would sometimes see fewer
+    for i in range(30):
+        if counts["ours"] >= 5:
+            break
+        rc, err = _interrupt_at(argv, (i % 10 + 1) * 0.8 * whole / 10, env)
         assert not _ktdeploy_frames(err), err[-1500:]
-        rcs.append(rc)
-    assert rcs.count(130) >= 3, rcs
-    assert time.monotonic() - t0 < 120
+        if rc in (130, -signal.SIGINT) and err.strip().endswith("interrupted"):   # ours: one line (130, or the
+            counts["ours"] += 1                                                  # signal re-raised: -2 here)
+        else:
+            # the interpreter's start (killed before Python's own handler exists: -2 and silent; or Python's
+            # KeyboardInterrupt before ktdeploy's first line), or a run that finished first
+            assert (rc == -signal.SIGINT and not err.strip()) or "KeyboardInterrupt" in err or rc in (0, 1, 3), \
+                (rc, err[-800:])
+            counts["interpreter"] += 1
+    # a Ctrl-C in ktdeploy's code is one line, never a traceback (every try above), and most moments are there
+    assert counts["ours"] >= 5 and counts["ours"] >= counts["interpreter"] / 3, counts
+    assert time.monotonic() - t0 < 120 + 32 * whole
 
 
 # ---------------------------------------------------------------- a host that never answers

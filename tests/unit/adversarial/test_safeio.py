@@ -120,6 +120,47 @@ def test_redact(text, want):
     assert "PW" not in redact_host(text)
 
 
+def _redact_by_the_regex(s: str) -> str:
+    """The redaction as it was written first (a regex finds each scheme): the oracle for the linear finder."""
+    import re
+
+    from ktdeploy.core.safeio import _redact_authority
+
+    out, i = [], 0
+    for m in re.finditer(r"[A-Za-z][A-Za-z0-9+.-]*://", s):
+        if m.start() < i:
+            continue
+        end = m.end()
+        while end < len(s) and s[end] not in "/?#\n":
+            end += 1
+        authority = s[m.end():end]
+        if _redact_authority(authority) != authority:
+            out.append(s[i:m.end()] + _redact_authority(authority))
+            i = end
+    out.append(s[i:])
+    return "".join(out)
+
+
+def test_redaction_finds_every_scheme_the_regex_found():
+    import random
+
+    rng = random.Random(7)
+    alphabet = "ab1+.-:/@?#\n xZ"
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 40)))
+        text += rng.choice(["", "ssh://u:PW@h", "a1+.b://x:y@z", "1://p:q@r"])
+        assert redact(text) == _redact_by_the_regex(text), text
+
+
+def test_redaction_time_is_linear_in_the_text():
+    """A long run of scheme characters (a record's 64 KB note, a log line): the regex took 24 s on 64 KB."""
+    for text in ("x" * (1 << 20), "a1" * (1 << 19), "x" * (1 << 20) + "://u:PW@h", "a://" * (1 << 18)):
+        c0 = time.process_time()
+        out = redact(text)
+        assert time.process_time() - c0 < 2, len(text)
+        assert "PW" not in out
+
+
 def test_redact_host_without_scheme():
     assert redact_host("user:PW@host:22") == "user:***@host:22"
     assert redact_host("host:22") == "host:22"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,7 @@ def test_a_run_whose_ratio_does_not_apply_is_a_clean_error(capsys, tmp_path, mon
     assert says in err and "--from-run" in err and "fix:" in err
 
 
-@pytest.mark.parametrize("args,key", [(["--from-run", "nope"], "no single run record"),
+@pytest.mark.parametrize("args,key", [(["--from-run", "nope"], "no run record matches"),
                                       (["--from-run", "../../etc"], "run"),
                                       (["--from-run", "x", "--tuned", str(DOCTOR)], "give one"),
                                       (["--from-run", "x", "--sample-tokens", "200"], "already carries")])
@@ -156,3 +157,83 @@ def test_from_run_refuses_what_it_cannot_use(capsys, tmp_path, monkeypatch, args
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
     code, out, err = run_cli(["plan", str(RECIPE), *args], capsys)
     assert code not in (0, 70) and "Traceback" not in err + out and key in " ".join((err + out).split())
+
+
+def _forged(home: Path, eta: object = None, facts: object = None) -> str:
+    """A run record as `_run_record` writes it, then its eta.json and/or facts.json replaced by ``eta``/``facts``."""
+    run = _run_record(home, [0.0, 1.0, 2.0])
+    rec = home / "runs" / run
+    for name, value in (("eta.json", eta), ("facts.json", facts)):
+        if value is not None:
+            (rec / name).write_text(json.dumps(value))
+    return run
+
+
+@pytest.mark.parametrize("planned,measured", [(1e-308, 1.0), (1e-300, 9.9e8), (9.9e8, 1e-300), (5e-324, 1e8),
+                                              (1.0, 1e6), (1.0, 1e-6), (1.0, 101.0), (1e-4, 1e-4)])
+def test_a_ratio_no_run_can_mean_is_refused(capsys, tmp_path, monkeypatch, planned, measured):
+    """Found by an independent attack: these gave exit 70 (inf into the wall time), JSON with Infinity, a zero scale
+    silently dropped, or figures a million times off."""
+    from ktdeploy.core.sizing.throughput import time_model_id
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    run = _forged(tmp_path, eta={"planned_step_s": planned, "measured_step_s": measured, "time_model": time_model_id()})
+    for extra in ([], ["--samples", "400"], ["--json", "--samples", "400"]):
+        code, out, err = run_cli(["plan", str(RECIPE), "--from-run", run, *extra], capsys)
+        assert code == 2 and "Traceback" not in err + out and "Infinity" not in out, (code, err[-300:])
+        assert "outside what a run can mean" in " ".join(err.split())
+
+
+def test_the_ratio_bounds_let_a_slow_or_fast_host_through(capsys, tmp_path, monkeypatch):
+    from ktdeploy.core.sizing.throughput import time_model_id
+
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    for measured in (0.02, 50.0):       # 50x faster or slower than planned: a real host can be
+        run = _forged(tmp_path, eta={"planned_step_s": 1.0, "measured_step_s": measured, "time_model": time_model_id()})
+        t = _json(capsys, "--from-run", run, "--samples", "400")
+        assert t["tokens_per_s"]["value"] == pytest.approx(_json(capsys)["tokens_per_s"]["value"] / measured, rel=0.01)
+
+
+@pytest.mark.parametrize("cpu", [{"flags": [[1]], "physical_cores": 4}, {"flags": [{"a": 1}], "physical_cores": 4},
+                                 {"flags": 5, "physical_cores": 4}, {"physical_cores": 10 ** 300},
+                                 {"physical_cores": True}, {"physical_cores": 2, "numa_nodes": [{}] * 100}])
+def test_forged_host_facts_are_a_clean_error(capsys, tmp_path, monkeypatch, cpu):
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    run = _forged(tmp_path, facts={"cpu": cpu})
+    code, out, err = run_cli(["plan", str(RECIPE), "--from-run", run], capsys)
+    assert code == 2 and "Traceback" not in err + out and "--from-run" in err
+    p = tmp_path / "facts.json"                      # the same facts through --facts
+    p.write_text(json.dumps({"cpu": cpu}))
+    code, out, err = run_cli(["plan", str(RECIPE), "--facts", str(p)], capsys)
+    assert code == 2 and "Traceback" not in err + out and "--facts" in err
+
+
+def test_a_linked_eta_of_another_user_is_refused_like_the_file_itself(capsys, tmp_path, monkeypatch):
+    if os.getuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    run = _run_record(tmp_path, [0.0, 1.0, 2.0])
+    rec = tmp_path / "runs" / run
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text((rec / "eta.json").read_text())
+    os.chown(theirs, 1234, 1234)
+    (rec / "eta.json").unlink()
+    (rec / "eta.json").symlink_to(theirs)
+    code, out, err = run_cli(["plan", str(RECIPE), "--from-run", run], capsys)
+    assert code == 6 and "uid 1234" in err and "--from-run" in err
+
+
+@pytest.mark.parametrize("eta", [[1, 2], "x", 3])
+def test_an_eta_that_is_not_an_object_says_so(capsys, tmp_path, monkeypatch, eta):
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    run = _forged(tmp_path, eta=eta)
+    code, _out, err = run_cli(["plan", str(RECIPE), "--from-run", run], capsys)
+    assert code == 2 and "not an object" in err
+
+
+def test_an_ambiguous_prefix_says_how_many_runs_it_names(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
+    _run_record(tmp_path, [0.0, 1.0, 2.0])
+    _run_record(tmp_path, [0.0, 1.0, 2.0])
+    code, _out, err = run_cli(["plan", str(RECIPE), "--from-run", "2"], capsys)
+    assert code == 6 and "2 run records start with" in " ".join(err.split())
