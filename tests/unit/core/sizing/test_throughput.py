@@ -236,6 +236,16 @@ def test_the_padding_probe_saw_the_gpu_runs_batches_and_the_calibration_counts_t
         sum(probe["tiny_sft_long/4"]["padded"][1:14]) / sum(probe["tiny_sft_long/4"]["real"][1:14]))
 
 
+def test_the_long_probe_continues_the_short_ones_batches():
+    """padding-long.json (padding_probe.py --long) holds the 60-step batches the next call's `var` runs will see:
+    the same sampler, so its first steps are the committed runs' own, and lengths repeat over it."""
+    short = json.loads((ROOT / "bench/results/time-scale/padding.json").read_text())["batches"]["tiny_sft_long/4"]
+    long = json.loads((ROOT / "bench/results/time-scale/padding-long.json").read_text())["batches"]["tiny_sft_long/4"]
+    assert len(long["real"]) == 60 and long["real"][:16] == short["real"] and long["padded"][:16] == short["padded"]
+    bench = _calibration()
+    assert bench.fresh_lengths(long["padded"], 60) < 30      # most of a long run's steps repeat a length
+
+
 def test_the_estimated_padding_is_what_llamafactorys_own_batches_measured():
     probe = json.loads((ROOT / "bench/results/time-scale/padding.json").read_text())["batches"]
     for key in ("tiny_sft_long/4", "tiny_sft_long/8"):
