@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "bench" / "gpu")]
 
 from bench.gpu.format_scale import campaign, say, train_one  # noqa: E402
-from bench.gpu.weight_scale import Shape, build, build_fill_dataset  # noqa: E402
+from bench.gpu.weight_scale import SHAPES, Shape, build, build_fill_dataset  # noqa: E402
 
 BASE = Shape("t-base", 1024, 8, 64, 8, 512, fill=True)
 
@@ -46,6 +46,11 @@ class TimeRun:
 
 def _v(name: str, **kw: object) -> Shape:
     return replace(BASE, name=name, **kw)
+
+
+def _ref(name: str) -> Shape:
+    """A shape the reference host ran (weight_scale.SHAPES, variable-length samples) under this script's name."""
+    return replace(next(s for s in SHAPES if s.name == name), name=f"t-{name}")
 
 
 RUNS: dict[str, TimeRun] = {r.name: r for r in (
@@ -72,6 +77,11 @@ RUNS: dict[str, TimeRun] = {r.name: r for r in (
     # the same batches with eager attention instead of SDPA: if a new padded length still costs more, it is not the
     # attention kernels' per-shape setup (run with --steps 60, beside `var`, so that lengths repeat)
     TimeRun("var-eager", _v("t-var", fill=False), sets=("train.flash_attn=disabled",)),
+    # the reference host's three variable-length misses of 2026-12-03 (+12 to +24 %, 0.34-0.45 s a step), again on
+    # a VM whose CPU model is recorded: a miss that stays is the shape's, one that goes was that session's
+    TimeRun("ref-w5-e64", _ref("w5-e64")),
+    TimeRun("ref-w10-e80", _ref("w10-e80")),
+    TimeRun("ref-w10-k4", _ref("w10-k4")),
     TimeRun("small", _v("t-small", hidden_size=512, num_hidden_layers=4, num_experts=16, num_experts_per_tok=4,
                         moe_intermediate_size=256, num_attention_heads=8, num_key_value_heads=2, head_dim=64)),
 )}
