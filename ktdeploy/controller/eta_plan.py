@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from ktdeploy.core import variants as V
 from ktdeploy.core.eta import Eta
 from ktdeploy.core.facts.host import HostFacts
 from ktdeploy.core.recipe.document import Recipe
-from ktdeploy.core.sizing.throughput import REFERENCE_HOST, HostCPU
+from ktdeploy.core.sizing.throughput import REFERENCE_HOST, HostCPU, host_from_facts
 
 
 def host_cpu(facts: HostFacts | None) -> HostCPU:
-    if facts is None or not (facts.cpu.physical_cores or facts.cpu.logical_cpus):
+    """The host the plan is for, read as `plan --facts` and `plan --from-run` read a facts file (one reading, so a
+    run's measured/plan ratio means the same host everywhere); the reference host without usable facts."""
+    if facts is None:
         return REFERENCE_HOST
-    cores = facts.cpu.physical_cores or facts.cpu.logical_cpus or 1
-    flags = set(facts.cpu.flags or ())
-    build = V.detect(flags).name
-    return HostCPU(cores, max(1, len(facts.cpu.numa_nodes)), build, f"doctor's facts of the host: {cores} cores")
+    try:
+        return host_from_facts(facts.model_dump(mode="json"))
+    except ValueError:
+        return REFERENCE_HOST
 
 
 def planned_eta(recipe: Recipe | None, facts: HostFacts | None, gpus: int | None = None) -> Eta:

@@ -196,7 +196,7 @@ def test_the_ratio_bounds_let_a_slow_or_fast_host_through(capsys, tmp_path, monk
 
 @pytest.mark.parametrize("cpu", [{"flags": [[1]], "physical_cores": 4}, {"flags": [{"a": 1}], "physical_cores": 4},
                                  {"flags": 5, "physical_cores": 4}, {"physical_cores": 10 ** 300},
-                                 {"physical_cores": True}, {"physical_cores": 2, "numa_nodes": [{}] * 100}])
+                                 {"physical_cores": True}, {"physical_cores": 2, "numa_nodes": [{}] * 2000}])
 def test_forged_host_facts_are_a_clean_error(capsys, tmp_path, monkeypatch, cpu):
     monkeypatch.setenv("KTDEPLOY_HOME", str(tmp_path))
     run = _forged(tmp_path, facts={"cpu": cpu})
@@ -237,3 +237,14 @@ def test_an_ambiguous_prefix_says_how_many_runs_it_names(capsys, tmp_path, monke
     _run_record(tmp_path, [0.0, 1.0, 2.0])
     code, _out, err = run_cli(["plan", str(RECIPE), "--from-run", "2"], capsys)
     assert code == 6 and "2 run records start with" in " ".join(err.split())
+
+
+def test_a_cpuset_of_few_cores_on_a_host_of_many_nodes_is_a_host(capsys, tmp_path):
+    """2 allowed CPUs on a host of 8 NUMA nodes (sub-NUMA clustering, memory-only nodes): real facts, planned."""
+    facts = json.loads(DOCTOR.read_text())
+    facts["facts"]["cpu"]["physical_cores"] = 2
+    facts["facts"]["cpu"]["numa_nodes"] = [{"node": n} for n in range(8)]
+    p = tmp_path / "facts.json"
+    p.write_text(json.dumps(facts))
+    t = _json(capsys, "--facts", str(p))
+    assert t["host"]["cores"] == 2 and t["host"]["numa_nodes"] == 8
