@@ -30,3 +30,27 @@ def full_image_or_skip(candidates: tuple[str, ...]) -> str:
     if ref is None:
         pytest.skip("no full ktsft image with sglang-kt on this machine (build it: ktdeploy image build --stack full)")
     return ref
+
+
+def why_this_cpu_cannot_run(ref: str, *, but_amx: bool = False) -> str | None:
+    """Why this machine's CPU cannot run the kt-kernel build of image ``ref`` (its io.ktdeploy.kt_kernel_variant
+    label against /proc/cpuinfo's flags, as the image's entry point checks before it runs anything), or None. Tests
+    that enter the image past that check (``--entrypoint python3``) and run kt-kernel's CPU code need it: the amx
+    build on an AVX2-only host dies of SIGILL. ``but_amx``: code of the build that runs without AMX too (the
+    online quantizer; its SFT kernels are the AMX part)."""
+    from pathlib import Path
+
+    from ktdeploy.core import variants as V
+    from ktdeploy.core.facts.cpu import parse_cpuinfo
+
+    got = subprocess.run(["docker", "image", "inspect", "--format",
+                          '{{index .Config.Labels "io.ktdeploy.kt_kernel_variant"}}', ref],
+                         capture_output=True, text=True)
+    build = got.stdout.strip()
+    if got.returncode != 0 or not V.known(build):
+        return None
+    flags = parse_cpuinfo(Path("/proc/cpuinfo").read_text())["flags"]
+    missing = [f for f in V.get(build).requires if not V.has_flags(flags, f) and not (but_amx and f in V.AMX_FLAGS)]
+    if missing:
+        return f"this CPU ({V.detect(flags).name}) lacks {', '.join(missing)}, which {ref}'s kt-kernel {build} build needs"
+    return None
