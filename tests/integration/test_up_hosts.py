@@ -28,6 +28,7 @@ from ktdeploy.core.errors import StepError  # noqa: E402 (after the sys.path ins
 from tests.fakes import kt_layout  # noqa: E402 (after the sys.path insert)
 from tests.fakes.image import build_fake_image  # noqa: E402 (after the sys.path insert)
 from tests.fakes.tiny_model import write_tiny_model  # noqa: E402 (after the sys.path insert)
+from tests.integration.cpu_trains import needs_a_training_cpu  # noqa: E402 (after the sys.path insert)
 from tests.integration.hosts import docker, host_pool  # noqa: E402, F401  (fixture)
 
 pytestmark = pytest.mark.docker
@@ -104,6 +105,7 @@ def events(rec: RunRecord, kind: str) -> list[dict]:
     return [e for e in rec.events() if e["event"] == kind]
 
 
+@needs_a_training_cpu
 def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     root, host = env["root"], env["hosts"]["fresh"]
     # A hostile output dir and recipe file name: must reach no shell unquoted.
@@ -195,6 +197,7 @@ def test_fresh_host_hostile_names_then_second_up_changes_nothing(env):
     assert Path(out, "checkpoint-20").is_dir()
 
 
+@needs_a_training_cpu
 def test_dry_run_prints_plan_and_changes_nothing(env):
     host = env["hosts"]["second"]
     out = f"{env['root']}/out/dry"
@@ -223,6 +226,7 @@ def test_unknown_host_key_is_refused(env):
     h.stop()
 
 
+@needs_a_training_cpu
 def test_docker_without_nvidia_runtime_fails_clearly_unless_waived(env):
     host = env["hosts"]["second"]
     out = f"{env['root']}/out/nvidia"
@@ -233,6 +237,7 @@ def test_docker_without_nvidia_runtime_fails_clearly_unless_waived(env):
     assert not Path(out).exists()
 
 
+@needs_a_training_cpu
 def test_image_check_stops_up_before_training(env):
     """Without the stack.torch waiver the fake trainer image (no torch) fails IMAGE's image.check: up stops with
     doctor's report and exit 1, and no training container is created."""
@@ -246,6 +251,7 @@ def test_image_check_stops_up_before_training(env):
     assert ps.strip() == "" and not Path(out, "trainer_log.jsonl").exists()
 
 
+@needs_a_training_cpu
 def test_the_stack_judge_runs_in_the_image_stage_and_an_absent_stack_stops_up(env):
     """up runs the stack's own judgement of the recipe inside the image, in IMAGE's image.check (stack.judge). The
     fake trainer image holds no LlamaFactory/kt-kernel stack: the judge says so distinctly (not a refusal of the
@@ -279,6 +285,7 @@ def test_missing_model_and_full_disk_stop_at_doctor(env):
     full.stop()
 
 
+@needs_a_training_cpu
 def test_killed_container_reported_then_resumed_from_newest_complete_checkpoint(env):
     host = env["hosts"]["second"]
     out = f"{env['root']}/out/resume"
@@ -327,6 +334,7 @@ def test_killed_container_reported_then_resumed_from_newest_complete_checkpoint(
     assert (res.record.path / "artifacts" / "previous-container.log").read_text().count("loss") >= 1
 
 
+@needs_a_training_cpu
 def test_crash_at_step_is_reported_with_log_lines(env):
     host = env["hosts"]["second"]
     out = f"{env['root']}/out/crash"
@@ -347,6 +355,7 @@ CTRL_C_ABLE = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.d
                "sys.argv[0] = 'ktdeploy'; runpy.run_module('ktdeploy', run_name='__main__', alter_sys=True)")
 
 
+@needs_a_training_cpu
 def test_ctrl_c_leaves_training_running_then_logs_and_up_finish_it(env):
     import signal
 
@@ -386,6 +395,7 @@ def test_ctrl_c_leaves_training_running_then_logs_and_up_finish_it(env):
     assert Path(f"{out}-sglang", "adapter_config.json").exists()
 
 
+@needs_a_training_cpu
 def test_full_finetune_is_regrouped_and_served_as_weights(env):
     """finetuning_type: full: the real converter regroups kt-kernel's KT Full experts next to the HF weights in
     <output_dir>-sglang; the serving container gets --weights <output_dir>-sglang (no adapter, no LoRA)."""
@@ -413,6 +423,7 @@ def test_full_finetune_is_regrouped_and_served_as_weights(env):
     docker("rm", "-f", f"{plan['job']}-serve", check=False)  # free the port; the fixture removes the rest
 
 
+@needs_a_training_cpu
 def test_merge_true_merges_the_lora_and_serves_the_merged_model(env):
     """deploy.serve.merge: true: CONVERT converts the adapter AND runs the real `ktdeploy merge` (numpy, in the
     image) into <output_dir>-merged, against a base with its routed experts (kt_layout, the tiny model's shapes);
@@ -470,6 +481,7 @@ def test_merge_true_merges_the_lora_and_serves_the_merged_model(env):
     assert not Path(f"{bad_out}-merged").exists()
 
 
+@needs_a_training_cpu
 def test_eval_stage_scores_the_served_model_on_rows_held_out_before_training(env):
     """deploy.eval: the training container's `ktdeploy train` carve (the real agent/holdout.py, in the double's image)
     holds 8 rows out of tiny_sft before training; EVAL, from this machine, asks the served model (the sglang-kt double
@@ -509,6 +521,7 @@ def test_eval_stage_scores_the_served_model_on_rows_held_out_before_training(env
 
 
 # KTDEPLOY_DROP_REPEAT=20 repeats the drop on the same hosts (one pytest session): the 20x stability loop.
+@needs_a_training_cpu
 @pytest.mark.parametrize("attempt", range(int(os.environ.get("KTDEPLOY_DROP_REPEAT", "1"))))
 def test_dropped_connection_leaves_training_running(env, attempt):
     host = env["hosts"]["second"]
@@ -568,6 +581,7 @@ def _tiny_image(tag: str, fallback: str) -> str:
     return tag
 
 
+@needs_a_training_cpu
 def test_image_missing_then_shipped_as_tarball_and_loaded(env, tmp_path):
     import secrets
 
@@ -615,6 +629,7 @@ def test_readme_first_command_stops_at_doctor_on_a_host_that_cannot_train(tmp_pa
     assert st["state"] == "failed" and st["error_type"] == "CheckFailed" and (run / "doctor.json").exists()
 
 
+@needs_a_training_cpu
 def test_tune_runs_in_the_image_then_training_uses_its_choice(env):
     root, host = env["root"], env["hosts"]["second"]
     out = f"{root}/out/tuned-run"

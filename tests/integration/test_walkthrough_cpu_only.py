@@ -32,6 +32,7 @@ from ktdeploy.core.events import Synced  # noqa: E402
 from tests.docs import compare  # noqa: E402
 from tests.fakes.image import build_fake_image  # noqa: E402
 from tests.fakes.tiny_model import WEIGHTS_BYTES, write_tiny_model  # noqa: E402
+from tests.integration.cpu_trains import needs_a_training_cpu  # noqa: E402
 from tests.integration.hosts import docker, host_pool  # noqa: E402, F401
 
 pytestmark = pytest.mark.docker
@@ -79,6 +80,7 @@ def sets(w) -> list[str]:
     return [a for p in pairs for a in ("--set", p)]
 
 
+@needs_a_training_cpu
 def test_walkthrough_on_a_cpu_only_host_with_the_profile(walk):
     w, host = walk, walk["host"]
     up = ["up", "--host", host.target, "--name", "walk", *PROFILE, "--sync-model",
