@@ -125,22 +125,27 @@ def padded_ratio(dataset: str, mean_tokens: float, batch: int) -> float:
     return statistics.mean(ratios)
 
 
-@functools.cache
-def _probed_batches() -> dict[tuple[str, int], tuple[list[int], list[int]]]:
-    """(dataset, batch) -> (real, padded) tokens of each step, as LlamaFactory batched them (bench/padding_probe.py:
-    the trainer's own sampler and collator, seed 42; its batches proven the GPU runs')."""
-    d = json.loads((RESULTS / "time-scale/padding.json").read_text())["batches"]
-    return {(v["dataset"], v["batch"]): (v["real"], v["padded"]) for v in d.values()}
-
-
-@functools.cache
-def _long_probes() -> dict[tuple[str, int], tuple[list[int], list[int]]]:
-    """The same, over a 60-step run (padding_probe.py --long), where committed: for runs longer than the probes."""
-    path = RESULTS / "time-scale/padding-long.json"
+def _batches_in(name: str) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    """(dataset, batch) -> (real, padded) tokens of each step of a padding probe's file under time-scale/, as
+    LlamaFactory batched them (bench/padding_probe.py: the trainer's own sampler and collator, seed 42); {} where
+    the file is not committed."""
+    path = RESULTS / "time-scale" / name
     if not path.is_file():
         return {}
     d = json.loads(path.read_text())["batches"]
     return {(v["dataset"], v["batch"]): (v["real"], v["padded"]) for v in d.values()}
+
+
+@functools.cache
+def _probed_batches() -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    """The committed probe (padding.json), its batches proven the GPU runs'."""
+    return _batches_in("padding.json")
+
+
+@functools.cache
+def _long_probes() -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    """The same over a 60-step run (padding_probe.py --long): for runs longer than the probes above."""
+    return _batches_in("padding-long.json")
 
 
 def probed(r: Run) -> tuple[list[int], list[int]] | None:

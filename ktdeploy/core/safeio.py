@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import stat
+import string
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -422,8 +423,8 @@ def run_lock(lock_dir: str | os.PathLike[str], key: str, what: str) -> Iterator[
 
 # ---------------------------------------------------------------- secrets, names, text
 
-_SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
-_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_LETTERS = frozenset(string.ascii_letters)
+_SCHEME_CHARS = _LETTERS | frozenset(string.digits + "+.-")
 
 
 def _schemes(s: str) -> Iterator[tuple[int, int]]:

@@ -38,10 +38,8 @@ def why_this_cpu_cannot_run(ref: str, *, but_amx: bool = False) -> str | None:
     that enter the image past that check (``--entrypoint python3``) and run kt-kernel's CPU code need it: the amx
     build on an AVX2-only host dies of SIGILL. ``but_amx``: code of the build that runs without AMX too (the
     online quantizer; its SFT kernels are the AMX part)."""
-    from pathlib import Path
-
     from ktdeploy.core import variants as V
-    from ktdeploy.core.facts.cpu import parse_cpuinfo
+    from tests.integration.cpu_trains import this_cpu_flags
 
     got = subprocess.run(["docker", "image", "inspect", "--format",
                           '{{index .Config.Labels "io.ktdeploy.kt_kernel_variant"}}', ref],
@@ -49,7 +47,7 @@ def why_this_cpu_cannot_run(ref: str, *, but_amx: bool = False) -> str | None:
     build = got.stdout.strip()
     if got.returncode != 0 or not V.known(build):
         return None
-    flags = parse_cpuinfo(Path("/proc/cpuinfo").read_text())["flags"]
+    flags = this_cpu_flags()
     missing = [f for f in V.get(build).requires if not V.has_flags(flags, f) and not (but_amx and f in V.AMX_FLAGS)]
     if missing:
         return f"this CPU ({V.detect(flags).name}) lacks {', '.join(missing)}, which {ref}'s kt-kernel {build} build needs"
